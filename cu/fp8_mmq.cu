@@ -1,0 +1,575 @@
+/*
+ * cu/fp8_mmq.cu -- the v2 per-block FP8 GEMM ("MMQ", seed 000) for sm_89+.
+ *
+ * Compiled at run time by NVRTC (device::cuda) with
+ *     --gpu-architecture=sm_XY  (the device's compute capability, XY >= 89)
+ *     --fmad=false  --ftz=false --prec-div=true --prec-sqrt=true  -default-device
+ * and no include path: this file includes no header. A candidate .cu file
+ * that exports the same ABI can replace it (KERNEL_ORACLE_FP8_MMQ_CU=<path>);
+ * every gate and fuzzer then checks the candidate.
+ *
+ * =============================== ABI ======================================
+ * Types: u8 = unsigned char, u32 = unsigned int, u64 = unsigned long long,
+ * i32 = int, f32 = float. Every pointer is a device pointer aligned to at
+ * least 16 bytes (the shim passes allocation bases; an output with a guard
+ * band starts 4096 bytes into its allocation). Every buffer length in
+ * elements is <= 2^31 - 1, and m, in_f, out_f >= 1 (the shim checks both).
+ * Derived sizes (elements):
+ *     in_f_pad   = ceil(in_f / 512) * 512        row stride of q
+ *     act_blocks = in_f_pad / 128                row stride of d
+ *     srows      = ceil(out_f / 128)             scale-grid rows
+ *     scols      = ceil(in_f / 128)              scale-grid columns
+ *
+ * 1. extern "C" __global__ void fp8_mmq_plan(
+ *        i32 m, i32 in_f, i32 out_f, i32 sm_count, i32 force_variant,
+ *        u32 *plan)                              // 16 words, written
+ *    Launch <<<1, 32>>>. Writes the launch geometry of the three kernels
+ *    below for this shape, so a candidate chooses its own tiles:
+ *        plan[0]  MMQ variant v: the host launches fp8_mmq_v2_k<v>
+ *        plan[1..3]  MMQ grid (x, y, z)
+ *        plan[4]  MMQ threads per CTA (block (plan[4], 1, 1))
+ *        plan[5]  MMQ dynamic shared memory (bytes per CTA)
+ *        plan[6..8]  quantizer grid (x, y, z)
+ *        plan[9]  quantizer threads per CTA
+ *        plan[10] NaN-count grid x (y = z = 1)
+ *        plan[11] NaN-count threads per CTA
+ *        plan[12] number of MMQ variants exported (k0 .. k<n-1>)
+ *        plan[13] MMQ tile: out_f rows per CTA (grid x * plan[13] >= out_f)
+ *        plan[14] MMQ tile: tokens per CTA     (grid y * plan[14] >= m)
+ *        plan[15] 0 (reserved)
+ *    force_variant < 0 picks automatically; 0 <= force_variant < plan[12]
+ *    forces that variant (tests run every variant); sm_count is the
+ *    device's multiprocessor count.
+ *
+ * 2. extern "C" __global__ void fp8_quantize_act(
+ *        const f32 *x,      // [m x in_f], row-major, read
+ *        u8 *q,             // [m x in_f_pad] e4m3 codes, written in full
+ *        f32 *d,            // [m x act_blocks], written in full
+ *        i32 m, i32 in_f)
+ *
+ * 3. extern "C" __global__ void fp8_nan_count(
+ *        const u8 *w, u64 n,   // n bytes, read
+ *        u64 *count)           // one u64, ADDED to (host zeroes it first)
+ *    Adds the number of bytes b with (b & 0x7F) == 0x7F (the e4m3 NaN
+ *    magnitudes 0x7F and 0xFF).
+ *
+ * 4. extern "C" __global__ void fp8_mmq_v2_k<v>(     v = 0, 1, 2
+ *        const u8 *w,       // [out_f x in_f] e4m3, row stride in_f bytes
+ *                           //   (rows need not be aligned), read
+ *        const f32 *s,      // [srows x scols] weight scales, read
+ *        const u8 *q,       // [m x in_f_pad] e4m3 activations, read
+ *        const f32 *d,      // [m x act_blocks] activation scales, read
+ *        f32 *y,            // [m x out_f], y[j * out_f + i], written
+ *        i32 m, i32 in_f, i32 out_f)
+ *    Each writes every element of y exactly once and nothing else.
+ *
+ * ========================= ARITHMETIC CONTRACT ============================
+ * (core/src/fp8_mmq.rs is normative; this restates it.) IEEE binary32,
+ * round-to-nearest-even, each operation rounding on its own (no FMA: the
+ * file uses __fmul_rn/__fadd_rn/__fdiv_rn and is compiled --fmad=false).
+ *
+ * Quantizer, per row j and 128-value block b (0 <= b < act_blocks):
+ *   Q1. x[j, k] for k >= in_f reads as +0.0 (zero padding).
+ *   Q2. amax = max over the block of |x|; max ignores NaN (fmaxf), starts
+ *       from +0.0, so the order of the reduction cannot matter.
+ *   Q3. amax == 0: d[j, b] = 0.0 and every q of the block is 0x00.
+ *   Q4. otherwise d = amax / 448 and dinv = 448 / amax (two IEEE
+ *       divisions), and q = cvt.rn.satfinite.e4m3x2.f32(x * dinv) (one
+ *       IEEE multiply, then the conversion: round to nearest even,
+ *       beyond +-448 gives +-448, NaN gives NaN 0x7F).
+ *
+ * MMQ, for every output (j, i), 0 <= j < m, 0 <= i < out_f:
+ *   M1. sum = +0.0.
+ *   M2. for b = 0, 1, ..., scols - 1 IN ORDER:
+ *         c = the block's 128 products w[i, k] * q[j, k], k = 128b..128b+127,
+ *             accumulated in f32 by four chained
+ *             mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32, the first
+ *             starting from C = 0 and each next one taking the previous D as C
+ *             (the summation order of the 32 products inside one mma is the
+ *             hardware's and not specified);
+ *             w[i, k] for k >= in_f reads as 0x00 (the k tail is zero-filled);
+ *             q[j, k] is read as stored for every k < 128 * scols <= in_f_pad.
+ *         sum = sum + (s[i / 128, b] * d[j, b]) * c   (mul, mul, add; each
+ *             rounded on its own).
+ *   M3. y[j * out_f + i] = sum.
+ *   No split-k: the fold order over b is the contract.
+ *
+ * What the kernels do NOT check (the shim does, before any launch): buffer
+ * lengths, pointer alignment, shapes beyond the i32 index range or the grid
+ * limits, and weight codes with NaN magnitude (the MMA reads 0x7F/0xFF as
+ * NaN; the dispatch refuses such weights).
+ * ==========================================================================
+ */
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define E4M3_MAX 448.0f
+#define BLOCK_K 128
+#define ROW_PADDING 512
+
+/* ------------------------------------------------------------------------ */
+/* small PTX wrappers                                                        */
+/* ------------------------------------------------------------------------ */
+
+static __device__ __forceinline__ u32 smem_addr(const void *p) {
+    u32 r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+/* 16-byte async copy global -> shared; bytes beyond src_bytes are zero. */
+static __device__ __forceinline__ void cp_async16(u32 dst, const void *src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+/* 4-byte async copy global -> shared; zero when src_bytes == 0. */
+static __device__ __forceinline__ void cp_async4(u32 dst, const void *src, u32 src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+static __device__ __forceinline__ void st_shared_v4(u32 dst, u32 a, u32 b, u32 c, u32 e) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(a), "r"(b), "r"(c), "r"(e));
+}
+
+static __device__ __forceinline__ void ldsm_x4(u32 addr, u32 &r0, u32 &r1, u32 &r2, u32 &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+/* D = A * B + C, A 16x32 e4m3 (row), B 32x8 e4m3 (col), C/D 16x8 f32. */
+static __device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two f32 -> two e4m3 codes; lo lands in bits 0..7, hi in bits 8..15
+ * (the PTX cvt puts its first source in the upper byte). */
+static __device__ __forceinline__ u32 cvt_e4m3x2(float lo, float hi) {
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+    return (u32)r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1. plan                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* MMQ tile variants: BM rows of out_f x BN tokens per CTA, WM x WN warps,
+ * STAGES-deep cp.async pipeline, 128 k per stage. */
+#define V0_BM 64
+#define V0_BN 64
+#define V0_WM 2
+#define V0_WN 2
+#define V0_ST 4
+
+#define V1_BM 128
+#define V1_BN 128
+#define V1_WM 2
+#define V1_WN 4
+#define V1_ST 3
+
+#define V2_BM 32
+#define V2_BN 16
+#define V2_WM 2
+#define V2_WN 1
+#define V2_ST 8
+
+#define N_VARIANTS 3
+
+#define QUANT_THREADS 256
+#define NAN_THREADS 256
+
+/* Shared bytes of one stage: A tile, B tile, BN activation scales, one
+ * weight scale (padded to 16), rounded up to 128. */
+static __host__ __device__ constexpr u32 stage_bytes(int bm, int bn) {
+    return (u32)((((bm + bn) * BLOCK_K + bn * 4 + 16) + 127) / 128 * 128);
+}
+
+static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / b; }
+
+extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count, int force_variant, u32 *plan) {
+    if (threadIdx.x != 0 || blockIdx.x != 0)
+        return;
+    const u32 um = (u32)m, uk = (u32)in_f, un = (u32)out_f;
+    int v;
+    if (force_variant >= 0 && force_variant < N_VARIANTS) {
+        v = force_variant;
+    } else if (um <= 16) {
+        v = 2;
+    } else {
+        /* The 128x128 tile only when it still leaves two CTAs per SM. */
+        const u32 big = cdiv(un, V1_BM) * cdiv(um, V1_BN);
+        v = (big >= 2u * (u32)(sm_count > 0 ? sm_count : 1)) ? 1 : 0;
+    }
+    u32 bm, bn, threads, smem;
+    if (v == 0) {
+        bm = V0_BM; bn = V0_BN; threads = V0_WM * V0_WN * 32; smem = V0_ST * stage_bytes(V0_BM, V0_BN);
+    } else if (v == 1) {
+        bm = V1_BM; bn = V1_BN; threads = V1_WM * V1_WN * 32; smem = V1_ST * stage_bytes(V1_BM, V1_BN);
+    } else {
+        bm = V2_BM; bn = V2_BN; threads = V2_WM * V2_WN * 32; smem = V2_ST * stage_bytes(V2_BM, V2_BN);
+    }
+    plan[0] = (u32)v;
+    plan[1] = cdiv(un, bm);
+    plan[2] = cdiv(um, bn);
+    plan[3] = 1;
+    plan[4] = threads;
+    plan[5] = smem;
+    const u32 in_f_pad = cdiv(uk, ROW_PADDING) * ROW_PADDING;
+    const u64 qblocks = (u64)um * (u64)(in_f_pad / BLOCK_K); /* one warp each */
+    plan[6] = (u32)((qblocks + (QUANT_THREADS / 32) - 1) / (QUANT_THREADS / 32));
+    plan[7] = 1;
+    plan[8] = 1;
+    plan[9] = QUANT_THREADS;
+    const u64 wbytes = (u64)un * (u64)uk;
+    u64 ng = (wbytes + (u64)NAN_THREADS * 16 - 1) / ((u64)NAN_THREADS * 16);
+    const u64 ncap = (u64)(sm_count > 0 ? sm_count : 1) * 8;
+    plan[10] = (u32)(ng < ncap ? (ng > 0 ? ng : 1) : ncap);
+    plan[11] = NAN_THREADS;
+    plan[12] = N_VARIANTS;
+    plan[13] = bm;
+    plan[14] = bn;
+    plan[15] = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 2. activation quantizer: one warp per (row, 128-value block)              */
+/* ------------------------------------------------------------------------ */
+
+extern "C" __global__ void __launch_bounds__(QUANT_THREADS)
+    fp8_quantize_act(const float *__restrict__ x, u8 *__restrict__ q, float *__restrict__ d, int m, int in_f) {
+    const int lane = threadIdx.x & 31;
+    const u64 blk = (u64)blockIdx.x * (QUANT_THREADS / 32) + (threadIdx.x >> 5);
+    const int in_f_pad = (in_f + ROW_PADDING - 1) / ROW_PADDING * ROW_PADDING;
+    const int act_blocks = in_f_pad / BLOCK_K;
+    if (blk >= (u64)m * (u64)act_blocks)
+        return;
+    const int j = (int)(blk / (u64)act_blocks);
+    const int b = (int)(blk % (u64)act_blocks);
+    const int k0 = b * BLOCK_K + lane * 4;
+
+    /* Q1: elements beyond in_f read as +0.0. */
+    float v[4];
+    const float *xr = x + (u64)j * (u64)in_f;
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+        v[t] = (k0 + t < in_f) ? xr[k0 + t] : 0.0f;
+
+    /* Q2: amax, NaN ignored, from +0.0. */
+    float amax = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+        amax = fmaxf(amax, fabsf(v[t]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+
+    u32 packed = 0; /* Q3: all-zero block gives 0x00 codes and d = 0 */
+    float dv = 0.0f;
+    if (amax != 0.0f) {
+        /* Q4 */
+        dv = __fdiv_rn(amax, E4M3_MAX);
+        const float dinv = __fdiv_rn(E4M3_MAX, amax);
+        const u32 lo = cvt_e4m3x2(__fmul_rn(v[0], dinv), __fmul_rn(v[1], dinv));
+        const u32 hi = cvt_e4m3x2(__fmul_rn(v[2], dinv), __fmul_rn(v[3], dinv));
+        packed = lo | (hi << 16);
+    }
+    *reinterpret_cast<u32 *>(q + (u64)j * (u64)in_f_pad + (u64)k0) = packed;
+    if (lane == 0)
+        d[(u64)j * (u64)act_blocks + (u64)b] = dv;
+}
+
+/* ------------------------------------------------------------------------ */
+/* 3. NaN-magnitude count                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Bytes of v whose low 7 bits are all ones: adding 1 to (b & 0x7F) carries
+ * into bit 7 exactly then, and never into the next byte. */
+static __device__ __forceinline__ u32 nan_bytes(u32 v) {
+    return (u32)__popc(((v & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u);
+}
+
+extern "C" __global__ void __launch_bounds__(NAN_THREADS)
+    fp8_nan_count(const u8 *__restrict__ w, u64 n, u64 *__restrict__ count) {
+    __shared__ u32 warp_sums[NAN_THREADS / 32];
+    u32 c = 0;
+    const u64 nthreads = (u64)gridDim.x * NAN_THREADS;
+    const u64 tid = (u64)blockIdx.x * NAN_THREADS + threadIdx.x;
+    /* head bytes up to 16-byte alignment, then 16-byte vectors, then tail */
+    u64 head = (16 - ((unsigned long long)w & 15)) & 15;
+    if (head > n)
+        head = n;
+    if (tid < head)
+        c += ((w[tid] & 0x7F) == 0x7F) ? 1u : 0u;
+    const u64 nvec = (n - head) / 16;
+    const uint4 *wv = reinterpret_cast<const uint4 *>(w + head);
+    for (u64 i = tid; i < nvec; i += nthreads) {
+        const uint4 t = wv[i];
+        c += nan_bytes(t.x) + nan_bytes(t.y) + nan_bytes(t.z) + nan_bytes(t.w);
+    }
+    const u64 tail0 = head + nvec * 16;
+    if (tid < n - tail0)
+        c += ((w[tail0 + tid] & 0x7F) == 0x7F) ? 1u : 0u;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        c += __shfl_xor_sync(0xffffffffu, c, off);
+    if ((threadIdx.x & 31) == 0)
+        warp_sums[threadIdx.x >> 5] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u64 total = 0;
+#pragma unroll
+        for (int i = 0; i < NAN_THREADS / 32; ++i)
+            total += warp_sums[i];
+        if (total)
+            atomicAdd(count, total);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 4. MMQ                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Shared-memory tile rows are 128 bytes (8 chunks of 16); chunk kc of row r
+ * lives at chunk kc ^ (r & 7), so the 8 rows an ldmatrix phase reads, and
+ * the 8 chunks a cp.async phase writes, hit 8 distinct 16-byte bank groups. */
+static __device__ __forceinline__ u32 swz(int r, int kc) { return (u32)(r * 128 + ((kc ^ (r & 7)) << 4)); }
+
+/* Up to 16 bytes of one weight row starting at p, bytes >= nvalid zero.
+ * p may be unaligned; never reads outside [w_begin, w_end). */
+static __device__ __forceinline__ uint4 load_w_chunk(const u8 *p, int nvalid, const u8 *w_end) {
+    const unsigned long long mis = (unsigned long long)p & 3ull;
+    const u8 *base = p - mis;
+    if (nvalid == 16 && base + 20 <= w_end) {
+        /* five aligned words cover the 16 bytes; funnel-shift them. The
+         * first word starts at or after the (aligned) buffer start. */
+        const u32 *wp = reinterpret_cast<const u32 *>(base);
+        const u32 sh = (u32)mis * 8u;
+        const u32 t0 = __ldg(wp), t1 = __ldg(wp + 1), t2 = __ldg(wp + 2), t3 = __ldg(wp + 3);
+        const u32 t4 = mis != 0 ? __ldg(wp + 4) : 0u;
+        return make_uint4(__funnelshift_r(t0, t1, sh), __funnelshift_r(t1, t2, sh), __funnelshift_r(t2, t3, sh),
+                          __funnelshift_r(t3, t4, sh));
+    }
+    /* byte by byte: the k tail of a row, or the last bytes of the buffer */
+    u64 lo = 0, hi = 0;
+    for (int t = 0; t < nvalid; ++t) {
+        const u64 b = (u64)__ldg(p + t);
+        if (t < 8)
+            lo |= b << (8 * t);
+        else
+            hi |= b << (8 * (t - 8));
+    }
+    return make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES>
+static __device__ __forceinline__ void mmq_body(const u8 *__restrict__ w, const float *__restrict__ s,
+                                                const u8 *__restrict__ q, const float *__restrict__ d,
+                                                float *__restrict__ y, int m, int in_f, int out_f) {
+    constexpr int THREADS = WM * WN * 32;
+    constexpr int WTM = BM / WM; /* warp tile rows (out_f) */
+    constexpr int WTN = BN / WN; /* warp tile cols (tokens) */
+    constexpr int MI = WTM / 16;
+    constexpr int NI = WTN / 8;
+    constexpr u32 SB = stage_bytes(BM, BN);
+    constexpr int A_CHUNKS = BM * 8;
+    constexpr int B_CHUNKS = BN * 8;
+    static_assert(BM <= 128 && 128 % BM == 0, "a CTA's rows must share one scale row");
+    static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile: m16 rows, pairs of n8 columns");
+    static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0, "whole chunks per thread");
+    static_assert(BN + 1 <= THREADS, "one thread per activation scale plus one");
+
+    extern __shared__ __align__(128) u8 smem[];
+    const u32 smem0 = smem_addr(smem);
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wm0 = (warp % WM) * WTM;
+    const int wn0 = (warp / WM) * WTN;
+    const int row0 = blockIdx.x * BM; /* first out_f row of the CTA */
+    const int col0 = blockIdx.y * BN; /* first token of the CTA */
+
+    const int in_f_pad = (in_f + ROW_PADDING - 1) / ROW_PADDING * ROW_PADDING;
+    const int act_blocks = in_f_pad / BLOCK_K;
+    const int scols = (in_f + BLOCK_K - 1) / BLOCK_K;
+    const int nblk = scols;
+    const u8 *w_end = w + (u64)out_f * (u64)in_f;
+    const bool w_fast = ((in_f & 15) == 0) && (((unsigned long long)w & 15ull) == 0);
+    const float *s_row = s + (u64)(row0 / 128) * (u64)scols;
+
+    /* Issue the loads of k block kb into stage st. */
+    auto load_stage = [&](int st, int kb) {
+        const u32 sA = smem0 + (u32)st * SB;
+        const u32 sB = sA + BM * BLOCK_K;
+        const u32 sD = sB + BN * BLOCK_K;
+        const u32 sS = sD + BN * 4;
+        const int kbase = kb * BLOCK_K;
+#pragma unroll
+        for (int it = 0; it < A_CHUNKS / THREADS; ++it) {
+            const int c = tid + it * THREADS;
+            const int r = c >> 3, kc = c & 7;
+            const int gi = row0 + r;
+            const int gk = kbase + kc * 16;
+            const u32 dst = sA + swz(r, kc);
+            if (w_fast) {
+                const bool ok = gi < out_f && gk < in_f;
+                const u8 *src = ok ? w + (u64)gi * (u64)in_f + (u64)gk : w;
+                cp_async16(dst, src, ok ? 16u : 0u);
+            } else {
+                int nvalid = in_f - gk;
+                nvalid = nvalid < 0 ? 0 : (nvalid > 16 ? 16 : nvalid);
+                if (gi >= out_f)
+                    nvalid = 0;
+                const uint4 t = load_w_chunk(w + (u64)gi * (u64)in_f + (u64)gk, nvalid, w_end);
+                st_shared_v4(dst, t.x, t.y, t.z, t.w);
+            }
+        }
+#pragma unroll
+        for (int it = 0; it < B_CHUNKS / THREADS; ++it) {
+            const int c = tid + it * THREADS;
+            const int r = c >> 3, kc = c & 7;
+            const int gj = col0 + r;
+            const bool ok = gj < m;
+            const u8 *src = ok ? q + (u64)gj * (u64)in_f_pad + (u64)(kbase + kc * 16) : q;
+            cp_async16(sB + swz(r, kc), src, ok ? 16u : 0u);
+        }
+        if (tid < BN) {
+            const int gj = col0 + tid;
+            const bool ok = gj < m;
+            const float *src = ok ? d + (u64)gj * (u64)act_blocks + (u64)kb : d;
+            cp_async4(sD + tid * 4, src, ok ? 4u : 0u);
+        } else if (tid == BN) {
+            cp_async4(sS, s_row + kb, 4u);
+        }
+    };
+
+    float sum[MI][NI][4];
+#pragma unroll
+    for (int a = 0; a < MI; ++a)
+#pragma unroll
+        for (int b = 0; b < NI; ++b)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                sum[a][b][e] = 0.0f; /* M1 */
+
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+        if (st < nblk)
+            load_stage(st, st);
+        cp_async_commit();
+    }
+
+    for (int kb = 0; kb < nblk; ++kb) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            const int nk = kb + STAGES - 1;
+            if (nk < nblk)
+                load_stage(nk % STAGES, nk);
+            cp_async_commit();
+        }
+        const int st = kb % STAGES;
+        const u32 sA = smem0 + (u32)st * SB;
+        const u32 sB = sA + BM * BLOCK_K;
+        const u8 *sD = smem + (u32)st * SB + (BM + BN) * BLOCK_K;
+        const float s_blk = *reinterpret_cast<const float *>(sD + BN * 4);
+
+        /* M2: one chained accumulator per output for the whole block. */
+        float c[MI][NI][4];
+#pragma unroll
+        for (int a = 0; a < MI; ++a)
+#pragma unroll
+            for (int b = 0; b < NI; ++b)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    c[a][b][e] = 0.0f;
+
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            u32 af[MI][4];
+            u32 bf[NI][2];
+#pragma unroll
+            for (int a = 0; a < MI; ++a) {
+                const int mat = lane >> 3;
+                const int r = wm0 + a * 16 + ((mat & 1) << 3) + (lane & 7);
+                const int kc = kk * 2 + (mat >> 1);
+                ldsm_x4(sA + swz(r, kc), af[a][0], af[a][1], af[a][2], af[a][3]);
+            }
+#pragma unroll
+            for (int b = 0; b < NI; b += 2) {
+                const int mat = lane >> 3;
+                const int r = wn0 + (b + (mat >> 1)) * 8 + (lane & 7);
+                const int kc = kk * 2 + (mat & 1);
+                ldsm_x4(sB + swz(r, kc), bf[b][0], bf[b][1], bf[b + 1][0], bf[b + 1][1]);
+            }
+#pragma unroll
+            for (int a = 0; a < MI; ++a)
+#pragma unroll
+                for (int b = 0; b < NI; ++b)
+                    mma_e4m3_16832(c[a][b], af[a], bf[b][0], bf[b][1]);
+        }
+
+        /* fold: sum = sum + (s_blk * d[j]) * c */
+        const float *dcol = reinterpret_cast<const float *>(sD);
+#pragma unroll
+        for (int b = 0; b < NI; ++b) {
+            const int jl = wn0 + b * 8 + (lane & 3) * 2;
+            const float sd0 = __fmul_rn(s_blk, dcol[jl]);
+            const float sd1 = __fmul_rn(s_blk, dcol[jl + 1]);
+#pragma unroll
+            for (int a = 0; a < MI; ++a) {
+                sum[a][b][0] = __fadd_rn(sum[a][b][0], __fmul_rn(sd0, c[a][b][0]));
+                sum[a][b][1] = __fadd_rn(sum[a][b][1], __fmul_rn(sd1, c[a][b][1]));
+                sum[a][b][2] = __fadd_rn(sum[a][b][2], __fmul_rn(sd0, c[a][b][2]));
+                sum[a][b][3] = __fadd_rn(sum[a][b][3], __fmul_rn(sd1, c[a][b][3]));
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    /* M3: c0, c1 at row g, cols 2t, 2t+1; c2, c3 at row g + 8. */
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int a = 0; a < MI; ++a) {
+#pragma unroll
+        for (int b = 0; b < NI; ++b) {
+            const int i0 = row0 + wm0 + a * 16 + g;
+            const int j0 = col0 + wn0 + b * 8 + t4 * 2;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = i0 + ((e >> 1) << 3);
+                const int j = j0 + (e & 1);
+                if (i < out_f && j < m)
+                    y[(u64)j * (u64)out_f + (u64)i] = sum[a][b][e];
+            }
+        }
+    }
+}
+
+#define MMQ_ARGS                                                                                               \
+    const u8 *__restrict__ w, const float *__restrict__ s, const u8 *__restrict__ q, const float *__restrict__ d, \
+        float *__restrict__ y, int m, int in_f, int out_f
+
+extern "C" __global__ void __launch_bounds__(V0_WM *V0_WN * 32) fp8_mmq_v2_k0(MMQ_ARGS) {
+    mmq_body<V0_BM, V0_BN, V0_WM, V0_WN, V0_ST>(w, s, q, d, y, m, in_f, out_f);
+}
+
+extern "C" __global__ void __launch_bounds__(V1_WM *V1_WN * 32, 1) fp8_mmq_v2_k1(MMQ_ARGS) {
+    mmq_body<V1_BM, V1_BN, V1_WM, V1_WN, V1_ST>(w, s, q, d, y, m, in_f, out_f);
+}
+
+extern "C" __global__ void __launch_bounds__(V2_WM *V2_WN * 32) fp8_mmq_v2_k2(MMQ_ARGS) {
+    mmq_body<V2_BM, V2_BN, V2_WM, V2_WN, V2_ST>(w, s, q, d, y, m, in_f, out_f);
+}

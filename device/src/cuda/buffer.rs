@@ -1,0 +1,134 @@
+//! [`Buffer`]: a device array, optionally inside a guard band.
+
+use super::error::{DeviceError, Result};
+use cudarc::driver::{result as drv, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr};
+use std::sync::Arc;
+
+/// Bytes of guard band before and after a guarded output.
+pub const GUARD_BYTES: usize = 4096;
+/// The byte every guard band is filled with.
+pub const GUARD_SENTINEL: u8 = 0xA5;
+/// The byte a guarded output's own elements are poisoned with before the
+/// launch: `0xFF` is NaN as f32 (`0xFFFFFFFF`) and as e4m3, so an element the
+/// kernel failed to write fails any comparison.
+pub const POISON: u8 = 0xFF;
+
+/// A device array of `len` elements of `T`. When guarded, the allocation
+/// holds [`GUARD_BYTES`] of [`GUARD_SENTINEL`] before and after the
+/// elements, checked after each launch that writes them.
+#[derive(Debug)]
+pub struct Buffer<T> {
+    raw: CudaSlice<T>,
+    front: usize,
+    len: usize,
+}
+
+impl<T> Buffer<T> {
+    pub(crate) fn plain(raw: CudaSlice<T>) -> Buffer<T> {
+        let len = raw.len();
+        Buffer { raw, front: 0, len }
+    }
+
+    /// Elements (not counting guard bands).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether it sits inside guard bands.
+    pub fn is_guarded(&self) -> bool {
+        self.front != 0
+    }
+
+    /// The elements, as a cudarc view (kernel argument).
+    pub fn view(&self) -> CudaView<'_, T> {
+        self.raw.slice(self.front..self.front + self.len)
+    }
+
+    pub(crate) fn view_mut(&mut self) -> CudaViewMut<'_, T> {
+        let (a, b) = (self.front, self.front + self.len);
+        self.raw.slice_mut(a..b)
+    }
+}
+
+fn guard_elems<T>() -> usize {
+    GUARD_BYTES.div_ceil(std::mem::size_of::<T>().max(1))
+}
+
+/// Allocates `len` elements; guarded (bands filled, elements poisoned) or
+/// plain and uninitialised.
+pub(crate) fn alloc<T: cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+    guarded: bool,
+) -> Result<Buffer<T>> {
+    let size = std::mem::size_of::<T>();
+    let front = if guarded { guard_elems::<T>() } else { 0 };
+    let total = len + 2 * front;
+    // SAFETY: guarded memory is filled below; plain memory is written by
+    // the kernel before anything reads it (the ABI writes outputs in full).
+    let raw: CudaSlice<T> = unsafe { stream.alloc(total.max(1)) }
+        .map_err(|e| DeviceError::driver(format!("cuMemAlloc ({} bytes)", total * size), e))?;
+    if guarded {
+        let (base, _rec) = raw.device_ptr(stream);
+        let cu = stream.cu_stream();
+        // SAFETY: both ranges lie inside the allocation made above on `stream`.
+        unsafe {
+            drv::memset_d8_async(base, GUARD_SENTINEL, total * size, cu)
+                .map_err(|e| DeviceError::driver("cuMemsetD8Async (guard bands)", e))?;
+            drv::memset_d8_async(base + (front * size) as u64, POISON, len * size, cu)
+                .map_err(|e| DeviceError::driver("cuMemsetD8Async (poison)", e))?;
+        }
+    }
+    Ok(Buffer { raw, front, len })
+}
+
+/// After a launch that wrote `buf`: reads its guard bands back and returns
+/// [`DeviceError::GuardClobbered`] at the first changed byte. No-op for an
+/// unguarded buffer. Synchronises the stream.
+pub(crate) fn check_guards<T>(
+    stream: &Arc<CudaStream>,
+    buf: &Buffer<T>,
+    arg: &'static str,
+) -> Result<()> {
+    if buf.front == 0 {
+        return Ok(());
+    }
+    let size = std::mem::size_of::<T>();
+    let band = buf.front * size;
+    let len_bytes = buf.len * size;
+    let (base, _rec) = buf.raw.device_ptr(stream);
+    let mut front = vec![0u8; band];
+    let mut back = vec![0u8; band];
+    let cu = stream.cu_stream();
+    // SAFETY: both bands lie inside the allocation; the host vectors outlive
+    // the synchronisation below.
+    unsafe {
+        drv::memcpy_dtoh_async(&mut front[..], base, cu)
+            .map_err(|e| DeviceError::driver("cuMemcpyDtoH (front guard band)", e))?;
+        drv::memcpy_dtoh_async(&mut back[..], base + (band + len_bytes) as u64, cu)
+            .map_err(|e| DeviceError::driver("cuMemcpyDtoH (back guard band)", e))?;
+    }
+    stream
+        .synchronize()
+        .map_err(|e| DeviceError::driver("cuStreamSynchronize (guard check)", e))?;
+    if let Some(i) = front.iter().position(|&b| b != GUARD_SENTINEL) {
+        return Err(DeviceError::GuardClobbered {
+            arg,
+            offset: i as i64 - band as i64,
+            len_bytes,
+        });
+    }
+    if let Some(i) = back.iter().position(|&b| b != GUARD_SENTINEL) {
+        return Err(DeviceError::GuardClobbered {
+            arg,
+            offset: (len_bytes + i) as i64,
+            len_bytes,
+        });
+    }
+    Ok(())
+}

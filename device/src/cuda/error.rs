@@ -1,0 +1,191 @@
+//! [`DeviceError`]: everything the CUDA shim can refuse or run into.
+
+use cudarc::driver::DriverError;
+use cudarc::nvrtc::result::NvrtcError;
+use oracle::fp8_mmq::ShapeError;
+
+/// Where to get NVRTC when it is missing; printed by [`DeviceError::NoNvrtc`].
+pub const NVRTC_HINT: &str = "install it with `pip install nvidia-cuda-nvrtc` and put \
+     $(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia/cu13/lib \
+     on LD_LIBRARY_PATH (cudarc looks for libnvrtc.so, then libnvrtc.so.13, among others), \
+     or use the CUDA toolkit's lib64";
+
+/// An error from the CUDA shim. Argument errors are found before any
+/// launch; a bad argument never reaches the GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The CUDA driver library (libcuda.so) cannot be loaded on this
+    /// machine, so no GPU work can run here.
+    #[error(
+        "no CUDA driver: libcuda.so could not be loaded (searched {searched}); \
+         the GPU kernels cannot run on this machine"
+    )]
+    NoDriver {
+        /// The library names cudarc tried.
+        searched: String,
+    },
+
+    /// NVRTC (libnvrtc) cannot be loaded, so no kernel can be compiled.
+    #[error("NVRTC could not be loaded (searched {searched}); {hint}")]
+    NoNvrtc {
+        /// The library names cudarc tried.
+        searched: String,
+        /// How to install it ([`NVRTC_HINT`]).
+        hint: &'static str,
+    },
+
+    /// A CUDA driver call failed; `name` is the CUresult's name
+    /// (`CUDA_ERROR_ILLEGAL_ADDRESS`, ...), `text` the driver's description.
+    #[error("CUDA driver call {op} failed: {name} ({text})")]
+    Driver {
+        /// What the shim was doing (`"launch fp8_mmq_v2_k0"`, `"cuMemcpyDtoH"`).
+        op: String,
+        /// `cuGetErrorName`.
+        name: String,
+        /// `cuGetErrorString`.
+        text: String,
+        /// The driver's error code.
+        #[source]
+        source: DriverError,
+    },
+
+    /// An NVRTC call other than the compilation itself failed.
+    #[error("NVRTC call {op} failed: {source:?}")]
+    Nvrtc {
+        /// The call (`"nvrtcCreateProgram"`, `"nvrtcGetCUBIN"`).
+        op: &'static str,
+        /// NVRTC's status.
+        source: NvrtcError,
+    },
+
+    /// NVRTC rejected the kernel source; `log` is its compiler output.
+    #[error("NVRTC could not compile {source_desc} for {arch}:\n{log}")]
+    Compile {
+        /// [`super::KernelSource::describe`] of the source.
+        source_desc: String,
+        /// The target, `sm_90`.
+        arch: String,
+        /// The options passed.
+        options: String,
+        /// NVRTC's program log.
+        log: String,
+    },
+
+    /// The candidate kernel source named by the environment cannot be used.
+    #[error("kernel source {path}: {reason}")]
+    KernelSource {
+        /// The path given.
+        path: String,
+        /// Why it cannot be used (I/O error, NUL byte).
+        reason: String,
+    },
+
+    /// The compiled module lacks a kernel the ABI requires.
+    #[error("{source_desc} does not export `extern \"C\"` kernel {name} ({detail})")]
+    MissingKernel {
+        /// The kernel's name.
+        name: String,
+        /// [`super::KernelSource::describe`] of the source.
+        source_desc: String,
+        /// The driver's answer.
+        detail: String,
+    },
+
+    /// The device is older than the kernels need (sm_89: e4m3 `mma` and
+    /// `cvt.e4m3x2`).
+    #[error(
+        "compute capability {major}.{minor} is below 8.9, which the e4m3 mma.sync and cvt need"
+    )]
+    UnsupportedArch {
+        /// Major compute capability.
+        major: i32,
+        /// Minor compute capability.
+        minor: i32,
+    },
+
+    /// The shape is not computable (a zero dimension or a length overflow).
+    #[error("bad shape: {0}")]
+    Shape(ShapeError),
+
+    /// A buffer's length does not match the shape.
+    #[error("{arg} has {got} elements, the shape needs {want}")]
+    ArgLen {
+        /// The argument (`"w"`, `"w_scales"`, `"x"`, `"q"`, `"d"`, `"y"`).
+        arg: &'static str,
+        /// Elements the shape requires.
+        want: usize,
+        /// Elements passed.
+        got: usize,
+    },
+
+    /// The shape is valid but beyond what the kernels index with i32, or
+    /// beyond the launch grid limits.
+    #[error("{what} = {value} exceeds the kernel's limit {limit} (i32 indexing / grid size)")]
+    IndexRange {
+        /// Which quantity (`"weight_len"`, `"grid.y"`, ...).
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The largest value the kernels accept.
+        limit: u64,
+    },
+
+    /// The weights contain e4m3 codes with NaN magnitude (0x7F or 0xFF),
+    /// which the dispatch precondition refuses: the MMA reads them as NaN.
+    #[error("weights hold {count} e4m3 code(s) with NaN magnitude (0x7F/0xFF); refused by the dispatch precondition")]
+    NanWeights {
+        /// How many such bytes.
+        count: u64,
+    },
+
+    /// A kernel wrote outside its output: the guard band around `arg` was
+    /// changed. `offset` is in bytes from the output's first byte (negative:
+    /// before it; at or beyond its size: after it).
+    #[error("kernel wrote outside output {arg}: guard byte at offset {offset} (bytes from the output's start; output is {len_bytes} bytes) was changed")]
+    GuardClobbered {
+        /// The output argument.
+        arg: &'static str,
+        /// First changed guard byte, relative to the output's start.
+        offset: i64,
+        /// The output's size in bytes.
+        len_bytes: usize,
+    },
+
+    /// The kernel's plan (launch geometry from `fp8_mmq_plan`) is unusable.
+    #[error("{source_desc}: fp8_mmq_plan returned an unusable launch geometry: {detail}")]
+    BadPlan {
+        /// [`super::KernelSource::describe`] of the source.
+        source_desc: String,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+impl DeviceError {
+    /// Wraps a driver error with what the shim was doing.
+    pub fn driver(op: impl Into<String>, source: DriverError) -> DeviceError {
+        let name = source
+            .error_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("CUresult {}", source.0 as u32));
+        let text = source
+            .error_string()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        DeviceError::Driver {
+            op: op.into(),
+            name,
+            text,
+            source,
+        }
+    }
+}
+
+impl From<ShapeError> for DeviceError {
+    fn from(e: ShapeError) -> DeviceError {
+        DeviceError::Shape(e)
+    }
+}
+
+/// `Result` with [`DeviceError`].
+pub type Result<T> = std::result::Result<T, DeviceError>;

@@ -1,0 +1,738 @@
+//! # cuda: the v2 FP8 MMQ kernels through cudarc and NVRTC
+//!
+//! [`Engine`] compiles `cu/fp8_mmq.cu` (or the candidate named by
+//! [`ENV_FP8_MMQ_CU`]) with NVRTC for the device's compute capability, loads
+//! it, and runs its kernels. Both libcuda and libnvrtc are loaded
+//! dynamically: on a machine without them, [`Engine::new`] returns
+//! [`DeviceError::NoDriver`] or [`DeviceError::NoNvrtc`], never a panic.
+//! Compiling needs only NVRTC ([`compile`]), so CI checks that the kernels
+//! compile without a GPU.
+//!
+//! The kernel ABI and its arithmetic contract are written at the top of
+//! `cu/fp8_mmq.cu`; `core/src/fp8_mmq.rs` is the normative definition.
+//!
+//! ## What the kernels cannot check, and the shim checks before launching
+//!
+//! 1. **Buffer lengths.** A kernel receives bare pointers. Every buffer's
+//!    element count is compared with the [`Shape`] (`w` `[out_f x in_f]`,
+//!    `w_scales` `[ceil(out_f/128) x ceil(in_f/128)]`, `x` `[m x in_f]`,
+//!    `q` `[m x in_f_pad]`, `d` `[m x in_f_pad/128]`, `y` `[m x out_f]`):
+//!    [`DeviceError::ArgLen`].
+//! 2. **Shapes.** Zero dimensions and lengths overflowing `usize` cannot be
+//!    built ([`Shape::new`] refuses them: [`DeviceError::Shape`]); every
+//!    dimension and length must also fit the kernels' `int` indexing, and
+//!    the grid must fit CUDA's limits: [`DeviceError::IndexRange`].
+//! 3. **Argument types and order.** The shim is the only caller of each
+//!    kernel, with the ABI's order and `int`/`u64` widths.
+//! 4. **Alignment.** Every pointer passed is an allocation base, or 4096
+//!    bytes past one for a guarded output: 16-byte aligned, as the ABI asks.
+//! 5. **Weight codes with NaN magnitude.** The MMA reads 0x7F/0xFF as NaN;
+//!    the dispatch precondition refuses such weights. [`Engine::mmq`] only
+//!    takes [`CheckedWeights`], which [`Engine::check_weights`] hands out
+//!    after counting them on the device: [`DeviceError::NanWeights`].
+//! 6. **Writes outside the output.** With guards on ([`Engine::set_guards`]),
+//!    outputs sit between two [`GUARD_BYTES`] bands of [`GUARD_SENTINEL`] and
+//!    their own elements are poisoned with [`POISON`] (NaN as f32 and as
+//!    e4m3); after the launch the bands are read back:
+//!    [`DeviceError::GuardClobbered`].
+//! 7. **The plan.** The kernel source chooses its own launch geometry
+//!    (`fp8_mmq_plan`); the shim checks it against the device's limits and
+//!    that it covers the output: [`DeviceError::BadPlan`].
+//!
+//! ## Synchronisation
+//!
+//! Everything runs on one stream. Methods that return a new buffer
+//! ([`Engine::quantize`], [`Engine::mmq`], [`Engine::fp8_mmq`]) synchronise
+//! before returning, so a kernel fault is reported by the call that caused
+//! it. The `_into` methods only launch (for timing loops), unless guards
+//! are on: then they synchronise and check the bands.
+
+mod buffer;
+mod check;
+mod error;
+mod nvrtc;
+mod source;
+
+pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
+pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
+pub use error::{DeviceError, Result, NVRTC_HINT};
+pub use nvrtc::{compile, compile_options, nvrtc_available, nvrtc_version, Compiled};
+pub use source::{KernelSource, BUILTIN_FP8_MMQ_CU, ENV_FP8_MMQ_CU, REQUIRED_KERNELS};
+
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use oracle::fp8_mmq::Shape;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Whether libcuda can be loaded.
+///
+/// # Errors
+/// [`DeviceError::NoDriver`].
+pub fn driver_available() -> Result<()> {
+    // SAFETY: only tries to open the library.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(DeviceError::NoDriver {
+            searched: nvrtc::searched("cuda"),
+        })
+    }
+}
+
+/// The launch geometry `fp8_mmq_plan` chose for one shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// MMQ variant: the kernel launched is `fp8_mmq_v2_k<variant>`.
+    pub variant: u32,
+    /// MMQ grid (CTAs).
+    pub mmq_grid: (u32, u32, u32),
+    /// MMQ threads per CTA.
+    pub mmq_threads: u32,
+    /// MMQ dynamic shared memory (bytes per CTA).
+    pub mmq_smem: u32,
+    /// Quantizer grid (CTAs).
+    pub quant_grid: (u32, u32, u32),
+    /// Quantizer threads per CTA.
+    pub quant_threads: u32,
+    /// NaN-count grid x (CTAs).
+    pub nan_grid: u32,
+    /// NaN-count threads per CTA.
+    pub nan_threads: u32,
+    /// MMQ variants the source exports.
+    pub variants: u32,
+    /// MMQ tile: out_f rows per CTA.
+    pub tile_rows: u32,
+    /// MMQ tile: tokens per CTA.
+    pub tile_cols: u32,
+}
+
+/// Weights whose NaN-magnitude count was found to be 0 by
+/// [`Engine::check_weights`]; the only form [`Engine::mmq`] accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckedWeights<'a> {
+    buf: &'a Buffer<u8>,
+}
+
+impl CheckedWeights<'_> {
+    /// Bytes (one e4m3 code each).
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    /// Whether there is no byte.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+/// One CUDA device with the fp8_mmq kernels compiled and loaded.
+pub struct Engine {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    source: KernelSource,
+    compiled: Arc<Compiled>,
+    _module: Arc<CudaModule>,
+    arch: (i32, i32),
+    sm_count: u32,
+    smem_optin: u32,
+    name: String,
+    f_plan: CudaFunction,
+    f_quant: CudaFunction,
+    f_nan: CudaFunction,
+    f_mmq: Vec<CudaFunction>,
+    plans: Mutex<HashMap<(usize, usize, usize, i32), Plan>>,
+    guards: bool,
+    force_variant: Option<u32>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("device", &self.name)
+            .field("arch", &self.arch)
+            .field("source", &self.source.describe())
+            .field("guards", &self.guards)
+            .finish()
+    }
+}
+
+fn drv<T>(
+    op: impl FnOnce() -> String,
+    r: std::result::Result<T, cudarc::driver::DriverError>,
+) -> Result<T> {
+    r.map_err(|e| DeviceError::driver(op(), e))
+}
+
+impl Engine {
+    /// Opens device `ordinal` with the kernel source [`KernelSource::from_env`]
+    /// picks (the candidate named by [`ENV_FP8_MMQ_CU`], else the builtin).
+    ///
+    /// # Errors
+    /// [`DeviceError::NoDriver`] / [`DeviceError::NoNvrtc`] when a library is
+    /// missing; [`DeviceError::Driver`] when the device cannot be opened;
+    /// [`DeviceError::UnsupportedArch`] below sm_89; [`DeviceError::Compile`]
+    /// and [`DeviceError::MissingKernel`] for a bad source.
+    pub fn new(ordinal: usize) -> Result<Engine> {
+        driver_available()?;
+        nvrtc_available()?;
+        Engine::with_source(ordinal, KernelSource::from_env()?)
+    }
+
+    /// Opens device `ordinal` with an explicit kernel source.
+    ///
+    /// # Errors
+    /// As [`Engine::new`].
+    pub fn with_source(ordinal: usize, source: KernelSource) -> Result<Engine> {
+        driver_available()?;
+        nvrtc_available()?;
+        let ctx = drv(
+            || format!("cuInit / open device {ordinal}"),
+            CudaContext::new(ordinal),
+        )?;
+        let attr =
+            |a: CUdevice_attribute| drv(|| format!("cuDeviceGetAttribute {a:?}"), ctx.attribute(a));
+        let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        if (major, minor) < (8, 9) {
+            return Err(DeviceError::UnsupportedArch { major, minor });
+        }
+        let sm_count = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let smem_optin =
+            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
+        // One stream, so cudarc's per-buffer event tracking is not needed.
+        // SAFETY: no other stream of this context touches these buffers.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = drv(|| "cuStreamCreate".into(), ctx.new_stream())?;
+
+        let arch = format!("sm_{major}{minor}");
+        let compiled = compile(&source, &arch)?;
+        let image = if compiled.cubin.is_empty() {
+            Ptx::from_src(compiled.ptx.clone())
+        } else {
+            Ptx::from_binary(compiled.cubin.clone())
+        };
+        let module = drv(
+            || format!("cuModuleLoadData ({})", source.describe()),
+            ctx.load_module(image),
+        )?;
+        let load = |name: &str| -> Result<CudaFunction> {
+            module
+                .load_function(name)
+                .map_err(|e| DeviceError::MissingKernel {
+                    name: name.to_string(),
+                    source_desc: source.describe(),
+                    detail: DeviceError::driver("cuModuleGetFunction", e).to_string(),
+                })
+        };
+        let f_plan = load("fp8_mmq_plan")?;
+        let f_quant = load("fp8_quantize_act")?;
+        let f_nan = load("fp8_nan_count")?;
+        let mut engine = Engine {
+            ctx: ctx.clone(),
+            stream,
+            source: source.clone(),
+            compiled: compiled.clone(),
+            _module: module.clone(),
+            arch: (major, minor),
+            sm_count,
+            smem_optin,
+            name,
+            f_plan,
+            f_quant,
+            f_nan,
+            f_mmq: Vec::new(),
+            plans: Mutex::new(HashMap::new()),
+            guards: false,
+            force_variant: None,
+        };
+        let probe = engine.plan_uncached(&Shape::new(1, 1, 1)?, -1)?;
+        if probe.variants == 0 || probe.variants > 64 {
+            return Err(engine.bad_plan(format!("plan[12] = {} MMQ variants", probe.variants)));
+        }
+        for v in 0..probe.variants {
+            engine.f_mmq.push(load(&format!("fp8_mmq_v2_k{v}"))?);
+        }
+        Ok(engine)
+    }
+
+    /// Turns guard bands around outputs on or off (off by default; gates
+    /// and fuzzers turn them on).
+    pub fn set_guards(&mut self, on: bool) {
+        self.guards = on;
+    }
+
+    /// Whether outputs get guard bands.
+    pub fn guards(&self) -> bool {
+        self.guards
+    }
+
+    /// Forces MMQ variant `v` (`fp8_mmq_v2_k<v>`) for every shape, or `None`
+    /// for the plan's automatic choice. Tests run every variant.
+    ///
+    /// # Errors
+    /// [`DeviceError::BadPlan`] if the source exports no such variant.
+    pub fn set_mmq_variant(&mut self, v: Option<u32>) -> Result<()> {
+        if let Some(v) = v {
+            if v as usize >= self.f_mmq.len() {
+                return Err(self.bad_plan(format!(
+                    "variant {v} forced, the source exports {}",
+                    self.f_mmq.len()
+                )));
+            }
+        }
+        self.force_variant = v;
+        Ok(())
+    }
+
+    /// How many MMQ variants the kernel source exports.
+    pub fn mmq_variants(&self) -> u32 {
+        self.f_mmq.len() as u32
+    }
+
+    /// The kernel source in use, for report headers: its path (or
+    /// `builtin cu/fp8_mmq.cu`) and a short hash of its text.
+    pub fn kernel_source(&self) -> String {
+        self.source.describe()
+    }
+
+    /// The kernel source itself.
+    pub fn source(&self) -> &KernelSource {
+        &self.source
+    }
+
+    /// NVRTC's output for this source and device (PTX, CUBIN, log).
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// The device's name (`NVIDIA H200`).
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability `(major, minor)`.
+    pub fn arch(&self) -> (i32, i32) {
+        self.arch
+    }
+
+    /// Multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    /// Copies `data` to a new (unguarded) device buffer.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
+        if data.is_empty() {
+            // SAFETY: zero-length allocation, never read.
+            let raw = drv(|| "cuMemAlloc (0 bytes)".into(), unsafe {
+                self.stream.alloc::<T>(0)
+            })?;
+            return Ok(Buffer::plain(raw));
+        }
+        let raw = drv(
+            || format!("cuMemcpyHtoD ({} elements)", data.len()),
+            self.stream.clone_htod(data),
+        )?;
+        Ok(Buffer::plain(raw))
+    }
+
+    /// Copies a device buffer's elements back (synchronises).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`], including a fault of an earlier launch.
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); buf.len()];
+        if !out.is_empty() {
+            drv(
+                || format!("cuMemcpyDtoH ({} elements)", buf.len()),
+                self.stream.memcpy_dtoh(&buf.view(), &mut out),
+            )?;
+        }
+        self.synchronize()?;
+        Ok(out)
+    }
+
+    /// Allocates an output of `len` elements: guarded and poisoned when
+    /// guards are on, uninitialised otherwise.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn alloc_output<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
+        buffer::alloc(&self.stream, len, self.guards)
+    }
+
+    /// Waits for all work on the engine's stream.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`] with the fault of any earlier launch.
+    pub fn synchronize(&self) -> Result<()> {
+        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
+    }
+
+    fn bad_plan(&self, detail: String) -> DeviceError {
+        DeviceError::BadPlan {
+            source_desc: self.source.describe(),
+            detail,
+        }
+    }
+
+    fn plan_uncached(&self, shape: &Shape, force: i32) -> Result<Plan> {
+        check_index_range(shape)?;
+        let mut out = drv(
+            || "cuMemAlloc (plan)".into(),
+            self.stream.alloc_zeros::<u32>(16),
+        )?;
+        let (m, k, n) = (shape.m() as i32, shape.in_f() as i32, shape.out_f() as i32);
+        let sms = self.sm_count as i32;
+        let mut b = self.stream.launch_builder(&self.f_plan);
+        b.arg(&m)
+            .arg(&k)
+            .arg(&n)
+            .arg(&sms)
+            .arg(&force)
+            .arg(&mut out);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types and order are the ABI's fp8_mmq_plan.
+        drv(|| "launch fp8_mmq_plan".into(), unsafe { b.launch(cfg) })?;
+        let v = drv(
+            || "cuMemcpyDtoH (plan)".into(),
+            self.stream.clone_dtoh(&out),
+        )?;
+        self.synchronize()?;
+        Ok(Plan {
+            variant: v[0],
+            mmq_grid: (v[1], v[2], v[3]),
+            mmq_threads: v[4],
+            mmq_smem: v[5],
+            quant_grid: (v[6], v[7], v[8]),
+            quant_threads: v[9],
+            nan_grid: v[10],
+            nan_threads: v[11],
+            variants: v[12],
+            tile_rows: v[13],
+            tile_cols: v[14],
+        })
+    }
+
+    /// The launch geometry for `shape` (asked of the kernel source once
+    /// per shape, then cached), checked against the device's limits.
+    ///
+    /// # Errors
+    /// [`DeviceError::IndexRange`] for grids beyond CUDA's limits;
+    /// [`DeviceError::BadPlan`] for a plan that is otherwise unusable.
+    pub fn plan(&self, shape: &Shape) -> Result<Plan> {
+        let force = self.force_variant.map_or(-1, |v| v as i32);
+        let key = (shape.m(), shape.in_f(), shape.out_f(), force);
+        if let Some(p) = self
+            .plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(*p);
+        }
+        let p = self.plan_uncached(shape, force)?;
+        if p.variant as usize >= self.f_mmq.len() {
+            return Err(self.bad_plan(format!(
+                "variant {} of {} exported",
+                p.variant,
+                self.f_mmq.len()
+            )));
+        }
+        if let Some(v) = self.force_variant {
+            if p.variant != v {
+                return Err(self.bad_plan(format!("variant {v} forced, plan chose {}", p.variant)));
+            }
+        }
+        let zero = |g: (u32, u32, u32)| g.0 == 0 || g.1 == 0 || g.2 == 0;
+        if zero(p.mmq_grid) || zero(p.quant_grid) || p.nan_grid == 0 {
+            return Err(self.bad_plan(format!("a grid has a zero dimension: {p:?}")));
+        }
+        if p.mmq_threads == 0
+            || p.mmq_threads % 32 != 0
+            || p.quant_threads == 0
+            || p.nan_threads == 0
+        {
+            return Err(self.bad_plan(format!("thread counts {p:?}")));
+        }
+        // The MMQ grid must cover the output: no tile may be skipped.
+        if u64::from(p.mmq_grid.0) * u64::from(p.tile_rows) < shape.out_f() as u64
+            || u64::from(p.mmq_grid.1) * u64::from(p.tile_cols) < shape.m() as u64
+        {
+            return Err(self.bad_plan(format!(
+                "grid {:?} of {}x{} tiles does not cover out_f={} x m={}",
+                p.mmq_grid,
+                p.tile_rows,
+                p.tile_cols,
+                shape.out_f(),
+                shape.m()
+            )));
+        }
+        check_grid(p.mmq_grid, p.mmq_threads, p.mmq_smem, self.smem_optin)?;
+        check_grid(p.quant_grid, p.quant_threads, 0, self.smem_optin)?;
+        check_grid((p.nan_grid, 1, 1), p.nan_threads, 0, self.smem_optin)?;
+        let f = &self.f_mmq[p.variant as usize];
+        drv(
+            || {
+                format!(
+                    "cuFuncSetAttribute fp8_mmq_v2_k{} MAX_DYNAMIC_SHARED_SIZE_BYTES {}",
+                    p.variant, p.mmq_smem
+                )
+            },
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                p.mmq_smem as i32,
+            ),
+        )?;
+        self.plans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, p);
+        Ok(p)
+    }
+
+    /// Counts the weight bytes with NaN magnitude (0x7F, 0xFF) on the device.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn nan_count(&self, w: &Buffer<u8>) -> Result<u64> {
+        if w.is_empty() {
+            return Ok(0);
+        }
+        if w.len() as u64 > I32_LIMIT {
+            return Err(DeviceError::IndexRange {
+                what: "weight_len",
+                value: w.len() as u64,
+                limit: I32_LIMIT,
+            });
+        }
+        // Any shape with this many weights gives the same NaN-count grid.
+        let p = self.plan(&Shape::new(1, w.len(), 1)?)?;
+        let mut count = drv(
+            || "cuMemAlloc (nan count)".into(),
+            self.stream.alloc_zeros::<u64>(1),
+        )?;
+        let n = w.len() as u64;
+        let wv = w.view();
+        let mut b = self.stream.launch_builder(&self.f_nan);
+        b.arg(&wv).arg(&n).arg(&mut count);
+        let cfg = LaunchConfig {
+            grid_dim: (p.nan_grid, 1, 1),
+            block_dim: (p.nan_threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types and order are the ABI's fp8_nan_count; n is w's length.
+        drv(|| "launch fp8_nan_count".into(), unsafe { b.launch(cfg) })?;
+        let v = drv(
+            || "cuMemcpyDtoH (nan count)".into(),
+            self.stream.clone_dtoh(&count),
+        )?;
+        self.synchronize()?;
+        Ok(v[0])
+    }
+
+    /// Counts NaN-magnitude codes in `w` and hands out [`CheckedWeights`]
+    /// when there are none.
+    ///
+    /// # Errors
+    /// [`DeviceError::NanWeights`] with the count; [`DeviceError::Driver`].
+    pub fn check_weights<'a>(&self, w: &'a Buffer<u8>) -> Result<CheckedWeights<'a>> {
+        match self.nan_count(w)? {
+            0 => Ok(CheckedWeights { buf: w }),
+            count => Err(DeviceError::NanWeights { count }),
+        }
+    }
+
+    /// Quantizes activations `x` `[m x in_f]` into new buffers `q`
+    /// `[m x in_f_pad]` (e4m3) and `d` `[m x in_f_pad/128]` (f32).
+    /// Synchronises.
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`], [`DeviceError::IndexRange`] before any
+    /// launch; [`DeviceError::GuardClobbered`]; [`DeviceError::Driver`].
+    pub fn quantize(&self, x: &Buffer<f32>, shape: &Shape) -> Result<(Buffer<u8>, Buffer<f32>)> {
+        check_quantize(shape, x.len(), None, None)?;
+        let mut q = self.alloc_output::<u8>(shape.q_len())?;
+        let mut d = self.alloc_output::<f32>(shape.d_len())?;
+        self.quantize_into(x, shape, &mut q, &mut d)?;
+        self.synchronize()?;
+        Ok((q, d))
+    }
+
+    /// Launches the quantizer into existing outputs. Does not synchronise
+    /// unless guards are on (then it checks the bands of `q` and `d`).
+    ///
+    /// # Errors
+    /// As [`Engine::quantize`].
+    pub fn quantize_into(
+        &self,
+        x: &Buffer<f32>,
+        shape: &Shape,
+        q: &mut Buffer<u8>,
+        d: &mut Buffer<f32>,
+    ) -> Result<()> {
+        check_quantize(shape, x.len(), Some(q.len()), Some(d.len()))?;
+        let p = self.plan(shape)?;
+        let (m, k) = (shape.m() as i32, shape.in_f() as i32);
+        let xv = x.view();
+        let mut qv = q.view_mut();
+        let mut dv = d.view_mut();
+        let mut b = self.stream.launch_builder(&self.f_quant);
+        b.arg(&xv).arg(&mut qv).arg(&mut dv).arg(&m).arg(&k);
+        let cfg = LaunchConfig {
+            grid_dim: p.quant_grid,
+            block_dim: (p.quant_threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types, order and lengths checked above against the ABI.
+        drv(|| "launch fp8_quantize_act".into(), unsafe {
+            b.launch(cfg)
+        })?;
+        if self.guards {
+            self.synchronize()?;
+            buffer::check_guards(&self.stream, q, "q")?;
+            buffer::check_guards(&self.stream, d, "d")?;
+        }
+        Ok(())
+    }
+
+    /// The v2 MMQ into a new output `y` `[m x out_f]`. Synchronises.
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`], [`DeviceError::IndexRange`],
+    /// [`DeviceError::BadPlan`] before any launch;
+    /// [`DeviceError::GuardClobbered`]; [`DeviceError::Driver`].
+    pub fn mmq(
+        &self,
+        w: &CheckedWeights<'_>,
+        w_scales: &Buffer<f32>,
+        q: &Buffer<u8>,
+        d: &Buffer<f32>,
+        shape: &Shape,
+    ) -> Result<Buffer<f32>> {
+        check_mmq(shape, w.len(), w_scales.len(), q.len(), d.len(), None)?;
+        let mut y = self.alloc_output::<f32>(shape.out_len())?;
+        self.mmq_into(w, w_scales, q, d, shape, &mut y)?;
+        self.synchronize()?;
+        Ok(y)
+    }
+
+    /// Launches the MMQ into an existing output. Does not synchronise
+    /// unless guards are on (then it checks the bands of `y`).
+    ///
+    /// # Errors
+    /// As [`Engine::mmq`].
+    pub fn mmq_into(
+        &self,
+        w: &CheckedWeights<'_>,
+        w_scales: &Buffer<f32>,
+        q: &Buffer<u8>,
+        d: &Buffer<f32>,
+        shape: &Shape,
+        y: &mut Buffer<f32>,
+    ) -> Result<()> {
+        check_mmq(
+            shape,
+            w.len(),
+            w_scales.len(),
+            q.len(),
+            d.len(),
+            Some(y.len()),
+        )?;
+        let p = self.plan(shape)?;
+        let f = &self.f_mmq[p.variant as usize];
+        let (m, k, n) = (shape.m() as i32, shape.in_f() as i32, shape.out_f() as i32);
+        let wv = w.buf.view();
+        let sv = w_scales.view();
+        let qv = q.view();
+        let dv = d.view();
+        let mut yv = y.view_mut();
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&wv)
+            .arg(&sv)
+            .arg(&qv)
+            .arg(&dv)
+            .arg(&mut yv)
+            .arg(&m)
+            .arg(&k)
+            .arg(&n);
+        let cfg = LaunchConfig {
+            grid_dim: p.mmq_grid,
+            block_dim: (p.mmq_threads, 1, 1),
+            shared_mem_bytes: p.mmq_smem,
+        };
+        // SAFETY: argument types, order and lengths checked above against the
+        // ABI; the weights were checked for NaN magnitudes.
+        drv(|| format!("launch fp8_mmq_v2_k{}", p.variant), unsafe {
+            b.launch(cfg)
+        })?;
+        if self.guards {
+            self.synchronize()?;
+            buffer::check_guards(&self.stream, y, "y")?;
+        }
+        Ok(())
+    }
+
+    /// The whole pipeline: refuse weights with NaN magnitudes, quantize
+    /// `x`, run the MMQ. Synchronises.
+    ///
+    /// # Errors
+    /// [`DeviceError::NanWeights`] and every error of [`Engine::quantize`]
+    /// and [`Engine::mmq`]; all argument checks come before any launch.
+    pub fn fp8_mmq(
+        &self,
+        w: &Buffer<u8>,
+        w_scales: &Buffer<f32>,
+        x: &Buffer<f32>,
+        shape: &Shape,
+    ) -> Result<Buffer<f32>> {
+        check_quantize(shape, x.len(), None, None)?;
+        check_mmq(
+            shape,
+            w.len(),
+            w_scales.len(),
+            shape.q_len(),
+            shape.d_len(),
+            None,
+        )?;
+        let cw = self.check_weights(w)?;
+        let (q, d) = self.quantize(x, shape)?;
+        self.mmq(&cw, w_scales, &q, &d, shape)
+    }
+
+    /// Milliseconds per call of `f`, timed with CUDA events on the engine's
+    /// stream around `iters` calls (after the caller's warm-up). `f` should
+    /// only launch (the `_into` methods with guards off).
+    ///
+    /// # Errors
+    /// The first error of `f`; [`DeviceError::Driver`].
+    pub fn time_ms(&self, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+        use cudarc::driver::sys::CUevent_flags;
+        let start = drv(
+            || "cuEventCreate".into(),
+            self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)),
+        )?;
+        let end = drv(
+            || "cuEventCreate".into(),
+            self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)),
+        )?;
+        drv(|| "cuEventRecord".into(), start.record(&self.stream))?;
+        for _ in 0..iters {
+            f()?;
+        }
+        drv(|| "cuEventRecord".into(), end.record(&self.stream))?;
+        let ms = drv(|| "cuEventElapsedTime".into(), start.elapsed_ms(&end))?;
+        Ok(f64::from(ms) / iters.max(1) as f64)
+    }
+}

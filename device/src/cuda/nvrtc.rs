@@ -1,0 +1,181 @@
+//! Compiling a [`KernelSource`] with NVRTC, cached per process by (source
+//! hash, architecture). Needs libnvrtc, no GPU.
+
+use super::error::{DeviceError, Result, NVRTC_HINT};
+use super::source::KernelSource;
+use cudarc::nvrtc::{result as nv, sys as nvsys};
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The NVRTC output for one (source, architecture).
+#[derive(Debug)]
+pub struct Compiled {
+    /// The target, `sm_90`.
+    pub arch: String,
+    /// The PTX text.
+    pub ptx: String,
+    /// The SASS image for `arch` (what the shim loads: it does not depend
+    /// on the driver's PTX JIT accepting this NVRTC's PTX version).
+    pub cubin: Vec<u8>,
+    /// NVRTC's log (warnings, and the ptxas resource report).
+    pub log: String,
+    /// The options passed.
+    pub options: Vec<String>,
+}
+
+/// The library names cudarc tries for `lib` (`"nvrtc"`, `"cuda"`).
+pub(crate) fn searched(lib: &str) -> String {
+    cudarc::get_lib_name_candidates(lib).join(", ")
+}
+
+/// Whether libnvrtc can be loaded.
+///
+/// # Errors
+/// [`DeviceError::NoNvrtc`], saying how to install it.
+pub fn nvrtc_available() -> Result<()> {
+    // SAFETY: only tries to open the library.
+    if unsafe { nvsys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(DeviceError::NoNvrtc {
+            searched: searched("nvrtc"),
+            hint: NVRTC_HINT,
+        })
+    }
+}
+
+/// NVRTC's version, `(major, minor)`.
+///
+/// # Errors
+/// [`DeviceError::NoNvrtc`] if it cannot be loaded.
+pub fn nvrtc_version() -> Result<(i32, i32)> {
+    nvrtc_available()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two out-pointers to live ints.
+    unsafe { nvsys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|source| DeviceError::Nvrtc {
+            op: "nvrtcVersion",
+            source,
+        })?;
+    Ok((major, minor))
+}
+
+/// The options every kernel is compiled with (the arithmetic contract needs
+/// `--fmad=false`: no contraction of a multiply and an add into an FMA).
+pub fn compile_options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--fmad=false".into(),
+        "--ftz=false".into(),
+        "--prec-div=true".into(),
+        "--prec-sqrt=true".into(),
+        "--std=c++17".into(),
+        "--generate-line-info".into(),
+        "--ptxas-options=-v".into(),
+    ]
+}
+
+type Cache = Mutex<HashMap<(u64, String), Arc<Compiled>>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Compiles `source` for `arch` (`"sm_90"`), or returns the copy this
+/// process already compiled.
+///
+/// # Errors
+/// [`DeviceError::NoNvrtc`] without libnvrtc; [`DeviceError::Compile`] with
+/// NVRTC's log if the source does not compile.
+pub fn compile(source: &KernelSource, arch: &str) -> Result<Arc<Compiled>> {
+    nvrtc_available()?;
+    let key = (source.hash(), arch.to_string());
+    if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(c.clone());
+    }
+    let compiled = Arc::new(compile_uncached(source, arch)?);
+    cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, compiled.clone());
+    Ok(compiled)
+}
+
+/// Destroys the program on every path out of [`compile_uncached`].
+struct Program(nvsys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: created by nvrtcCreateProgram, destroyed once.
+        let _ = unsafe { nv::destroy_program(self.0) };
+    }
+}
+
+fn c_chars_to_string(v: &[c_char]) -> String {
+    let bytes: Vec<u8> = v.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn compile_uncached(source: &KernelSource, arch: &str) -> Result<Compiled> {
+    let src = CString::new(source.text()).map_err(|_| DeviceError::KernelSource {
+        path: source.describe(),
+        reason: "contains a NUL byte".into(),
+    })?;
+    let name: &CStr = c"fp8_mmq.cu";
+    let prog =
+        Program(
+            nv::create_program(&src, Some(name)).map_err(|source| DeviceError::Nvrtc {
+                op: "nvrtcCreateProgram",
+                source,
+            })?,
+        );
+    let options = compile_options(arch);
+    // SAFETY: prog is live; the options hold no NUL.
+    let status = unsafe { nv::compile_program(prog.0, &options) };
+    // SAFETY: prog is live.
+    let log = unsafe { nv::get_program_log(prog.0) }
+        .map(|v| c_chars_to_string(&v))
+        .unwrap_or_default();
+    if status.is_err() {
+        return Err(DeviceError::Compile {
+            source_desc: source.describe(),
+            arch: arch.to_string(),
+            options: options.join(" "),
+            log,
+        });
+    }
+    // SAFETY: prog is live and compiled.
+    let ptx = unsafe { nv::get_ptx(prog.0) }.map_err(|source| DeviceError::Nvrtc {
+        op: "nvrtcGetPTX",
+        source,
+    })?;
+    let ptx = c_chars_to_string(&ptx);
+    let mut size = 0usize;
+    // SAFETY: prog is live; size is a live out-pointer.
+    unsafe { nvsys::nvrtcGetCUBINSize(prog.0, &mut size) }
+        .result()
+        .map_err(|source| DeviceError::Nvrtc {
+            op: "nvrtcGetCUBINSize",
+            source,
+        })?;
+    let mut cubin = vec![0u8; size];
+    if size > 0 {
+        // SAFETY: cubin has exactly `size` bytes.
+        unsafe { nvsys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr() as *mut c_char) }
+            .result()
+            .map_err(|source| DeviceError::Nvrtc {
+                op: "nvrtcGetCUBIN",
+                source,
+            })?;
+    }
+    Ok(Compiled {
+        arch: arch.to_string(),
+        ptx,
+        cubin,
+        log,
+        options,
+    })
+}
