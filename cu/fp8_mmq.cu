@@ -53,7 +53,7 @@
  *    Adds the number of bytes b with (b & 0x7F) == 0x7F (the e4m3 NaN
  *    magnitudes 0x7F and 0xFF).
  *
- * 4. extern "C" __global__ void fp8_mmq_v2_k<v>(     v = 0, 1, 2
+ * 4. extern "C" __global__ void fp8_mmq_v2_k<v>(     v = 0 .. plan[12] - 1
  *        const u8 *w,       // [out_f x in_f] e4m3, row stride in_f bytes
  *                           //   (rows need not be aligned), read
  *        const f32 *s,      // [srows x scols] weight scales, read
@@ -61,7 +61,9 @@
  *        const f32 *d,      // [m x act_blocks] activation scales, read
  *        f32 *y,            // [m x out_f], y[j * out_f + i], written
  *        i32 m, i32 in_f, i32 out_f)
- *    Each writes every element of y exactly once and nothing else.
+ *    Each writes every element of y exactly once and nothing else. The
+ *    variants differ only in tiling and MMA instruction (see "MMQ variants"
+ *    below); every one implements the contract below.
  *
  * ========================= ARITHMETIC CONTRACT ============================
  * (core/src/fp8_mmq.rs is normative; this restates it.) IEEE binary32,
@@ -82,11 +84,14 @@
  *   M1. sum = +0.0.
  *   M2. for b = 0, 1, ..., scols - 1 IN ORDER:
  *         c = the block's 128 products w[i, k] * q[j, k], k = 128b..128b+127,
- *             accumulated in f32 by four chained
- *             mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32, the first
- *             starting from C = 0 and each next one taking the previous D as C
- *             (the summation order of the 32 products inside one mma is the
- *             hardware's and not specified);
+ *             accumulated in ONE f32 accumulator starting from 0 by chained
+ *             tensor-core MMAs: four mma.sync m16n8k32 e4m3 (variants with
+ *             CV = 0), or eight mma.sync m16n8k16 f16 on the same codes
+ *             converted exactly to f16 (CV = 1; on sm_90 the e4m3 mma.sync
+ *             is itself emulated by ptxas with this conversion and f16 MMAs,
+ *             per instruction). Every product is exact in f32; the order of
+ *             the additions inside the block is the hardware's and is not
+ *             specified (the EXACT arm makes it irrelevant);
  *             w[i, k] for k >= in_f reads as 0x00 (the k tail is zero-filled);
  *             q[j, k] is read as stored for every k < 128 * scols <= in_f_pad.
  *         sum = sum + (s[i / 128, b] * d[j, b]) * c   (mul, mul, add; each
@@ -165,35 +170,50 @@ static __device__ __forceinline__ u32 cvt_e4m3x2(float lo, float hi) {
 /* 1. plan                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* MMQ tile variants: BM rows of out_f x BN tokens per CTA, WM x WN warps,
- * STAGES-deep cp.async pipeline, 128 k per stage. */
-#define V0_BM 64
-#define V0_BN 64
-#define V0_WM 2
-#define V0_WN 2
-#define V0_ST 4
+/* MMQ variants. Each is one instantiation of mmq_body below:
+ *   BM x BN   output tile per CTA: BM rows of out_f (weights, MMA M) by BN
+ *             tokens (activations, MMA N); 128 % BM == 0, so one scale row
+ *   WM x WN   warps tiling it, each owning a (BM/WM) x (BN/WN) warp tile
+ *   WK        warps along k: the WK warps of one (WM, WN) position compute
+ *             the accumulators of WK consecutive 128-k blocks at once (the
+ *             blocks' accumulators are independent); warp wk == 0 then folds
+ *             the WK terms into its sum in increasing block order
+ *   ST        cp.async pipeline depth (stages of WK blocks)
+ *   CV        0: mma.sync m16n8k32 e4m3 (native on sm_89; on sm_90 ptxas
+ *                emulates it per instruction: e4m3 -> f16 and two HMMAs)
+ *             1: each e4m3 fragment is converted once to f16
+ *                (cvt.rn.f16x2.e4m3x2, exact) and reused by every MMA that
+ *                reads it; mma.sync m16n8k16 f16 with f32 accumulation
+ *   GR        0, or rasterise CTAs in groups of GR out_f tiles (L2 reuse)
+ */
+#define V0 64, 64, 2, 2, 1, 4, 0, 0
+#define V1 128, 64, 4, 2, 1, 4, 0, 8
+#define V2 32, 16, 2, 1, 1, 8, 0, 0
+#define V3 64, 64, 2, 2, 1, 4, 1, 0
+#define V4 128, 128, 4, 2, 1, 3, 1, 8
+#define V5 32, 16, 2, 1, 4, 3, 1, 0
+#define V6 64, 16, 4, 1, 2, 3, 1, 0
+#define V7 64, 64, 2, 2, 2, 3, 1, 0
+#define V8 128, 64, 2, 2, 1, 4, 1, 8
+#define N_VARIANTS 9
 
-#define V1_BM 128
-#define V1_BN 128
-#define V1_WM 2
-#define V1_WN 4
-#define V1_ST 3
-
-#define V2_BM 32
-#define V2_BN 16
-#define V2_WM 2
-#define V2_WN 1
-#define V2_ST 8
-
-#define N_VARIANTS 3
+struct VariantCfg {
+    int bm, bn, wm, wn, wk, st, cv, gr;
+};
 
 #define QUANT_THREADS 256
 #define NAN_THREADS 256
 
-/* Shared bytes of one stage: A tile, B tile, BN activation scales, one
- * weight scale (padded to 16), rounded up to 128. */
-static __host__ __device__ constexpr u32 stage_bytes(int bm, int bn) {
-    return (u32)((((bm + bn) * BLOCK_K + bn * 4 + 16) + 127) / 128 * 128);
+/* Shared bytes of one stage: WK blocks of A and B tiles, WK x BN activation
+ * scales, WK weight scales (padded to 16), rounded up to 128. */
+static __host__ __device__ constexpr u32 stage_bytes(int bm, int bn, int wk) {
+    return (u32)(((wk * (bm + bn) * BLOCK_K + wk * bn * 4 + (wk * 4 + 15) / 16 * 16) + 127) / 128 * 128);
+}
+
+/* Dynamic shared memory of a variant: the stages, plus the (WK - 1) x BM x
+ * BN f32 terms the k-warps hand to the folding warp. */
+static __host__ __device__ constexpr u32 variant_smem(int bm, int bn, int wm, int wn, int wk, int st, int cv, int gr) {
+    return (u32)st * stage_bytes(bm, bn, wk) + (u32)((wk - 1) * bm * bn * 4);
 }
 
 static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / b; }
@@ -201,31 +221,40 @@ static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / 
 extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count, int force_variant, u32 *plan) {
     if (threadIdx.x != 0 || blockIdx.x != 0)
         return;
+    const VariantCfg cfgs[N_VARIANTS] = {{V0}, {V1}, {V2}, {V3}, {V4}, {V5}, {V6}, {V7}, {V8}};
+    const u32 smem[N_VARIANTS] = {variant_smem(V0), variant_smem(V1), variant_smem(V2),
+                                  variant_smem(V3), variant_smem(V4), variant_smem(V5),
+                                  variant_smem(V6), variant_smem(V7), variant_smem(V8)};
     const u32 um = (u32)m, uk = (u32)in_f, un = (u32)out_f;
+    const u32 sms = (u32)(sm_count > 0 ? sm_count : 1);
     int v;
     if (force_variant >= 0 && force_variant < N_VARIANTS) {
         v = force_variant;
-    } else if (um <= 16) {
-        v = 2;
     } else {
-        /* The 128x128 tile only when it still leaves two CTAs per SM. */
-        const u32 big = cdiv(un, V1_BM) * cdiv(um, V1_BN);
-        v = (big >= 2u * (u32)(sm_count > 0 ? sm_count : 1)) ? 1 : 0;
+#if __CUDA_ARCH__ >= 900
+        /* sm_90: the f16 variants (CV = 1) */
+        if (um <= 16)
+            v = 5;
+        else if (cdiv(un, 128) * cdiv(um, 128) >= 2u * sms)
+            v = 4;
+        else
+            v = 3;
+#else
+        if (um <= 16)
+            v = 2;
+        else if (cdiv(un, 128) * cdiv(um, 128) >= 2u * sms)
+            v = 1;
+        else
+            v = 0;
+#endif
     }
-    u32 bm, bn, threads, smem;
-    if (v == 0) {
-        bm = V0_BM; bn = V0_BN; threads = V0_WM * V0_WN * 32; smem = V0_ST * stage_bytes(V0_BM, V0_BN);
-    } else if (v == 1) {
-        bm = V1_BM; bn = V1_BN; threads = V1_WM * V1_WN * 32; smem = V1_ST * stage_bytes(V1_BM, V1_BN);
-    } else {
-        bm = V2_BM; bn = V2_BN; threads = V2_WM * V2_WN * 32; smem = V2_ST * stage_bytes(V2_BM, V2_BN);
-    }
+    const VariantCfg c = cfgs[v];
     plan[0] = (u32)v;
-    plan[1] = cdiv(un, bm);
-    plan[2] = cdiv(um, bn);
+    plan[1] = cdiv(un, (u32)c.bm);
+    plan[2] = cdiv(um, (u32)c.bn);
     plan[3] = 1;
-    plan[4] = threads;
-    plan[5] = smem;
+    plan[4] = (u32)(c.wm * c.wn * c.wk * 32);
+    plan[5] = smem[v];
     const u32 in_f_pad = cdiv(uk, ROW_PADDING) * ROW_PADDING;
     const u64 qblocks = (u64)um * (u64)(in_f_pad / BLOCK_K); /* one warp each */
     plan[6] = (u32)((qblocks + (QUANT_THREADS / 32) - 1) / (QUANT_THREADS / 32));
@@ -234,12 +263,12 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
     plan[9] = QUANT_THREADS;
     const u64 wbytes = (u64)un * (u64)uk;
     u64 ng = (wbytes + (u64)NAN_THREADS * 16 - 1) / ((u64)NAN_THREADS * 16);
-    const u64 ncap = (u64)(sm_count > 0 ? sm_count : 1) * 8;
+    const u64 ncap = (u64)sms * 8;
     plan[10] = (u32)(ng < ncap ? (ng > 0 ? ng : 1) : ncap);
     plan[11] = NAN_THREADS;
     plan[12] = N_VARIANTS;
-    plan[13] = bm;
-    plan[14] = bn;
+    plan[13] = (u32)c.bm;
+    plan[14] = (u32)c.bn;
     plan[15] = 0;
 }
 
@@ -373,56 +402,110 @@ static __device__ __forceinline__ uint4 load_w_chunk(const u8 *p, int nvalid, co
     return make_uint4((u32)lo, (u32)(lo >> 32), (u32)hi, (u32)(hi >> 32));
 }
 
-template <int BM, int BN, int WM, int WN, int STAGES>
+/* D = A * B + C, A 16x16 f16 (row), B 16x8 f16 (col), C/D 16x8 f32. */
+static __device__ __forceinline__ void mma_f16_16816(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Four e4m3 codes (bytes 0..3 of x) -> two f16x2: lo = bytes 0, 1 and
+ * hi = bytes 2, 3, lower byte in the lower half. Exact: every e4m3 value,
+ * NaN included, is an f16 value. */
+static __device__ __forceinline__ void e4m3x4_to_f16(u32 x, u32 &lo, u32 &hi) {
+    asm("{ .reg .b16 l, h;\n"
+        "  mov.b32 {l, h}, %2;\n"
+        "  cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "  cvt.rn.f16x2.e4m3x2 %1, h; }\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(x));
+}
+
+/*
+ * The CTA computes y for out_f rows [row0, row0 + BM) and tokens
+ * [col0, col0 + BN). Per step it takes WK consecutive 128-k blocks ("a
+ * super-block"); warp (wm, wn, wk) computes block sb * WK + wk of its warp
+ * tile:
+ *   c = 0, then 4 k32 steps chained into c (CV 0: one m16n8k32 e4m3 MMA per
+ *       m16 x n8 tile; CV 1: two m16n8k16 f16 MMAs on the converted
+ *       fragments; the 32-k pair in each k32 step is permuted identically in
+ *       A and B, which a sum over k does not see)
+ *   t = (s_blk * d[j]) * c                      (two roundings)
+ * and warp (wm, wn, 0) adds the terms into sum in increasing block order,
+ * sum = sum + t (one rounding each): the contract's order exactly.
+ */
+template <int BM, int BN, int WM, int WN, int WK, int STAGES, int CV, int GR>
 static __device__ __forceinline__ void mmq_body(const u8 *__restrict__ w, const float *__restrict__ s,
                                                 const u8 *__restrict__ q, const float *__restrict__ d,
                                                 float *__restrict__ y, int m, int in_f, int out_f) {
-    constexpr int THREADS = WM * WN * 32;
+    constexpr int THREADS = WM * WN * WK * 32;
     constexpr int WTM = BM / WM; /* warp tile rows (out_f) */
     constexpr int WTN = BN / WN; /* warp tile cols (tokens) */
     constexpr int MI = WTM / 16;
     constexpr int NI = WTN / 8;
-    constexpr u32 SB = stage_bytes(BM, BN);
-    constexpr int A_CHUNKS = BM * 8;
-    constexpr int B_CHUNKS = BN * 8;
+    constexpr u32 SB = stage_bytes(BM, BN, WK);
+    constexpr int A_CHUNKS = WK * BM * 8;
+    constexpr int B_CHUNKS = WK * BN * 8;
+    constexpr u32 A_OFF = 0;
+    constexpr u32 B_OFF = WK * BM * BLOCK_K;
+    constexpr u32 D_OFF = WK * (BM + BN) * BLOCK_K;
+    constexpr u32 S_OFF = D_OFF + WK * BN * 4;
     static_assert(BM <= 128 && 128 % BM == 0, "a CTA's rows must share one scale row");
     static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile: m16 rows, pairs of n8 columns");
     static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0, "whole chunks per thread");
-    static_assert(BN + 1 <= THREADS, "one thread per activation scale plus one");
+    static_assert(WK * (BN + 1) <= THREADS, "one thread per activation and weight scale");
 
     extern __shared__ __align__(128) u8 smem[];
     const u32 smem0 = smem_addr(smem);
+    float *terms = reinterpret_cast<float *>(smem + STAGES * SB); /* [WK - 1][BM][BN] */
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
     const int wm0 = (warp % WM) * WTM;
-    const int wn0 = (warp / WM) * WTN;
-    const int row0 = blockIdx.x * BM; /* first out_f row of the CTA */
-    const int col0 = blockIdx.y * BN; /* first token of the CTA */
+    const int wn0 = ((warp / WM) % WN) * WTN;
+    const int wk = warp / (WM * WN);
+
+    /* CTA -> tile; with GR, groups of GR out_f tiles sweep all token tiles
+     * before the next group starts (launch order is x fastest). */
+    int tx = blockIdx.x, ty = blockIdx.y;
+    if (GR > 0) {
+        const u32 gx = gridDim.x, gy = gridDim.y;
+        const u32 id = blockIdx.y * gx + blockIdx.x;
+        const u32 per_group = (u32)GR * gy;
+        const u32 grp = id / per_group;
+        const u32 first = grp * (u32)GR;
+        const u32 width = (gx - first) < (u32)GR ? (gx - first) : (u32)GR;
+        const u32 local = id - grp * per_group;
+        tx = (int)(first + local % width);
+        ty = (int)(local / width);
+    }
+    const int row0 = tx * BM; /* first out_f row of the CTA */
+    const int col0 = ty * BN; /* first token of the CTA */
 
     const int in_f_pad = (in_f + ROW_PADDING - 1) / ROW_PADDING * ROW_PADDING;
     const int act_blocks = in_f_pad / BLOCK_K;
-    const int scols = (in_f + BLOCK_K - 1) / BLOCK_K;
-    const int nblk = scols;
+    const int nblk = (in_f + BLOCK_K - 1) / BLOCK_K; /* scols */
+    const int nsb = (nblk + WK - 1) / WK;
     const u8 *w_end = w + (u64)out_f * (u64)in_f;
     const bool w_fast = ((in_f & 15) == 0) && (((unsigned long long)w & 15ull) == 0);
-    const float *s_row = s + (u64)(row0 / 128) * (u64)scols;
+    const float *s_row = s + (u64)(row0 / 128) * (u64)nblk;
 
-    /* Issue the loads of k block kb into stage st. */
-    auto load_stage = [&](int st, int kb) {
-        const u32 sA = smem0 + (u32)st * SB;
-        const u32 sB = sA + BM * BLOCK_K;
-        const u32 sD = sB + BN * BLOCK_K;
-        const u32 sS = sD + BN * 4;
-        const int kbase = kb * BLOCK_K;
+    /* Issue the loads of super-block sb into stage st. */
+    auto load_stage = [&](int st, int sb) {
+        const u32 base = smem0 + (u32)st * SB;
 #pragma unroll
         for (int it = 0; it < A_CHUNKS / THREADS; ++it) {
             const int c = tid + it * THREADS;
-            const int r = c >> 3, kc = c & 7;
+            const int u = c / (BM * 8);
+            const int r = (c >> 3) % BM, kc = c & 7;
+            const int kb = sb * WK + u;
             const int gi = row0 + r;
-            const int gk = kbase + kc * 16;
-            const u32 dst = sA + swz(r, kc);
+            const int gk = kb * BLOCK_K + kc * 16;
+            const u32 dst = base + A_OFF + (u32)u * (BM * BLOCK_K) + swz(r, kc);
+            if (kb >= nblk)
+                continue;
             if (w_fast) {
                 const bool ok = gi < out_f && gk < in_f;
                 const u8 *src = ok ? w + (u64)gi * (u64)in_f + (u64)gk : w;
@@ -439,19 +522,30 @@ static __device__ __forceinline__ void mmq_body(const u8 *__restrict__ w, const 
 #pragma unroll
         for (int it = 0; it < B_CHUNKS / THREADS; ++it) {
             const int c = tid + it * THREADS;
-            const int r = c >> 3, kc = c & 7;
+            const int u = c / (BN * 8);
+            const int r = (c >> 3) % BN, kc = c & 7;
+            const int kb = sb * WK + u;
             const int gj = col0 + r;
+            if (kb >= nblk)
+                continue;
             const bool ok = gj < m;
-            const u8 *src = ok ? q + (u64)gj * (u64)in_f_pad + (u64)(kbase + kc * 16) : q;
-            cp_async16(sB + swz(r, kc), src, ok ? 16u : 0u);
+            const u8 *src = ok ? q + (u64)gj * (u64)in_f_pad + (u64)(kb * BLOCK_K + kc * 16) : q;
+            cp_async16(base + B_OFF + (u32)u * (BN * BLOCK_K) + swz(r, kc), src, ok ? 16u : 0u);
         }
-        if (tid < BN) {
-            const int gj = col0 + tid;
-            const bool ok = gj < m;
-            const float *src = ok ? d + (u64)gj * (u64)act_blocks + (u64)kb : d;
-            cp_async4(sD + tid * 4, src, ok ? 4u : 0u);
-        } else if (tid == BN) {
-            cp_async4(sS, s_row + kb, 4u);
+        if (tid < WK * BN) {
+            const int u = tid / BN, jl = tid % BN;
+            const int kb = sb * WK + u;
+            const int gj = col0 + jl;
+            if (kb < nblk) {
+                const bool ok = gj < m;
+                const float *src = ok ? d + (u64)gj * (u64)act_blocks + (u64)kb : d;
+                cp_async4(base + D_OFF + (u32)tid * 4, src, ok ? 4u : 0u);
+            }
+        } else if (tid < WK * BN + WK) {
+            const int u = tid - WK * BN;
+            const int kb = sb * WK + u;
+            if (kb < nblk)
+                cp_async4(base + S_OFF + (u32)u * 4, s_row + kb, 4u);
         }
     };
 
@@ -466,25 +560,27 @@ static __device__ __forceinline__ void mmq_body(const u8 *__restrict__ w, const 
 
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
-        if (st < nblk)
+        if (st < nsb)
             load_stage(st, st);
         cp_async_commit();
     }
 
-    for (int kb = 0; kb < nblk; ++kb) {
+    for (int sb = 0; sb < nsb; ++sb) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         {
-            const int nk = kb + STAGES - 1;
-            if (nk < nblk)
+            const int nk = sb + STAGES - 1;
+            if (nk < nsb)
                 load_stage(nk % STAGES, nk);
             cp_async_commit();
         }
-        const int st = kb % STAGES;
-        const u32 sA = smem0 + (u32)st * SB;
-        const u32 sB = sA + BM * BLOCK_K;
-        const u8 *sD = smem + (u32)st * SB + (BM + BN) * BLOCK_K;
-        const float s_blk = *reinterpret_cast<const float *>(sD + BN * 4);
+        const int st = sb % STAGES;
+        const int kb = sb * WK + wk;
+        const bool active = WK == 1 || kb < nblk; /* warp-uniform */
+        const u32 sA = smem0 + (u32)st * SB + A_OFF + (u32)wk * (BM * BLOCK_K);
+        const u32 sB = smem0 + (u32)st * SB + B_OFF + (u32)wk * (BN * BLOCK_K);
+        const float *dcol = reinterpret_cast<const float *>(smem + (u32)st * SB + D_OFF) + wk * BN;
+        const float s_blk = reinterpret_cast<const float *>(smem + (u32)st * SB + S_OFF)[wk];
 
         /* M2: one chained accumulator per output for the whole block. */
         float c[MI][NI][4];
@@ -496,50 +592,131 @@ static __device__ __forceinline__ void mmq_body(const u8 *__restrict__ w, const 
                 for (int e = 0; e < 4; ++e)
                     c[a][b][e] = 0.0f;
 
+        if (active) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            u32 af[MI][4];
-            u32 bf[NI][2];
+            for (int kk = 0; kk < 4; ++kk) {
+                u32 af[MI][4];
+                u32 bf[NI][2];
 #pragma unroll
-            for (int a = 0; a < MI; ++a) {
-                const int mat = lane >> 3;
-                const int r = wm0 + a * 16 + ((mat & 1) << 3) + (lane & 7);
-                const int kc = kk * 2 + (mat >> 1);
-                ldsm_x4(sA + swz(r, kc), af[a][0], af[a][1], af[a][2], af[a][3]);
+                for (int a = 0; a < MI; ++a) {
+                    const int mat = lane >> 3;
+                    const int r = wm0 + a * 16 + ((mat & 1) << 3) + (lane & 7);
+                    const int kc = kk * 2 + (mat >> 1);
+                    ldsm_x4(sA + swz(r, kc), af[a][0], af[a][1], af[a][2], af[a][3]);
+                }
+#pragma unroll
+                for (int b = 0; b < NI; b += 2) {
+                    const int mat = lane >> 3;
+                    const int r = wn0 + (b + (mat >> 1)) * 8 + (lane & 7);
+                    const int kc = kk * 2 + (mat & 1);
+                    ldsm_x4(sB + swz(r, kc), bf[b][0], bf[b][1], bf[b + 1][0], bf[b + 1][1]);
+                }
+                if (CV == 0) {
+#pragma unroll
+                    for (int a = 0; a < MI; ++a)
+#pragma unroll
+                        for (int b = 0; b < NI; ++b)
+                            mma_e4m3_16832(c[a][b], af[a], bf[b][0], bf[b][1]);
+                } else {
+                    /* a f16 k16 step h covers e4m3 k = 16h + 4t + {0..3}:
+                     * lo halves take k 4t, 4t+1; hi halves k 4t+2, 4t+3. */
+                    u32 ah[MI][8];
+                    u32 bh[NI][4];
+#pragma unroll
+                    for (int a = 0; a < MI; ++a) {
+                        e4m3x4_to_f16(af[a][0], ah[a][0], ah[a][2]);
+                        e4m3x4_to_f16(af[a][1], ah[a][1], ah[a][3]);
+                        e4m3x4_to_f16(af[a][2], ah[a][4], ah[a][6]);
+                        e4m3x4_to_f16(af[a][3], ah[a][5], ah[a][7]);
+                    }
+#pragma unroll
+                    for (int b = 0; b < NI; ++b) {
+                        e4m3x4_to_f16(bf[b][0], bh[b][0], bh[b][1]);
+                        e4m3x4_to_f16(bf[b][1], bh[b][2], bh[b][3]);
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int a = 0; a < MI; ++a)
+#pragma unroll
+                            for (int b = 0; b < NI; ++b)
+                                mma_f16_16816(c[a][b], ah[a][4 * h], ah[a][4 * h + 1], ah[a][4 * h + 2],
+                                              ah[a][4 * h + 3], bh[b][2 * h], bh[b][2 * h + 1]);
+                }
             }
+
+            /* t = (s_blk * d[j]) * c, into c */
 #pragma unroll
-            for (int b = 0; b < NI; b += 2) {
-                const int mat = lane >> 3;
-                const int r = wn0 + (b + (mat >> 1)) * 8 + (lane & 7);
-                const int kc = kk * 2 + (mat & 1);
-                ldsm_x4(sB + swz(r, kc), bf[b][0], bf[b][1], bf[b + 1][0], bf[b + 1][1]);
+            for (int b = 0; b < NI; ++b) {
+                const int jl = wn0 + b * 8 + (lane & 3) * 2;
+                const float sd0 = __fmul_rn(s_blk, dcol[jl]);
+                const float sd1 = __fmul_rn(s_blk, dcol[jl + 1]);
+#pragma unroll
+                for (int a = 0; a < MI; ++a) {
+                    c[a][b][0] = __fmul_rn(sd0, c[a][b][0]);
+                    c[a][b][1] = __fmul_rn(sd1, c[a][b][1]);
+                    c[a][b][2] = __fmul_rn(sd0, c[a][b][2]);
+                    c[a][b][3] = __fmul_rn(sd1, c[a][b][3]);
+                }
             }
+        }
+
+        /* fold: sum = sum + t, blocks in increasing order */
+        const int g = lane >> 2, t4 = lane & 3;
+        if (WK == 1) {
 #pragma unroll
             for (int a = 0; a < MI; ++a)
 #pragma unroll
                 for (int b = 0; b < NI; ++b)
-                    mma_e4m3_16832(c[a][b], af[a], bf[b][0], bf[b][1]);
-        }
-
-        /* fold: sum = sum + (s_blk * d[j]) * c */
-        const float *dcol = reinterpret_cast<const float *>(sD);
 #pragma unroll
-        for (int b = 0; b < NI; ++b) {
-            const int jl = wn0 + b * 8 + (lane & 3) * 2;
-            const float sd0 = __fmul_rn(s_blk, dcol[jl]);
-            const float sd1 = __fmul_rn(s_blk, dcol[jl + 1]);
+                    for (int e = 0; e < 4; ++e)
+                        sum[a][b][e] = __fadd_rn(sum[a][b][e], c[a][b][e]);
+        } else {
+            if (wk > 0 && active) {
 #pragma unroll
-            for (int a = 0; a < MI; ++a) {
-                sum[a][b][0] = __fadd_rn(sum[a][b][0], __fmul_rn(sd0, c[a][b][0]));
-                sum[a][b][1] = __fadd_rn(sum[a][b][1], __fmul_rn(sd1, c[a][b][1]));
-                sum[a][b][2] = __fadd_rn(sum[a][b][2], __fmul_rn(sd0, c[a][b][2]));
-                sum[a][b][3] = __fadd_rn(sum[a][b][3], __fmul_rn(sd1, c[a][b][3]));
+                for (int a = 0; a < MI; ++a)
+#pragma unroll
+                    for (int b = 0; b < NI; ++b)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int r = wm0 + a * 16 + g + ((e >> 1) << 3);
+                            const int jl = wn0 + b * 8 + t4 * 2 + (e & 1);
+                            terms[((wk - 1) * BM + r) * BN + jl] = c[a][b][e];
+                        }
+            }
+            __syncthreads();
+            if (wk == 0) {
+                /* block sb * WK is always < nblk here */
+#pragma unroll
+                for (int a = 0; a < MI; ++a)
+#pragma unroll
+                    for (int b = 0; b < NI; ++b)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            sum[a][b][e] = __fadd_rn(sum[a][b][e], c[a][b][e]);
+#pragma unroll
+                for (int u = 1; u < WK; ++u) {
+                    if (sb * WK + u < nblk) {
+#pragma unroll
+                        for (int a = 0; a < MI; ++a)
+#pragma unroll
+                            for (int b = 0; b < NI; ++b)
+#pragma unroll
+                                for (int e = 0; e < 4; ++e) {
+                                    const int r = wm0 + a * 16 + g + ((e >> 1) << 3);
+                                    const int jl = wn0 + b * 8 + t4 * 2 + (e & 1);
+                                    sum[a][b][e] = __fadd_rn(sum[a][b][e], terms[((u - 1) * BM + r) * BN + jl]);
+                                }
+                    }
+                }
             }
         }
     }
     cp_async_wait<0>();
 
     /* M3: c0, c1 at row g, cols 2t, 2t+1; c2, c3 at row g + 8. */
+    if (wk != 0)
+        return;
     const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
     for (int a = 0; a < MI; ++a) {
@@ -562,14 +739,20 @@ static __device__ __forceinline__ void mmq_body(const u8 *__restrict__ w, const 
     const u8 *__restrict__ w, const float *__restrict__ s, const u8 *__restrict__ q, const float *__restrict__ d, \
         float *__restrict__ y, int m, int in_f, int out_f
 
-extern "C" __global__ void __launch_bounds__(V0_WM *V0_WN * 32) fp8_mmq_v2_k0(MMQ_ARGS) {
-    mmq_body<V0_BM, V0_BN, V0_WM, V0_WN, V0_ST>(w, s, q, d, y, m, in_f, out_f);
-}
+#define THREADS_OF(bm, bn, wm, wn, wk, st, cv, gr) ((wm) * (wn) * (wk) * 32)
+#define APPLY(f, args) f args
+#define MMQ_VARIANT(name, cfg, minb)                                                                           \
+    extern "C" __global__ void __launch_bounds__(APPLY(THREADS_OF, (cfg)), minb) name(MMQ_ARGS) {             \
+        mmq_body<cfg>(w, s, q, d, y, m, in_f, out_f);                                                       \
+    }
 
-extern "C" __global__ void __launch_bounds__(V1_WM *V1_WN * 32, 1) fp8_mmq_v2_k1(MMQ_ARGS) {
-    mmq_body<V1_BM, V1_BN, V1_WM, V1_WN, V1_ST>(w, s, q, d, y, m, in_f, out_f);
-}
-
-extern "C" __global__ void __launch_bounds__(V2_WM *V2_WN * 32) fp8_mmq_v2_k2(MMQ_ARGS) {
-    mmq_body<V2_BM, V2_BN, V2_WM, V2_WN, V2_ST>(w, s, q, d, y, m, in_f, out_f);
-}
+/* the last argument: CTAs per SM the register allocation must allow */
+MMQ_VARIANT(fp8_mmq_v2_k0, V0, 3)
+MMQ_VARIANT(fp8_mmq_v2_k1, V1, 1)
+MMQ_VARIANT(fp8_mmq_v2_k2, V2, 4)
+MMQ_VARIANT(fp8_mmq_v2_k3, V3, 3)
+MMQ_VARIANT(fp8_mmq_v2_k4, V4, 1)
+MMQ_VARIANT(fp8_mmq_v2_k5, V5, 2)
+MMQ_VARIANT(fp8_mmq_v2_k6, V6, 2)
+MMQ_VARIANT(fp8_mmq_v2_k7, V7, 1)
+MMQ_VARIANT(fp8_mmq_v2_k8, V8, 2)

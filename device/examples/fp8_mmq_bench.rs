@@ -13,6 +13,8 @@
 //! The kernel source (builtin or `KERNEL_ORACLE_FP8_MMQ_CU`) is printed in
 //! the header. The peer runs when `python3 -c 'import torch'` works;
 //! `KERNEL_ORACLE_PEER_SCRIPT` overrides the script's path.
+//! `FP8_MMQ_BENCH_VARIANTS=all` also times every MMQ variant the source
+//! exports on every shape (for tuning the plan).
 
 use device::cuda::{Engine, Result};
 use oracle::fp8_mmq::Shape;
@@ -234,7 +236,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let e = match Engine::new(0) {
+    let mut e = match Engine::new(0) {
         Ok(e) => e,
         Err(err) => {
             eprintln!("fp8_mmq_bench: {err}");
@@ -304,6 +306,28 @@ fn main() {
                 shapes[i].out_f()
             );
         }
+    }
+    if std::env::var("FP8_MMQ_BENCH_VARIANTS").as_deref() == Ok("all") {
+        println!();
+        println!("every variant (MMQ ms / TFLOP/s):");
+        for s in &shapes {
+            let mut line = format!("{:<18}", format!("{},{},{}", s.m(), s.in_f(), s.out_f()));
+            for v in 0..e.mmq_variants() {
+                let r = e.set_mmq_variant(Some(v)).and_then(|_| run_ours(&e, *s));
+                match r {
+                    Ok(o) => {
+                        line += &format!(
+                            "  k{v} {:.4} ms {:>6.1}",
+                            o.ms,
+                            s.flops() / (o.ms * 1e-3) / 1e12
+                        )
+                    }
+                    Err(err) => line += &format!("  k{v} error: {err}"),
+                }
+            }
+            println!("{line}");
+        }
+        let _ = e.set_mmq_variant(None);
     }
     if ours.iter().any(|o| o.is_err()) {
         std::process::exit(1);
