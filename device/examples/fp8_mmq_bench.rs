@@ -125,8 +125,11 @@ fn peer_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/scaled_mm_peer.py")
 }
 
-/// Peer results per shape: Ok(ms) or Err(why), plus the peer's header line.
-fn run_peer(shapes: &[Shape]) -> (String, Vec<std::result::Result<f64, String>>) {
+/// A peer result: ms per call, and whether it was timed by graph replay.
+type PeerResult = std::result::Result<(f64, bool), String>;
+
+/// Peer results per shape, plus the peer's header line.
+fn run_peer(shapes: &[Shape]) -> (String, Vec<PeerResult>) {
     let none = |why: String| {
         (
             why.clone(),
@@ -156,7 +159,7 @@ fn run_peer(shapes: &[Shape]) -> (String, Vec<std::result::Result<f64, String>>)
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
     }
     let mut header = String::from("peer printed no header");
-    let mut results: Vec<std::result::Result<f64, String>> = shapes
+    let mut results: Vec<PeerResult> = shapes
         .iter()
         .map(|_| Err("peer printed no result".into()))
         .collect();
@@ -185,7 +188,10 @@ fn run_peer(shapes: &[Shape]) -> (String, Vec<std::result::Result<f64, String>>)
         for (i, s) in shapes.iter().enumerate() {
             if (s.m(), s.in_f(), s.out_f()) == (m as usize, k as usize, n as usize) {
                 results[i] = match (json_num(line, "ms"), json_str(line, "error")) {
-                    (Some(ms), _) => Ok(ms),
+                    (Some(ms), _) => Ok((
+                        ms,
+                        json_str(line, "timing").as_deref() == Some("cuda_graph"),
+                    )),
                     (None, Some(e)) => Err(format!("torch refused: {e}")),
                     (None, None) => Err("peer gave no time".into()),
                 };
@@ -286,17 +292,22 @@ fn main() {
             Err(_) => ("-".into(), "error".into(), "-".into(), "-".into()),
         };
         let (p_ms, p_tf) = match &peer[i] {
-            Ok(ms) => (format!("{ms:.4}"), format!("{:.1}", tf(*ms))),
+            Ok((ms, graph)) => (
+                format!("{ms:.4}{}", if *graph { "" } else { "*" }),
+                format!("{:.1}", tf(*ms)),
+            ),
             Err(_) => ("-".into(), "-".into()),
         };
         let ratio = match (&ours[i], &peer[i]) {
-            (Ok(o), Ok(p)) => format!("{:.2}", p / o.ms),
+            (Ok(o), Ok((p, _))) => format!("{:.2}", p / o.ms),
             _ => "-".into(),
         };
         println!("{name:<18} {var:>3} {ours_ms:>10} {ours_tf:>9} {q_ms:>10} {p_ms:>10} {p_tf:>9} {ratio:>7}");
     }
     println!();
     println!("ratio = ours TFLOP/s / cuBLASLt TFLOP/s (> 1: ours faster). TFLOP/s = 2*m*in_f*out_f / MMQ kernel time.");
+    println!("cuBLAS ms: CUDA-graph replay of back-to-back calls; * = eager Python loop (graph capture failed).");
+    println!("ours: back-to-back launches from Rust, CUDA events; quant ms is the activation quantizer alone.");
     for (i, p) in peer.iter().enumerate() {
         if let Err(why) = p {
             println!(
