@@ -1,0 +1,395 @@
+//! The v2 per-block FP8 GEMM ("MMQ", seed 000, `lane/fp8-mmq-v2`).
+//!
+//! y[j, i] = sum over 128-k scale blocks b of (s[i/128, b] * d[j, b]) * c[j, i, b],
+//! where c is the chained f32 accumulation of the block's e4m3 products.
+//! Every order and rounding is stated below; see [`mmq_v2`].
+//!
+//! Source: seed 000 (`fp8-mmq-check`, its `host_ref` and `quantize_act_ref`),
+//! which defines the arithmetic of `cu/mmq_fp8_blk.cu` v2.
+
+/// Values per scale block along k, and per activation-scale block (elements).
+pub const BLOCK_K: usize = 128;
+/// Rows of weights sharing one scale along out_f (elements).
+pub const BLOCK_N: usize = 128;
+/// The quantized activation row is zero-padded to a multiple of this many
+/// elements (ggml's `MATRIX_ROW_PADDING`); a multiple of [`BLOCK_K`], so no
+/// scale block straddles the padding boundary.
+pub const ROW_PADDING: usize = 512;
+/// The largest finite E4M3FN magnitude, 448.0 (code `0x7E`). The activation
+/// quantizer maps each block's amax onto it.
+pub const E4M3_MAX: f32 = 448.0;
+
+/// A validated problem shape: `m` activation rows (tokens), `in_f` input
+/// features (k), `out_f` output features (n).
+///
+/// Construction checks that every dimension is at least 1 and that every
+/// buffer length derived from the shape fits in `usize`, so the accessors
+/// below never overflow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    m: usize,
+    in_f: usize,
+    out_f: usize,
+    in_f_pad: usize,
+}
+
+/// A shape that cannot be computed. Displays as a sentence a kernel engineer
+/// can act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShapeError {
+    /// A dimension is zero.
+    Zero {
+        /// Which dimension: `"m"`, `"in_f"` or `"out_f"`.
+        dim: &'static str,
+    },
+    /// A derived buffer length overflows `usize` (elements) or its byte size
+    /// overflows `usize`.
+    Overflow {
+        /// m (rows).
+        m: usize,
+        /// in_f (elements).
+        in_f: usize,
+        /// out_f (elements).
+        out_f: usize,
+    },
+    /// A buffer passed to a contract has the wrong length.
+    Len {
+        /// The argument's name, as in the contract's signature.
+        arg: &'static str,
+        /// The length the shape requires (elements).
+        want: usize,
+        /// The length passed (elements).
+        got: usize,
+    },
+}
+
+impl core::fmt::Display for ShapeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            ShapeError::Zero { dim } => write!(f, "{dim} is 0; every dimension must be at least 1"),
+            ShapeError::Overflow { m, in_f, out_f } => write!(
+                f,
+                "shape m={m} in_f={in_f} out_f={out_f} overflows: a derived buffer length (elements or bytes) does not fit in usize"
+            ),
+            ShapeError::Len { arg, want, got } => {
+                write!(f, "{arg} has {got} elements, the shape needs {want}")
+            }
+        }
+    }
+}
+
+impl Shape {
+    /// Validates `m x in_f` activations against `out_f x in_f` weights.
+    ///
+    /// # Errors
+    /// [`ShapeError::Zero`] if a dimension is 0; [`ShapeError::Overflow`] if
+    /// any buffer length below, or its size in bytes as f32, overflows.
+    pub const fn new(m: usize, in_f: usize, out_f: usize) -> Result<Shape, ShapeError> {
+        if m == 0 {
+            return Err(ShapeError::Zero { dim: "m" });
+        }
+        if in_f == 0 {
+            return Err(ShapeError::Zero { dim: "in_f" });
+        }
+        if out_f == 0 {
+            return Err(ShapeError::Zero { dim: "out_f" });
+        }
+        let ovf = ShapeError::Overflow { m, in_f, out_f };
+        // in_f_pad = ceil(in_f / 512) * 512
+        let in_f_pad = match in_f.checked_add(ROW_PADDING - 1) {
+            Some(v) => (v / ROW_PADDING) * ROW_PADDING,
+            None => return Err(ovf),
+        };
+        // Largest products: weights out_f*in_f, activations m*in_f_pad,
+        // outputs m*out_f; each times 4 bytes must fit too.
+        let w = match out_f.checked_mul(in_f) {
+            Some(v) => v,
+            None => return Err(ovf),
+        };
+        let q = match m.checked_mul(in_f_pad) {
+            Some(v) => v,
+            None => return Err(ovf),
+        };
+        let y = match m.checked_mul(out_f) {
+            Some(v) => v,
+            None => return Err(ovf),
+        };
+        if w.checked_mul(4).is_none() || q.checked_mul(4).is_none() || y.checked_mul(4).is_none() {
+            return Err(ovf);
+        }
+        Ok(Shape {
+            m,
+            in_f,
+            out_f,
+            in_f_pad,
+        })
+    }
+
+    /// Activation rows (tokens).
+    pub const fn m(&self) -> usize {
+        self.m
+    }
+    /// Input features, the reduction length k (elements).
+    pub const fn in_f(&self) -> usize {
+        self.in_f
+    }
+    /// Output features, n (elements).
+    pub const fn out_f(&self) -> usize {
+        self.out_f
+    }
+    /// `in_f` rounded up to a multiple of [`ROW_PADDING`] (512 elements): the
+    /// row stride of the quantized activations.
+    pub const fn in_f_pad(&self) -> usize {
+        self.in_f_pad
+    }
+    /// Scale-grid rows, `ceil(out_f / 128)`.
+    pub const fn scale_rows(&self) -> usize {
+        self.out_f.div_ceil(BLOCK_N)
+    }
+    /// Scale-grid columns, `ceil(in_f / 128)`: the 128-k blocks the GEMM
+    /// iterates over.
+    pub const fn scale_cols(&self) -> usize {
+        self.in_f.div_ceil(BLOCK_K)
+    }
+    /// Activation scales per row, `in_f_pad / 128` (the row stride of `d`).
+    pub const fn act_blocks(&self) -> usize {
+        self.in_f_pad / BLOCK_K
+    }
+    /// Length of the weight plane `[out_f x in_f]` (bytes, one e4m3 code each).
+    pub const fn weight_len(&self) -> usize {
+        self.out_f * self.in_f
+    }
+    /// Length of the weight scale grid `[scale_rows x scale_cols]` (f32 elements).
+    pub const fn scale_len(&self) -> usize {
+        self.scale_rows() * self.scale_cols()
+    }
+    /// Length of the f32 activations `[m x in_f]` (elements).
+    pub const fn act_len(&self) -> usize {
+        self.m * self.in_f
+    }
+    /// Length of the quantized activations `[m x in_f_pad]` (bytes).
+    pub const fn q_len(&self) -> usize {
+        self.m * self.in_f_pad
+    }
+    /// Length of the activation scales `[m x in_f_pad/128]` (f32 elements).
+    pub const fn d_len(&self) -> usize {
+        self.m * self.act_blocks()
+    }
+    /// Length of the output `[m x out_f]`, row-major (f32 elements).
+    pub const fn out_len(&self) -> usize {
+        self.m * self.out_f
+    }
+    /// Floating-point operations of the GEMM, `2 * m * in_f * out_f`, as
+    /// f64 (for throughput reports).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.in_f as f64 * self.out_f as f64
+    }
+}
+
+/// The dispatch precondition: how many weight codes have the E4M3 NaN
+/// magnitude (`0x7F` or `0xFF`).
+///
+/// Shapes: `w` is any number of e4m3 codes (bytes). Returns a count of codes.
+///
+/// Rule `NAN-W`: a weight tensor with a non-zero count is refused, never
+/// computed: the tensor cores read these codes as NaN, while the checkpoint
+/// convention the seed's host reference follows
+/// ([`crate::conventions::NanMagnitude::ReadAsZero`]) reads them as 0.0, so
+/// no answer would be right for both. Source: seed 000 (the gate's `nan`
+/// column and its 254-code coverage rule).
+pub fn count_nan_magnitude(w: &[u8]) -> usize {
+    let mut count = 0;
+    for &code in w {
+        if code & 0x7F == 0x7F {
+            count += 1;
+        }
+    }
+    count
+}
+
+fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), ShapeError> {
+    if want == got {
+        Ok(())
+    } else {
+        Err(ShapeError::Len { arg, want, got })
+    }
+}
+
+/// The v2 activation quantizer: per 128 values, `d = amax / 448` and
+/// `q = e4m3_satfinite(x * (448 / amax))`.
+///
+/// Shapes: `x` is `[m x in_f]` f32 row-major (elements); `q` is
+/// `[m x in_f_pad]` e4m3 codes (bytes), `in_f_pad = ceil(in_f / 512) * 512`;
+/// `d` is `[m x in_f_pad/128]` f32 (one scale per 128-element block).
+///
+/// For each row j and each block b of 128 elements (elements at column
+/// `g >= in_f` read as `+0.0`, the zero padding):
+/// 1. `amax` = the running maximum of `|x[j, g]|` over the block in
+///    increasing g, starting at `+0.0` and replaced only when `|x| > amax`
+///    (so a NaN element never becomes amax: CUDA `fmaxf` semantics).
+/// 2. If `amax == 0`: `d = +0.0` and every code of the block is `0x00`
+///    (rule `QUANT-ZERO`: an all-zero block, and every padding-only block).
+/// 3. Otherwise `d = amax / 448` and `dinv = 448 / amax`, each one IEEE
+///    binary32 division rounded to nearest even.
+/// 4. `q[j, g] = encode_e4m3(x[j, g] * dinv, SatFinite)`: one binary32
+///    multiply, rounded, then PTX `cvt.rn.satfinite.e4m3x2.f32` (round to
+///    nearest even, beyond ±448 gives ±448, NaN gives `0x7F`).
+///
+/// Edge rules, which follow from the steps and which the kernel must match:
+/// - `QUANT-TINY`: if `amax < 448 / f32::MAX` (about 1.3e-36) then `dinv`
+///   overflows to `+inf`; non-zero elements saturate to ±448 and a zero
+///   element gives `0 * inf = NaN`, code `0x7F`, which the GEMM reads as NaN.
+/// - `QUANT-INF`: an infinite element gives `amax = inf`, `d = inf`,
+///   `dinv = 0`; the infinite element itself gives `inf * 0 = NaN` (`0x7F`).
+/// - `QUANT-NAN`: a NaN element gives code `0x7F`.
+///
+/// Generators that want finite outputs avoid these three on purpose.
+///
+/// Source: seed 000, `quantize_act_ref` (modelling v2's
+/// `quantize_mmq_e4m3_d128_kernel`); PTX ISA, `cvt` (`.satfinite`).
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing is
+/// written then.
+pub fn quantize_activations(
+    shape: &Shape,
+    x: &[f32],
+    q: &mut [u8],
+    d: &mut [f32],
+) -> Result<(), ShapeError> {
+    check_len("x", shape.act_len(), x.len())?;
+    check_len("q", shape.q_len(), q.len())?;
+    check_len("d", shape.d_len(), d.len())?;
+    let (in_f, in_f_pad, blocks) = (shape.in_f(), shape.in_f_pad(), shape.act_blocks());
+    for j in 0..shape.m() {
+        for b in 0..blocks {
+            let read = |g: usize| if g < in_f { x[j * in_f + g] } else { 0.0 };
+            // Step 1: amax.
+            let mut amax = 0.0f32;
+            for t in 0..BLOCK_K {
+                let a = abs(read(b * BLOCK_K + t));
+                if a > amax {
+                    amax = a;
+                }
+            }
+            // Steps 2 and 3.
+            let (dv, dinv) = if amax == 0.0 {
+                (0.0, 0.0)
+            } else {
+                (amax / E4M3_MAX, E4M3_MAX / amax)
+            };
+            d[j * blocks + b] = dv;
+            // Step 4.
+            for t in 0..BLOCK_K {
+                let g = b * BLOCK_K + t;
+                q[j * in_f_pad + g] = if amax == 0.0 {
+                    0x00
+                } else {
+                    crate::e4m3::encode_e4m3(
+                        read(g) * dinv,
+                        crate::conventions::Overflow::SatFinite,
+                    )
+                };
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `|x|` by clearing the sign bit (exact; `f32::abs` needs std on older
+/// toolchains, and the bit operation is the definition anyway).
+fn abs(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() & 0x7FFF_FFFF)
+}
+
+/// The v2 per-block FP8 GEMM: `y[j, i]` for `m` activation rows against
+/// `out_f` weight rows.
+///
+/// Shapes (all row-major):
+/// - `w`: `[out_f x in_f]` e4m3 codes (bytes), row stride `in_f`;
+/// - `scales`: the weight scale grid `[ceil(out_f/128) x ceil(in_f/128)]`
+///   (f32); the last row and column may cover fewer than 128 weights;
+/// - `q`: `[m x in_f_pad]` e4m3 codes and `d`: `[m x in_f_pad/128]` f32, as
+///   written by [`quantize_activations`];
+/// - `y`: `[m x out_f]` f32 output (elements), `y[j * out_f + i]`.
+///
+/// For each output (j, i), in this order:
+/// 1. `sum = +0.0`.
+/// 2. For each scale block `b = 0, 1, ..., ceil(in_f/128) - 1`, in
+///    increasing order (the scale block is the outer k loop):
+///    1. `c = +0.0`; for `k = 128 b, ..., 128 b + 127` in increasing order:
+///       `c = c + w(i, k) * a(j, k)`, one chained accumulator for the whole
+///       block, no intermediate scaling. `w(i, k)` is
+///       `decode_e4m3(w[i, k], ReadAsZero)` for `k < in_f` and `+0.0` beyond
+///       (rule `K-TAIL`: the k tail is zero-filled); `a(j, k)` is
+///       `decode_e4m3(q[j, k], Ieee)`.
+///    2. `sum = sum + (s[i / 128, b] * d[j, b]) * c`: a multiply, a
+///       multiply, an add, each rounded on its own (no fused multiply-add).
+/// 3. `y[j, i] = sum`.
+///
+/// Every product `w * a` of two e4m3 values is exact in binary32 (4 + 4
+/// significand bits), so the only roundings in step 2.1 are the additions.
+/// The order of those additions within one block is *hardware-internal* in
+/// the kernel (the 32-product reduction inside one `mma.sync ... m16n8k32`
+/// and the chaining of the block's four MMAs): the contract fixes the order
+/// above, the kernel's may differ, and the gate therefore has two arms. In
+/// the EXACT arm every partial sum is an integer below 2^24 and addition is
+/// exact in any order, so the kernel must match these bits exactly; in the
+/// RANDOM arm the difference is bounded (seed 000, ARM 2). Steps 1, 2.2 and
+/// 3 have no hidden order: a kernel must follow them exactly.
+///
+/// Rule `PARTIAL-GRID`: output rows in the last, partial 128-row band use
+/// scale row `ceil(out_f/128) - 1`, and the last, partial k block uses scale
+/// column `ceil(in_f/128) - 1`. Rule `NAN-W`: weights with NaN magnitude are
+/// refused by dispatch ([`count_nan_magnitude`]); this function reads them
+/// as 0.0, the seed's host convention. Activation codes are decoded the way
+/// the tensor cores read them: `0x7F`/`0xFF` are NaN (see `QUANT-TINY`,
+/// `QUANT-INF`, `QUANT-NAN` in [`quantize_activations`]).
+///
+/// Source: seed 000, `host_ref` (v2 grouping: one chained accumulator per
+/// 128-k block, one fold per block with the per-128 activation scale).
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing is
+/// written then.
+pub fn mmq_v2(
+    shape: &Shape,
+    w: &[u8],
+    scales: &[f32],
+    q: &[u8],
+    d: &[f32],
+    y: &mut [f32],
+) -> Result<(), ShapeError> {
+    use crate::conventions::NanMagnitude::{Ieee, ReadAsZero};
+    use crate::e4m3::decode_e4m3;
+    check_len("w", shape.weight_len(), w.len())?;
+    check_len("scales", shape.scale_len(), scales.len())?;
+    check_len("q", shape.q_len(), q.len())?;
+    check_len("d", shape.d_len(), d.len())?;
+    check_len("y", shape.out_len(), y.len())?;
+    let (in_f, in_f_pad, out_f) = (shape.in_f(), shape.in_f_pad(), shape.out_f());
+    let (scols, blocks) = (shape.scale_cols(), shape.act_blocks());
+    for j in 0..shape.m() {
+        for i in 0..out_f {
+            let srow = i / BLOCK_N;
+            let mut sum = 0.0f32;
+            for b in 0..scols {
+                let mut c = 0.0f32;
+                for k in b * BLOCK_K..(b + 1) * BLOCK_K {
+                    let wv = if k < in_f {
+                        decode_e4m3(w[i * in_f + k], ReadAsZero)
+                    } else {
+                        0.0
+                    };
+                    let av = decode_e4m3(q[j * in_f_pad + k], Ieee);
+                    c += wv * av;
+                }
+                let s_blk = scales[srow * scols + b];
+                let d_blk = d[j * blocks + b];
+                sum += (s_blk * d_blk) * c;
+            }
+            y[j * out_f + i] = sum;
+        }
+    }
+    Ok(())
+}

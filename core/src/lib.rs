@@ -1,0 +1,40 @@
+//! # oracle: the normative arithmetic of kernel-oracle
+//!
+//! This crate *defines* what the GPU kernels of this project compute. An
+//! auditor reads it as the specification; every kernel in `cu/` and
+//! `shaders/` is checked against it, bit for bit where the contract claims
+//! bits. It is `no_std`, has no dependencies and no `unsafe`, so
+//! `cargo test -p core` runs on any machine.
+//!
+//! Arithmetic is IEEE 754 binary32 basic operations (`+ - * /`, correctly
+//! rounded `sqrt`), round-to-nearest-even, each operation rounding on its own
+//! unless a fused operation is named. Every contract states its shapes (with
+//! units), the exact order of its operations, its edge cases as named rules,
+//! and the source of each rule.
+//!
+//! Modules, one contract each:
+//! - [`conventions`]: the choices that differ between vendors (NaN-magnitude
+//!   decode, overflow policy), one enum each.
+//! - [`round`]: the one round-to-nearest-even-and-pack routine.
+//! - [`fp8`], [`e4m3`], [`e5m2`], [`f16`](mod@f16), [`bf16`]: the float codecs.
+//! - [`fp8_mmq`]: the v2 per-block FP8 GEMM (seed 000).
+//! - [`compare`]: how a kernel's output is compared with the oracle's.
+//!
+//! Features: `alloc` (off by default) adds `Vec`-returning conveniences; the
+//! contracts themselves write into caller-provided slices.
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+#[cfg(any(test, feature = "alloc"))]
+extern crate alloc;
+
+pub mod bf16;
+pub mod compare;
+pub mod conventions;
+pub mod e4m3;
+pub mod e5m2;
+pub mod f16;
+pub mod fp8;
+pub mod fp8_mmq;
+pub mod round;

@@ -1,0 +1,211 @@
+//! The v2 per-block FP8 GEMM contract, rule by rule.
+
+use oracle::fp8_mmq::{count_nan_magnitude, mmq_v2, quantize_activations, Shape, ShapeError};
+
+/// Quantizes and multiplies, returning (q, d, y).
+fn run(shape: &Shape, w: &[u8], scales: &[f32], x: &[f32]) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+    let mut q = vec![0u8; shape.q_len()];
+    let mut d = vec![0f32; shape.d_len()];
+    quantize_activations(shape, x, &mut q, &mut d).unwrap();
+    let mut y = vec![0f32; shape.out_len()];
+    mmq_v2(shape, w, scales, &q, &d, &mut y).unwrap();
+    (q, d, y)
+}
+
+#[test]
+fn shape_pads_rows_to_512_and_sizes_the_scale_grid() {
+    let s = Shape::new(3, 144, 200).unwrap();
+    assert_eq!(s.in_f_pad(), 512);
+    assert_eq!((s.scale_rows(), s.scale_cols()), (2, 2));
+    assert_eq!((s.act_blocks(), s.q_len(), s.d_len()), (4, 3 * 512, 3 * 4));
+    assert_eq!(Shape::new(1, 512, 1).unwrap().in_f_pad(), 512);
+    assert_eq!(Shape::new(1, 513, 1).unwrap().in_f_pad(), 1024);
+}
+
+#[test]
+fn zero_and_overflowing_shapes_are_errors() {
+    assert_eq!(Shape::new(0, 128, 128), Err(ShapeError::Zero { dim: "m" }));
+    assert_eq!(Shape::new(1, 0, 128), Err(ShapeError::Zero { dim: "in_f" }));
+    assert_eq!(
+        Shape::new(1, 128, 0),
+        Err(ShapeError::Zero { dim: "out_f" })
+    );
+    assert!(matches!(
+        Shape::new(1, usize::MAX, 1),
+        Err(ShapeError::Overflow { .. })
+    ));
+    assert!(matches!(
+        Shape::new(1 << 40, 1 << 30, 1),
+        Err(ShapeError::Overflow { .. })
+    ));
+    assert!(matches!(
+        Shape::new(1, 1 << 31, 1 << 31),
+        Err(ShapeError::Overflow { .. })
+    ));
+}
+
+#[test]
+fn wrong_lengths_are_errors_and_write_nothing() {
+    let s = Shape::new(1, 128, 128).unwrap();
+    let mut q = vec![0xAAu8; s.q_len()];
+    let mut d = vec![7.0f32; s.d_len()];
+    let err = quantize_activations(&s, &[1.0; 127], &mut q, &mut d).unwrap_err();
+    assert_eq!(
+        err,
+        ShapeError::Len {
+            arg: "x",
+            want: 128,
+            got: 127
+        }
+    );
+    assert!(q.iter().all(|&b| b == 0xAA) && d.iter().all(|&v| v == 7.0));
+    let mut y = vec![0f32; 128];
+    let err = mmq_v2(&s, &[0; 128 * 128], &[1.0; 2], &q, &d, &mut y).unwrap_err();
+    assert_eq!(
+        err,
+        ShapeError::Len {
+            arg: "scales",
+            want: 1,
+            got: 2
+        }
+    );
+    assert_eq!(format!("{err}"), "scales has 2 elements, the shape needs 1");
+}
+
+#[test]
+fn nan_w_counts_both_nan_magnitudes() {
+    assert_eq!(
+        count_nan_magnitude(&[0x7F, 0xFF, 0x7E, 0xFE, 0x00, 0x80, 0x7F]),
+        3
+    );
+    assert_eq!(count_nan_magnitude(&[]), 0);
+}
+
+#[test]
+fn quant_zero_block_gives_zero_scale_and_zero_codes() {
+    let s = Shape::new(1, 256, 1).unwrap();
+    let mut x = vec![0f32; 256];
+    x[200] = -3.0; // block 1 non-zero, block 0 all zero
+    let (q, d, _) = run(&s, &[0x38; 256], &[1.0; 2], &x);
+    assert_eq!(&d, &[0.0, 3.0 / 448.0, 0.0, 0.0]);
+    assert!(q[..128].iter().all(|&c| c == 0x00));
+    assert_eq!(q[200], 0xFE, "amax maps to -448");
+    assert!(
+        q[256..].iter().all(|&c| c == 0x00),
+        "padding blocks are zero"
+    );
+}
+
+#[test]
+fn quant_scale_is_amax_over_448_and_codes_round_to_nearest_even() {
+    let s = Shape::new(1, 128, 1).unwrap();
+    let mut x = vec![0f32; 128];
+    x[0] = 448.0; // d = 1, dinv = 1: q = e4m3(x) exactly
+                  // In [16, 32) codes are 0x58 + n for 16 + 2n (exponent field 1011).
+    x[1] = 17.0; // 1.0001 x 2^4: tie between 16 (0x58, mantissa 000) and 18 (0x59); even gives 0x58
+    x[2] = 19.0; // 1.0011 x 2^4: tie between 18 (0x59) and 20 (0x5A, mantissa 010); even gives 0x5A
+    x[3] = 0.5; // exact code 0x30
+    let (q, d, _) = run(&s, &[0; 128], &[1.0], &x);
+    assert_eq!(d[0], 1.0);
+    assert_eq!(&q[..4], &[0x7E, 0x58, 0x5A, 0x30]);
+}
+
+#[test]
+fn quant_tiny_amax_makes_zeros_nan() {
+    // amax below 448 / f32::MAX: dinv overflows to +inf, 0 * inf = NaN (QUANT-TINY).
+    let s = Shape::new(1, 128, 1).unwrap();
+    let mut x = vec![0f32; 128];
+    x[5] = f32::from_bits(1); // smallest subnormal
+    let (q, d, y) = run(&s, &[0x38; 128], &[1.0], &x);
+    assert_eq!(d[0].to_bits(), (f32::from_bits(1) / 448.0).to_bits());
+    assert_eq!(q[5], 0x7E);
+    assert_eq!(q[0], 0x7F);
+    assert!(y[0].is_nan(), "the GEMM reads activation code 0x7F as NaN");
+}
+
+#[test]
+fn quant_nan_element_never_becomes_amax() {
+    let s = Shape::new(1, 128, 1).unwrap();
+    let mut x = vec![1.0f32; 128];
+    x[0] = f32::NAN;
+    x[1] = 2.0;
+    let (q, d, _) = run(&s, &[0; 128], &[1.0], &x);
+    assert_eq!(d[0], 2.0 / 448.0);
+    assert_eq!(q[0], 0x7F);
+    assert_eq!(q[1], 0x7E);
+}
+
+#[test]
+fn k_tail_is_zero_filled_and_uses_the_last_scale_column() {
+    // in_f = 144: block 1 holds k = 128..143 and nothing else.
+    let s = Shape::new(1, 144, 1).unwrap();
+    let w = vec![0x38u8; 144]; // all 1.0
+    let mut x = vec![0f32; 144];
+    x[0] = 448.0; // block 0: d = 1, one product 448
+    x[130] = 448.0; // block 1: d = 1
+    x[131] = 224.0;
+    let scales = [0.5f32, 4.0];
+    let (_, d, y) = run(&s, &w, &scales, &x);
+    assert_eq!(&d, &[1.0, 1.0, 0.0, 0.0]);
+    // sum = (0.5 * 1) * 448 + (4 * 1) * (448 + 224)
+    assert_eq!(y[0], 0.5 * 448.0 + 4.0 * 672.0);
+}
+
+#[test]
+fn partial_grid_rows_use_the_last_scale_row() {
+    // out_f = 200: rows 128..199 use scale row 1.
+    let s = Shape::new(1, 128, 200).unwrap();
+    let w = vec![0x38u8; 200 * 128];
+    let mut x = vec![0f32; 128];
+    x[7] = 448.0;
+    let (_, _, y) = run(&s, &w, &[2.0, 8.0], &x);
+    assert!(y[..128].iter().all(|&v| v == 896.0));
+    assert!(y[128..].iter().all(|&v| v == 3584.0));
+}
+
+#[test]
+fn fold_multiplies_scales_first_and_rounds_each_operation() {
+    // sum = (s * d) * c, s * d rounded first. Find a scale for which the
+    // other association, s * (d * c), gives other bits, so this test can
+    // tell the two apart, then require the contract's bits.
+    let shape = Shape::new(1, 128, 1).unwrap();
+    let mut x = vec![0f32; 128];
+    x[0] = 448.0 * 1.1; // d = 1.1 (rounded), codes exact multiples
+    x[1] = 3.0 * 1.1;
+    let mut w = vec![0u8; 128];
+    w[0] = 0x38; // 1.0
+    w[1] = 0x44; // 3.0
+    let mut discriminating = 0;
+    for bits in 0x3F80_0001u32..0x3F80_0400 {
+        let s_blk = f32::from_bits(bits);
+        let (q, d, y) = run(&shape, &w, &[s_blk], &x);
+        let decode = |c| oracle::e4m3::decode_e4m3(c, oracle::conventions::NanMagnitude::Ieee);
+        let c = 1.0 * decode(q[0]) + 3.0 * decode(q[1]);
+        assert_eq!(y[0].to_bits(), (0.0 + (s_blk * d[0]) * c).to_bits());
+        if (s_blk * d[0]) * c != s_blk * (d[0] * c) {
+            discriminating += 1;
+        }
+    }
+    assert!(
+        discriminating > 100,
+        "only {discriminating} scales tell the associations apart"
+    );
+}
+
+#[test]
+fn blocks_fold_in_increasing_order() {
+    // Three blocks whose folds only cancel exactly in order:
+    // 2^24 + 1 - 2^24 = 0 in f32 left to right, 1 right to left.
+    let shape = Shape::new(1, 384, 1).unwrap();
+    let w = vec![0x38u8; 384];
+    let mut x = vec![0f32; 384];
+    x[0] = 448.0;
+    x[128] = 448.0;
+    x[256] = 448.0;
+    let scales = [2f32.powi(24) / 448.0, 1.0 / 448.0, -(2f32.powi(24)) / 448.0];
+    let (_, _, y) = run(&shape, &w, &scales, &x);
+    assert_eq!(
+        y[0], 0.0,
+        "(2^24 + 1) rounds to 2^24 before the third block subtracts it"
+    );
+}

@@ -1,0 +1,11 @@
+//! The CUDA FP8 MMQ kernels (or the candidate named by
+//! KERNEL_ORACLE_FP8_MMQ_CU) against the core oracle. A divergence panics
+//! with a reproduction; see `kernel_oracle::fp8_mmq::check`.
+#![no_main]
+use kernel_oracle::fp8_mmq::{check_with_artifact, CaseSpec};
+
+kernel_oracle_fuzz::asan_options!();
+
+libfuzzer_sys::fuzz_target!(|spec: CaseSpec| {
+    check_with_artifact(&spec, Some("<the crash-* artifact libFuzzer names below>"));
+});

@@ -1,0 +1,257 @@
+//! Case generation for the FP8 MMQ: the seed's deterministic battery and an
+//! `Arbitrary` generator biased to the ragged edges.
+
+use crate::rng::Rng;
+use arbitrary::{Arbitrary, Unstructured};
+use oracle::fp8_mmq::{Shape, ShapeError, BLOCK_K};
+
+/// Which arm of the check a case belongs to (seed 000).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Arbitrary)]
+pub enum Arm {
+    /// Integer-valued e4m3 weights in [-8, 8], power-of-two scales in
+    /// [2^-4, 2^3], integer activations with every complete 128-block's
+    /// amax pinned to 448 (so `d = 1` and `q = x` exactly) and partial
+    /// blocks left zero. Every partial sum is an integer below 2^24, so any
+    /// summation order gives the same bits: compared bit for bit.
+    Exact,
+    /// Random legal e4m3 weight codes, scales in [0.002, 0.502), activations
+    /// uniform in [-1, 1): compared with `rms_rel < 1e-5`.
+    Random,
+}
+
+impl Arm {
+    /// The name printed in tables and reproductions.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arm::Exact => "EXACT",
+            Arm::Random => "RAND",
+        }
+    }
+}
+
+/// Extra patterns layered on an arm's data, each one an edge the kernel
+/// must survive. All default to off; a reproduction prints only those on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Knobs {
+    /// Weights cycle through all 254 legal e4m3 codes in order (instead of
+    /// random codes) in the RANDOM arm.
+    pub every_code: bool,
+    /// Some activation blocks (one in `zero_blocks`) are all zero, so
+    /// `d = 0` (rule `QUANT-ZERO`). 0 means none.
+    pub zero_blocks: u8,
+    /// Activations scaled by `2^act_exp` (RANDOM arm): exponent range of the
+    /// quantizer's `amax / 448` and `448 / amax`. Kept in [-100, 100] so no
+    /// block reaches `QUANT-TINY`.
+    pub act_exp: i8,
+}
+
+/// One FP8 MMQ case: a shape, an arm, a seed for the data, and knobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CaseSpec {
+    /// Input features (k), elements.
+    pub in_f: usize,
+    /// Output features (n), elements.
+    pub out_f: usize,
+    /// Activation rows (tokens).
+    pub m: usize,
+    /// The arm.
+    pub arm: Arm,
+    /// splitmix64 seed of all the data.
+    pub seed: u64,
+    /// Edge patterns.
+    pub knobs: Knobs,
+}
+
+/// A case's data, host side.
+#[derive(Clone, Debug)]
+pub struct CaseData {
+    /// The validated shape.
+    pub shape: Shape,
+    /// Weights `[out_f x in_f]`, e4m3 codes.
+    pub w: Vec<u8>,
+    /// Scale grid `[ceil(out_f/128) x ceil(in_f/128)]`.
+    pub scales: Vec<f32>,
+    /// Activations `[m x in_f]`.
+    pub x: Vec<f32>,
+}
+
+/// e4m3 codes whose decoded value is a small integer in [-8, 8] (EXACT arm):
+/// 0, ±1, ±2, ±3, ±4, ±6, ±8. Integers only, so every product and every
+/// partial sum is an exact integer.
+pub const INT_CODES: [u8; 13] = [
+    0x00, 0x38, 0xB8, 0x40, 0xC0, 0x44, 0xC4, 0x48, 0xC8, 0x4C, 0xCC, 0x50, 0xD0,
+];
+
+impl CaseSpec {
+    /// The seed's battery entry: `(in_f, out_f, m)` with the seed's own
+    /// per-arm seeds (`0xC0FFEE ^ in_f*7919` for EXACT, `0xBADC0DE ^
+    /// out_f*104729` for RANDOM), no knobs.
+    pub fn battery(in_f: usize, out_f: usize, m: usize, arm: Arm) -> CaseSpec {
+        let seed = match arm {
+            Arm::Exact => 0xC0FFEE_u64 ^ (in_f as u64).wrapping_mul(7919),
+            Arm::Random => 0xBADC0DE_u64 ^ (out_f as u64).wrapping_mul(104729),
+        };
+        CaseSpec {
+            in_f,
+            out_f,
+            m,
+            arm,
+            seed,
+            knobs: Knobs::default(),
+        }
+    }
+
+    /// Draws the case's data.
+    ///
+    /// # Errors
+    /// The shape's error if it is zero or overflows.
+    pub fn generate(&self) -> Result<CaseData, ShapeError> {
+        let shape = Shape::new(self.m, self.in_f, self.out_f)?;
+        let mut rng = Rng(self.seed);
+        let (in_f, m) = (self.in_f, self.m);
+        let exact = self.arm == Arm::Exact;
+
+        let mut w = vec![0u8; shape.weight_len()];
+        for (idx, b) in w.iter_mut().enumerate() {
+            *b = if exact {
+                INT_CODES[rng.u8() as usize % INT_CODES.len()]
+            } else if self.knobs.every_code {
+                legal_code(idx)
+            } else {
+                // Avoid the NaN magnitude (rule NAN-W refuses it).
+                let c = rng.u8();
+                if c & 0x7F == 0x7F {
+                    c & 0xBF
+                } else {
+                    c
+                }
+            };
+        }
+
+        let mut scales = vec![0f32; shape.scale_len()];
+        for s in scales.iter_mut() {
+            *s = if exact {
+                // Powers of two in [2^-4, 2^3]: exact multiplication.
+                pow2(i32::from(rng.u8() % 8) - 4)
+            } else {
+                0.002 + 0.5 * rng.f01()
+            };
+        }
+
+        let mut x = vec![0f32; shape.act_len()];
+        if exact {
+            // Per complete 128-block: integers in [-4, 4] and one 448 at a
+            // rotating slot, so amax = 448, d = 1 and q = x exactly. A block
+            // only partly inside in_f stays zero: d = 0 on both sides, which
+            // keeps k-tail shapes inside the bit-identity arm.
+            for j in 0..m {
+                for b in 0..in_f / BLOCK_K {
+                    let row = &mut x[j * in_f + b * BLOCK_K..][..BLOCK_K];
+                    for v in row.iter_mut() {
+                        let mag = f32::from(rng.u8() % 5);
+                        *v = if rng.u8() & 1 == 0 { mag } else { -mag };
+                    }
+                    row[(b * 37 + j) % BLOCK_K] = 448.0;
+                }
+            }
+        } else {
+            let scale = pow2(i32::from(self.knobs.act_exp.clamp(-100, 100)));
+            for v in x.iter_mut() {
+                *v = (2.0 * rng.f01() - 1.0) * scale;
+            }
+        }
+        if self.knobs.zero_blocks > 0 {
+            let every = usize::from(self.knobs.zero_blocks);
+            for j in 0..m {
+                for b in (0..in_f.div_ceil(BLOCK_K)).filter(|b| (b + j) % every == 0) {
+                    let lo = j * in_f + b * BLOCK_K;
+                    let hi = j * in_f + ((b + 1) * BLOCK_K).min(in_f);
+                    x[lo..hi].fill(0.0);
+                }
+            }
+        }
+        Ok(CaseData {
+            shape,
+            w,
+            scales,
+            x,
+        })
+    }
+}
+
+/// The `idx % 254`-th legal e4m3 code (0x00..=0x7E, 0x80..=0xFE).
+pub fn legal_code(idx: usize) -> u8 {
+    let r = (idx % 254) as u8;
+    if r < 0x7F {
+        r
+    } else {
+        r + 1
+    }
+}
+
+/// `2^e` for e in [-126, 127], exactly.
+fn pow2(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
+}
+
+/// Generation bounds for [`CaseSpec`]'s `Arbitrary`: small enough for a high
+/// exec rate, biased to the edges.
+pub mod bounds {
+    /// Largest in_f (elements): 12 scale blocks and a little.
+    pub const MAX_IN_F: usize = 128 * 12 + 7;
+    /// Largest out_f (elements): 3 scale rows and a little.
+    pub const MAX_OUT_F: usize = 128 * 3 + 7;
+    /// Largest m (rows).
+    pub const MAX_M: usize = 72;
+}
+
+/// A dimension biased to the edges: a multiple of `unit` plus or minus a
+/// little (half the time), 1 (an eighth), or anything up to `max`.
+fn edge_dim(u: &mut Unstructured<'_>, unit: usize, max: usize) -> arbitrary::Result<usize> {
+    Ok(match u.int_in_range(0u8..=7)? {
+        0 => 1,
+        1..=4 => {
+            let blocks = u.int_in_range(1..=max / unit)?;
+            let delta = u.int_in_range(-3i32..=3)?;
+            ((blocks * unit) as i64 + i64::from(delta)).clamp(1, max as i64) as usize
+        }
+        _ => u.int_in_range(1..=max)?,
+    })
+}
+
+impl<'a> Arbitrary<'a> for CaseSpec {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let in_f = edge_dim(u, 128, bounds::MAX_IN_F)?;
+        let out_f = edge_dim(u, 128, bounds::MAX_OUT_F)?;
+        let m = edge_dim(u, 16, bounds::MAX_M)?;
+        let arm = Arm::arbitrary(u)?;
+        let seed = u64::arbitrary(u)?;
+        let knobs = Knobs {
+            every_code: u.ratio(1, 4)?,
+            zero_blocks: if u.ratio(1, 4)? {
+                u.int_in_range(1..=4)?
+            } else {
+                0
+            },
+            act_exp: if u.ratio(1, 4)? {
+                u.int_in_range(-100..=100)?
+            } else {
+                0
+            },
+        };
+        Ok(CaseSpec {
+            in_f,
+            out_f,
+            m,
+            arm,
+            seed,
+            knobs,
+        })
+    }
+
+    /// At most 3 bytes per dimension, 4 for the arm, 8 for the seed, 5 for
+    /// the knobs (bolero sizes its inputs from this).
+    fn size_hint(_depth: usize) -> (usize, Option<usize>) {
+        (3, Some(3 * 3 + 4 + 8 + 5))
+    }
+}

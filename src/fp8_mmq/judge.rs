@@ -1,0 +1,120 @@
+//! The judge: the oracle's answer for a case, and the verdict on a kernel's.
+
+use super::fast::mmq_v2_fast;
+use super::generate::{Arm, CaseData};
+use oracle::compare::{compare_f32, Comparison};
+use oracle::fp8_mmq::{count_nan_magnitude, quantize_activations};
+
+/// RANDOM-arm bound on `rms_rel` (seed 000): about two orders above the
+/// observed reordering noise of the hardware-internal MMA summation, and
+/// about five below an indexing bug (a wrong scale block, k offset or row
+/// lands at O(1) on this measure).
+pub const RANDOM_RMS_REL_BOUND: f64 = 1e-5;
+
+/// What the oracle says a case computes.
+#[derive(Clone, Debug)]
+pub struct Reference {
+    /// NaN-magnitude weight codes (the dispatch precondition; 0 to compute).
+    pub nan: usize,
+    /// Quantized activations `[m x in_f_pad]`.
+    pub q: Vec<u8>,
+    /// Activation scales `[m x in_f_pad/128]`.
+    pub d: Vec<f32>,
+    /// GEMM output `[m x out_f]`.
+    pub y: Vec<f32>,
+}
+
+/// What the kernel produced for a case (downloaded).
+#[derive(Clone, Debug)]
+pub struct KernelOut {
+    /// The NaN-count kernel's answer.
+    pub nan: u64,
+    /// The quantize kernel's codes.
+    pub q: Vec<u8>,
+    /// The quantize kernel's scales.
+    pub d: Vec<f32>,
+    /// The MMQ kernel's output.
+    pub y: Vec<f32>,
+}
+
+/// The oracle's answer: spec quantizer, fast (bit-identical) GEMM.
+pub fn reference(data: &CaseData) -> Reference {
+    let s = &data.shape;
+    let mut q = vec![0u8; s.q_len()];
+    let mut d = vec![0f32; s.d_len()];
+    quantize_activations(s, &data.x, &mut q, &mut d).expect("lengths come from the shape");
+    let mut y = vec![0f32; s.out_len()];
+    mmq_v2_fast(s, &data.w, &data.scales, &q, &d, &mut y).expect("lengths come from the shape");
+    Reference {
+        nan: count_nan_magnitude(&data.w),
+        q,
+        d,
+        y,
+    }
+}
+
+/// The first differing quantized code: (row j, column k, kernel, oracle).
+pub type CodeMismatch = (usize, usize, u8, u8);
+
+/// The verdict on one case.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    /// The arm judged.
+    pub arm: Arm,
+    /// NaN count agreement: (kernel, oracle).
+    pub nan: (u64, usize),
+    /// Quantized codes that differ, and the first.
+    pub q_mismatches: (usize, Option<CodeMismatch>),
+    /// Activation scales, compared bit for bit (columns: blocks per row).
+    pub d: Comparison,
+    /// GEMM output (columns: out_f).
+    pub y: Comparison,
+}
+
+impl Verdict {
+    /// Judges `got` against `want`. The quantizer has no hidden order, so q
+    /// and d must match bit for bit in both arms; y must be bit-identical in
+    /// the EXACT arm and within [`RANDOM_RMS_REL_BOUND`] in the RANDOM arm;
+    /// the NaN counts must agree.
+    pub fn judge(data: &CaseData, arm: Arm, got: &KernelOut, want: &Reference) -> Verdict {
+        let s = &data.shape;
+        let mut q_mismatches = (0, None);
+        for (idx, (&g, &w)) in got.q.iter().zip(&want.q).enumerate() {
+            if g != w {
+                q_mismatches.0 += 1;
+                q_mismatches
+                    .1
+                    .get_or_insert((idx / s.in_f_pad(), idx % s.in_f_pad(), g, w));
+            }
+        }
+        if got.q.len() != want.q.len() {
+            q_mismatches.0 += got.q.len().abs_diff(want.q.len());
+        }
+        let d =
+            compare_f32(&got.d, &want.d, s.act_blocks()).expect("d lengths come from the shape");
+        let y = compare_f32(&got.y, &want.y, s.out_f()).expect("y lengths come from the shape");
+        Verdict {
+            arm,
+            nan: (got.nan, want.nan),
+            q_mismatches,
+            d,
+            y,
+        }
+    }
+
+    /// Whether the GEMM output passes its arm's test.
+    pub fn y_ok(&self) -> bool {
+        match self.arm {
+            Arm::Exact => self.y.bit_identical(),
+            Arm::Random => self.y.within_rms_rel(RANDOM_RMS_REL_BOUND),
+        }
+    }
+
+    /// Whether the whole case passes.
+    pub fn pass(&self) -> bool {
+        self.nan.0 == self.nan.1 as u64
+            && self.q_mismatches.0 == 0
+            && self.d.bit_identical()
+            && self.y_ok()
+    }
+}

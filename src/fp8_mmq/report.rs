@@ -1,0 +1,154 @@
+//! Reports: the gate's table row and, on divergence, a reproduction a kernel
+//! engineer can run and paste (cranelift-fuzzgen style).
+
+use super::generate::{Arm, CaseSpec, Knobs};
+use super::judge::{Verdict, RANDOM_RMS_REL_BOUND};
+use oracle::compare::Mismatch;
+use std::fmt::Write;
+
+/// The gate's table header (seed 000's columns).
+pub fn table_header() -> String {
+    format!(
+        "{:<22} {:>6} {:>12} {:>12} {:>15} {:>5} {:>6}",
+        "shape(in,out,m)", "arm", "max_abs", "rms_rel", "bit_mismatch", "nan", "codes"
+    )
+}
+
+/// One table row.
+pub fn table_row(spec: &CaseSpec, v: &Verdict, codes: usize) -> String {
+    format!(
+        "{:<22} {:>6} {:>12.3e} {:>12.3e} {:>9}/{:<5} {:>5} {:>6}  {}",
+        format!("{},{},{}", spec.in_f, spec.out_f, spec.m),
+        spec.arm.name(),
+        v.y.max_abs,
+        v.y.rms_rel,
+        v.y.bit_mismatches,
+        v.y.n,
+        v.nan.0,
+        codes,
+        if v.pass() { "PASS" } else { "FAIL" }
+    )
+}
+
+fn value(x: f32) -> String {
+    format!("{x:e} (0x{:08X})", x.to_bits())
+}
+
+fn mismatch(label: &str, m: &Mismatch, row: &str, col: &str) -> String {
+    format!(
+        "  {label}: first at ({row}={}, {col}={}): got {}, want {}\n",
+        m.row,
+        m.col,
+        value(m.got),
+        value(m.want)
+    )
+}
+
+/// The non-default knobs as command-line flags.
+pub fn knob_flags(k: &Knobs) -> String {
+    let mut s = String::new();
+    if k.every_code {
+        s.push_str(" --every-code");
+    }
+    if k.zero_blocks != 0 {
+        let _ = write!(s, " --zero-blocks {}", k.zero_blocks);
+    }
+    if k.act_exp != 0 {
+        let _ = write!(s, " --act-exp {}", k.act_exp);
+    }
+    s
+}
+
+/// The command that reruns one case.
+pub fn repro_command(spec: &CaseSpec) -> String {
+    format!(
+        "cargo run --release -- case fp8-mmq --in-f {} --out-f {} --m {} --arm {} --seed 0x{:016x}{}",
+        spec.in_f,
+        spec.out_f,
+        spec.m,
+        spec.arm.name().to_lowercase(),
+        spec.seed,
+        knob_flags(&spec.knobs)
+    )
+}
+
+/// The `CaseSpec` as a Rust literal, for a regression test.
+pub fn spec_literal(spec: &CaseSpec) -> String {
+    let mut knobs = String::new();
+    let k = &spec.knobs;
+    if k.every_code {
+        knobs.push_str("every_code: true, ");
+    }
+    if k.zero_blocks != 0 {
+        let _ = write!(knobs, "zero_blocks: {}, ", k.zero_blocks);
+    }
+    if k.act_exp != 0 {
+        let _ = write!(knobs, "act_exp: {}, ", k.act_exp);
+    }
+    format!(
+        "CaseSpec {{ in_f: {}, out_f: {}, m: {}, arm: Arm::{:?}, seed: 0x{:016x}, knobs: Knobs {{ {knobs}..Knobs::default() }} }}",
+        spec.in_f, spec.out_f, spec.m, spec.arm, spec.seed
+    )
+}
+
+/// The full divergence report: what differs, where, both values as bits
+/// and decimals, and how to reproduce it.
+pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&str>) -> String {
+    let mut r = String::new();
+    let bound = match spec.arm {
+        Arm::Exact => "bit-identical (0 differing bits)".to_string(),
+        Arm::Random => format!("rms_rel < {RANDOM_RMS_REL_BOUND:e}"),
+    };
+    let _ = writeln!(r, "fp8_mmq DIVERGENCE, kernel source: {source}");
+    let _ = writeln!(
+        r,
+        "  case: in_f={} out_f={} m={} arm={} (bound: {bound}) seed=0x{:016x}{}",
+        spec.in_f,
+        spec.out_f,
+        spec.m,
+        spec.arm.name(),
+        spec.seed,
+        knob_flags(&spec.knobs)
+    );
+    if v.nan.0 != v.nan.1 as u64 {
+        let _ = writeln!(r, "  nan count: kernel {} oracle {}", v.nan.0, v.nan.1);
+    }
+    if let (n, Some((j, k, g, w))) = v.q_mismatches {
+        let _ = writeln!(
+            r,
+            "  quantized activations: {n} codes differ; first at (row j={j}, k={k}): got 0x{g:02X}, want 0x{w:02X}"
+        );
+    }
+    if !v.d.bit_identical() {
+        let _ = write!(r, "  activation scales d: {} differ", v.d.bit_mismatches);
+        r.push('\n');
+        if let Some(m) = v.d.first_mismatch {
+            r.push_str(&mismatch("d", &m, "row j", "block"));
+        }
+    }
+    let y = &v.y;
+    let _ = writeln!(
+        r,
+        "  y: max_abs {:e}, rms_rel {:e}, nmse {:e}, {}/{} bit patterns differ, {} non-finite",
+        y.max_abs, y.rms_rel, y.nmse, y.bit_mismatches, y.n, y.non_finite
+    );
+    if let Some(m) = y.first_non_finite {
+        r.push_str(&mismatch("non-finite y", &m, "row j", "col i"));
+    }
+    if let Some(m) = y.first_mismatch {
+        r.push_str(&mismatch("y", &m, "row j", "col i"));
+    }
+    let _ = writeln!(r, "reproduce:\n  {}", repro_command(spec));
+    if let Some(a) = artifact {
+        let _ = writeln!(r, "  cargo fuzz run fp8_mmq {a}");
+    }
+    let _ = writeln!(
+        r,
+        "regression test (paste into tests/fp8_mmq_regressions.rs):\n\
+         #[test]\n#[ignore = \"needs a CUDA device\"]\n\
+         fn fp8_mmq_seed_{:016x}() {{\n    kernel_oracle::fp8_mmq::check(&{});\n}}",
+        spec.seed,
+        spec_literal(spec)
+    );
+    r
+}

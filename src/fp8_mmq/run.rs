@@ -1,0 +1,93 @@
+//! The runner: one case through the CUDA kernels, and the verdict.
+
+use super::generate::{Arm, CaseData};
+use super::judge::{reference, KernelOut, Reference, Verdict};
+use device::cuda::{DeviceError, Engine};
+use std::sync::OnceLock;
+
+/// The process's CUDA engine on device 0, with guard bands on every output
+/// (an out-of-bounds write fails the case even when the values look
+/// right). The kernel source is the candidate named by
+/// `KERNEL_ORACLE_FP8_MMQ_CU`, else the builtin `cu/fp8_mmq.cu`.
+///
+/// # Errors
+/// Why no engine could be made (no driver, no NVRTC, no device, the source
+/// does not compile), as a message; the same message on every call.
+pub fn engine() -> Result<&'static Engine, String> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut e = Engine::new(0).map_err(|e| e.to_string())?;
+            e.set_guards(true);
+            Ok(e)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// How a case ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The dispatch precondition refused the weights (rule `NAN-W`): the
+    /// device counted this many NaN-magnitude codes. Not compared.
+    Refused {
+        /// NaN-magnitude weight codes.
+        count: u64,
+    },
+    /// The kernels ran; the verdict says whether they agree.
+    Judged(Box<Verdict>),
+}
+
+/// Runs `data` through the NaN count, the quantizer and the MMQ, downloads
+/// everything and judges it against the oracle.
+///
+/// # Panics
+/// On a driver error, an argument the shim refuses (the case library only
+/// makes valid ones) or a clobbered guard band: each is a bug.
+pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
+    run_case_with_reference(engine, data, arm, &reference(data))
+}
+
+/// [`run_case`] with the oracle's answer already computed.
+///
+/// # Panics
+/// As [`run_case`]; also if the kernel's NaN count disagrees with the
+/// oracle's on a refused case.
+pub fn run_case_with_reference(
+    engine: &Engine,
+    data: &CaseData,
+    arm: Arm,
+    want: &Reference,
+) -> Outcome {
+    match kernel_out(engine, data) {
+        Ok(got) => Outcome::Judged(Box::new(Verdict::judge(data, arm, &got, want))),
+        Err(DeviceError::NanWeights { count }) => {
+            assert_eq!(
+                count, want.nan as u64,
+                "the device and the oracle count NaN weight codes differently"
+            );
+            Outcome::Refused { count }
+        }
+        Err(e) => panic!(
+            "fp8_mmq: the device failed on a valid case ({}): {e}",
+            engine.kernel_source()
+        ),
+    }
+}
+
+fn kernel_out(engine: &Engine, data: &CaseData) -> Result<KernelOut, DeviceError> {
+    let s = &data.shape;
+    let w = engine.upload(&data.w)?;
+    let scales = engine.upload(&data.scales)?;
+    let x = engine.upload(&data.x)?;
+    let nan = engine.nan_count(&w)?;
+    let checked = engine.check_weights(&w)?;
+    let (q, d) = engine.quantize(&x, s)?;
+    let y = engine.mmq(&checked, &scales, &q, &d, s)?;
+    Ok(KernelOut {
+        nan,
+        q: engine.download(&q)?,
+        d: engine.download(&d)?,
+        y: engine.download(&y)?,
+    })
+}

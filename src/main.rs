@@ -1,0 +1,195 @@
+//! `kernel-oracle`: the gates and single-case reproductions.
+//!
+//! ```text
+//! kernel-oracle check fp8-mmq [IN_F OUT_F M]     the seed's battery, or one shape
+//! kernel-oracle case fp8-mmq --in-f .. --out-f .. --m .. --arm exact|rand --seed 0x..
+//! ```
+//! Exit status: 0 all green, 1 any failure, 2 cannot run (no CUDA device,
+//! bad arguments).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kernel_oracle::fp8_mmq::{self, gate, report, Arm, CaseSpec, Knobs, Outcome};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "kernel-oracle",
+    version,
+    about = "Checks GPU inference kernels against the core oracle"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a gate (a deterministic battery) and print its table.
+    Check {
+        #[command(subcommand)]
+        gate: Gate,
+    },
+    /// Run one case (the reproduction printed by a fuzzer or a gate).
+    Case {
+        #[command(subcommand)]
+        case: Case,
+    },
+}
+
+#[derive(Subcommand)]
+enum Gate {
+    /// The FP8 per-block MMQ gate (seed 000): nine ragged shapes, EXACT and
+    /// RAND arms, NaN precondition, e4m3 code coverage.
+    Fp8Mmq {
+        /// With OUT_F and M: check this one shape instead of the battery.
+        in_f: Option<usize>,
+        /// Output features.
+        out_f: Option<usize>,
+        /// Activation rows.
+        m: Option<usize>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ArmArg {
+    Exact,
+    Rand,
+}
+
+#[derive(Subcommand)]
+enum Case {
+    /// One FP8 MMQ case.
+    Fp8Mmq {
+        #[arg(long)]
+        in_f: usize,
+        #[arg(long)]
+        out_f: usize,
+        #[arg(long)]
+        m: usize,
+        #[arg(long, value_enum)]
+        arm: ArmArg,
+        /// splitmix64 seed, decimal or 0x-hex.
+        #[arg(long, value_parser = parse_u64)]
+        seed: u64,
+        #[arg(long)]
+        every_code: bool,
+        #[arg(long, default_value_t = 0)]
+        zero_blocks: u8,
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        act_exp: i8,
+    },
+}
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|e| format!("{s:?} is not a u64: {e}"))
+}
+
+/// The CUDA engine, or the message to print and exit 2 with.
+fn engine_or_exit() -> Result<&'static device::cuda::Engine, ExitCode> {
+    fp8_mmq::engine().map_err(|msg| {
+        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
+        ExitCode::from(2)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check {
+            gate: Gate::Fp8Mmq { in_f, out_f, m },
+        } => {
+            let shapes = match (in_f, out_f, m) {
+                (None, None, None) => gate::BATTERY.to_vec(),
+                (Some(a), Some(b), Some(c)) => vec![(a, b, c)],
+                _ => {
+                    eprintln!("kernel-oracle: give all of IN_F OUT_F M, or none for the battery");
+                    return ExitCode::from(2);
+                }
+            };
+            let engine = match engine_or_exit() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            if gate::run(engine, &shapes).failures == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Case {
+            case:
+                Case::Fp8Mmq {
+                    in_f,
+                    out_f,
+                    m,
+                    arm,
+                    seed,
+                    every_code,
+                    zero_blocks,
+                    act_exp,
+                },
+        } => {
+            let arm = match arm {
+                ArmArg::Exact => Arm::Exact,
+                ArmArg::Rand => Arm::Random,
+            };
+            let spec = CaseSpec {
+                in_f,
+                out_f,
+                m,
+                arm,
+                seed,
+                knobs: Knobs {
+                    every_code,
+                    zero_blocks,
+                    act_exp,
+                },
+            };
+            let data = match spec.generate() {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("kernel-oracle: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let engine = match engine_or_exit() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            println!("kernel source: {}", engine.kernel_source());
+            println!("{}", report::table_header());
+            match fp8_mmq::run::run_case(engine, &data, arm) {
+                Outcome::Judged(v) => {
+                    println!(
+                        "{}",
+                        report::table_row(&spec, &v, gate::code_coverage(&data.w, &[]))
+                    );
+                    if v.pass() {
+                        ExitCode::SUCCESS
+                    } else {
+                        print!(
+                            "{}",
+                            report::divergence(
+                                &spec,
+                                &v,
+                                &engine.kernel_source().to_string(),
+                                None
+                            )
+                        );
+                        ExitCode::from(1)
+                    }
+                }
+                Outcome::Refused { count } => {
+                    println!(
+                        "refused by the dispatch precondition: {count} NaN-magnitude weight codes"
+                    );
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}

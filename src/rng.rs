@@ -1,0 +1,32 @@
+//! splitmix64: the deterministic generator every case is drawn from, so a
+//! seed printed in a report regenerates the same bytes on any host.
+
+/// splitmix64 (Steele, Lea, Flood 2014), as in seed 000's `Rng`.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// 8 random bits (bits 33..41 of the next draw, as the seed takes them).
+    pub fn u8(&mut self) -> u8 {
+        (self.next_u64() >> 33) as u8
+    }
+
+    /// A uniform value in `[0, 1)` with 24 random bits.
+    pub fn f01(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32) / (1u32 << 24) as f32
+    }
+
+    /// A uniform index in `0..n` (n >= 1), by modulo (bias irrelevant here).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
