@@ -34,12 +34,30 @@ enum Command {
         #[command(subcommand)]
         case: Case,
     },
+    /// Write a planted-bug candidate kernel (the builtin source with one
+    /// bug), to show that the gate and the fuzzer catch it.
+    Mutant {
+        #[command(subcommand)]
+        mutant: MutantCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum MutantCmd {
+    /// A mutant of cu/fp8_mmq.cu; without NAME, list them.
+    Fp8Mmq {
+        /// The mutant's name.
+        name: Option<String>,
+        /// Where to write the candidate .cu file.
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
 enum Gate {
-    /// The FP8 per-block MMQ gate (seed 000): nine ragged shapes, EXACT and
-    /// RAND arms, NaN precondition, e4m3 code coverage.
+    /// The FP8 per-block MMQ gate (seed 000): nine ragged shapes, EXACT,
+    /// FOLD and RAND arms, NaN precondition, e4m3 code coverage.
     Fp8Mmq {
         /// With OUT_F and M: check this one shape instead of the battery.
         in_f: Option<usize>,
@@ -53,6 +71,7 @@ enum Gate {
 #[derive(Clone, Copy, ValueEnum)]
 enum ArmArg {
     Exact,
+    Fold,
     Rand,
 }
 
@@ -96,9 +115,44 @@ fn engine_or_exit() -> Result<&'static device::cuda::Engine, ExitCode> {
     })
 }
 
+fn mutant(name: Option<String>, output: Option<std::path::PathBuf>) -> ExitCode {
+    use kernel_oracle::fp8_mmq::mutants::{apply, by_name, MUTANTS};
+    let Some(name) = name else {
+        for m in &MUTANTS {
+            println!("{:<24} {}", m.name, m.what);
+        }
+        return ExitCode::SUCCESS;
+    };
+    let Some(m) = by_name(&name) else {
+        eprintln!("kernel-oracle: no mutant {name:?}; `kernel-oracle mutant fp8-mmq` lists them");
+        return ExitCode::from(2);
+    };
+    let text = match apply(m, device::cuda::BUILTIN_FP8_MMQ_CU) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("kernel-oracle: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let path = output.unwrap_or_else(|| format!("fp8_mmq-{name}.cu").into());
+    if let Err(e) = std::fs::write(&path, text) {
+        eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    println!("{}: {}", path.display(), m.what);
+    println!(
+        "run: KERNEL_ORACLE_FP8_MMQ_CU={} kernel-oracle check fp8-mmq",
+        path.display()
+    );
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Mutant {
+            mutant: MutantCmd::Fp8Mmq { name, output },
+        } => mutant(name, output),
         Command::Check {
             gate: Gate::Fp8Mmq { in_f, out_f, m },
         } => {
@@ -135,6 +189,7 @@ fn main() -> ExitCode {
         } => {
             let arm = match arm {
                 ArmArg::Exact => Arm::Exact,
+                ArmArg::Fold => Arm::Fold,
                 ArmArg::Rand => Arm::Random,
             };
             let spec = CaseSpec {

@@ -7,7 +7,7 @@ use kernel_oracle::fp8_mmq::{engine, gate};
 fn fp8_mmq_gate_battery_is_all_green() {
     let engine = engine().unwrap_or_else(|e| panic!("no CUDA device: {e}"));
     let result = gate::run(engine, &gate::BATTERY);
-    assert_eq!(result.rows, 2 * gate::BATTERY.len());
+    assert_eq!(result.rows, 3 * gate::BATTERY.len());
     assert_eq!(result.codes_max, gate::LEGAL_CODES);
     assert_eq!(result.failures, 0, "see the table above");
 }

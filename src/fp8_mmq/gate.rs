@@ -1,6 +1,6 @@
-//! The fp8-mmq gate (seed 000's `fp8-mmq-check`): the ragged battery, both
-//! arms, the NaN precondition and the e4m3 code coverage, all gated by
-//! counts.
+//! The fp8-mmq gate (seed 000's `fp8-mmq-check`): the ragged battery, the
+//! seed's EXACT and RAND arms plus the FOLD arm (see [`Arm::Fold`]), the NaN
+//! precondition and the e4m3 code coverage, all gated by counts.
 
 use super::generate::{Arm, CaseSpec};
 use super::judge::reference;
@@ -44,7 +44,7 @@ pub fn code_coverage(w: &[u8], q: &[u8]) -> usize {
     seen.iter().filter(|s| **s).count()
 }
 
-/// Runs both arms on every shape, printing the seed's table, the coverage
+/// Runs every arm on every shape, printing the seed's table, the coverage
 /// line and the verdict; each failing row also prints its reproduction.
 pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     let mut g = GateResult::default();
@@ -52,7 +52,7 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     println!("device: {}", engine.device_name());
     println!("{}", report::table_header());
     for &(in_f, out_f, m) in shapes {
-        for arm in [Arm::Exact, Arm::Random] {
+        for arm in [Arm::Exact, Arm::Fold, Arm::Random] {
             let spec = CaseSpec::battery(in_f, out_f, m, arm);
             g.rows += 1;
             let data = match spec.generate() {
@@ -64,7 +64,7 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
                 }
             };
             let want = reference(&data);
-            let codes = code_coverage(&data.w, &want.q);
+            let codes = code_coverage(&data.w, data.qd.as_ref().map_or(&want.q, |(q, _)| q));
             g.codes_max = g.codes_max.max(codes);
             match run_case_with_reference(engine, &data, arm, &want) {
                 Outcome::Judged(v) => {
@@ -105,7 +105,9 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     }
     println!();
     if g.failures == 0 {
-        println!("=== fp8-mmq-check ALL GREEN (EXACT arm bit-identical, RAND arm < 1e-5 of RMS, {LEGAL_CODES}/{LEGAL_CODES} codes) ===");
+        println!(
+            "=== fp8-mmq-check ALL GREEN (EXACT and FOLD arms bit-identical, RAND arm < 1e-5 of RMS, {LEGAL_CODES}/{LEGAL_CODES} codes) ==="
+        );
     } else {
         println!("=== fp8-mmq-check {} FAILURES ===", g.failures);
     }

@@ -17,6 +17,19 @@ pub enum Arm {
     /// Random legal e4m3 weight codes, scales in [0.002, 0.502), activations
     /// uniform in [-1, 1): compared with `rms_rel < 1e-5`.
     Random,
+    /// The GEMM's own arithmetic, bit for bit with real scales: integer
+    /// weight codes as in EXACT, and the GEMM's activation operand given
+    /// directly (integer codes, also in the padding beyond in_f, with
+    /// random activation scales d) instead of through the quantizer. Every
+    /// block accumulator c is then an exact integer (|c| <= 128 * 8 * 8), so
+    /// the hidden order inside one MMA cannot matter, while the fold
+    /// `sum + (s * d) * c` with real scales rounds at every step: the kernel
+    /// must follow the contract's fold order and rounding exactly (no FMA,
+    /// no other association, blocks in increasing order), and must zero-fill
+    /// the weights' k tail, since the activation codes there are not zero.
+    /// The quantizer still runs on random activations and is compared bit
+    /// for bit. (Not in seed 000, which cannot see a fused fold.)
+    Fold,
 }
 
 impl Arm {
@@ -25,6 +38,7 @@ impl Arm {
         match self {
             Arm::Exact => "EXACT",
             Arm::Random => "RAND",
+            Arm::Fold => "FOLD",
         }
     }
 }
@@ -73,6 +87,10 @@ pub struct CaseData {
     pub scales: Vec<f32>,
     /// Activations `[m x in_f]`.
     pub x: Vec<f32>,
+    /// The GEMM's activation operand given directly, `(q [m x in_f_pad],
+    /// d [m x in_f_pad/128])` (FOLD arm); `None` means the quantizer's
+    /// output of `x`.
+    pub qd: Option<(Vec<u8>, Vec<f32>)>,
 }
 
 /// e4m3 codes whose decoded value is a small integer in [-8, 8] (EXACT arm):
@@ -90,6 +108,7 @@ impl CaseSpec {
         let seed = match arm {
             Arm::Exact => 0xC0FFEE_u64 ^ (in_f as u64).wrapping_mul(7919),
             Arm::Random => 0xBADC0DE_u64 ^ (out_f as u64).wrapping_mul(104729),
+            Arm::Fold => 0xF01D_u64 ^ (m as u64).wrapping_mul(15485863),
         };
         CaseSpec {
             in_f,
@@ -110,10 +129,11 @@ impl CaseSpec {
         let mut rng = Rng(self.seed);
         let (in_f, m) = (self.in_f, self.m);
         let exact = self.arm == Arm::Exact;
+        let int_weights = self.arm != Arm::Random;
 
         let mut w = vec![0u8; shape.weight_len()];
         for (idx, b) in w.iter_mut().enumerate() {
-            *b = if exact {
+            *b = if int_weights {
                 INT_CODES[rng.u8() as usize % INT_CODES.len()]
             } else if self.knobs.every_code {
                 legal_code(idx)
@@ -170,11 +190,21 @@ impl CaseSpec {
                 }
             }
         }
+        let qd = (self.arm == Arm::Fold).then(|| {
+            let q = (0..shape.q_len())
+                .map(|_| INT_CODES[rng.u8() as usize % INT_CODES.len()])
+                .collect();
+            let d = (0..shape.d_len())
+                .map(|_| (0.25 + rng.f01()) / 448.0)
+                .collect();
+            (q, d)
+        });
         Ok(CaseData {
             shape,
             w,
             scales,
             x,
+            qd,
         })
     }
 }

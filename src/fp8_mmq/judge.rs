@@ -16,11 +16,12 @@ pub const RANDOM_RMS_REL_BOUND: f64 = 1e-5;
 pub struct Reference {
     /// NaN-magnitude weight codes (the dispatch precondition; 0 to compute).
     pub nan: usize,
-    /// Quantized activations `[m x in_f_pad]`.
+    /// The quantizer's codes for `x`, `[m x in_f_pad]`.
     pub q: Vec<u8>,
-    /// Activation scales `[m x in_f_pad/128]`.
+    /// The quantizer's scales for `x`, `[m x in_f_pad/128]`.
     pub d: Vec<f32>,
-    /// GEMM output `[m x out_f]`.
+    /// GEMM output `[m x out_f]` (from the direct operand when the case
+    /// has one, else from `q` and `d`).
     pub y: Vec<f32>,
 }
 
@@ -43,8 +44,12 @@ pub fn reference(data: &CaseData) -> Reference {
     let mut q = vec![0u8; s.q_len()];
     let mut d = vec![0f32; s.d_len()];
     quantize_activations(s, &data.x, &mut q, &mut d).expect("lengths come from the shape");
+    let (gq, gd) = match &data.qd {
+        Some((q, d)) => (q, d),
+        None => (&q, &d),
+    };
     let mut y = vec![0f32; s.out_len()];
-    mmq_v2_fast(s, &data.w, &data.scales, &q, &d, &mut y).expect("lengths come from the shape");
+    mmq_v2_fast(s, &data.w, &data.scales, gq, gd, &mut y).expect("lengths come from the shape");
     Reference {
         nan: count_nan_magnitude(&data.w),
         q,
@@ -73,8 +78,8 @@ pub struct Verdict {
 
 impl Verdict {
     /// Judges `got` against `want`. The quantizer has no hidden order, so q
-    /// and d must match bit for bit in both arms; y must be bit-identical in
-    /// the EXACT arm and within [`RANDOM_RMS_REL_BOUND`] in the RANDOM arm;
+    /// and d must match bit for bit in every arm; y must be bit-identical in
+    /// the EXACT and FOLD arms and within [`RANDOM_RMS_REL_BOUND`] in the RANDOM arm;
     /// the NaN counts must agree.
     pub fn judge(data: &CaseData, arm: Arm, got: &KernelOut, want: &Reference) -> Verdict {
         let s = &data.shape;
@@ -105,7 +110,7 @@ impl Verdict {
     /// Whether the GEMM output passes its arm's test.
     pub fn y_ok(&self) -> bool {
         match self.arm {
-            Arm::Exact => self.y.bit_identical(),
+            Arm::Exact | Arm::Fold => self.y.bit_identical(),
             Arm::Random => self.y.within_rms_rel(RANDOM_RMS_REL_BOUND),
         }
     }

@@ -13,6 +13,7 @@ pub mod fast;
 pub mod gate;
 pub mod generate;
 pub mod judge;
+pub mod mutants;
 pub mod report;
 pub mod run;
 

@@ -96,7 +96,7 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
 pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&str>) -> String {
     let mut r = String::new();
     let bound = match spec.arm {
-        Arm::Exact => "bit-identical (0 differing bits)".to_string(),
+        Arm::Exact | Arm::Fold => "bit-identical (0 differing bits)".to_string(),
         Arm::Random => format!("rms_rel < {RANDOM_RMS_REL_BOUND:e}"),
     };
     let _ = writeln!(r, "fp8_mmq DIVERGENCE, kernel source: {source}");

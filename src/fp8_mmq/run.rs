@@ -83,7 +83,16 @@ fn kernel_out(engine: &Engine, data: &CaseData) -> Result<KernelOut, DeviceError
     let nan = engine.nan_count(&w)?;
     let checked = engine.check_weights(&w)?;
     let (q, d) = engine.quantize(&x, s)?;
-    let y = engine.mmq(&checked, &scales, &q, &d, s)?;
+    let y = match &data.qd {
+        Some((gq, gd)) => engine.mmq(
+            &checked,
+            &scales,
+            &engine.upload(gq)?,
+            &engine.upload(gd)?,
+            s,
+        )?,
+        None => engine.mmq(&checked, &scales, &q, &d, s)?,
+    };
     Ok(KernelOut {
         nan,
         q: engine.download(&q)?,

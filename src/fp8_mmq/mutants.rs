@@ -1,0 +1,77 @@
+//! Planted bugs: candidate kernels made from the builtin `cu/fp8_mmq.cu` by
+//! one textual change each, so that the gate and the fuzzers can be shown
+//! to catch a wrong kernel (and how fast), not only to pass a right one.
+//!
+//! `kernel-oracle mutant fp8-mmq NAME -o FILE` writes one; point
+//! `KERNEL_ORACLE_FP8_MMQ_CU` at the file and run the gate or the fuzzer.
+//! A test checks that every anchor still occurs exactly once in the builtin
+//! source, so a rewrite of the kernel that moves an anchor fails loudly
+//! instead of silently producing an unchanged "mutant".
+
+use super::generate::Arm;
+
+/// One planted bug.
+#[derive(Clone, Copy, Debug)]
+pub struct Mutant {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// What the bug does to the arithmetic.
+    pub what: &'static str,
+    /// The text replaced (must occur exactly once in the builtin source).
+    pub find: &'static str,
+    /// Its replacement.
+    pub replace: &'static str,
+    /// The gate arms expected to catch it (at least one shape fails).
+    pub caught_by: &'static [Arm],
+}
+
+/// The planted bugs.
+pub const MUTANTS: [Mutant; 4] = [
+    Mutant {
+        name: "drop-k-tail",
+        what: "iterates over floor(in_f/128) scale blocks: the partial last block (the k tail) is dropped",
+        find: "const int nblk = (in_f + BLOCK_K - 1) / BLOCK_K; /* scols */",
+        replace: "const int nblk = in_f / BLOCK_K; /* scols */",
+        caught_by: &[Arm::Fold, Arm::Random],
+    },
+    Mutant {
+        name: "fold-association",
+        what: "folds as s * (d * c) instead of (s * d) * c: one rounding in another place",
+        find: "c[a][b][0] = __fmul_rn(sd0, c[a][b][0]);",
+        replace: "c[a][b][0] = __fmul_rn(s_blk, __fmul_rn(dcol[jl], c[a][b][0]));",
+        caught_by: &[Arm::Fold],
+    },
+    Mutant {
+        name: "k-tail-not-zero-filled",
+        what: "on unaligned rows, the last 16-byte chunk of a weight row reads past in_f (into the next row) instead of zeros",
+        find: "nvalid = nvalid < 0 ? 0 : (nvalid > 16 ? 16 : nvalid);",
+        replace: "nvalid = nvalid < 0 ? 0 : 16;",
+        caught_by: &[Arm::Fold],
+    },
+    Mutant {
+        name: "first-scale-row",
+        what: "every output row reads scale-grid row 0",
+        find: "const float *s_row = s + (u64)(row0 / 128) * (u64)nblk;",
+        replace: "const float *s_row = s;",
+        caught_by: &[Arm::Exact, Arm::Fold, Arm::Random],
+    },
+];
+
+/// The mutant called `name`.
+pub fn by_name(name: &str) -> Option<&'static Mutant> {
+    MUTANTS.iter().find(|m| m.name == name)
+}
+
+/// `source` with `mutant` planted.
+///
+/// # Errors
+/// A message if the anchor does not occur exactly once in `source`.
+pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
+    match source.matches(mutant.find).count() {
+        1 => Ok(source.replacen(mutant.find, mutant.replace, 1)),
+        n => Err(format!(
+            "mutant {}: its anchor occurs {n} times in the source (want exactly 1): {:?}",
+            mutant.name, mutant.find
+        )),
+    }
+}

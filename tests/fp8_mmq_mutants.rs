@@ -1,0 +1,63 @@
+//! Planted bugs must stay plantable (CPU) and must be caught (GPU).
+
+use device::cuda::{compile, Engine, KernelSource, BUILTIN_FP8_MMQ_CU};
+use kernel_oracle::fp8_mmq::mutants::{apply, MUTANTS};
+use kernel_oracle::fp8_mmq::{run, CaseSpec, Outcome};
+
+fn write_mutant(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kernel-oracle-mutants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.cu"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every anchor occurs exactly once in the builtin kernel, and every mutant
+/// still compiles (NVRTC, sm_90, no GPU), so it reaches the gate as a
+/// wrong kernel rather than as a compile error.
+#[test]
+fn every_mutant_applies_once_and_compiles() {
+    for m in &MUTANTS {
+        let text = apply(m, BUILTIN_FP8_MMQ_CU).unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(text, BUILTIN_FP8_MMQ_CU);
+        let src = KernelSource::from_file(&write_mutant(m.name, &text)).unwrap();
+        compile(&src, "sm_90")
+            .unwrap_or_else(|e| panic!("mutant {} does not compile: {e}", m.name));
+    }
+}
+
+/// Each mutant fails at least one battery shape in each arm it claims.
+#[test]
+#[ignore = "needs a CUDA device (sm_89 or later)"]
+fn every_mutant_is_caught_by_the_gate() {
+    // The ragged battery shapes small enough to run all arms quickly.
+    let shapes = [
+        (144, 128, 128),
+        (272, 136, 40),
+        (128, 200, 128),
+        (384, 320, 96),
+        (5120, 1536, 1),
+    ];
+    for m in &MUTANTS {
+        let text = apply(m, BUILTIN_FP8_MMQ_CU).unwrap();
+        let src = KernelSource::from_file(&write_mutant(m.name, &text)).unwrap();
+        let mut engine = Engine::with_source(0, src).unwrap();
+        engine.set_guards(true);
+        for &arm in m.caught_by {
+            let failed = shapes.iter().any(|&(in_f, out_f, mm)| {
+                let data = CaseSpec::battery(in_f, out_f, mm, arm).generate().unwrap();
+                match run::run_case(&engine, &data, arm) {
+                    Outcome::Judged(v) => !v.pass(),
+                    Outcome::Refused { .. } => false,
+                }
+            });
+            assert!(
+                failed,
+                "mutant {} ({}) passed every {} shape",
+                m.name,
+                m.what,
+                arm.name()
+            );
+        }
+    }
+}
