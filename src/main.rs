@@ -56,7 +56,7 @@ enum MutantCmd {
 
 #[derive(Subcommand)]
 enum Gate {
-    /// The FP8 per-block MMQ gate (seed 000): nine ragged shapes, EXACT,
+    /// The FP8 per-block MMQ gate (seed 000): the seed's nine ragged shapes and one more, EXACT,
     /// FOLD and RAND arms, NaN precondition, e4m3 code coverage.
     Fp8Mmq {
         /// With OUT_F and M: check this one shape instead of the battery.
