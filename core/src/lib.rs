@@ -18,6 +18,7 @@
 //! - [`round`]: the one round-to-nearest-even-and-pack routine.
 //! - [`fp8`], [`e4m3`], [`e5m2`], [`f16`](mod@f16), [`bf16`]: the float codecs.
 //! - [`fp8_mmq`]: the v2 per-block FP8 GEMM (seed 000).
+//! - [`moe_tables`]: the MoE verify-rows pointer and scale tables (seed 002).
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! Features: `alloc` (off by default) adds `Vec`-returning conveniences; the
@@ -37,4 +38,5 @@ pub mod e5m2;
 pub mod f16;
 pub mod fp8;
 pub mod fp8_mmq;
+pub mod moe_tables;
 pub mod round;
