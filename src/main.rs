@@ -96,6 +96,8 @@ enum Case {
         zero_blocks: u8,
         #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         act_exp: i8,
+        #[arg(long, default_value_t = 0)]
+        nan_codes: u8,
     },
 }
 
@@ -185,6 +187,7 @@ fn main() -> ExitCode {
                     every_code,
                     zero_blocks,
                     act_exp,
+                    nan_codes,
                 },
         } => {
             let arm = match arm {
@@ -202,6 +205,7 @@ fn main() -> ExitCode {
                     every_code,
                     zero_blocks,
                     act_exp,
+                    nan_codes,
                 },
             };
             let data = match spec.generate() {
@@ -239,10 +243,11 @@ fn main() -> ExitCode {
                     }
                 }
                 Outcome::Refused { count } => {
+                    // run_case has checked the count against the oracle's.
                     println!(
-                        "refused by the dispatch precondition: {count} NaN-magnitude weight codes"
+                        "refused by the dispatch precondition (rule NAN-W): {count} NaN-magnitude weight codes, as the oracle counts"
                     );
-                    ExitCode::from(1)
+                    ExitCode::SUCCESS
                 }
             }
         }

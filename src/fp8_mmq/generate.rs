@@ -57,6 +57,10 @@ pub struct Knobs {
     /// quantizer's `amax / 448` and `448 / amax`. Kept in [-100, 100] so no
     /// block reaches `QUANT-TINY`.
     pub act_exp: i8,
+    /// Weight codes overwritten with a NaN magnitude (`0x7F`/`0xFF`, at
+    /// random places, possibly the same place twice): the dispatch
+    /// precondition must refuse the case with the exact count (rule NAN-W).
+    pub nan_codes: u8,
 }
 
 /// One FP8 MMQ case: a shape, an arm, a seed for the data, and knobs.
@@ -190,6 +194,10 @@ impl CaseSpec {
                 }
             }
         }
+        for _ in 0..self.knobs.nan_codes {
+            let at = rng.below(w.len());
+            w[at] = if rng.u8() & 1 == 0 { 0x7F } else { 0xFF };
+        }
         let qd = (self.arm == Arm::Fold).then(|| {
             let q = (0..shape.q_len())
                 .map(|_| INT_CODES[rng.u8() as usize % INT_CODES.len()])
@@ -268,6 +276,11 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             } else {
                 0
             },
+            nan_codes: if u.ratio(1, 16)? {
+                u.int_in_range(1..=3)?
+            } else {
+                0
+            },
         };
         Ok(CaseSpec {
             in_f,
@@ -279,9 +292,9 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         })
     }
 
-    /// At most 3 bytes per dimension, 4 for the arm, 8 for the seed, 5 for
+    /// At most 3 bytes per dimension, 4 for the arm, 8 for the seed, 7 for
     /// the knobs (bolero sizes its inputs from this).
     fn size_hint(_depth: usize) -> (usize, Option<usize>) {
-        (3, Some(3 * 3 + 4 + 8 + 5))
+        (3, Some(3 * 3 + 4 + 8 + 7))
     }
 }

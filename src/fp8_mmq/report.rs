@@ -56,6 +56,9 @@ pub fn knob_flags(k: &Knobs) -> String {
     if k.act_exp != 0 {
         let _ = write!(s, " --act-exp {}", k.act_exp);
     }
+    if k.nan_codes != 0 {
+        let _ = write!(s, " --nan-codes {}", k.nan_codes);
+    }
     s
 }
 
@@ -84,6 +87,9 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
     }
     if k.act_exp != 0 {
         let _ = write!(knobs, "act_exp: {}, ", k.act_exp);
+    }
+    if k.nan_codes != 0 {
+        let _ = write!(knobs, "nan_codes: {}, ", k.nan_codes);
     }
     format!(
         "CaseSpec {{ in_f: {}, out_f: {}, m: {}, arm: Arm::{:?}, seed: 0x{:016x}, knobs: Knobs {{ {knobs}..Knobs::default() }} }}",
