@@ -12,11 +12,11 @@ fn write_mutant(name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
-/// Every anchor occurs exactly once in the builtin kernel, and every mutant
+/// Every anchor occurs in the builtin kernel, and every mutant
 /// still compiles (NVRTC, sm_90, no GPU), so it reaches the gate as a
 /// wrong kernel rather than as a compile error.
 #[test]
-fn every_mutant_applies_once_and_compiles() {
+fn every_mutant_applies_and_compiles() {
     for m in &MUTANTS {
         let text = apply(m, BUILTIN_FP8_MMQ_CU).unwrap_or_else(|e| panic!("{e}"));
         assert_ne!(text, BUILTIN_FP8_MMQ_CU);
