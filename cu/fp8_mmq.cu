@@ -2,7 +2,9 @@
  * cu/fp8_mmq.cu -- the v2 per-block FP8 GEMM ("MMQ", seed 000) for sm_89+.
  *
  * Compiled at run time by NVRTC (device::cuda) with
- *     --gpu-architecture=sm_XY  (the device's compute capability, XY >= 89)
+ *     --gpu-architecture=sm_XY  (the device's compute capability, XY >= 89;
+ *                                sm_90a on 9.0: the wgmma variants k9..k14
+ *                                exist only when __CUDA_ARCH_FEAT_SM90_ALL)
  *     --fmad=false  --ftz=false --prec-div=true --prec-sqrt=true  -default-device
  * and no include path: this file includes no header. A candidate .cu file
  * that exports the same ABI can replace it (KERNEL_ORACLE_FP8_MMQ_CU=<path>);
@@ -89,7 +91,8 @@
  *             CV = 0), or eight mma.sync m16n8k16 f16 on the same codes
  *             converted exactly to f16 (CV = 1; on sm_90 the e4m3 mma.sync
  *             is itself emulated by ptxas with this conversion and f16 MMAs,
- *             per instruction). Every product is exact in f32; the order of
+ *             per instruction), or eight wgmma m64nNk16 f32.f16.f16 on the
+ *             converted codes (k9..k14, sm_90a). Every product is exact in f32; the order of
  *             the additions inside the block is the hardware's and is not
  *             specified (the EXACT arm makes it irrelevant);
  *             w[i, k] for k >= in_f reads as 0x00 (the k tail is zero-filled);
@@ -201,6 +204,52 @@ struct VariantCfg {
     int bm, bn, wm, wn, wk, st, cv, gr;
 };
 
+/* wgmma variants (sm_90a only: compiled, exported and planned only when
+ * the target has the sm_90a features; see "4b. MMQ with wgmma" below).
+ * Each is one instantiation of wg_body:
+ *   NWG   consumer warpgroups, each owning 64 out_f rows: BM = 64 * NWG
+ *   BN    tokens per CTA (the wgmma N, or twice it with HS)
+ *   ST    cp.async stages of raw e4m3 tiles
+ *   HS    1: two wgmma groups per block (token halves); the first half's
+ *            fold overlaps the second half's MMAs
+ *   AS    0: A (weights) from registers (ldmatrix of e4m3, converted);
+ *         1: A from shared memory, converted like B
+ *   GR    0, or rasterise CTAs in groups of GR out_f tiles
+ * Variant k<9 + i> is W<i>. */
+#define W0 2, 48, 4, 1, 0, 0
+#define W1 2, 64, 4, 1, 0, 0
+#define W2 2, 128, 3, 1, 0, 8
+#define W3 2, 48, 4, 0, 0, 0
+#define W4 2, 96, 3, 1, 0, 0
+#define W5 2, 128, 3, 0, 0, 8
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define HAVE_WGMMA 1
+#define N_WG_VARIANTS 6
+#else
+#define HAVE_WGMMA 0
+#define N_WG_VARIANTS 0
+#endif
+#define N_ALL_VARIANTS (N_VARIANTS + N_WG_VARIANTS)
+
+struct WgCfg {
+    int nwg, bn, st, hs, as, gr;
+};
+
+/* Raw (e4m3) stage of a wgmma variant: A BM x 128, B BN x 128, BN
+ * activation scales, one weight scale (padded to 16); rounded up to 128. */
+static __host__ __device__ constexpr u32 wg_stage_bytes(int nwg, int bn) {
+    return (u32)(((64 * nwg + bn) * BLOCK_K + bn * 4 + 16 + 127) / 128 * 128);
+}
+
+/* Dynamic shared memory of a wgmma variant: 1024 bytes of alignment slack,
+ * two f16 B tiles (BN x 256 bytes each), two f16 A tiles when AS, the raw
+ * stages, and the scale ring (2 x (BN + 4) floats). */
+static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs, int as, int gr) {
+    return 1024u + 2u * (u32)bn * 256u + (as ? 2u * (u32)(64 * nwg) * 256u : 0u) + (u32)st * wg_stage_bytes(nwg, bn) +
+           2u * (u32)(bn + 4) * 4u;
+}
+
 #define QUANT_THREADS 256
 #define NAN_THREADS 256
 
@@ -228,7 +277,7 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
     const u32 um = (u32)m, uk = (u32)in_f, un = (u32)out_f;
     const u32 sms = (u32)(sm_count > 0 ? sm_count : 1);
     int v;
-    if (force_variant >= 0 && force_variant < N_VARIANTS) {
+    if (force_variant >= 0 && force_variant < N_ALL_VARIANTS) {
         v = force_variant;
     } else {
 #if __CUDA_ARCH__ >= 900
@@ -236,9 +285,15 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
          * in_f = 5120, out_f = 1536 and at 8192^3 (device/NOTES.md):
          * m <= 64: k5 (32 x 16 tiles, 4 k-warps) is 2-4x the others;
          * up to ~2 waves of 128 x 128 tiles: k3 (64 x 64);
-         * beyond: k4 (128 x 128, grouped raster). */
+         * beyond: k4 (128 x 128, grouped raster); with sm_90a, from 16
+         * waves of 128 x 128 tiles on (8192^3): the wgmma k14, 7-12%
+         * faster than k4 there (and slower at 4096 x 5120 x 1536). */
         if (um <= 64)
             v = 5;
+#if HAVE_WGMMA
+        else if (cdiv(un, 128) * cdiv(um, 128) >= 16u * sms)
+            v = 14;
+#endif
         else if (cdiv(un, 128) * cdiv(um, 128) >= 2u * sms)
             v = 4;
         else
@@ -252,13 +307,33 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
             v = 0;
 #endif
     }
-    const VariantCfg c = cfgs[v];
+    u32 bm, bn, threads, smem_bytes;
+    if (v < N_VARIANTS) {
+        const VariantCfg c = cfgs[v];
+        bm = (u32)c.bm;
+        bn = (u32)c.bn;
+        threads = (u32)(c.wm * c.wn * c.wk * 32);
+        smem_bytes = smem[v];
+    } else {
+#if HAVE_WGMMA
+        const WgCfg wcfgs[N_WG_VARIANTS] = {{W0}, {W1}, {W2}, {W3}, {W4}, {W5}};
+        const u32 wsmem[N_WG_VARIANTS] = {wg_smem(W0), wg_smem(W1), wg_smem(W2),
+                                          wg_smem(W3), wg_smem(W4), wg_smem(W5)};
+        const WgCfg c = wcfgs[v - N_VARIANTS];
+        bm = (u32)(64 * c.nwg);
+        bn = (u32)c.bn;
+        threads = (u32)(128 * c.nwg);
+        smem_bytes = wsmem[v - N_VARIANTS];
+#else
+        bm = bn = threads = smem_bytes = 0; /* unreachable: v < N_ALL_VARIANTS */
+#endif
+    }
     plan[0] = (u32)v;
-    plan[1] = cdiv(un, (u32)c.bm);
-    plan[2] = cdiv(um, (u32)c.bn);
+    plan[1] = cdiv(un, bm);
+    plan[2] = cdiv(um, bn);
     plan[3] = 1;
-    plan[4] = (u32)(c.wm * c.wn * c.wk * 32);
-    plan[5] = smem[v];
+    plan[4] = threads;
+    plan[5] = smem_bytes;
     const u32 in_f_pad = cdiv(uk, ROW_PADDING) * ROW_PADDING;
     const u64 qblocks = (u64)um * (u64)(in_f_pad / BLOCK_K); /* one warp each */
     plan[6] = (u32)((qblocks + (QUANT_THREADS / 32) - 1) / (QUANT_THREADS / 32));
@@ -270,9 +345,9 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
     const u64 ncap = (u64)sms * 8;
     plan[10] = (u32)(ng < ncap ? (ng > 0 ? ng : 1) : ncap);
     plan[11] = NAN_THREADS;
-    plan[12] = N_VARIANTS;
-    plan[13] = (u32)c.bm;
-    plan[14] = (u32)c.bn;
+    plan[12] = N_ALL_VARIANTS;
+    plan[13] = bm;
+    plan[14] = bn;
     plan[15] = 0;
 }
 
@@ -760,3 +835,497 @@ MMQ_VARIANT(fp8_mmq_v2_k5, V5, 2)
 MMQ_VARIANT(fp8_mmq_v2_k6, V6, 2)
 MMQ_VARIANT(fp8_mmq_v2_k7, V7, 1)
 MMQ_VARIANT(fp8_mmq_v2_k8, V8, 2)
+
+/* ------------------------------------------------------------------------ */
+/* 4b. MMQ with wgmma (sm_90a)                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The same contract with Hopper's warpgroup MMA on f16 operands:
+ *   - e4m3 codes are converted exactly to f16 (cvt.rn.f16x2.e4m3x2) once per
+ *     CTA and 128-k block: the B tile (tokens) from its raw stage into an
+ *     f16 tile in shared memory (128-byte swizzled, K-major), the A tile
+ *     (weights) either into registers per warpgroup (AS = 0: ldmatrix of the
+ *     raw codes, the wgmma A fragment in registers) or into shared memory
+ *     like B (AS = 1);
+ *   - per 128-k block b, eight wgmma.m64nNk16.f32.f16.f16 chain into one f32
+ *     accumulator set, the first with scale-d = 0 (c starts at 0): c is the
+ *     block's 128 exact products summed in f32 (the order inside the block
+ *     is the hardware's);
+ *   - then t = (s_blk * d[j]) * c and sum = sum + t (each rounded on its
+ *     own), blocks in increasing order: M2 exactly.
+ * Inside every 16-k group the k order is permuted identically in A and B
+ * (a sum over k does not see it): f16 position kappa of k16 step s holds k =
+ * 16 s + 4 ((kappa & 7) >> 1) + 2 (kappa >> 3) + (kappa & 1), which is what
+ * an ldmatrix of the e4m3 codes gives the A fragment after the conversion.
+ * The f32 accumulation is full precision (f16 wgmma), unlike the e4m3 wgmma.
+ */
+#if HAVE_WGMMA
+
+static __device__ __forceinline__ void ld_shared_v4(u32 src, u32 &a, u32 &b, u32 &c, u32 &e) {
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(e) : "r"(src));
+}
+
+static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Generic-proxy writes to shared memory, then read by wgmma (async proxy). */
+static __device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Descriptor of a K-major f16 tile with 128-byte swizzle: rows of 128 bytes
+ * (64 k), 8-row atoms 1024 bytes apart (SBO), atoms 1024-byte aligned;
+ * LBO unused (1). Advancing 16 k inside the atom adds 32 bytes to addr. */
+static __device__ __forceinline__ u64 sw128_desc(u32 addr) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs_n24(float (&d)[12], const u32 (&a)[4], u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %17, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_ss_n24(float (&d)[12], u64 adesc, u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %14, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+                 : "l"(adesc), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs_n32(float (&d)[16], const u32 (&a)[4], u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_ss_n32(float (&d)[16], u64 adesc, u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(adesc), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs_n48(float (&d)[24], const u32 (&a)[4], u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %29, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, {%24, %25, %26, %27}, %28, p, 1, 1, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_ss_n48(float (&d)[24], u64 adesc, u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %26, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, %24, %25, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+                 : "l"(adesc), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32 (&a)[4], u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], u64 adesc, u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(adesc), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs_n96(float (&d)[48], const u32 (&a)[4], u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_ss_n96(float (&d)[48], u64 adesc, u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "l"(adesc), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const u32 (&a)[4], u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(SCALE_D));
+}
+
+template <int SCALE_D>
+static __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], u64 adesc, u64 bdesc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(adesc), "l"(bdesc), "n"(SCALE_D));
+}
+
+
+template <int N, int SCALE_D>
+static __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 bdesc) {
+    if constexpr (N == 24)
+        wgmma_rs_n24<SCALE_D>(d, a, bdesc);
+    else if constexpr (N == 32)
+        wgmma_rs_n32<SCALE_D>(d, a, bdesc);
+    else if constexpr (N == 48)
+        wgmma_rs_n48<SCALE_D>(d, a, bdesc);
+    else if constexpr (N == 64)
+        wgmma_rs_n64<SCALE_D>(d, a, bdesc);
+    else if constexpr (N == 96)
+        wgmma_rs_n96<SCALE_D>(d, a, bdesc);
+    else
+        wgmma_rs_n128<SCALE_D>(d, a, bdesc);
+}
+
+template <int N, int SCALE_D>
+static __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 adesc, u64 bdesc) {
+    if constexpr (N == 24)
+        wgmma_ss_n24<SCALE_D>(d, adesc, bdesc);
+    else if constexpr (N == 32)
+        wgmma_ss_n32<SCALE_D>(d, adesc, bdesc);
+    else if constexpr (N == 48)
+        wgmma_ss_n48<SCALE_D>(d, adesc, bdesc);
+    else if constexpr (N == 64)
+        wgmma_ss_n64<SCALE_D>(d, adesc, bdesc);
+    else if constexpr (N == 96)
+        wgmma_ss_n96<SCALE_D>(d, adesc, bdesc);
+    else
+        wgmma_ss_n128<SCALE_D>(d, adesc, bdesc);
+}
+
+/* Converts a raw tile (R rows x 128 e4m3 codes, swz layout) into an f16
+ * tile: two halves (k 0..63, 64..127) of R rows x 128 bytes, 128-byte
+ * swizzled (chunk c of row r at chunk c ^ (r & 7)), k permuted as above.
+ * Task (r, s): the 16 codes of k16 step s of row r, four words w0..w3;
+ * w_i -> f16x2 lo_i (codes 4i, 4i+1) and hi_i (4i+2, 4i+3); positions 0..7
+ * of the step are lo_0..lo_3, positions 8..15 hi_0..hi_3. Tasks are dealt
+ * so that the 8 threads of each quarter-warp read and write 8 distinct
+ * 16-byte bank groups: rows (p, p ^ 5) of an 8-row group, four steps each. */
+template <int R, int THREADS>
+static __device__ __forceinline__ void convert_tile(u32 raw, u32 dst, int tid) {
+    constexpr int TASKS = R * 8;
+    static_assert(R % 8 == 0, "8-row atoms");
+#pragma unroll
+    for (int i = 0; i < (TASKS + THREADS - 1) / THREADS; ++i) {
+        const int task = tid + i * THREADS;
+        if (TASKS % THREADS == 0 || task < TASKS) {
+            const int grp = task >> 6, tau = task & 63, qw = tau >> 3, l = tau & 7;
+            const int p = qw & 3;
+            const int r = grp * 8 + ((l < 4) ? p : (p ^ 5));
+            const int s = ((qw >> 2) << 2) + (l & 3);
+            u32 w0, w1, w2, w3;
+            ld_shared_v4(raw + swz(r, s), w0, w1, w2, w3);
+            u32 l0, h0, l1, h1, l2, h2, l3, h3;
+            e4m3x4_to_f16(w0, l0, h0);
+            e4m3x4_to_f16(w1, l1, h1);
+            e4m3x4_to_f16(w2, l2, h2);
+            e4m3x4_to_f16(w3, l3, h3);
+            const u32 base = dst + (u32)(s >> 2) * (u32)(R * 128) + (u32)r * 128u;
+            const int c0 = (s & 3) * 2;
+            st_shared_v4(base + (u32)((c0 ^ (r & 7)) << 4), l0, l1, l2, l3);
+            st_shared_v4(base + (u32)(((c0 + 1) ^ (r & 7)) << 4), h0, h1, h2, h3);
+        }
+    }
+}
+
+template <int NWG, int BN, int ST, int HS, int AS, int GR>
+static __device__ __forceinline__ void wg_body(const u8 *__restrict__ w, const float *__restrict__ s,
+                                               const u8 *__restrict__ q, const float *__restrict__ d,
+                                               float *__restrict__ y, int m, int in_f, int out_f) {
+    constexpr int BM = 64 * NWG;
+    constexpr int THREADS = 128 * NWG;
+    constexpr int NH = HS ? 2 : 1; /* wgmma groups per block: token halves */
+    constexpr int HN = BN / NH;     /* the wgmma N */
+    constexpr int HR = HN / 2;      /* accumulator registers per thread and group */
+    constexpr u32 SB = wg_stage_bytes(NWG, BN);
+    constexpr u32 BF = (u32)BN * 256u; /* one f16 B tile */
+    constexpr u32 AF = (u32)BM * 256u; /* one f16 A tile */
+    constexpr u32 A_OFF = 0;
+    constexpr u32 B_OFF = (u32)BM * BLOCK_K;
+    constexpr u32 D_OFF = (u32)(BM + BN) * BLOCK_K;
+    constexpr u32 S_OFF = D_OFF + (u32)BN * 4u;
+    static_assert(HN % 8 == 0 && HN >= 8 && HN <= 256, "wgmma N");
+    static_assert(NWG == 2, "warpgroup 0 loads, warpgroup 1 converts B");
+    static_assert(BN <= 128, "one loader thread per activation scale");
+    static_assert(ST >= 2, "stages");
+
+    extern __shared__ __align__(1024) u8 smem[];
+    const u32 sbase = smem_addr(smem);
+    const u32 s0 = (sbase + 1023u) & ~1023u; /* swizzle atoms need 1024-byte alignment */
+    u8 *const sp = smem + (s0 - sbase);
+    const u32 bf16 = s0;                        /* [2][BN x 256] */
+    const u32 af16 = s0 + 2u * BF;              /* [2][BM x 256] when AS */
+    const u32 raw0 = af16 + (AS ? 2u * AF : 0u); /* [ST][SB] */
+    const u32 raw_off = raw0 - s0;
+    float *const ring = reinterpret_cast<float *>(sp + raw_off + (u32)ST * SB); /* [2][BN + 4] */
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wg = warp >> 2;  /* warpgroup: out_f rows 64 wg .. 64 wg + 63 of the tile */
+    const int wq = warp & 3;   /* warp in the warpgroup: 16 of those rows */
+
+    int tx = blockIdx.x, ty = blockIdx.y;
+    if (GR > 0) {
+        const u32 gx = gridDim.x, gy = gridDim.y;
+        const u32 id = blockIdx.y * gx + blockIdx.x;
+        const u32 per_group = (u32)GR * gy;
+        const u32 grp = id / per_group;
+        const u32 first = grp * (u32)GR;
+        const u32 width = (gx - first) < (u32)GR ? (gx - first) : (u32)GR;
+        const u32 local = id - grp * per_group;
+        tx = (int)(first + local % width);
+        ty = (int)(local / width);
+    }
+    const int row0 = tx * BM;
+    const int col0 = ty * BN;
+
+    const int in_f_pad = (in_f + ROW_PADDING - 1) / ROW_PADDING * ROW_PADDING;
+    const int act_blocks = in_f_pad / BLOCK_K;
+    const int nblk = (in_f + BLOCK_K - 1) / BLOCK_K; /* scols */
+    const u8 *w_end = w + (u64)out_f * (u64)in_f;
+    const bool w_fast = ((in_f & 15) == 0) && (((unsigned long long)w & 15ull) == 0);
+    const float *s_row = s + (u64)(row0 / 128) * (u64)nblk;
+
+    /* Roles: warpgroup 0 issues every cp.async (and never fences);
+     * warpgroup 1 converts the B tile and fences it for the async proxy
+     * (fence.proxy.async is MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S: in a thread
+     * with cp.async in flight it waits for them, a memory latency per
+     * block). Both convert their own A fragments, issue MMAs and fold. */
+    constexpr int LT = 128; /* loader threads: warpgroup 0 */
+
+    /* Issue the loads of block kb into raw stage slot (warpgroup 0). */
+    auto load_stage = [&](int slot, int kb) {
+        const u32 base = raw0 + (u32)slot * SB;
+#pragma unroll 2
+        for (int it = 0; it < BM * 8 / LT; ++it) {
+            const int c = tid + it * LT;
+            const int r = c >> 3, kc = c & 7;
+            const int gi = row0 + r;
+            const int gk = kb * BLOCK_K + kc * 16;
+            const u32 dst = base + A_OFF + swz(r, kc);
+            if (w_fast) {
+                const bool ok = gi < out_f && gk < in_f;
+                const u8 *src = ok ? w + (u64)gi * (u64)in_f + (u64)gk : w;
+                cp_async16(dst, src, ok ? 16u : 0u);
+            } else {
+                int nvalid = in_f - gk;
+                nvalid = nvalid < 0 ? 0 : (nvalid > 16 ? 16 : nvalid);
+                if (gi >= out_f)
+                    nvalid = 0;
+                const uint4 t = load_w_chunk(w + (u64)gi * (u64)in_f + (u64)gk, nvalid, w_end);
+                st_shared_v4(dst, t.x, t.y, t.z, t.w);
+            }
+        }
+#pragma unroll 2
+        for (int it = 0; it < (BN * 8 + LT - 1) / LT; ++it) {
+            const int c = tid + it * LT;
+            if ((BN * 8) % LT == 0 || c < BN * 8) {
+                const int r = c >> 3, kc = c & 7;
+                const int gj = col0 + r;
+                const bool ok = gj < m;
+                const u8 *src = ok ? q + (u64)gj * (u64)in_f_pad + (u64)(kb * BLOCK_K + kc * 16) : q;
+                cp_async16(base + B_OFF + swz(r, kc), src, ok ? 16u : 0u);
+            }
+        }
+        if (tid < BN) {
+            const int gj = col0 + tid;
+            const bool ok = gj < m;
+            const float *src = ok ? d + (u64)gj * (u64)act_blocks + (u64)kb : d;
+            cp_async4(base + D_OFF + (u32)tid * 4u, src, ok ? 4u : 0u);
+        }
+        if (tid == LT - 1)
+            cp_async4(base + S_OFF, s_row + kb, 4u);
+    };
+
+    float sum[NH][HR];
+    float acc[NH][HR];
+    u32 areg[2][8][4]; /* AS = 0: the A fragments of a block, per parity */
+#pragma unroll
+    for (int h = 0; h < NH; ++h)
+#pragma unroll
+        for (int i = 0; i < HR; ++i) {
+            sum[h][i] = 0.0f; /* M1 */
+            acc[h][i] = 0.0f;
+        }
+
+    /* Convert block kb (raw slot) into the parity-P f16 tiles / registers
+     * and copy its scales into ring[P]. */
+    auto convert = [&](const int P, int slot) {
+        const u32 raw = raw0 + (u32)slot * SB;
+        if (wg == 1)
+            convert_tile<BN, 128>(raw + B_OFF, bf16 + (u32)P * BF, tid - 128);
+        if constexpr (AS) {
+            if (wg == 1)
+                convert_tile<BM, 128>(raw + A_OFF, af16 + (u32)P * AF, tid - 128);
+        } else {
+            const int mat = lane >> 3;
+            const int r = wg * 64 + wq * 16 + ((mat & 1) << 3) + (lane & 7);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                u32 f0, f1, f2, f3;
+                ldsm_x4(raw + A_OFF + swz(r, kk * 2 + (mat >> 1)), f0, f1, f2, f3);
+                /* f0: row g, k 32kk + 4t..; f1: row g + 8; f2, f3: k + 16 */
+                e4m3x4_to_f16(f0, areg[P][2 * kk][0], areg[P][2 * kk][2]);
+                e4m3x4_to_f16(f1, areg[P][2 * kk][1], areg[P][2 * kk][3]);
+                e4m3x4_to_f16(f2, areg[P][2 * kk + 1][0], areg[P][2 * kk + 1][2]);
+                e4m3x4_to_f16(f3, areg[P][2 * kk + 1][1], areg[P][2 * kk + 1][3]);
+            }
+        }
+        const float *rs = reinterpret_cast<const float *>(sp + raw_off + (u32)slot * SB);
+        if (tid < BN)
+            ring[P * (BN + 4) + tid] = rs[D_OFF / 4 + tid];
+        if (tid == THREADS - 1)
+            ring[P * (BN + 4) + BN] = rs[S_OFF / 4];
+        if (wg == 1)
+            fence_proxy_async(); /* the f16 tiles, before the barrier */
+    };
+
+    /* The block's eight k16 steps into acc[h] for each token group h (c = 0
+     * first: scale-d = 0), one commit group per h. */
+    auto issue = [&](const int P) {
+        wgmma_fence();
+#pragma unroll
+        for (int h = 0; h < NH; ++h) {
+#pragma unroll
+            for (int st = 0; st < 8; ++st) {
+                const u64 bdesc = sw128_desc(bf16 + (u32)P * BF + (u32)(st >> 2) * (u32)(BN * 128) +
+                                             (u32)(h * HN * 128) + (u32)(st & 3) * 32u);
+                if constexpr (AS) {
+                    const u64 adesc = sw128_desc(af16 + (u32)P * AF + (u32)(st >> 2) * (u32)(BM * 128) +
+                                                 (u32)wg * (64u * 128u) + (u32)(st & 3) * 32u);
+                    if (st == 0)
+                        wgmma_ss<HN, 0>(acc[h], adesc, bdesc);
+                    else
+                        wgmma_ss<HN, 1>(acc[h], adesc, bdesc);
+                } else {
+                    if (st == 0)
+                        wgmma_rs<HN, 0>(acc[h], areg[P][st], bdesc);
+                    else
+                        wgmma_rs<HN, 1>(acc[h], areg[P][st], bdesc);
+                }
+            }
+            wgmma_commit();
+        }
+    };
+
+    /* sum = sum + (s_blk * d[j]) * c for group h of the block whose scales
+     * are in ring[P]. Accumulator register 4 ni + e of group h: row g + 8
+     * (e >> 1), token column h HN + 8 ni + 2 t + (e & 1). */
+    const int t4 = lane & 3;
+    auto fold = [&](const int P, const int h) {
+        const float *rd = ring + P * (BN + 4);
+        const float s_blk = rd[BN];
+#pragma unroll
+        for (int ni = 0; ni < HN / 8; ++ni) {
+            const int col = h * HN + ni * 8 + t4 * 2;
+            const float sd0 = __fmul_rn(s_blk, rd[col]);
+            const float sd1 = __fmul_rn(s_blk, rd[col + 1]);
+            sum[h][4 * ni + 0] = __fadd_rn(sum[h][4 * ni + 0], __fmul_rn(sd0, acc[h][4 * ni + 0]));
+            sum[h][4 * ni + 1] = __fadd_rn(sum[h][4 * ni + 1], __fmul_rn(sd1, acc[h][4 * ni + 1]));
+            sum[h][4 * ni + 2] = __fadd_rn(sum[h][4 * ni + 2], __fmul_rn(sd0, acc[h][4 * ni + 2]));
+            sum[h][4 * ni + 3] = __fadd_rn(sum[h][4 * ni + 3], __fmul_rn(sd1, acc[h][4 * ni + 3]));
+        }
+    };
+
+    /* Prologue: stages 0 .. ST-1 in flight, block 0 converted. */
+    if (wg == 0) {
+#pragma unroll
+        for (int st = 0; st < ST; ++st) {
+            if (st < nblk)
+                load_stage(st, st);
+            cp_async_commit();
+        }
+        cp_async_wait<ST - 1>();
+    }
+    __syncthreads();
+    convert(0, 0);
+    __syncthreads();
+
+    /* Block kb (parity P = kb & 1): issue its MMAs; while they run, load
+     * block kb + ST into kb's raw slot and convert block kb + 1; then fold
+     * group 0 while group 1 (HS) still runs, and group 1; barrier. (Every
+     * commit group is waited for in the same step: ptxas serialises wgmma
+     * when a group is still in flight across the loop's back edge.) */
+    auto step = [&](const int P, int kb) {
+        issue(P);
+        if (kb + 1 < nblk) {
+            if (wg == 0)
+                cp_async_wait<ST - 2>();
+            __syncthreads();
+            if (wg == 0) {
+                if (kb + ST < nblk)
+                    load_stage(kb % ST, kb + ST);
+                cp_async_commit();
+            }
+            convert(P ^ 1, (kb + 1) % ST);
+        }
+        if constexpr (HS) {
+            wgmma_wait<1>();
+            fold(P, 0);
+            wgmma_wait<0>();
+            fold(P, 1);
+        } else {
+            wgmma_wait<0>();
+            fold(P, 0);
+        }
+        __syncthreads();
+    };
+    for (int kb = 0; kb < nblk; kb += 2) {
+        step(0, kb);
+        if (kb + 1 < nblk)
+            step(1, kb + 1);
+    }
+    if (wg == 0)
+        cp_async_wait<0>();
+
+    /* M3 */
+    const int g = lane >> 2;
+#pragma unroll
+    for (int h = 0; h < NH; ++h) {
+#pragma unroll
+        for (int ni = 0; ni < HN / 8; ++ni) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row0 + wg * 64 + wq * 16 + g + ((e >> 1) << 3);
+                const int j = col0 + h * HN + ni * 8 + t4 * 2 + (e & 1);
+                if (i < out_f && j < m)
+                    y[(u64)j * (u64)out_f + (u64)i] = sum[h][4 * ni + e];
+            }
+        }
+    }
+}
+
+#define WG_THREADS_OF(nwg, bn, st, hs, as, gr) ((nwg) * 128)
+#define WG_VARIANT(name, cfg)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(APPLY(WG_THREADS_OF, (cfg)), 1) name(MMQ_ARGS) {             \
+        wg_body<cfg>(w, s, q, d, y, m, in_f, out_f);                                                         \
+    }
+
+WG_VARIANT(fp8_mmq_v2_k9, W0)
+WG_VARIANT(fp8_mmq_v2_k10, W1)
+WG_VARIANT(fp8_mmq_v2_k11, W2)
+WG_VARIANT(fp8_mmq_v2_k12, W3)
+WG_VARIANT(fp8_mmq_v2_k13, W4)
+WG_VARIANT(fp8_mmq_v2_k14, W5)
+
+#endif /* HAVE_WGMMA */

@@ -13,8 +13,8 @@
 //! The kernel source (builtin or `KERNEL_ORACLE_FP8_MMQ_CU`) is printed in
 //! the header. The peer runs when `python3 -c 'import torch'` works;
 //! `KERNEL_ORACLE_PEER_SCRIPT` overrides the script's path.
-//! `FP8_MMQ_BENCH_VARIANTS=all` also times every MMQ variant the source
-//! exports on every shape (for tuning the plan).
+//! `FP8_MMQ_BENCH_VARIANTS=all` (or a comma list, `9,10,11`) also times
+//! those MMQ variants on every shape (for tuning the plan).
 
 use device::cuda::{Engine, Result};
 use oracle::fp8_mmq::Shape;
@@ -60,11 +60,21 @@ struct Ours {
     quant_ms: f64,
 }
 
-fn run_ours(e: &Engine, shape: Shape) -> Result<Ours> {
+/// One shape's device buffers (random finite weights, real-valued scales
+/// and activations: never time zeros), quantized once.
+struct Prepared {
+    shape: Shape,
+    w: device::cuda::Buffer<u8>,
+    s: device::cuda::Buffer<f32>,
+    x: device::cuda::Buffer<f32>,
+    q: device::cuda::Buffer<u8>,
+    d: device::cuda::Buffer<f32>,
+    y: device::cuda::Buffer<f32>,
+}
+
+fn prepare(e: &Engine, shape: Shape) -> Result<Prepared> {
     let mut rng =
         Rng(shape.m() as u64 ^ (shape.in_f() as u64) << 20 ^ (shape.out_f() as u64) << 40);
-    // Random finite e4m3 weights (no NaN magnitudes), real-valued scales
-    // and activations: never time zeros.
     let w: Vec<u8> = (0..shape.weight_len())
         .map(|_| {
             let c = (rng.next() >> 56) as u8;
@@ -81,13 +91,30 @@ fn run_ours(e: &Engine, shape: Shape) -> Result<Ours> {
     let x: Vec<f32> = (0..shape.act_len())
         .map(|_| 2.0 * rng.unit() - 1.0)
         .collect();
-    let (wb, sb, xb) = (e.upload(&w)?, e.upload(&s)?, e.upload(&x)?);
-    let cw = e.check_weights(&wb)?;
-    let (mut q, mut d) = e.quantize(&xb, &shape)?;
-    let mut y = e.alloc_output::<f32>(shape.out_len())?;
+    let (w, s, x) = (e.upload(&w)?, e.upload(&s)?, e.upload(&x)?);
+    let (q, d) = e.quantize(&x, &shape)?;
+    let y = e.alloc_output::<f32>(shape.out_len())?;
+    Ok(Prepared {
+        shape,
+        w,
+        s,
+        x,
+        q,
+        d,
+        y,
+    })
+}
+
+/// Times the MMQ (the variant the plan picks, or the forced one) and the
+/// quantizer on prepared buffers.
+fn time_ours(e: &Engine, p: &mut Prepared) -> Result<Ours> {
+    let shape = p.shape;
+    let cw = e.check_weights(&p.w)?;
     let plan = e.plan(&shape)?;
-    let (ms, _) = median_ms(e, || e.mmq_into(&cw, &sb, &q, &d, &shape, &mut y))?;
-    let (quant_ms, _) = median_ms(e, || e.quantize_into(&xb, &shape, &mut q, &mut d))?;
+    let (sb, q, d, y) = (&p.s, &p.q, &p.d, &mut p.y);
+    let (ms, _) = median_ms(e, || e.mmq_into(&cw, sb, q, d, &shape, y))?;
+    let (xb, q, d) = (&p.x, &mut p.q, &mut p.d);
+    let (quant_ms, _) = median_ms(e, || e.quantize_into(xb, &shape, q, d))?;
     e.synchronize()?;
     Ok(Ours {
         shape,
@@ -95,6 +122,25 @@ fn run_ours(e: &Engine, shape: Shape) -> Result<Ours> {
         ms,
         quant_ms,
     })
+}
+
+fn run_ours(e: &Engine, shape: Shape) -> Result<Ours> {
+    let mut p = prepare(e, shape)?;
+    time_ours(e, &mut p)
+}
+
+/// The variants `FP8_MMQ_BENCH_VARIANTS` asks for: `all`, or a comma list.
+fn bench_variants(e: &Engine) -> Option<Vec<u32>> {
+    let v = std::env::var("FP8_MMQ_BENCH_VARIANTS").ok()?;
+    if v == "all" {
+        return Some((0..e.mmq_variants()).collect());
+    }
+    Some(
+        v.split(',')
+            .filter_map(|t| t.trim().parse().ok())
+            .filter(|&t| t < e.mmq_variants())
+            .collect(),
+    )
 }
 
 /// `"key": number` from one flat JSON line.
@@ -318,13 +364,22 @@ fn main() {
             );
         }
     }
-    if std::env::var("FP8_MMQ_BENCH_VARIANTS").as_deref() == Ok("all") {
+    if let Some(variants) = bench_variants(&e) {
         println!();
-        println!("every variant (MMQ ms / TFLOP/s):");
+        println!("variants {variants:?} (MMQ ms / TFLOP/s):");
         for s in &shapes {
             let mut line = format!("{:<18}", format!("{},{},{}", s.m(), s.in_f(), s.out_f()));
-            for v in 0..e.mmq_variants() {
-                let r = e.set_mmq_variant(Some(v)).and_then(|_| run_ours(&e, *s));
+            let mut p = match prepare(&e, *s) {
+                Ok(p) => p,
+                Err(err) => {
+                    println!("{line}  error: {err}");
+                    continue;
+                }
+            };
+            for &v in &variants {
+                let r = e
+                    .set_mmq_variant(Some(v))
+                    .and_then(|_| time_ours(&e, &mut p));
                 match r {
                     Ok(o) => {
                         line += &format!(

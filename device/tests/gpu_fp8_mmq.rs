@@ -12,7 +12,7 @@
 //!   two orders above the reordering noise, five below an indexing error).
 //! - Every MMQ variant the source exports runs every shape.
 
-use device::cuda::{DeviceError, Engine, KernelSource};
+use device::cuda::{DeviceError, Engine, KernelSource, ENV_FP8_MMQ_CU};
 use oracle::compare::compare_f32;
 use oracle::fp8_mmq::{count_nan_magnitude, mmq_v2, quantize_activations, Shape};
 
@@ -275,8 +275,28 @@ fn mmq_matches_oracle_on_ragged_shapes() {
         "in_f,out_f,m", "var", "arm", "max_abs", "rms_rel", "bit_mismatch"
     );
     // FP8_MMQ_TEST_SMALL=1 keeps the shapes under 10^8 multiply-adds (for
-    // runs under compute-sanitizer).
+    // runs under compute-sanitizer); FP8_MMQ_TEST_VARIANTS=9,10 runs only
+    // those variants (default: every variant the source exports).
     let small = std::env::var_os("FP8_MMQ_TEST_SMALL").is_some();
+    let variants: Vec<u32> = match std::env::var("FP8_MMQ_TEST_VARIANTS") {
+        Ok(list) if !list.trim().is_empty() => list
+            .split(',')
+            .map(|t| {
+                t.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("FP8_MMQ_TEST_VARIANTS: bad variant {t:?}"))
+            })
+            .collect(),
+        _ => (0..e.mmq_variants()).collect(),
+    };
+    eprintln!(
+        "{} MMQ variants exported; testing {variants:?}",
+        e.mmq_variants()
+    );
+    if e.arch() == (9, 0) && std::env::var_os(ENV_FP8_MMQ_CU).is_none() {
+        // sm_90a: the builtin source exports its wgmma variants too.
+        assert_eq!(e.mmq_variants(), 15, "builtin source on sm_90a");
+    }
     for (n, &(in_f, out_f, m)) in SHAPES.iter().enumerate() {
         if small && in_f * out_f * m > 100_000_000 {
             continue;
@@ -291,7 +311,7 @@ fn mmq_matches_oracle_on_ragged_shapes() {
                 e.upload(&c.q).unwrap(),
                 e.upload(&c.d).unwrap(),
             );
-            for v in 0..e.mmq_variants() {
+            for &v in &variants {
                 e.set_mmq_variant(Some(v)).unwrap();
                 let cw = e.check_weights(&wb).unwrap();
                 let got = e

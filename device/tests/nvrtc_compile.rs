@@ -1,5 +1,6 @@
-//! The fp8_mmq kernels compile with NVRTC for sm_90. Needs libnvrtc, no GPU:
-//! this runs in CI. Without libnvrtc it FAILS (it does not skip), saying how
+//! The fp8_mmq kernels compile with NVRTC for sm_90, and for sm_90a (what
+//! the shim compiles for on a 9.0 device: the wgmma variants are exported
+//! only there). Needs libnvrtc, no GPU: this runs in CI. Without libnvrtc it FAILS (it does not skip), saying how
 //! to install it.
 //!
 //! cudarc 0.19 (feature `cuda-13000`) opens NVRTC by file name through
@@ -9,10 +10,16 @@
 //! `LD_LIBRARY_PATH`.
 
 use device::cuda::{
-    compile, nvrtc_available, nvrtc_version, KernelSource, ENV_FP8_MMQ_CU, REQUIRED_KERNELS,
+    compile, nvrtc_arch, nvrtc_available, nvrtc_version, KernelSource, ENV_FP8_MMQ_CU,
+    REQUIRED_KERNELS,
 };
 
 const ARCH: &str = "sm_90";
+/// What the shim compiles for on a 9.0 device (H100, H200).
+const ARCH_A: &str = "sm_90a";
+/// MMQ variants of the builtin source without / with the sm_90a features.
+const PLAIN_VARIANTS: usize = 9;
+const SM90A_VARIANTS: usize = 15;
 
 fn require_nvrtc() {
     if let Err(e) = nvrtc_available() {
@@ -21,8 +28,8 @@ fn require_nvrtc() {
 }
 
 /// Asserts the ABI's kernels are `.entry` points of the PTX.
-fn assert_abi(source: &KernelSource) {
-    let c = compile(source, ARCH).unwrap_or_else(|e| panic!("{e}"));
+fn assert_abi(source: &KernelSource, arch: &str) {
+    let c = compile(source, arch).unwrap_or_else(|e| panic!("{e}"));
     for k in REQUIRED_KERNELS {
         assert!(
             c.ptx.contains(&format!(".entry {k}(")),
@@ -30,14 +37,42 @@ fn assert_abi(source: &KernelSource) {
             source.describe()
         );
     }
-    assert!(!c.cubin.is_empty(), "NVRTC produced no CUBIN for {ARCH}");
+    assert!(!c.cubin.is_empty(), "NVRTC produced no CUBIN for {arch}");
     eprintln!(
-        "{} for {ARCH}: {} bytes of PTX, {} bytes of CUBIN",
+        "{} for {arch}: {} bytes of PTX, {} bytes of CUBIN",
         source.describe(),
         c.ptx.len(),
         c.cubin.len()
     );
     eprintln!("{}", c.log);
+}
+
+/// No spill, and (sm_90a) no wgmma serialised by ptxas (C7513 / C7514:
+/// registers of an in-flight wgmma touched), in the resource report.
+fn assert_clean_log(log: &str) {
+    for line in log.lines().filter(|l| l.contains("spill stores")) {
+        assert!(
+            line.contains(" 0 bytes spill stores, 0 bytes spill loads"),
+            "ptxas reports spills:\n{log}"
+        );
+    }
+    assert!(
+        !log.contains("serialized"),
+        "ptxas serialises wgmma:\n{log}"
+    );
+}
+
+fn assert_variants(ptx: &str, n: usize) {
+    for v in 0..n {
+        assert!(
+            ptx.contains(&format!(".entry fp8_mmq_v2_k{v}(")),
+            "fp8_mmq_v2_k{v} missing"
+        );
+    }
+    assert!(
+        !ptx.contains(&format!(".entry fp8_mmq_v2_k{n}(")),
+        "fp8_mmq_v2_k{n} exported: more than {n} variants"
+    );
 }
 
 #[test]
@@ -46,27 +81,45 @@ fn builtin_kernels_compile_for_sm_90() {
     let (major, minor) = nvrtc_version().unwrap_or_else(|e| panic!("{e}"));
     eprintln!("NVRTC {major}.{minor}");
     let source = KernelSource::builtin();
-    assert_abi(&source);
+    assert_abi(&source, ARCH);
     let c = compile(&source, ARCH).unwrap_or_else(|e| panic!("{e}"));
-    for v in 0..9 {
-        assert!(
-            c.ptx.contains(&format!(".entry fp8_mmq_v2_k{v}(")),
-            "fp8_mmq_v2_k{v} missing"
-        );
-    }
+    assert_variants(&c.ptx, PLAIN_VARIANTS);
     assert!(c
         .ptx
         .contains("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"));
     assert!(c.ptx.contains("cvt.rn.satfinite.e4m3x2.f32"));
+    assert!(!c.ptx.contains("wgmma"), "wgmma in a plain sm_90 build");
     // --fmad=false: no multiply and add were contracted into an f32 FMA.
     assert!(!c.ptx.contains("fma.rn.f32"), "the PTX holds an f32 FMA");
-    for line in c.log.lines().filter(|l| l.contains("spill stores")) {
-        assert!(
-            line.contains(" 0 bytes spill stores, 0 bytes spill loads"),
-            "ptxas reports spills:\n{}",
-            c.log
-        );
-    }
+    assert_clean_log(&c.log);
+}
+
+#[test]
+fn builtin_kernels_compile_for_sm_90a_with_wgmma() {
+    require_nvrtc();
+    assert_eq!(nvrtc_arch(9, 0), ARCH_A);
+    assert_eq!(nvrtc_arch(8, 9), "sm_89");
+    assert_eq!(nvrtc_arch(10, 0), "sm_100");
+    let source = KernelSource::builtin();
+    assert_abi(&source, ARCH_A);
+    let c = compile(&source, ARCH_A).unwrap_or_else(|e| panic!("{e}"));
+    assert_variants(&c.ptx, SM90A_VARIANTS);
+    // f16 operands with f32 accumulation, never the e4m3 wgmma (whose
+    // accumulation is not f32).
+    assert!(c.ptx.contains("wgmma.mma_async.sync.aligned.m64n"));
+    assert!(c.ptx.contains(".f32.f16.f16"));
+    assert!(!c.ptx.contains(".f32.e4m3.e4m3 "), "e4m3 wgmma in the PTX");
+    assert!(c.ptx.contains("cvt.rn.f16x2.e4m3x2"));
+    assert!(!c.ptx.contains("fma.rn.f32"), "the PTX holds an f32 FMA");
+    assert_clean_log(&c.log);
+}
+
+#[test]
+fn builtin_kernels_compile_for_sm_89() {
+    require_nvrtc();
+    let c = compile(&KernelSource::builtin(), "sm_89").unwrap_or_else(|e| panic!("{e}"));
+    assert_variants(&c.ptx, PLAIN_VARIANTS);
+    assert!(!c.ptx.contains("wgmma"));
 }
 
 #[test]
@@ -75,7 +128,8 @@ fn candidate_kernels_compile_for_sm_90_when_named() {
     match std::env::var_os(ENV_FP8_MMQ_CU) {
         Some(p) if !p.is_empty() => {
             let source = KernelSource::from_env().unwrap_or_else(|e| panic!("{e}"));
-            assert_abi(&source);
+            assert_abi(&source, ARCH);
+            assert_abi(&source, ARCH_A);
         }
         _ => eprintln!("{ENV_FP8_MMQ_CU} is not set: no candidate to compile"),
     }

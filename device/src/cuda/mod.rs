@@ -56,7 +56,9 @@ mod source;
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
 pub use error::{DeviceError, Result, NVRTC_HINT};
-pub use nvrtc::{compile, compile_options, nvrtc_available, nvrtc_version, Compiled};
+pub use nvrtc::{
+    compile, compile_options, nvrtc_available, nvrtc_version, Compiled, ENV_NVRTC_CACHE,
+};
 pub use source::{KernelSource, BUILTIN_FP8_MMQ_CU, ENV_FP8_MMQ_CU, REQUIRED_KERNELS};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
@@ -80,6 +82,18 @@ pub fn driver_available() -> Result<()> {
         Err(DeviceError::NoDriver {
             searched: nvrtc::searched("cuda"),
         })
+    }
+}
+
+/// The NVRTC target for a device of compute capability `major.minor`:
+/// `sm_90a` on 9.0 (the architecture-specific features `wgmma` needs; the
+/// source exports its wgmma variants only when `__CUDA_ARCH_FEAT_SM90_ALL`
+/// is defined), `sm_XY` otherwise.
+pub fn nvrtc_arch(major: i32, minor: i32) -> String {
+    if (major, minor) == (9, 0) {
+        "sm_90a".to_string()
+    } else {
+        format!("sm_{major}{minor}")
     }
 }
 
@@ -208,7 +222,7 @@ impl Engine {
         unsafe { ctx.disable_event_tracking() };
         let stream = drv(|| "cuStreamCreate".into(), ctx.new_stream())?;
 
-        let arch = format!("sm_{major}{minor}");
+        let arch = nvrtc_arch(major, minor);
         let compiled = compile(&source, &arch)?;
         let image = if compiled.cubin.is_empty() {
             Ptx::from_src(compiled.ptx.clone())

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// The NVRTC output for one (source, architecture).
 #[derive(Debug)]
 pub struct Compiled {
-    /// The target, `sm_90`.
+    /// The target, `sm_90a`.
     pub arch: String,
     /// The PTX text.
     pub ptx: String,
@@ -84,8 +84,15 @@ fn cache() -> &'static Cache {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Compiles `source` for `arch` (`"sm_90"`), or returns the copy this
-/// process already compiled.
+/// Environment variable naming a directory that caches NVRTC's output on
+/// disk across processes, keyed by the source text, the target and the
+/// options (for GPU runs that start many processes; off when unset). Only
+/// successful compiles are stored; a file that cannot be read or written
+/// is ignored.
+pub const ENV_NVRTC_CACHE: &str = "KERNEL_ORACLE_NVRTC_CACHE";
+
+/// Compiles `source` for `arch` (`"sm_90a"`), or returns the copy this
+/// process already compiled (or the one in [`ENV_NVRTC_CACHE`]).
 ///
 /// # Errors
 /// [`DeviceError::NoNvrtc`] without libnvrtc; [`DeviceError::Compile`] with
@@ -96,12 +103,67 @@ pub fn compile(source: &KernelSource, arch: &str) -> Result<Arc<Compiled>> {
     if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(c.clone());
     }
-    let compiled = Arc::new(compile_uncached(source, arch)?);
+    let disk = disk_cache_stem(source, arch);
+    let compiled = match disk.as_deref().and_then(|stem| disk_load(stem, arch)) {
+        Some(c) => Arc::new(c),
+        None => {
+            let c = compile_uncached(source, arch)?;
+            if let Some(stem) = &disk {
+                disk_store(stem, &c);
+            }
+            Arc::new(c)
+        }
+    };
     cache()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(key, compiled.clone());
     Ok(compiled)
+}
+
+/// FNV-1a over bytes (the disk-cache key; not cryptographic).
+fn fnv1a64(bytes: &[u8], mut h: u64) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h
+}
+
+/// `<dir>/<key>.<arch>` for the disk cache, when [`ENV_NVRTC_CACHE`] is set.
+fn disk_cache_stem(source: &KernelSource, arch: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os(ENV_NVRTC_CACHE).filter(|d| !d.is_empty())?;
+    let mut h = fnv1a64(source.text().as_bytes(), 0xCBF2_9CE4_8422_2325);
+    h = fnv1a64(compile_options(arch).join(" ").as_bytes(), h);
+    if let Ok((major, minor)) = nvrtc_version() {
+        h = fnv1a64(format!("nvrtc {major}.{minor}").as_bytes(), h);
+    }
+    Some(std::path::Path::new(&dir).join(format!("{h:016x}.{arch}")))
+}
+
+fn disk_load(stem: &std::path::Path, arch: &str) -> Option<Compiled> {
+    let with = |ext: &str| stem.with_extension(format!("{arch}.{ext}"));
+    let cubin = std::fs::read(with("cubin")).ok()?;
+    let ptx = std::fs::read_to_string(with("ptx")).ok()?;
+    let log = std::fs::read_to_string(with("log")).unwrap_or_default();
+    Some(Compiled {
+        arch: arch.to_string(),
+        ptx,
+        cubin,
+        log,
+        options: compile_options(arch),
+    })
+}
+
+fn disk_store(stem: &std::path::Path, c: &Compiled) {
+    let with = |ext: &str| stem.with_extension(format!("{}.{ext}", c.arch));
+    if let Some(dir) = stem.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = std::fs::write(with("ptx"), &c.ptx);
+    let _ = std::fs::write(with("log"), &c.log);
+    // The cubin last: its presence marks a complete entry.
+    let _ = std::fs::write(with("cubin"), &c.cubin);
 }
 
 /// Destroys the program on every path out of [`compile_uncached`].
