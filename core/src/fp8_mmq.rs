@@ -229,6 +229,12 @@ fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), ShapeErro
 ///    (so a NaN element never becomes amax: CUDA `fmaxf` semantics).
 /// 2. If `amax == 0`: `d = +0.0` and every code of the block is `0x00`
 ///    (rule `QUANT-ZERO`: an all-zero block, and every padding-only block).
+///    This is the "an all-zero block gives d = 0 and q = 0" and what
+///    the kernel writes. It departs from the seed's literal
+///    `quantize_act_ref`, which encodes `x * 0` there: a `-0.0` element
+///    gives `0x80` and a NaN element `0x7F` in the seed, `0x00` here. (The
+///    GEMM result is the same for `-0.0`, since `d = 0`; for NaN see
+///    `ACT-NAN` in [`mmq_v2`].)
 /// 3. Otherwise `d = amax / 448` and `dinv = 448 / amax`, each one IEEE
 ///    binary32 division rounded to nearest even.
 /// 4. `q[j, g] = encode_e4m3(x[j, g] * dinv, SatFinite)`: one binary32
@@ -342,12 +348,24 @@ fn abs(x: f32) -> f32 {
 /// scale row `ceil(out_f/128) - 1`, and the last, partial k block uses scale
 /// column `ceil(in_f/128) - 1`. Rule `NAN-W`: weights with NaN magnitude are
 /// refused by dispatch ([`count_nan_magnitude`]); this function reads them
-/// as 0.0, the seed's host convention. Activation codes are decoded the way
-/// the tensor cores read them: `0x7F`/`0xFF` are NaN (see `QUANT-TINY`,
-/// `QUANT-INF`, `QUANT-NAN` in [`quantize_activations`]).
+/// as 0.0, the seed's host convention.
+///
+/// Rule `ACT-NAN`: activation codes are decoded the way the tensor cores
+/// read them, `0x7F`/`0xFF` as NaN, so the outputs of that row become NaN.
+/// This departs from the seed's `host_ref`, which decodes activations with
+/// its modelopt reader too (NaN magnitude as 0.0): the seed's answer is one
+/// no kernel computes. The quantizer only emits these codes for non-finite
+/// or tiny inputs (`QUANT-TINY`, `QUANT-INF`, `QUANT-NAN` in
+/// [`quantize_activations`]); on finite inputs above the tiny bound the two
+/// readings never differ.
+///
+/// The seed's `host_ref` also clamps the scale column to `scols - 1` and
+/// reads `d = 0` for `kb >= in_f_pad`; both branches are unreachable there
+/// (every `kb < scols * 128 <= in_f_pad`), so they have no counterpart here.
 ///
 /// Source: seed 000, `host_ref` (v2 grouping: one chained accumulator per
-/// 128-k block, one fold per block with the per-128 activation scale).
+/// 128-k block, one fold per block with the per-128 activation scale),
+/// departing only as `ACT-NAN` says.
 ///
 /// # Errors
 /// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing is

@@ -137,18 +137,70 @@ fn quant_nan_element_never_becomes_amax() {
 
 #[test]
 fn k_tail_is_zero_filled_and_uses_the_last_scale_column() {
-    // in_f = 144: block 1 holds k = 128..143 and nothing else.
-    let s = Shape::new(1, 144, 1).unwrap();
-    let w = vec![0x38u8; 144]; // all 1.0
-    let mut x = vec![0f32; 144];
-    x[0] = 448.0; // block 0: d = 1, one product 448
-    x[130] = 448.0; // block 1: d = 1
-    x[131] = 224.0;
+    // in_f = 144: block 1 holds k = 128..143 and nothing else. The
+    // activation operand is given directly, with non-zero codes past in_f,
+    // so reading anything but +0.0 for w(i, k >= 144) (for example the next
+    // row's weights) changes the answer.
+    let s = Shape::new(1, 144, 2).unwrap();
+    let mut w = vec![0x38u8; 2 * 144]; // row 0: all 1.0
+    w[144..].fill(0x40); // row 1: all 2.0
+    let mut q = vec![0x38u8; s.q_len()]; // every activation code 1.0, padding too
+    q[0] = 0x30; // 0.5 at k = 0
+    let d = [1.0f32, 1.0, 1.0, 1.0];
     let scales = [0.5f32, 4.0];
-    let (_, d, y) = run(&s, &w, &scales, &x);
-    assert_eq!(&d, &[1.0, 1.0, 0.0, 0.0]);
-    // sum = (0.5 * 1) * 448 + (4 * 1) * (448 + 224)
-    assert_eq!(y[0], 0.5 * 448.0 + 4.0 * 672.0);
+    let mut y = vec![0f32; 2];
+    mmq_v2(&s, &w, &scales, &q, &d, &mut y).unwrap();
+    // row 0: (0.5 * 1) * (0.5 + 127) + (4 * 1) * 16
+    assert_eq!(y[0], 0.5 * 127.5 + 4.0 * 16.0);
+    // row 1: (0.5 * 1) * (2 * 127.5) + (4 * 1) * (2 * 16)
+    assert_eq!(y[1], 0.5 * 255.0 + 4.0 * 32.0);
+}
+
+#[test]
+fn nan_w_codes_read_as_zero_in_the_spec() {
+    let s = Shape::new(1, 128, 1).unwrap();
+    let mut w = vec![0x38u8; 128];
+    w[3] = 0x7F;
+    w[4] = 0xFF;
+    let q = vec![0x38u8; s.q_len()];
+    let mut y = [0f32];
+    mmq_v2(&s, &w, &[1.0], &q, &[1.0; 4], &mut y).unwrap();
+    assert_eq!(y[0], 126.0);
+    assert_eq!(count_nan_magnitude(&w), 2);
+}
+
+#[test]
+fn act_nan_codes_read_as_nan() {
+    let s = Shape::new(1, 128, 1).unwrap();
+    let mut q = vec![0x00u8; s.q_len()];
+    q[9] = 0xFF;
+    let mut y = [0f32];
+    mmq_v2(&s, &[0x38; 128], &[1.0], &q, &[1.0; 4], &mut y).unwrap();
+    assert!(y[0].is_nan());
+}
+
+#[test]
+fn quant_zero_block_writes_0x00_for_negative_zero_and_nan() {
+    let s = Shape::new(1, 128, 1).unwrap();
+    let mut x = vec![-0.0f32; 128];
+    x[1] = f32::NAN;
+    let (q, d, _) = run(&s, &[0; 128], &[1.0], &x);
+    assert_eq!(d[0].to_bits(), 0);
+    assert!(q.iter().all(|&c| c == 0x00), "{:02X?}", &q[..4]);
+}
+
+#[test]
+fn quant_inf_element_gives_inf_scale_and_nan_code() {
+    let s = Shape::new(1, 128, 1).unwrap();
+    let mut x = vec![3.0f32; 128];
+    x[2] = f32::NEG_INFINITY;
+    x[3] = -5.0;
+    let (q, d, y) = run(&s, &[0x38; 128], &[1.0], &x);
+    assert_eq!(d[0], f32::INFINITY);
+    assert_eq!(q[2], 0x7F, "-inf * 0 = NaN, satfinite gives 0x7F");
+    assert_eq!(q[0], 0x00);
+    assert_eq!(q[3], 0x80, "-5 * 0 = -0.0");
+    assert!(y[0].is_nan());
 }
 
 #[test]

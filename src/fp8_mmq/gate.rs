@@ -98,13 +98,21 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
         }
     }
     println!();
+    // Coverage is gated on the battery, whose shapes are large enough to hold
+    // every code; a single small shape only reports it (a 16x8 weight plane
+    // cannot hold 254 codes).
+    let gated = shapes == BATTERY.as_slice();
     let codes_ok = g.codes_max >= LEGAL_CODES;
     println!(
         "e4m3 code coverage: {}/{LEGAL_CODES} legal codes exercised (both NaN magnitudes 0x7F/0xFF excluded by the dispatch precondition)  {}",
         g.codes_max,
-        if codes_ok { "PASS" } else { "FAIL" }
+        match (gated, codes_ok) {
+            (true, true) => "PASS",
+            (true, false) => "FAIL",
+            (false, _) => "(reported, gated only on the battery)",
+        }
     );
-    if !codes_ok {
+    if gated && !codes_ok {
         g.failures += 1;
     }
     println!();

@@ -92,7 +92,7 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
         let _ = write!(knobs, "nan_codes: {}, ", k.nan_codes);
     }
     format!(
-        "CaseSpec {{ in_f: {}, out_f: {}, m: {}, arm: Arm::{:?}, seed: 0x{:016x}, knobs: Knobs {{ {knobs}..Knobs::default() }} }}",
+        "kernel_oracle::fp8_mmq::CaseSpec {{ in_f: {}, out_f: {}, m: {}, arm: kernel_oracle::fp8_mmq::Arm::{:?}, seed: 0x{:016x}, knobs: kernel_oracle::fp8_mmq::Knobs {{ {knobs}..Default::default() }} }}",
         spec.in_f, spec.out_f, spec.m, spec.arm, spec.seed
     )
 }
@@ -150,7 +150,7 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
     }
     let _ = writeln!(
         r,
-        "regression test (paste into tests/fp8_mmq_regressions.rs):\n\
+        "regression test (paste into tests/fp8_mmq_regressions.rs, creating it if needed):\n\
          #[test]\n#[ignore = \"needs a CUDA device\"]\n\
          fn fp8_mmq_seed_{:016x}() {{\n    kernel_oracle::fp8_mmq::check(&{});\n}}",
         spec.seed,
