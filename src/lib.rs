@@ -8,4 +8,5 @@
 //! anything else that goes wrong panics with a reproduction.
 
 pub mod fp8_mmq;
+pub mod moe_tables;
 pub mod rng;

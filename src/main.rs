@@ -3,12 +3,16 @@
 //! ```text
 //! kernel-oracle check fp8-mmq [IN_F OUT_F M]     the seed's battery, or one shape
 //! kernel-oracle case fp8-mmq --in-f .. --out-f .. --m .. --arm exact|rand --seed 0x..
+//! kernel-oracle check moe-tables                 the MoE verify-rows tables gate
+//! kernel-oracle case moe-tables --n-expert .. --n-pairs .. --bases a,b,c --strides a,b,c --seed 0x..
+//! kernel-oracle mutant fp8-mmq|moe-tables [NAME -o FILE]
 //! ```
 //! Exit status: 0 all green, 1 any failure, 2 cannot run (no CUDA device,
 //! bad arguments).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kernel_oracle::fp8_mmq::{self, gate, report, Arm, CaseSpec, Knobs, Outcome};
+use kernel_oracle::moe_tables;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -52,6 +56,14 @@ enum MutantCmd {
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
+    /// A mutant of cu/moe_tables.cu; without NAME, list them.
+    MoeTables {
+        /// The mutant's name.
+        name: Option<String>,
+        /// Where to write the candidate .cu file.
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -66,6 +78,10 @@ enum Gate {
         /// Activation rows.
         m: Option<usize>,
     },
+    /// The MoE verify-rows tables gate (seed 002): the seed's four cases (small strides, serving
+    /// strides past 4 GiB, no macros, spread selection), the stale macro cache, offsets past 2^40
+    /// bytes, special weights, 65,536 pairs, and three refusals.
+    MoeTables,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -98,6 +114,33 @@ enum Case {
         act_exp: i8,
         #[arg(long, default_value_t = 0)]
         nan_codes: u8,
+    },
+    /// One MoE verify-rows tables case (the fuzzer's reproduction).
+    MoeTables {
+        #[arg(long)]
+        n_expert: u32,
+        #[arg(long)]
+        n_pairs: u32,
+        /// Gate, up and down slab bases (bytes), decimal or 0x-hex.
+        #[arg(long, value_delimiter = ',', num_args = 3, value_parser = parse_u64)]
+        bases: Vec<u64>,
+        /// Gate, up and down per-expert strides (bytes), decimal or 0x-hex.
+        #[arg(long, value_delimiter = ',', num_args = 3, value_parser = parse_u64)]
+        strides: Vec<u64>,
+        /// The bank has macro-scale planes.
+        #[arg(long)]
+        macros: bool,
+        #[arg(long, default_value_t = 0)]
+        layer: u32,
+        /// One pair in this many gets an out-of-range expert id (0: none).
+        #[arg(long, default_value_t = 0)]
+        bad_ids: u8,
+        /// Draw special weights (NaN, subnormal, negative, zero, infinity).
+        #[arg(long)]
+        special_weights: bool,
+        /// splitmix64 seed, decimal or 0x-hex.
+        #[arg(long, value_parser = parse_u64)]
+        seed: u64,
     },
 }
 
@@ -149,9 +192,120 @@ fn mutant(name: Option<String>, output: Option<std::path::PathBuf>) -> ExitCode 
     ExitCode::SUCCESS
 }
 
+/// The MoE tables engine, or the message to print and exit 2 with.
+fn moe_engine_or_exit() -> Result<&'static device::cuda::MoeEngine, ExitCode> {
+    moe_tables::engine().map_err(|msg| {
+        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
+        ExitCode::from(2)
+    })
+}
+
+fn moe_mutant(name: Option<String>, output: Option<std::path::PathBuf>) -> ExitCode {
+    use kernel_oracle::moe_tables::mutants::{apply, by_name, MUTANTS};
+    let Some(name) = name else {
+        for m in &MUTANTS {
+            println!("{:<26} {}", m.name, m.what);
+        }
+        return ExitCode::SUCCESS;
+    };
+    let Some(m) = by_name(&name) else {
+        eprintln!(
+            "kernel-oracle: no mutant {name:?}; `kernel-oracle mutant moe-tables` lists them"
+        );
+        return ExitCode::from(2);
+    };
+    let text = match apply(m, device::cuda::BUILTIN_MOE_TABLES_CU) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("kernel-oracle: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let path = output.unwrap_or_else(|| format!("moe_tables-{name}.cu").into());
+    if let Err(e) = std::fs::write(&path, text) {
+        eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    println!("{}: {}", path.display(), m.what);
+    println!(
+        "run: KERNEL_ORACLE_MOE_TABLES_CU={} kernel-oracle check moe-tables",
+        path.display()
+    );
+    ExitCode::SUCCESS
+}
+
+fn moe_case(spec: &moe_tables::CaseSpec) -> ExitCode {
+    let engine = match moe_engine_or_exit() {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    println!("kernel source: {}", engine.kernel_source());
+    println!("{}", moe_tables::report::table_header());
+    let data = spec.generate();
+    let v = moe_tables::gate::run_one(engine, "case", &data);
+    if v.pass() {
+        ExitCode::SUCCESS
+    } else {
+        print!(
+            "{}",
+            moe_tables::report::divergence(spec, &v, &engine.kernel_source(), None)
+        );
+        ExitCode::from(1)
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Mutant {
+            mutant: MutantCmd::MoeTables { name, output },
+        } => moe_mutant(name, output),
+        Command::Check {
+            gate: Gate::MoeTables,
+        } => {
+            let engine = match moe_engine_or_exit() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            if moe_tables::gate::run(engine, &moe_tables::gate::cases()).failures == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Case {
+            case:
+                Case::MoeTables {
+                    n_expert,
+                    n_pairs,
+                    bases,
+                    strides,
+                    macros,
+                    layer,
+                    bad_ids,
+                    special_weights,
+                    seed,
+                },
+        } => {
+            let slabs = [0, 1, 2].map(|i| oracle::moe_tables::Slab {
+                base: bases[i],
+                stride: strides[i],
+            });
+            moe_case(&moe_tables::CaseSpec {
+                n_expert,
+                n_pairs,
+                slabs,
+                macros,
+                layer,
+                bad_ids,
+                weights: if special_weights {
+                    moe_tables::WeightMix::Special
+                } else {
+                    moe_tables::WeightMix::Routing
+                },
+                seed,
+            })
+        }
         Command::Mutant {
             mutant: MutantCmd::Fp8Mmq { name, output },
         } => mutant(name, output),

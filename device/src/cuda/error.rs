@@ -3,6 +3,7 @@
 use cudarc::driver::DriverError;
 use cudarc::nvrtc::result::NvrtcError;
 use oracle::fp8_mmq::ShapeError;
+use oracle::moe_tables::TablesError;
 
 /// Where to get NVRTC when it is missing; printed by [`DeviceError::NoNvrtc`].
 pub const NVRTC_HINT: &str = "install it with `pip install nvidia-cuda-nvrtc` and put \
@@ -154,6 +155,33 @@ pub enum DeviceError {
     /// The kernel's plan (launch geometry from `fp8_mmq_plan`) is unusable.
     #[error("{source_desc}: fp8_mmq_plan returned an unusable launch geometry: {detail}")]
     BadPlan {
+        /// [`super::KernelSource::describe`] of the source.
+        source_desc: String,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// The MoE verify-rows tables were refused before any launch (a
+    /// length, as `oracle::moe_tables::check_lengths` finds it).
+    #[error("MoE verify-rows tables refused before launch: {0}")]
+    MoeTables(TablesError),
+
+    /// The MoE tables kernel flagged pairs the contract refuses (an expert
+    /// id out of range, a pointer overflowing 64 bits); the tables were not
+    /// returned. `first` is the lowest bad pair's error, the one
+    /// `oracle::moe_tables::vrows_tables` returns for the same input.
+    #[error("MoE verify-rows tables not returned: the kernel flagged {bad_pairs} bad pair(s); the first: {first}")]
+    MoeBadPairs {
+        /// Bad pairs the kernel counted.
+        bad_pairs: u64,
+        /// The lowest bad pair's error.
+        first: TablesError,
+    },
+
+    /// The MoE tables kernel left a status word that no input explains (a
+    /// candidate kernel's bug).
+    #[error("{source_desc}: moe_vrows_tables_from_sel left an inconsistent status word: {detail}")]
+    MoeBadStatus {
         /// [`super::KernelSource::describe`] of the source.
         source_desc: String,
         /// What is wrong.

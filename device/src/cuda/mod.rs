@@ -39,6 +39,10 @@
 //!    (`fp8_mmq_plan`); the shim checks it against the device's limits and
 //!    that it covers the output: [`DeviceError::BadPlan`].
 //!
+//! The MoE verify-rows tables kernel (`cu/moe_tables.cu`) has its own
+//! engine, [`MoeEngine`], which can share an [`Engine`]'s context and stream
+//! ([`Engine::moe_tables`]).
+//!
 //! ## Synchronisation
 //!
 //! Everything runs on one stream. Methods that return a new buffer
@@ -50,12 +54,17 @@
 mod buffer;
 mod check;
 mod error;
+mod moe;
 mod nvrtc;
 mod source;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
 pub use error::{DeviceError, Result, NVRTC_HINT};
+pub use moe::{
+    check_moe_tables, decode_moe_status, MoeEngine, MoeStatus, BUILTIN_MOE_TABLES_CU,
+    ENV_MOE_TABLES_CU, MOE_MAX_CTAS, MOE_TABLES_KERNEL, MOE_THREADS,
+};
 pub use nvrtc::{
     compile, compile_options, nvrtc_available, nvrtc_version, Compiled, ENV_NVRTC_CACHE,
 };

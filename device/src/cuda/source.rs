@@ -27,15 +27,40 @@ pub struct KernelSource {
     text: Arc<str>,
     path: Option<PathBuf>,
     hash: u64,
+    /// The builtin file this source is, or replaces (`cu/fp8_mmq.cu`).
+    builtin: &'static str,
 }
 
 impl KernelSource {
     /// The builtin `cu/fp8_mmq.cu`.
     pub fn builtin() -> KernelSource {
+        KernelSource::builtin_named("cu/fp8_mmq.cu", BUILTIN_FP8_MMQ_CU)
+    }
+
+    /// Another builtin kernel file (`cu/moe_tables.cu`), embedded at build
+    /// time; `name` is what [`KernelSource::describe`] prints.
+    pub fn builtin_named(name: &'static str, text: &'static str) -> KernelSource {
         KernelSource {
-            text: Arc::from(BUILTIN_FP8_MMQ_CU),
+            text: Arc::from(text),
             path: None,
-            hash: fnv1a64(BUILTIN_FP8_MMQ_CU.as_bytes()),
+            hash: fnv1a64(text.as_bytes()),
+            builtin: name,
+        }
+    }
+
+    /// The candidate named by the environment variable `var` if it is set
+    /// (and not empty), else `builtin()`.
+    ///
+    /// # Errors
+    /// [`DeviceError::KernelSource`] if the named file cannot be read.
+    pub fn from_env_var(var: &str, builtin: fn() -> KernelSource) -> Result<KernelSource> {
+        match std::env::var_os(var) {
+            Some(p) if !p.is_empty() => {
+                let mut s = KernelSource::from_file(Path::new(&p))?;
+                s.builtin = builtin().builtin;
+                Ok(s)
+            }
+            _ => Ok(builtin()),
         }
     }
 
@@ -72,6 +97,7 @@ impl KernelSource {
             text: Arc::from(text),
             path: Some(path.to_path_buf()),
             hash,
+            builtin: "cu/fp8_mmq.cu",
         })
     }
 
@@ -94,7 +120,7 @@ impl KernelSource {
     /// 0123456789abcdef)` or `candidate /path/x.cu (fnv1a64 ...)`.
     pub fn describe(&self) -> String {
         match &self.path {
-            None => format!("builtin cu/fp8_mmq.cu (fnv1a64 {:016x})", self.hash),
+            None => format!("builtin {} (fnv1a64 {:016x})", self.builtin, self.hash),
             Some(p) => format!("candidate {} (fnv1a64 {:016x})", p.display(), self.hash),
         }
     }

@@ -1,0 +1,645 @@
+//! # moe: the MoE verify-rows tables kernel (`cu/moe_tables.cu`)
+//!
+//! [`MoeEngine`] compiles `cu/moe_tables.cu` (or the candidate named by
+//! [`ENV_MOE_TABLES_CU`]) with the same NVRTC cache as [`Engine`], and runs
+//! `moe_vrows_tables_from_sel`: from device-resident router selections
+//! (expert ids and routing weights) it builds the gate/up/down pointer and
+//! scale tables that `oracle::moe_tables::vrows_tables` defines. It can
+//! share an [`Engine`]'s context, stream and guard setting
+//! ([`MoeEngine::from_engine`]) or open its own ([`MoeEngine::new`]), so it
+//! does not depend on `cu/fp8_mmq.cu` compiling.
+//!
+//! The ABI is written at the top of `cu/moe_tables.cu`.
+//!
+//! ## What the kernel cannot check, and the shim checks
+//!
+//! 1. **Lengths** (before launch): `selw`, the three macro planes and the
+//!    outputs against `sel`'s length and the bank's `n_expert`, by the
+//!    oracle's own `check_lengths`, so the error is the oracle's:
+//!    [`DeviceError::MoeTables`].
+//! 2. **Pairs count** (before launch): at most 2^31 - 1 pairs (the ABI's
+//!    `i32 n_pairs`): [`DeviceError::IndexRange`].
+//! 3. **Expert ids and 64-bit overflow** (by the launch): the ids live on
+//!    the device, so the kernel checks each pair and reports the count and
+//!    the lowest bad pair in a status word; the shim reads it after the
+//!    launch and returns [`DeviceError::MoeBadPairs`] carrying the very
+//!    `TablesError` the oracle returns, never the tables. A status no input
+//!    explains is [`DeviceError::MoeBadStatus`].
+//! 4. **Placeholder planes**: without macro planes the shim passes null
+//!    pointers, so a kernel that dereferences them faults instead of
+//!    reading plausible bytes.
+//! 5. **Writes outside the tables**: with guards on, both outputs sit in
+//!    guard bands and are poisoned first ([`DeviceError::GuardClobbered`]).
+//!
+//! ## The per-layer macro-plane cache
+//!
+//! Macro planes are host slices, uploaded once per layer id and reused, as
+//! the seed's launcher does. The cache keeps the host bits of every plane
+//! it uploaded and compares them with the planes passed on every call; any
+//! difference (another bank under the same layer id, an edited plane)
+//! uploads again. It can therefore never serve stale planes; the price is
+//! one host comparison of `3 * n_expert` words per call.
+
+use super::buffer::{self, Buffer};
+use super::error::{DeviceError, Result};
+use super::nvrtc::{compile, nvrtc_available, Compiled};
+use super::source::KernelSource;
+use super::{driver_available, drv, Engine, I32_LIMIT};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{DeviceRepr, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use oracle::moe_tables::{check_lengths, Bank, Plane, TablesError, PLANES};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Environment variable naming a candidate `.cu` file with the ABI of
+/// `cu/moe_tables.cu`; when set, it is compiled instead of the builtin one.
+pub const ENV_MOE_TABLES_CU: &str = "KERNEL_ORACLE_MOE_TABLES_CU";
+
+/// The builtin kernel source, `cu/moe_tables.cu`, embedded at build time.
+pub const BUILTIN_MOE_TABLES_CU: &str = include_str!("../../../cu/moe_tables.cu");
+
+/// The kernel every `moe_tables` source must export (`extern "C"`).
+pub const MOE_TABLES_KERNEL: &str = "moe_vrows_tables_from_sel";
+
+/// Threads per CTA the shim launches with.
+pub const MOE_THREADS: u32 = 256;
+
+/// The most CTAs the shim launches (the kernel loops over the rest).
+pub const MOE_MAX_CTAS: u32 = 65_536;
+
+impl KernelSource {
+    /// The builtin `cu/moe_tables.cu`.
+    pub fn builtin_moe_tables() -> KernelSource {
+        KernelSource::builtin_named("cu/moe_tables.cu", BUILTIN_MOE_TABLES_CU)
+    }
+
+    /// The candidate named by [`ENV_MOE_TABLES_CU`], else the builtin
+    /// `cu/moe_tables.cu`.
+    ///
+    /// # Errors
+    /// [`DeviceError::KernelSource`] if the named file cannot be read.
+    pub fn moe_tables_from_env() -> Result<KernelSource> {
+        KernelSource::from_env_var(ENV_MOE_TABLES_CU, KernelSource::builtin_moe_tables)
+    }
+}
+
+impl DeviceError {
+    /// The contract's error inside a MoE tables error
+    /// ([`DeviceError::MoeTables`] or [`DeviceError::MoeBadPairs`]): what
+    /// `oracle::moe_tables::vrows_tables` returns for the same input.
+    pub fn moe_tables_error(&self) -> Option<&TablesError> {
+        match self {
+            DeviceError::MoeTables(e) => Some(e),
+            DeviceError::MoeBadPairs { first, .. } => Some(first),
+            _ => None,
+        }
+    }
+}
+
+/// Checks the lengths of a tables call before launch (the oracle's
+/// `check_lengths`, then the ABI's pair limit). `ptrs` and `scales` are
+/// `None` when the shim allocates them.
+///
+/// # Errors
+/// [`DeviceError::MoeTables`]; [`DeviceError::IndexRange`] past 2^31 - 1
+/// pairs.
+pub fn check_moe_tables(
+    bank: &Bank<'_>,
+    n_pairs: usize,
+    weights: usize,
+    ptrs: Option<usize>,
+    scales: Option<usize>,
+) -> Result<()> {
+    check_lengths(bank, n_pairs, weights, ptrs, scales).map_err(DeviceError::MoeTables)?;
+    if n_pairs as u64 > I32_LIMIT {
+        return Err(DeviceError::IndexRange {
+            what: "n_pairs",
+            value: n_pairs as u64,
+            limit: I32_LIMIT,
+        });
+    }
+    Ok(())
+}
+
+/// Turns the kernel's status words `[count, max(~key)]` into the contract's
+/// error for the lowest bad pair (see the ABI); `Ok` when no pair was bad.
+///
+/// # Errors
+/// [`DeviceError::MoeBadPairs`]; [`DeviceError::MoeBadStatus`] when the
+/// words are inconsistent (`source_desc` names the kernel in that error).
+pub fn decode_moe_status(
+    status: [u64; 2],
+    bank: &Bank<'_>,
+    n_pairs: usize,
+    source_desc: &str,
+) -> Result<()> {
+    let [count, inv] = status;
+    if count == 0 && inv == 0 {
+        return Ok(());
+    }
+    let bad = |detail: String| DeviceError::MoeBadStatus {
+        source_desc: source_desc.to_string(),
+        detail,
+    };
+    if count == 0 || inv == 0 || count > n_pairs as u64 {
+        return Err(bad(format!(
+            "status = [{count}, 0x{inv:016x}] for {n_pairs} pairs"
+        )));
+    }
+    let key = !inv;
+    let pair = (key >> 34) as usize;
+    let code = (key >> 32) & 3;
+    let expert = key as u32 as i32;
+    if pair >= n_pairs {
+        return Err(bad(format!("first bad pair {pair} of {n_pairs}")));
+    }
+    let in_range = expert >= 0 && (expert as u64) < bank.n_expert as u64;
+    let first = match code {
+        0 if !in_range => TablesError::ExpertRange {
+            pair,
+            expert,
+            n_expert: bank.n_expert,
+        },
+        1..=3 if in_range => {
+            let plane = Plane::ALL[code as usize - 1];
+            let slab = bank.slabs[plane.index()];
+            TablesError::AddressOverflow {
+                plane,
+                pair,
+                expert,
+                base: slab.base,
+                stride: slab.stride,
+            }
+        }
+        _ => {
+            return Err(bad(format!(
+                "pair {pair} flagged with code {code} for expert {expert} of {}",
+                bank.n_expert
+            )))
+        }
+    };
+    Err(DeviceError::MoeBadPairs {
+        bad_pairs: count,
+        first,
+    })
+}
+
+/// The kernel's status words (`u64[2]`), zeroed by each launch.
+#[derive(Debug)]
+pub struct MoeStatus {
+    buf: Buffer<u64>,
+}
+
+/// One layer's uploaded macro planes and the host bits they came from.
+struct LayerPlanes {
+    bits: Vec<u32>,
+    dev: [Buffer<f32>; PLANES],
+}
+
+/// One CUDA device with `cu/moe_tables.cu` compiled and loaded.
+pub struct MoeEngine {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    source: KernelSource,
+    compiled: Arc<Compiled>,
+    _module: Arc<CudaModule>,
+    f_tables: CudaFunction,
+    name: String,
+    arch: (i32, i32),
+    guards: bool,
+    planes: Mutex<HashMap<u32, LayerPlanes>>,
+    uploads: AtomicU64,
+}
+
+impl std::fmt::Debug for MoeEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MoeEngine")
+            .field("device", &self.name)
+            .field("arch", &self.arch)
+            .field("source", &self.source.describe())
+            .field("guards", &self.guards)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// A [`MoeEngine`] on this engine's context and stream, with its guard
+    /// setting, compiling the source [`KernelSource::moe_tables_from_env`]
+    /// picks.
+    ///
+    /// # Errors
+    /// As [`MoeEngine::from_engine`].
+    pub fn moe_tables(&self) -> Result<MoeEngine> {
+        MoeEngine::from_engine(self, KernelSource::moe_tables_from_env()?)
+    }
+}
+
+impl MoeEngine {
+    /// Opens device `ordinal` (its primary context, on a new stream) with
+    /// the source [`KernelSource::moe_tables_from_env`] picks.
+    ///
+    /// # Errors
+    /// [`DeviceError::NoDriver`], [`DeviceError::NoNvrtc`],
+    /// [`DeviceError::Driver`], [`DeviceError::Compile`],
+    /// [`DeviceError::MissingKernel`], [`DeviceError::KernelSource`].
+    pub fn new(ordinal: usize) -> Result<MoeEngine> {
+        driver_available()?;
+        nvrtc_available()?;
+        MoeEngine::with_source(ordinal, KernelSource::moe_tables_from_env()?)
+    }
+
+    /// Opens device `ordinal` with an explicit kernel source.
+    ///
+    /// # Errors
+    /// As [`MoeEngine::new`].
+    pub fn with_source(ordinal: usize, source: KernelSource) -> Result<MoeEngine> {
+        driver_available()?;
+        nvrtc_available()?;
+        let ctx = drv(
+            || format!("cuInit / open device {ordinal}"),
+            CudaContext::new(ordinal),
+        )?;
+        // One stream, so cudarc's per-buffer event tracking is not needed.
+        // SAFETY: no other stream of this context touches these buffers.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = drv(|| "cuStreamCreate".into(), ctx.new_stream())?;
+        MoeEngine::load(ctx, stream, source, false)
+    }
+
+    /// Shares `engine`'s context, stream and guard setting.
+    ///
+    /// # Errors
+    /// [`DeviceError::Compile`], [`DeviceError::MissingKernel`],
+    /// [`DeviceError::Driver`].
+    pub fn from_engine(engine: &Engine, source: KernelSource) -> Result<MoeEngine> {
+        MoeEngine::load(
+            engine.ctx.clone(),
+            engine.stream.clone(),
+            source,
+            engine.guards,
+        )
+    }
+
+    fn load(
+        ctx: Arc<CudaContext>,
+        stream: Arc<CudaStream>,
+        source: KernelSource,
+        guards: bool,
+    ) -> Result<MoeEngine> {
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let attr = |a: A| drv(|| format!("cuDeviceGetAttribute {a:?}"), ctx.attribute(a));
+        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
+        let compiled = compile(&source, &format!("sm_{major}{minor}"))?;
+        let image = if compiled.cubin.is_empty() {
+            Ptx::from_src(compiled.ptx.clone())
+        } else {
+            Ptx::from_binary(compiled.cubin.clone())
+        };
+        let module = drv(
+            || format!("cuModuleLoadData ({})", source.describe()),
+            ctx.load_module(image),
+        )?;
+        let f_tables =
+            module
+                .load_function(MOE_TABLES_KERNEL)
+                .map_err(|e| DeviceError::MissingKernel {
+                    name: MOE_TABLES_KERNEL.to_string(),
+                    source_desc: source.describe(),
+                    detail: DeviceError::driver("cuModuleGetFunction", e).to_string(),
+                })?;
+        Ok(MoeEngine {
+            ctx,
+            stream,
+            source,
+            compiled,
+            _module: module,
+            f_tables,
+            name,
+            arch: (major, minor),
+            guards,
+            planes: Mutex::new(HashMap::new()),
+            uploads: AtomicU64::new(0),
+        })
+    }
+
+    /// Turns guard bands around outputs on or off.
+    pub fn set_guards(&mut self, on: bool) {
+        self.guards = on;
+    }
+
+    /// Whether outputs get guard bands.
+    pub fn guards(&self) -> bool {
+        self.guards
+    }
+
+    /// The kernel source in use, for report headers.
+    pub fn kernel_source(&self) -> String {
+        self.source.describe()
+    }
+
+    /// The kernel source itself.
+    pub fn source(&self) -> &KernelSource {
+        &self.source
+    }
+
+    /// NVRTC's output for this source and device.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability `(major, minor)`.
+    pub fn arch(&self) -> (i32, i32) {
+        self.arch
+    }
+
+    /// How many times macro planes were uploaded (one per layer and
+    /// content change): the cache's refills.
+    pub fn macro_uploads(&self) -> u64 {
+        self.uploads.load(Ordering::Relaxed)
+    }
+
+    /// Copies `data` to a new (unguarded) device buffer.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
+        upload(&self.stream, data)
+    }
+
+    /// Copies `data` into an existing buffer of the same length (stream
+    /// ordered; for timing the host build it replaces).
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`]; [`DeviceError::Driver`].
+    pub fn upload_into<T: DeviceRepr>(&self, data: &[T], buf: &mut Buffer<T>) -> Result<()> {
+        if data.len() != buf.len() {
+            return Err(DeviceError::ArgLen {
+                arg: "upload destination",
+                want: data.len(),
+                got: buf.len(),
+            });
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        drv(
+            || format!("cuMemcpyHtoD ({} elements)", data.len()),
+            self.stream.memcpy_htod(data, &mut buf.view_mut()),
+        )
+    }
+
+    /// Copies a device buffer back (synchronises).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`], including a fault of an earlier launch.
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); buf.len()];
+        if !out.is_empty() {
+            drv(
+                || format!("cuMemcpyDtoH ({} elements)", buf.len()),
+                self.stream.memcpy_dtoh(&buf.view(), &mut out),
+            )?;
+        }
+        self.synchronize()?;
+        Ok(out)
+    }
+
+    /// Allocates an output of `len` elements (guarded and poisoned when
+    /// guards are on).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn alloc_output<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
+        buffer::alloc(&self.stream, len, self.guards)
+    }
+
+    /// A status word pair for [`MoeEngine::vrows_tables_into`].
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn new_status(&self) -> Result<MoeStatus> {
+        let raw = drv(
+            || "cuMemAlloc (moe status)".into(),
+            self.stream.alloc_zeros::<u64>(2),
+        )?;
+        Ok(MoeStatus {
+            buf: Buffer::plain(raw),
+        })
+    }
+
+    /// Waits for the stream.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`] with the fault of any earlier launch.
+    pub fn synchronize(&self) -> Result<()> {
+        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
+    }
+
+    /// Builds both tables from device-resident selections `sel` (expert
+    /// ids) and `selw` (routing weights) into new buffers `(ptrs, scales)`,
+    /// `3 * n_pairs` each, plane-major (gate, up, down). `layer` keys the
+    /// macro-plane cache. Synchronises and reads the status back.
+    ///
+    /// # Errors
+    /// [`DeviceError::MoeTables`] / [`DeviceError::IndexRange`] before
+    /// launch; [`DeviceError::MoeBadPairs`] (the oracle's error for the
+    /// same input) after it, with no tables; [`DeviceError::MoeBadStatus`];
+    /// [`DeviceError::GuardClobbered`]; [`DeviceError::Driver`].
+    pub fn vrows_tables(
+        &self,
+        sel: &Buffer<i32>,
+        selw: &Buffer<f32>,
+        layer: u32,
+        bank: &Bank<'_>,
+    ) -> Result<(Buffer<u64>, Buffer<f32>)> {
+        check_moe_tables(bank, sel.len(), selw.len(), None, None)?;
+        let n = sel.len() * PLANES;
+        let mut ptrs = self.alloc_output::<u64>(n)?;
+        let mut scales = self.alloc_output::<f32>(n)?;
+        let mut status = self.new_status()?;
+        self.vrows_tables_into(sel, selw, layer, bank, &mut ptrs, &mut scales, &mut status)?;
+        self.check_status(&status, bank, sel.len())?;
+        Ok((ptrs, scales))
+    }
+
+    /// Launches the tables kernel into existing outputs, zeroing `status`
+    /// first. Does not synchronise or read the status unless guards are on
+    /// (then it synchronises and checks the bands); call
+    /// [`MoeEngine::check_status`] before trusting the tables.
+    ///
+    /// # Errors
+    /// As [`MoeEngine::vrows_tables`], except the status errors.
+    #[allow(clippy::too_many_arguments)] // allow: the kernel's inputs, outputs and status, each one buffer
+    pub fn vrows_tables_into(
+        &self,
+        sel: &Buffer<i32>,
+        selw: &Buffer<f32>,
+        layer: u32,
+        bank: &Bank<'_>,
+        ptrs: &mut Buffer<u64>,
+        scales: &mut Buffer<f32>,
+        status: &mut MoeStatus,
+    ) -> Result<()> {
+        let n_pairs = sel.len();
+        check_moe_tables(
+            bank,
+            n_pairs,
+            selw.len(),
+            Some(ptrs.len()),
+            Some(scales.len()),
+        )?;
+        drv(
+            || "cuMemsetD8Async (moe status)".into(),
+            self.stream.memset_zeros(&mut status.buf.view_mut()),
+        )?;
+        if n_pairs == 0 {
+            return Ok(());
+        }
+        let mut cache = self.planes.lock().unwrap_or_else(|e| e.into_inner());
+        let planes = match bank.macros {
+            Some(m) => Some(self.layer_planes(&mut cache, layer, m)?),
+            None => None,
+        };
+        let null = 0u64;
+        let has_macros: i32 = i32::from(planes.is_some());
+        let views = planes.map(|p| [p[0].view(), p[1].view(), p[2].view()]);
+        let n_expert = bank.n_expert as u64;
+        let n = n_pairs as i32;
+        let [sg, su, sd] = bank.slabs;
+        let (sv, wv) = (sel.view(), selw.view());
+        let mut pv = ptrs.view_mut();
+        let mut cv = scales.view_mut();
+        let mut st = status.buf.view_mut();
+        let mut b = self.stream.launch_builder(&self.f_tables);
+        b.arg(&sv).arg(&wv);
+        match &views {
+            Some(v) => b.arg(&v[0]).arg(&v[1]).arg(&v[2]),
+            None => b.arg(&null).arg(&null).arg(&null),
+        };
+        b.arg(&has_macros)
+            .arg(&sg.base)
+            .arg(&su.base)
+            .arg(&sd.base)
+            .arg(&sg.stride)
+            .arg(&su.stride)
+            .arg(&sd.stride)
+            .arg(&n_expert)
+            .arg(&n)
+            .arg(&mut pv)
+            .arg(&mut cv)
+            .arg(&mut st);
+        let ctas = (n_pairs as u64)
+            .div_ceil(u64::from(MOE_THREADS))
+            .min(u64::from(MOE_MAX_CTAS)) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (ctas, 1, 1),
+            block_dim: (MOE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument types and order are the ABI's; lengths checked
+        // above; the macro planes hold n_expert elements each (checked), and
+        // a null placeholder is passed only with has_macros = 0.
+        drv(|| format!("launch {MOE_TABLES_KERNEL}"), unsafe {
+            b.launch(cfg)
+        })?;
+        drop(b);
+        drop(cache);
+        if self.guards {
+            self.synchronize()?;
+            buffer::check_guards(&self.stream, ptrs, "ptrs")?;
+            buffer::check_guards(&self.stream, scales, "scales")?;
+        }
+        Ok(())
+    }
+
+    /// Synchronises, reads the status words back and turns them into the
+    /// contract's error for the lowest bad pair.
+    ///
+    /// # Errors
+    /// [`DeviceError::MoeBadPairs`], [`DeviceError::MoeBadStatus`],
+    /// [`DeviceError::Driver`].
+    pub fn check_status(&self, status: &MoeStatus, bank: &Bank<'_>, n_pairs: usize) -> Result<()> {
+        let words = self.download(&status.buf)?;
+        decode_moe_status([words[0], words[1]], bank, n_pairs, &self.kernel_source())
+    }
+
+    /// The uploaded planes of `layer`, uploading them again unless the
+    /// cached host bits equal `m` exactly.
+    fn layer_planes<'c>(
+        &self,
+        cache: &'c mut HashMap<u32, LayerPlanes>,
+        layer: u32,
+        m: [&[f32]; PLANES],
+    ) -> Result<&'c [Buffer<f32>; PLANES]> {
+        let same = |c: &LayerPlanes| {
+            let n = m[0].len();
+            c.bits.len() == PLANES * n
+                && m.iter().enumerate().all(|(k, plane)| {
+                    plane
+                        .iter()
+                        .zip(&c.bits[k * n..(k + 1) * n])
+                        .all(|(v, &b)| v.to_bits() == b)
+                })
+        };
+        let fresh = cache.get(&layer).is_some_and(same);
+        if !fresh {
+            let dev = [
+                upload(&self.stream, m[0])?,
+                upload(&self.stream, m[1])?,
+                upload(&self.stream, m[2])?,
+            ];
+            let bits = m
+                .iter()
+                .flat_map(|p| p.iter().map(|v| v.to_bits()))
+                .collect();
+            cache.insert(layer, LayerPlanes { bits, dev });
+            self.uploads.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(&cache.get(&layer).expect("inserted above").dev)
+    }
+
+    /// Milliseconds per call of `f`, timed with CUDA events around `iters`
+    /// calls on the engine's stream.
+    ///
+    /// # Errors
+    /// The first error of `f`; [`DeviceError::Driver`].
+    pub fn time_ms(&self, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+        use cudarc::driver::sys::CUevent_flags;
+        let ev = || {
+            drv(
+                || "cuEventCreate".into(),
+                self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)),
+            )
+        };
+        let (start, end) = (ev()?, ev()?);
+        drv(|| "cuEventRecord".into(), start.record(&self.stream))?;
+        for _ in 0..iters {
+            f()?;
+        }
+        drv(|| "cuEventRecord".into(), end.record(&self.stream))?;
+        let ms = drv(|| "cuEventElapsedTime".into(), start.elapsed_ms(&end))?;
+        Ok(f64::from(ms) / iters.max(1) as f64)
+    }
+}
+
+/// Uploads `data`; an empty slice gets a one-element allocation of length
+/// 0 (CUDA refuses zero-byte allocations; nothing reads it).
+fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Result<Buffer<T>> {
+    if data.is_empty() {
+        return buffer::alloc(stream, 0, false);
+    }
+    let raw = drv(
+        || format!("cuMemcpyHtoD ({} elements)", data.len()),
+        stream.clone_htod(data),
+    )?;
+    Ok(Buffer::plain(raw))
+}

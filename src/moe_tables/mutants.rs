@@ -1,0 +1,60 @@
+//! Planted bugs in `cu/moe_tables.cu`, one textual change each, so the gate
+//! and the fuzzer can be shown to catch a wrong kernel.
+//!
+//! `kernel-oracle mutant moe-tables NAME -o FILE` writes one; point
+//! `KERNEL_ORACLE_MOE_TABLES_CU` at the file and run the gate or the fuzzer.
+//! A test checks that every anchor occurs exactly once in the builtin
+//! source and that every mutant compiles.
+
+/// One planted bug (the same shape as the fp8_mmq mutants, with the gate
+/// cases expected to catch it named instead of arms).
+#[derive(Clone, Copy, Debug)]
+pub struct Mutant {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// What the bug does.
+    pub what: &'static str,
+    /// The text replaced (must occur exactly once in the builtin source).
+    pub find: &'static str,
+    /// Its replacement.
+    pub replace: &'static str,
+    /// Gate cases (labels) expected to fail with it.
+    pub caught_by: &'static [&'static str],
+}
+
+/// The planted bugs.
+pub const MUTANTS: [Mutant; 2] = [
+    Mutant {
+        name: "stride-product-32bit",
+        what: "computes expert * stride in 32 bits: pointers wrap once a slab passes 4 GiB (the overflow check still sees the 64-bit product, so nothing is flagged)",
+        find: "const u64 off = e * stride; /* the 64-bit product */",
+        replace: "const u64 off = (u64)((unsigned)e * (unsigned)stride);",
+        caught_by: &["serving-strides-past-4GiB", "no-macros", "spread-selection"],
+    },
+    Mutant {
+        name: "gate-scale-from-up-plane",
+        what: "the gate scale reads macro_u instead of macro_g",
+        find: "g_bits = ((const u32 *)macro_g)[e];",
+        replace: "g_bits = ((const u32 *)macro_u)[e];",
+        caught_by: &["small-strides", "serving-strides-past-4GiB"],
+    },
+];
+
+/// The mutant called `name`.
+pub fn by_name(name: &str) -> Option<&'static Mutant> {
+    MUTANTS.iter().find(|m| m.name == name)
+}
+
+/// `source` with `mutant` planted.
+///
+/// # Errors
+/// A message if the anchor does not occur exactly once in `source`.
+pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
+    match source.matches(mutant.find).count() {
+        1 => Ok(source.replacen(mutant.find, mutant.replace, 1)),
+        n => Err(format!(
+            "mutant {}: its anchor occurs {n} times in the source (want exactly 1): {:?}",
+            mutant.name, mutant.find
+        )),
+    }
+}
