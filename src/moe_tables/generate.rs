@@ -134,7 +134,10 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         let slabs = [slab(u)?, slab(u)?, slab(u)?];
         let macros = u.arbitrary()?;
         let layer = u.int_in_range(0..=LAYERS - 1)?;
-        let bad_ids = if u.ratio(1u8, 4)? {
+        // One case in four has bad ids. The choice that reads no bytes
+        // (an exhausted input gives the range's low end) is "none": libFuzzer
+        // keeps many short inputs, which otherwise all refuse every pair.
+        let bad_ids = if u.int_in_range(0..=3u8)? == 3 {
             u.int_in_range(1..=16u8)?
         } else {
             0
