@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! kernel-oracle check fp8-mmq [IN_F OUT_F M]     the seed's battery, or one shape
-//! kernel-oracle case fp8-mmq --in-f .. --out-f .. --m .. --arm exact|rand --seed 0x..
+//! kernel-oracle case fp8-mmq --in-f .. --out-f .. --m .. --arm exact|fold|rand --seed 0x..
+//! kernel-oracle mutant fp8-mmq [NAME -o FILE]    planted-bug candidate kernels
 //! kernel-oracle check moe-tables                 the MoE verify-rows tables gate
 //! kernel-oracle case moe-tables --n-expert .. --n-pairs .. --bases a,b,c --strides a,b,c --seed 0x..
 //! kernel-oracle mutant fp8-mmq|moe-tables [NAME -o FILE]
@@ -110,7 +111,8 @@ enum Case {
         every_code: bool,
         #[arg(long, default_value_t = 0)]
         zero_blocks: u8,
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(i8).range(-100..=100))]
         act_exp: i8,
         #[arg(long, default_value_t = 0)]
         nan_codes: u8,
@@ -150,6 +152,19 @@ fn parse_u64(s: &str) -> Result<u64, String> {
         None => s.parse(),
     }
     .map_err(|e| format!("{s:?} is not a u64: {e}"))
+}
+
+/// Validates a shape for the kernels (`Shape::new`, then the kernels' i32
+/// index range) before anything is generated or launched; the message to
+/// print and exit 2 with otherwise.
+fn valid_shape(in_f: usize, out_f: usize, m: usize) -> Result<(), ExitCode> {
+    oracle::fp8_mmq::Shape::new(m, in_f, out_f)
+        .map_err(|e| e.to_string())
+        .and_then(|s| device::cuda::check_index_range(&s).map_err(|e| e.to_string()))
+        .map_err(|msg| {
+            eprintln!("kernel-oracle: shape in_f={in_f} out_f={out_f} m={m}: {msg}");
+            ExitCode::from(2)
+        })
 }
 
 /// The CUDA engine, or the message to print and exit 2 with.
@@ -320,6 +335,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            for &(in_f, out_f, m) in &shapes {
+                if let Err(code) = valid_shape(in_f, out_f, m) {
+                    return code;
+                }
+            }
             let engine = match engine_or_exit() {
                 Ok(e) => e,
                 Err(code) => return code,
@@ -362,6 +382,9 @@ fn main() -> ExitCode {
                     nan_codes,
                 },
             };
+            if let Err(code) = valid_shape(in_f, out_f, m) {
+                return code;
+            }
             let data = match spec.generate() {
                 Ok(d) => d,
                 Err(e) => {
@@ -375,12 +398,11 @@ fn main() -> ExitCode {
             };
             println!("kernel source: {}", engine.kernel_source());
             println!("{}", report::table_header());
-            match fp8_mmq::run::run_case(engine, &data, arm) {
+            let want = fp8_mmq::reference(&data);
+            let codes = gate::code_coverage(&data.w, data.qd.as_ref().map_or(&want.q, |(q, _)| q));
+            match fp8_mmq::run::run_case_with_reference(engine, &data, arm, &want) {
                 Outcome::Judged(v) => {
-                    println!(
-                        "{}",
-                        report::table_row(&spec, &v, gate::code_coverage(&data.w, &[]))
-                    );
+                    println!("{}", report::table_row(&spec, &v, codes));
                     if v.pass() {
                         ExitCode::SUCCESS
                     } else {
