@@ -1,26 +1,92 @@
-//! The fast path of [`oracle::fp8_mmq::mmq_v2`]: the same bits, for the
-//! gates and fuzzers at real shapes.
+//! The fast paths of [`oracle::fp8_mmq::quantize_activations`] and
+//! [`oracle::fp8_mmq::mmq_v2`]: the same bits, for the gates and fuzzers at
+//! real shapes (DESIGN.md, principle 4).
 //!
-//! Only the spec in `core` is normative. This path keeps the spec's
-//! per-output order exactly (blocks in increasing order, one chained
+//! Only the spec in `core` is normative. These paths keep the spec's
+//! per-element order exactly and gain their speed only *across* elements:
+//! the quantizer vectorizes within a 128-value block (its maximum is
+//! order-free, its encode elementwise) and splits rows over threads; the
+//! GEMM keeps each output's chain (blocks in increasing order, one chained
 //! accumulator per block in increasing k, the fold `sum + (s * d) * c`,
-//! each operation rounded on its own; Rust never contracts `a * b + c` into a
-//! fused multiply-add) and gains its speed only *across* outputs: e4m3
-//! codes are decoded once through 256-entry tables, weights are transposed
-//! per scale block so that 16 outputs sit side by side, 4 activation rows
-//! share each weight load, and tiles of outputs run on all cores (rayon).
-//! `tests/fp8_mmq_fast.rs` and the `fp8_mmq_fast` fuzz target prove it
-//! bit-identical to the spec.
+//! each operation rounded on its own: Rust never contracts `a * b + c` into
+//! a fused multiply-add) and runs register tiles of outputs side by side in
+//! SIMD lanes and panels of outputs on all cores ([`gemm`]). E4M3 codes are
+//! decoded and encoded by branch-free integer/float code ([`codec`]) proven
+//! equal to core's codec for every code and every `f32`.
+//!
+//! SIMD comes through runtime CPU-feature dispatch (`multiversion`): one
+//! binary runs on any x86-64 host and uses AVX-512 or AVX2 where the CPU
+//! has them ([`Simd::detected`]); [`mmq_v2_fast_with`] and
+//! [`quantize_activations_fast_with`] pick a target by hand, so the tests
+//! prove every target the host can run, not only the one it prefers.
+//!
+//! Proof: [`SpecRun::diff`] compares a fast target with the spec, bit for
+//! bit (codes, scales and outputs); `fast_matches_spec` runs it on every
+//! target the CPU has, from the `fp8_mmq_fast` fuzz target and the bolero
+//! properties in `tests/fp8_mmq_props.rs`, which also force each target on
+//! raw operands (every code, NaN and infinite scales).
 
-use oracle::conventions::NanMagnitude;
-use oracle::e4m3::decode_e4m3;
-use oracle::fp8_mmq::{Shape, ShapeError, BLOCK_K, BLOCK_N};
-use rayon::prelude::*;
+mod codec;
+mod gemm;
+mod quantize;
+mod raw;
 
-/// Outputs side by side in one register tile (elements of out_f).
-const TILE_I: usize = 16;
-/// Activation rows sharing one weight load.
-const TILE_J: usize = 4;
+pub use raw::{bounds as raw_bounds, check_raw, RawCase, RawData};
+
+use super::generate::CaseData;
+use oracle::fp8_mmq::{Shape, ShapeError};
+
+/// A SIMD target of the fast paths. Each has its own register tile and is
+/// compiled with its target features; a target the CPU lacks runs the same
+/// tile compiled for the baseline (still bit-identical, only slower).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Simd {
+    /// Baseline x86-64 (SSE2), or any other architecture: `4 x 8` tile.
+    Generic,
+    /// x86-64 with AVX2: `6 x 16` tile in ymm registers.
+    Avx2,
+    /// x86-64 with AVX-512F and AVX-512BW: `8 x 32` tile in zmm registers.
+    Avx512,
+}
+
+impl Simd {
+    /// Every target, baseline first.
+    pub const ALL: [Simd; 3] = [Simd::Generic, Simd::Avx2, Simd::Avx512];
+
+    /// The name printed in reports and benchmarks.
+    pub fn name(self) -> &'static str {
+        match self {
+            Simd::Generic => "generic",
+            Simd::Avx2 => "avx2",
+            Simd::Avx512 => "avx512",
+        }
+    }
+
+    /// Whether this CPU runs the target's own code (the same features
+    /// `multiversion` detects before it picks that clone).
+    pub fn is_available(self) -> bool {
+        match self {
+            Simd::Generic => true,
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The best target this CPU runs.
+    pub fn detected() -> Simd {
+        [Simd::Avx512, Simd::Avx2]
+            .into_iter()
+            .find(|s| s.is_available())
+            .unwrap_or(Simd::Generic)
+    }
+}
 
 fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), ShapeError> {
     if want == got {
@@ -30,20 +96,31 @@ fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), ShapeErro
     }
 }
 
-fn table(nan: NanMagnitude) -> [f32; 256] {
-    let mut t = [0f32; 256];
-    for (code, v) in t.iter_mut().enumerate() {
-        *v = decode_e4m3(code as u8, nan);
-    }
-    t
-}
-
 /// Same contract, shapes and errors as [`oracle::fp8_mmq::mmq_v2`], and the
-/// same output bits.
+/// same output bits, on the best target of this CPU.
 ///
 /// # Errors
-/// [`ShapeError::Len`] if a slice's length disagrees with `shape`.
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing
+/// is written then.
 pub fn mmq_v2_fast(
+    shape: &Shape,
+    w: &[u8],
+    scales: &[f32],
+    q: &[u8],
+    d: &[f32],
+    y: &mut [f32],
+) -> Result<(), ShapeError> {
+    mmq_v2_fast_with(Simd::detected(), shape, w, scales, q, d, y)
+}
+
+/// [`mmq_v2_fast`] on the target `simd` (see [`Simd`]: one the CPU lacks
+/// runs its tile compiled for the baseline).
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing
+/// is written then.
+pub fn mmq_v2_fast_with(
+    simd: Simd,
     shape: &Shape,
     w: &[u8],
     scales: &[f32],
@@ -56,96 +133,168 @@ pub fn mmq_v2_fast(
     check_len("q", shape.q_len(), q.len())?;
     check_len("d", shape.d_len(), d.len())?;
     check_len("y", shape.out_len(), y.len())?;
-    let (m, in_f, out_f, in_f_pad) = (shape.m(), shape.in_f(), shape.out_f(), shape.in_f_pad());
-    let (scols, blocks) = (shape.scale_cols(), shape.act_blocks());
-    let kpad = scols * BLOCK_K;
-    let i_pad = out_f.next_multiple_of(TILE_I);
-    let j_pad = m.next_multiple_of(TILE_J);
-    let wt = table(NanMagnitude::ReadAsZero);
-    let at = table(NanMagnitude::Ieee);
+    let ops = gemm::Operands {
+        shape,
+        w,
+        scales,
+        q,
+        d,
+    };
+    gemm::gemm(simd, &ops, y);
+    Ok(())
+}
 
-    // Weights decoded and transposed per scale block: wd[(b*128 + kk)*i_pad + i]
-    // (k tail and padded outputs are +0.0, rule K-TAIL).
-    let mut wd = vec![0f32; kpad * i_pad];
-    wd.par_chunks_mut(BLOCK_K * i_pad)
-        .enumerate()
-        .for_each(|(b, blk)| {
-            for i in 0..out_f {
-                for kk in 0..BLOCK_K {
-                    let k = b * BLOCK_K + kk;
-                    if k < in_f {
-                        blk[kk * i_pad + i] = wt[w[i * in_f + k] as usize];
-                    }
-                }
-            }
-        });
-    // Activations decoded: ad[j*kpad + k]; padded rows are +0.0.
-    let mut ad = vec![0f32; j_pad * kpad];
-    ad.par_chunks_mut(kpad)
-        .enumerate()
-        .take(m)
-        .for_each(|(j, row)| {
-            for (k, v) in row.iter_mut().enumerate() {
-                *v = at[q[j * in_f_pad + k] as usize];
-            }
-        });
+/// Same contract, shapes and errors as
+/// [`oracle::fp8_mmq::quantize_activations`], and the same codes and
+/// scales, on the best target of this CPU.
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing
+/// is written then.
+pub fn quantize_activations_fast(
+    shape: &Shape,
+    x: &[f32],
+    q: &mut [u8],
+    d: &mut [f32],
+) -> Result<(), ShapeError> {
+    quantize_activations_fast_with(Simd::detected(), shape, x, q, d)
+}
 
-    // Output tiles of `tile` outputs; each task computes all rows for its
-    // outputs into a local [j_pad x tile] buffer.
-    let threads = rayon::current_num_threads().max(1);
-    let tile = (i_pad / (threads * 4))
-        .next_multiple_of(TILE_I)
-        .clamp(TILE_I, 256);
-    let tiles: Vec<(usize, Vec<f32>)> = (0..i_pad.div_ceil(tile))
-        .into_par_iter()
-        .map(|t| {
-            let i_lo = t * tile;
-            let width = tile.min(i_pad - i_lo);
-            let mut out = vec![0f32; j_pad * width];
-            for j0 in (0..j_pad).step_by(TILE_J) {
-                for i0 in (i_lo..i_lo + width).step_by(TILE_I) {
-                    let mut sum = [[0f32; TILE_I]; TILE_J];
-                    for b in 0..scols {
-                        let mut c = [[0f32; TILE_I]; TILE_J];
-                        for kk in 0..BLOCK_K {
-                            let k = b * BLOCK_K + kk;
-                            let wrow: &[f32; TILE_I] =
-                                wd[k * i_pad + i0..][..TILE_I].try_into().unwrap();
-                            for jj in 0..TILE_J {
-                                let a = ad[(j0 + jj) * kpad + k];
-                                for ii in 0..TILE_I {
-                                    c[jj][ii] += wrow[ii] * a;
-                                }
-                            }
-                        }
-                        for jj in 0..TILE_J {
-                            let d_blk = if j0 + jj < m {
-                                d[(j0 + jj) * blocks + b]
-                            } else {
-                                0.0
-                            };
-                            for ii in 0..TILE_I {
-                                let srow = ((i0 + ii) / BLOCK_N).min(shape.scale_rows() - 1);
-                                let s_blk = scales[srow * scols + b];
-                                sum[jj][ii] += (s_blk * d_blk) * c[jj][ii];
-                            }
-                        }
-                    }
-                    for jj in 0..TILE_J {
-                        out[(j0 + jj) * width + (i0 - i_lo)..][..TILE_I].copy_from_slice(&sum[jj]);
-                    }
-                }
-            }
-            (i_lo, out)
+/// [`quantize_activations_fast`] on the target `simd`.
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing
+/// is written then.
+pub fn quantize_activations_fast_with(
+    simd: Simd,
+    shape: &Shape,
+    x: &[f32],
+    q: &mut [u8],
+    d: &mut [f32],
+) -> Result<(), ShapeError> {
+    check_len("x", shape.act_len(), x.len())?;
+    check_len("q", shape.q_len(), q.len())?;
+    check_len("d", shape.d_len(), d.len())?;
+    quantize::quantize(simd, shape, x, q, d);
+    Ok(())
+}
+
+/// The spec's answers for one set of operands, to compare fast targets
+/// with: the quantizer's `q` and `d` for `x`, and the GEMM's `y` for the
+/// GEMM operand (the given `(q, d)` when there is one, as in the FOLD arm
+/// and in [`super::reference`], else the quantizer's).
+#[derive(Clone, Debug)]
+pub struct SpecRun<'a> {
+    shape: Shape,
+    w: &'a [u8],
+    scales: &'a [f32],
+    x: &'a [f32],
+    operand: Option<(&'a [u8], &'a [f32])>,
+    q: Vec<u8>,
+    d: Vec<f32>,
+    y: Vec<f32>,
+}
+
+impl<'a> SpecRun<'a> {
+    /// Runs the spec on a case's data.
+    pub fn from_case(data: &'a CaseData) -> SpecRun<'a> {
+        let operand = data.qd.as_ref().map(|(q, d)| (q.as_slice(), d.as_slice()));
+        SpecRun::new(data.shape, &data.w, &data.scales, &data.x, operand)
+            .expect("case data lengths come from the shape")
+    }
+
+    /// Runs the spec quantizer on `x` and the spec GEMM on `operand`, or on
+    /// the quantizer's output when `operand` is `None`.
+    ///
+    /// # Errors
+    /// A length that disagrees with `shape`.
+    pub fn new(
+        shape: Shape,
+        w: &'a [u8],
+        scales: &'a [f32],
+        x: &'a [f32],
+        operand: Option<(&'a [u8], &'a [f32])>,
+    ) -> Result<SpecRun<'a>, ShapeError> {
+        let mut q = vec![0u8; shape.q_len()];
+        let mut d = vec![0f32; shape.d_len()];
+        oracle::fp8_mmq::quantize_activations(&shape, x, &mut q, &mut d)?;
+        let mut y = vec![0f32; shape.out_len()];
+        let (gq, gd) = operand.unwrap_or((&q, &d));
+        oracle::fp8_mmq::mmq_v2(&shape, w, scales, gq, gd, &mut y)?;
+        Ok(SpecRun {
+            shape,
+            w,
+            scales,
+            x,
+            operand,
+            q,
+            d,
+            y,
         })
-        .collect();
-    for (i_lo, out) in tiles {
-        let width = out.len() / j_pad;
-        for j in 0..m {
-            for ii in 0..width.min(out_f.saturating_sub(i_lo)) {
-                y[j * out_f + i_lo + ii] = out[j * width + ii];
-            }
+    }
+
+    /// Runs target `simd`'s quantizer and GEMM on the same operands and
+    /// returns the first difference from the spec, described, or `None`
+    /// when every code, every scale and every output has the spec's bits.
+    ///
+    /// Outputs that are NaN on both sides count as equal whatever their
+    /// bits: which NaN an operation on two NaNs returns is not something
+    /// Rust (or IEEE 754) fixes, and the spec is compiled for the baseline
+    /// target, the fast path for others. Every other bit pattern, `-0.0`
+    /// and infinities included, must match exactly.
+    pub fn diff(&self, simd: Simd) -> Option<String> {
+        let s = &self.shape;
+        let mut q = vec![0u8; s.q_len()];
+        let mut d = vec![0f32; s.d_len()];
+        quantize_activations_fast_with(simd, s, self.x, &mut q, &mut d)
+            .expect("lengths come from the shape");
+        if let Some(idx) = (0..q.len()).find(|&k| q[k] != self.q[k]) {
+            let (j, k) = (idx / s.in_f_pad(), idx % s.in_f_pad());
+            return Some(format!(
+                "quantizer code at (row j={j}, k={k}) (x = {}): fast 0x{:02X}, spec 0x{:02X}",
+                self.x_at(j, k),
+                q[idx],
+                self.q[idx]
+            ));
+        }
+        if let Some(idx) = (0..d.len()).find(|&b| d[b].to_bits() != self.d[b].to_bits()) {
+            let blocks = s.act_blocks();
+            return Some(format!(
+                "quantizer scale at (row j={}, block {}): fast {:e} (0x{:08X}), spec {:e} (0x{:08X})",
+                idx / blocks,
+                idx % blocks,
+                d[idx],
+                d[idx].to_bits(),
+                self.d[idx],
+                self.d[idx].to_bits()
+            ));
+        }
+        let (gq, gd) = self.operand.unwrap_or((&self.q, &self.d));
+        let mut y = vec![0f32; s.out_len()];
+        mmq_v2_fast_with(simd, s, self.w, self.scales, gq, gd, &mut y)
+            .expect("lengths come from the shape");
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        let bad: Vec<usize> = (0..y.len()).filter(|&k| !same(y[k], self.y[k])).collect();
+        let &first = bad.first()?;
+        Some(format!(
+            "GEMM output: {} of {} differ; first at (row j={}, col i={}): fast {:e} (0x{:08X}), spec {:e} (0x{:08X})",
+            bad.len(),
+            y.len(),
+            first / s.out_f(),
+            first % s.out_f(),
+            y[first],
+            y[first].to_bits(),
+            self.y[first],
+            self.y[first].to_bits()
+        ))
+    }
+
+    fn x_at(&self, j: usize, k: usize) -> String {
+        if k < self.shape.in_f() {
+            let v = self.x[j * self.shape.in_f() + k];
+            format!("{v:e} (0x{:08X})", v.to_bits())
+        } else {
+            "padding +0.0".into()
         }
     }
-    Ok(())
 }

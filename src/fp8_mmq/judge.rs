@@ -1,9 +1,9 @@
 //! The judge: the oracle's answer for a case, and the verdict on a kernel's.
 
-use super::fast::mmq_v2_fast;
+use super::fast::{mmq_v2_fast, quantize_activations_fast};
 use super::generate::{Arm, CaseData};
 use oracle::compare::{compare_f32, Comparison};
-use oracle::fp8_mmq::{count_nan_magnitude, quantize_activations};
+use oracle::fp8_mmq::count_nan_magnitude;
 
 /// RANDOM-arm bound on `rms_rel` (seed 000): about two orders above the
 /// observed reordering noise of the hardware-internal MMA summation, and
@@ -38,12 +38,13 @@ pub struct KernelOut {
     pub y: Vec<f32>,
 }
 
-/// The oracle's answer: spec quantizer, fast (bit-identical) GEMM.
+/// The oracle's answer, through the fast paths of the spec's quantizer
+/// and GEMM (bit-identical to `oracle::fp8_mmq`, see [`super::fast`]).
 pub fn reference(data: &CaseData) -> Reference {
     let s = &data.shape;
     let mut q = vec![0u8; s.q_len()];
     let mut d = vec![0f32; s.d_len()];
-    quantize_activations(s, &data.x, &mut q, &mut d).expect("lengths come from the shape");
+    quantize_activations_fast(s, &data.x, &mut q, &mut d).expect("lengths come from the shape");
     let (gq, gd) = match &data.qd {
         Some((q, d)) => (q, d),
         None => (&q, &d),

@@ -92,37 +92,24 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     }
 }
 
-/// Checks the fast GEMM path against the spec in `core` on one case, bit
-/// for bit (CPU only).
+/// Checks the fast paths against the spec in `core` on one case, bit for
+/// bit (CPU only): the quantizer's codes and scales, and the GEMM's outputs
+/// on the oracle's GEMM operand (see [`fast::SpecRun`]), on every SIMD
+/// target this CPU runs ([`fast::Simd::is_available`]).
 ///
 /// # Panics
-/// On any differing bit pattern, with the case's reproduction.
+/// On any differing bit pattern, with the target and the case's
+/// reproduction.
 pub fn fast_matches_spec(spec: &CaseSpec) {
     let data = spec.generate().expect("generators produce valid shapes");
-    let s = &data.shape;
-    let mut q = vec![0u8; s.q_len()];
-    let mut d = vec![0f32; s.d_len()];
-    oracle::fp8_mmq::quantize_activations(s, &data.x, &mut q, &mut d)
-        .expect("lengths come from the shape");
-    let mut want = vec![0f32; s.out_len()];
-    oracle::fp8_mmq::mmq_v2(s, &data.w, &data.scales, &q, &d, &mut want)
-        .expect("lengths come from the shape");
-    let mut got = vec![0f32; s.out_len()];
-    fast::mmq_v2_fast(s, &data.w, &data.scales, &q, &d, &mut got)
-        .expect("lengths come from the shape");
-    let c = oracle::compare::compare_f32(&got, &want, s.out_f()).expect("same lengths");
-    if let Some(m) = c.first_mismatch {
-        panic!(
-            "fast path differs from the spec: {} of {} outputs; first at (row j={}, col i={}): fast {:e} (0x{:08X}), spec {:e} (0x{:08X})\n  case: {}",
-            c.bit_mismatches,
-            c.n,
-            m.row,
-            m.col,
-            m.got,
-            m.got.to_bits(),
-            m.want,
-            m.want.to_bits(),
-            report::spec_literal(spec)
-        );
+    let want = fast::SpecRun::from_case(&data);
+    for simd in fast::Simd::ALL.into_iter().filter(|s| s.is_available()) {
+        if let Some(diff) = want.diff(simd) {
+            panic!(
+                "fast path ({}) differs from the spec: {diff}\n  case: {}",
+                simd.name(),
+                report::spec_literal(spec)
+            );
+        }
     }
 }

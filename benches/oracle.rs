@@ -1,0 +1,199 @@
+//! The oracle's speed: the v2 FP8 GEMM (`mmq_v2`) and the activation
+//! quantizer, spec against fast path, at the Qwen-like shape in_f = 5120,
+//! out_f = 1536 with m = 1, 64 and 512 rows.
+//!
+//! `cargo bench --bench oracle` (about three minutes). Criterion measures
+//! the fast GEMM at every m, the spec GEMM at m = 1, and both quantizers at
+//! m = 512. The spec GEMM at m = 64 and 512 takes seconds to minutes per
+//! call (about 0.06 GFLOP/s, one thread), so it is timed once, by a single
+//! call, and the table says so. The closing table gives GFLOP/s
+//! (`2 * m * in_f * out_f` per call; the quantizer: elements per second)
+//! and the ratio; each figure is the median over criterion's samples
+//! (warm-up included) of the time per call. Set `ORACLE_BENCH_SPEC=skip`
+//! to leave out the two single spec calls.
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use kernel_oracle::fp8_mmq::fast::{mmq_v2_fast, quantize_activations_fast, Simd};
+use kernel_oracle::fp8_mmq::{Arm, CaseData, CaseSpec};
+use oracle::fp8_mmq::{mmq_v2, quantize_activations};
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const IN_F: usize = 5120;
+const OUT_F: usize = 1536;
+const MS: [usize; 3] = [1, 64, 512];
+
+/// Seconds per call: the median over samples of (sample time / calls).
+#[derive(Default)]
+struct Samples(Vec<f64>);
+
+impl Samples {
+    fn median(&self) -> f64 {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+}
+
+/// Times `iters` calls of `f`, records seconds per call.
+fn timed(rec: &RefCell<Samples>, iters: u64, mut f: impl FnMut()) -> Duration {
+    let t = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    let e = t.elapsed();
+    rec.borrow_mut().0.push(e.as_secs_f64() / iters as f64);
+    e
+}
+
+/// A case's data and its quantized operand.
+struct Case {
+    data: CaseData,
+    q: Vec<u8>,
+    d: Vec<f32>,
+}
+
+fn case(m: usize) -> Case {
+    let data = CaseSpec::battery(IN_F, OUT_F, m, Arm::Random)
+        .generate()
+        .expect("valid shape");
+    let s = &data.shape;
+    let (mut q, mut d) = (vec![0u8; s.q_len()], vec![0f32; s.d_len()]);
+    quantize_activations(s, &data.x, &mut q, &mut d).expect("lengths");
+    Case { data, q, d }
+}
+
+fn spec_gemm(c: &Case) -> Vec<f32> {
+    let s = &c.data.shape;
+    let mut y = vec![0f32; s.out_len()];
+    mmq_v2(s, &c.data.w, &c.data.scales, &c.q, &c.d, &mut y).expect("lengths");
+    y
+}
+
+fn fast_gemm(c: &Case) -> Vec<f32> {
+    let s = &c.data.shape;
+    let mut y = vec![0f32; s.out_len()];
+    mmq_v2_fast(s, &c.data.w, &c.data.scales, &c.q, &c.d, &mut y).expect("lengths");
+    y
+}
+
+/// One row of the closing table.
+struct Row {
+    what: String,
+    unit: &'static str,
+    spec: (f64, &'static str),
+    fast: f64,
+}
+
+fn main() {
+    let mut crit = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    let spec_once = std::env::var("ORACLE_BENCH_SPEC").as_deref() != Ok("skip");
+    let mut rows = Vec::new();
+
+    for m in MS {
+        let c = case(m);
+        let flops = c.data.shape.flops();
+        // The fast path must give the spec's bits here too (checked where
+        // the spec output is at hand, below).
+        let fast_y = fast_gemm(&c);
+        let mut g = crit.benchmark_group(format!("mmq_v2 in_f={IN_F} out_f={OUT_F}"));
+        g.throughput(Throughput::Elements(flops as u64));
+        let fast = RefCell::new(Samples::default());
+        g.bench_function(BenchmarkId::new("fast", m), |b| {
+            b.iter_custom(|iters| timed(&fast, iters, || drop(black_box(fast_gemm(&c)))))
+        });
+        let spec = if m == 1 {
+            let rec = RefCell::new(Samples::default());
+            g.bench_function(BenchmarkId::new("spec", m), |b| {
+                b.iter_custom(|iters| timed(&rec, iters, || drop(black_box(spec_gemm(&c)))))
+            });
+            let y = spec_gemm(&c);
+            assert_bits(&y, &fast_y, m);
+            (flops / rec.into_inner().median() / 1e9, "criterion")
+        } else if spec_once {
+            let t = Instant::now();
+            let y = black_box(spec_gemm(&c));
+            let secs = t.elapsed().as_secs_f64();
+            assert_bits(&y, &fast_y, m);
+            (flops / secs / 1e9, "one call")
+        } else {
+            (f64::NAN, "skipped")
+        };
+        g.finish();
+        rows.push(Row {
+            what: format!("mmq_v2 m={m}"),
+            unit: "GFLOP/s",
+            spec,
+            fast: flops / fast.into_inner().median() / 1e9,
+        });
+    }
+
+    // The quantizer at m = 512.
+    let m = *MS.last().expect("MS");
+    let c = case(m);
+    let s = &c.data.shape;
+    let elems = s.act_len() as f64;
+    let mut g = crit.benchmark_group(format!("quantize in_f={IN_F}"));
+    g.throughput(Throughput::Elements(s.act_len() as u64));
+    let (spec, fast) = (RefCell::default(), RefCell::default());
+    let (mut q, mut d) = (vec![0u8; s.q_len()], vec![0f32; s.d_len()]);
+    g.bench_function(BenchmarkId::new("spec", m), |b| {
+        b.iter_custom(|iters| {
+            timed(&spec, iters, || {
+                quantize_activations(s, black_box(&c.data.x), &mut q, &mut d).expect("lengths")
+            })
+        })
+    });
+    g.bench_function(BenchmarkId::new("fast", m), |b| {
+        b.iter_custom(|iters| {
+            timed(&fast, iters, || {
+                quantize_activations_fast(s, black_box(&c.data.x), &mut q, &mut d).expect("lengths")
+            })
+        })
+    });
+    g.finish();
+    assert!(q == c.q && d.iter().zip(&c.d).all(|(a, b)| a.to_bits() == b.to_bits()));
+    rows.push(Row {
+        what: format!("quantize m={m}"),
+        unit: "Melem/s",
+        spec: (elems / spec.into_inner().median() / 1e6, "criterion"),
+        fast: elems / fast.into_inner().median() / 1e6,
+    });
+
+    crit.final_summary();
+    println!();
+    println!(
+        "in_f={IN_F} out_f={OUT_F}; fast target {}, {} rayon threads",
+        Simd::detected().name(),
+        rayon::current_num_threads()
+    );
+    println!(
+        "{:<16} {:>8} {:>10} {:>10} {:>8}  spec measured by",
+        "", "unit", "spec", "fast", "ratio"
+    );
+    for r in rows {
+        println!(
+            "{:<16} {:>8} {:>10.3} {:>10.2} {:>8.0}  {}",
+            r.what,
+            r.unit,
+            r.spec.0,
+            r.fast,
+            r.fast / r.spec.0,
+            r.spec.1
+        );
+    }
+}
+
+fn assert_bits(spec: &[f32], fast: &[f32], m: usize) {
+    assert!(
+        spec.iter()
+            .zip(fast)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "fast GEMM differs from the spec at m={m}"
+    );
+}
