@@ -18,6 +18,9 @@
 //! - [`round`]: the one round-to-nearest-even-and-pack routine.
 //! - [`fp8`], [`e4m3`], [`e5m2`], [`f16`](mod@f16), [`bf16`]: the float codecs.
 //! - [`fp8_mmq`]: the v2 per-block FP8 GEMM (seed 000).
+//! - [`gdn`]: Gated DeltaNet decode (seed 003): conv1d, prep, the gated
+//!   delta-rule scan, packed rows with snapshots; exp, softplus, sigmoid,
+//!   SiLU and sqrt as binary32 basic operations.
 //! - [`moe_tables`]: the MoE verify-rows pointer and scale tables (seed 002).
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
@@ -38,5 +41,6 @@ pub mod e5m2;
 pub mod f16;
 pub mod fp8;
 pub mod fp8_mmq;
+pub mod gdn;
 pub mod moe_tables;
 pub mod round;
