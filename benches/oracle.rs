@@ -2,11 +2,12 @@
 //! quantizer, spec against fast path, at the Qwen-like shape in_f = 5120,
 //! out_f = 1536 with m = 1, 64 and 512 rows.
 //!
-//! `cargo bench --bench oracle` (about three minutes). Criterion measures
-//! the fast GEMM at every m, the spec GEMM at m = 1, and both quantizers at
-//! m = 512. The spec GEMM at m = 64 and 512 takes seconds to minutes per
-//! call (about 0.06 GFLOP/s, one thread), so it is timed once, by a single
-//! call, and the table says so. The closing table gives GFLOP/s
+//! `cargo bench --bench oracle` (about a minute and a half on 2 cores).
+//! Criterion measures the fast GEMM at every m, the spec GEMM at m = 1, and
+//! both quantizers at m = 512. The spec GEMM at m = 64 and 512 takes
+//! seconds to most of a minute per call (about 0.2 GFLOP/s, one thread), so
+//! it is timed once, by a single call, and the table says so. The closing
+//! table gives GFLOP/s
 //! (`2 * m * in_f * out_f` per call; the quantizer: elements per second)
 //! and the ratio; each figure is the median over criterion's samples
 //! (warm-up included) of the time per call. Set `ORACLE_BENCH_SPEC=skip`

@@ -2,10 +2,10 @@
 //! per 128-element block, with the block's steps vectorized.
 //!
 //! Why the bits are the spec's: step 1 (amax) is the running maximum of the
-//! non-NaN `|x|` (`|x| > amax` never holds for NaN), a value that does not
-//! depend on the order it is taken in (all candidates are non-negative and
-//! `+0.0` is the only zero `abs` produces), so 16 lanes each keep one and
-//! fold together at the end; steps 2 and 3 are the same two divisions;
+//! non-NaN `|x|` (`|x| > amax` never holds for NaN) from `+0.0`, a value
+//! that does not depend on the order it is taken in (all candidates are
+//! non-negative and `+0.0` is the only zero `abs` produces), so a tree of
+//! pairwise maxima that ignore NaN gives it too; steps 2 and 3 are the same two divisions;
 //! step 4 is the same multiply per element followed by
 //! [`super::codec::encode_sat`], proven equal to the spec's encoder for
 //! every `f32`. Elements past `in_f` read as `+0.0`, as in the spec, so
@@ -19,9 +19,6 @@ use rayon::prelude::*;
 
 /// Quantizer work (elements of `q`) below which one thread does it all.
 const PARALLEL_ELEMENTS: usize = 1 << 18;
-
-/// Lanes of the running maximum.
-const LANES: usize = 16;
 
 /// Quantizes whole rows: `x` is `[rows x in_f]`, `q` is
 /// `[rows x blocks*128]`, `d` is `[rows x blocks]`.
@@ -46,24 +43,38 @@ fn rows(in_f: usize, blocks: usize, x: &[f32], q: &mut [u8], d: &mut [f32]) {
     }
 }
 
+/// The larger of two values each `NaN` or non-negative, ignoring a `NaN`
+/// (`NaN` only if both are).
+#[inline(always)]
+fn max_ignoring_nan(a: f32, b: f32) -> f32 {
+    if b.is_nan() || a > b {
+        a
+    } else {
+        b
+    }
+}
+
 /// One block: steps 1 to 4 of the spec.
+///
+/// Step 1 as a tree of pairwise maxima over `|x|` (halves of 64, 32, ...,
+/// 1: each stage a plain elementwise loop, which vectorizes), then
+/// `amax = r` if `r > 0` else `+0.0`: the largest non-NaN `|x|`, or `+0.0`
+/// when there is none, which is what the spec's running maximum is.
 #[inline(always)]
 fn block(x: &[f32; BLOCK_K], q: &mut [u8; BLOCK_K], d: &mut f32) {
-    let mut lanes = [0f32; LANES];
-    for chunk in x.chunks_exact(LANES) {
-        for (m, &v) in lanes.iter_mut().zip(chunk) {
-            let a = f32::from_bits(v.to_bits() & 0x7FFF_FFFF);
-            if a > *m {
-                *m = a;
-            }
-        }
+    let mut m = [0f32; BLOCK_K / 2];
+    for (t, (&lo, &hi)) in m.iter_mut().zip(x.iter().zip(&x[BLOCK_K / 2..])) {
+        *t = max_ignoring_nan(lo.abs(), hi.abs());
     }
-    let mut amax = 0f32;
-    for &m in &lanes {
-        if m > amax {
-            amax = m;
+    let mut half = BLOCK_K / 4;
+    while half > 0 {
+        let (lo, hi) = m.split_at_mut(half);
+        for (a, &b) in lo.iter_mut().zip(&hi[..half]) {
+            *a = max_ignoring_nan(*a, b);
         }
+        half /= 2;
     }
+    let amax = if m[0] > 0.0 { m[0] } else { 0.0 };
     if amax == 0.0 {
         *d = 0.0;
         q.fill(0);
