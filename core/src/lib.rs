@@ -1,9 +1,9 @@
 //! # oracle: the normative arithmetic of kernel-oracle
 //!
 //! This crate *defines* what the GPU kernels of this project compute. An
-//! auditor reads it as the specification; every kernel in `cu/` and
-//! `shaders/` is checked against it, bit for bit where the contract claims
-//! bits. It is `no_std`, has no dependencies and no `unsafe`, so
+//! auditor reads it as the specification; every kernel in `cu/` (and, as
+//! they come, the WGSL shaders) is checked against it, bit for bit where the
+//! contract claims bits. It is `no_std`, has no dependencies and no `unsafe`, so
 //! `cargo test -p core` runs on any machine.
 //!
 //! Arithmetic is IEEE 754 binary32 basic operations (`+ - * /`, correctly
@@ -24,14 +24,11 @@
 //! - [`moe_tables`]: the MoE verify-rows pointer and scale tables (seed 002).
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
-//! Features: `alloc` (off by default) adds `Vec`-returning conveniences; the
-//! contracts themselves write into caller-provided slices.
+//! No allocation anywhere: every contract writes into caller-provided
+//! slices, and the crate has no features.
 #![no_std]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
-
-#[cfg(any(test, feature = "alloc"))]
-extern crate alloc;
 
 pub mod bf16;
 pub mod compare;
