@@ -45,7 +45,29 @@ pub enum Outcome {
 /// On a driver error, an argument the shim refuses (the case library only
 /// makes valid ones) or a clobbered guard band: each is a bug.
 pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
-    run_case_with_reference(engine, data, arm, &reference(data))
+    let nan = oracle::fp8_mmq::count_nan_magnitude(&data.w);
+    if nan == 0 {
+        return run_case_with_reference(engine, data, arm, &reference(data));
+    }
+    // The oracle refuses (rule NAN-W): no GEMM to compute, the device must
+    // refuse too, with the same count.
+    match kernel_out(engine, data) {
+        Err(DeviceError::NanWeights { count }) => {
+            assert_eq!(
+                count, nan as u64,
+                "the device and the oracle count NaN weight codes differently"
+            );
+            Outcome::Refused { count }
+        }
+        Ok(_) => panic!(
+            "fp8_mmq: the device computed a case with {nan} NaN-magnitude weight codes, which the dispatch precondition must refuse ({})",
+            engine.kernel_source()
+        ),
+        Err(e) => panic!(
+            "fp8_mmq: the device failed on a valid case ({}): {e}",
+            engine.kernel_source()
+        ),
+    }
 }
 
 /// [`run_case`] with the oracle's answer already computed.
