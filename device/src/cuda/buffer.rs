@@ -29,6 +29,12 @@ impl<T> Buffer<T> {
         Buffer { raw, front: 0, len }
     }
 
+    /// The first `len` elements of `raw` (`len <= raw.len()`).
+    pub(crate) fn with_len(raw: CudaSlice<T>, len: usize) -> Buffer<T> {
+        debug_assert!(len <= raw.len());
+        Buffer { raw, front: 0, len }
+    }
+
     /// Elements (not counting guard bands).
     pub fn len(&self) -> usize {
         self.len

@@ -353,11 +353,14 @@ impl Engine {
     /// [`DeviceError::Driver`].
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
         if data.is_empty() {
-            // SAFETY: zero-length allocation, never read.
-            let raw = drv(|| "cuMemAlloc (0 bytes)".into(), unsafe {
-                self.stream.alloc::<T>(0)
-            })?;
-            return Ok(Buffer::plain(raw));
+            // cuMemAlloc refuses 0 bytes (CUDA_ERROR_INVALID_VALUE): hold one
+            // element and present an empty buffer.
+            // SAFETY: the element is never read; the buffer's length is 0.
+            let raw = drv(
+                || "cuMemAlloc (1 element for an empty buffer)".into(),
+                unsafe { self.stream.alloc::<T>(1) },
+            )?;
+            return Ok(Buffer::with_len(raw, 0));
         }
         let raw = drv(
             || format!("cuMemcpyHtoD ({} elements)", data.len()),
