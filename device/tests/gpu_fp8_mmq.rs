@@ -1,4 +1,4 @@
-//! The CUDA kernels against the core oracle, on a GPU (all `#[ignore]`d:
+//! The CUDA kernels against the core oracle, on a GPU (every test ignored with a reason:
 //! `cargo test --release -p device --test gpu_fp8_mmq -- --ignored
 //! --nocapture --test-threads=1`). Guards are on in every test.
 //!
