@@ -22,6 +22,7 @@
 //!   delta-rule scan, packed rows with snapshots; exp, softplus, sigmoid,
 //!   SiLU and sqrt as binary32 basic operations.
 //! - [`moe_tables`]: the MoE verify-rows pointer and scale tables (seed 002).
+//! - [`ggml`]: ggml's Q4_0, Q8_0, Q4_K, Q6_K blocks and the WGSL GEMM over them (seed 004).
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! No allocation anywhere: every contract writes into caller-provided
@@ -39,5 +40,6 @@ pub mod f16;
 pub mod fp8;
 pub mod fp8_mmq;
 pub mod gdn;
+pub mod ggml;
 pub mod moe_tables;
 pub mod round;
