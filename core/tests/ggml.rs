@@ -229,14 +229,16 @@ fn q8_0_infinite_scale_gives_nan_at_zero_codes() {
 
 /// The twelve scale bytes, unpacked by hand (get_scale_min_k4):
 /// j < 4 take bits 0..6 of bytes j and j + 4; j >= 4 take a nibble of byte
-/// j + 4 and bits 6..8 of bytes j - 4 (scale) and j (min).
+/// j + 4 and bits 6..8 of bytes j - 4 (scale) and j (min). The top bits of
+/// the scales (3, 2, 1, 0) and of the mins (0, 1, 2, 3) differ, so reading
+/// either from the other's bytes fails.
 const K4_SCALES: [u8; 12] = [
     0xC1, 0x82, 0x43, 0x04, // scales 0..4 = 1, 2, 3, 4; top bits of scales 4..8 = 3, 2, 1, 0
-    0xC5, 0x86, 0x47, 0x08, // mins 0..4 = 5, 6, 7, 8; top bits of mins 4..8 = 3, 2, 1, 0
+    0x05, 0x46, 0x87, 0xC8, // mins 0..4 = 5, 6, 7, 8; top bits of mins 4..8 = 0, 1, 2, 3
     0x9A, 0xBC, 0xDE, 0xF1, // low nibble: scale 4 + i, high nibble: min 4 + i
 ];
 const K4_SC: [u8; 8] = [0x01, 0x02, 0x03, 0x04, 0x3A, 0x2C, 0x1E, 0x01];
-const K4_MN: [u8; 8] = [0x05, 0x06, 0x07, 0x08, 0x39, 0x2B, 0x1D, 0x0F];
+const K4_MN: [u8; 8] = [0x05, 0x06, 0x07, 0x08, 0x09, 0x1B, 0x2D, 0x3F];
 
 #[test]
 fn q4_k_unpacks_scale_and_min_of_all_8_sub_blocks() {
