@@ -10,8 +10,8 @@
 //! `LD_LIBRARY_PATH`.
 
 use device::cuda::{
-    compile, nvrtc_arch, nvrtc_available, nvrtc_version, KernelSource, ENV_FP8_MMQ_CU,
-    REQUIRED_KERNELS,
+    compile, nvrtc_arch, nvrtc_available, nvrtc_version, KernelSource, ENV_FP8_MMQ_CU, ENV_GDN_CU,
+    GDN_KERNELS, REQUIRED_KERNELS,
 };
 
 const ARCH: &str = "sm_90";
@@ -153,4 +153,56 @@ fn compile_is_cached_per_source_and_arch() {
     let a = compile(&s, ARCH).unwrap_or_else(|e| panic!("{e}"));
     let b = compile(&s, ARCH).unwrap_or_else(|e| panic!("{e}"));
     assert!(std::sync::Arc::ptr_eq(&a, &b));
+}
+
+/// `cu/gdn.cu` (and the candidate named by `KERNEL_ORACLE_GDN_CU`, when
+/// set): every kernel of the ABI is an entry point, and no multiply and add
+/// were contracted into an f32 FMA (the contract's bits need separate
+/// roundings), no fast-math approximations of division or square root.
+fn assert_gdn(source: &KernelSource) {
+    let c = compile(source, ARCH).unwrap_or_else(|e| panic!("{e}"));
+    for k in GDN_KERNELS {
+        assert!(
+            c.ptx.contains(&format!(".entry {k}(")),
+            "{}: kernel {k} is not in the PTX",
+            source.describe()
+        );
+    }
+    assert!(!c.cubin.is_empty(), "NVRTC produced no CUBIN for {ARCH}");
+    assert!(!c.ptx.contains("fma.rn.f32"), "the PTX holds an f32 FMA");
+    assert!(
+        !c.ptx.contains(".approx.f32"),
+        "approximate f32 arithmetic in the PTX"
+    );
+    assert!(
+        !c.ptx.contains(".ftz.f32"),
+        "flush-to-zero f32 arithmetic in the PTX"
+    );
+    assert!(
+        c.ptx.contains("sqrt.rn.f32"),
+        "no correctly rounded sqrt in the PTX"
+    );
+    assert!(
+        c.ptx.contains("div.rn.f32"),
+        "no correctly rounded division in the PTX"
+    );
+    eprintln!(
+        "{} for {ARCH}: {} bytes of PTX, {} bytes of CUBIN\n{}",
+        source.describe(),
+        c.ptx.len(),
+        c.cubin.len(),
+        c.log
+    );
+}
+
+#[test]
+fn gdn_kernels_compile_for_sm_90_without_fma() {
+    require_nvrtc();
+    assert_gdn(&KernelSource::builtin_gdn());
+    match std::env::var_os(ENV_GDN_CU) {
+        Some(p) if !p.is_empty() => {
+            assert_gdn(&KernelSource::gdn_from_env().unwrap_or_else(|e| panic!("{e}")))
+        }
+        _ => eprintln!("{ENV_GDN_CU} is not set: no candidate to compile"),
+    }
 }

@@ -3,6 +3,7 @@
 use cudarc::driver::DriverError;
 use cudarc::nvrtc::result::NvrtcError;
 use oracle::fp8_mmq::ShapeError;
+use oracle::gdn::GdnError;
 use oracle::moe_tables::TablesError;
 
 /// Where to get NVRTC when it is missing; printed by [`DeviceError::NoNvrtc`].
@@ -187,6 +188,12 @@ pub enum DeviceError {
         /// What is wrong.
         detail: String,
     },
+
+    /// A Gated DeltaNet call was refused before launch: a shape the
+    /// contract refuses or a buffer of the wrong length, as `oracle::gdn`
+    /// reports it.
+    #[error("Gated DeltaNet call refused before launch: {0}")]
+    Gdn(GdnError),
 }
 
 impl DeviceError {

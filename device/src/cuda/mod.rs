@@ -54,6 +54,7 @@
 mod buffer;
 mod check;
 mod error;
+mod gdn;
 mod moe;
 mod nvrtc;
 mod source;
@@ -61,6 +62,11 @@ mod source;
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
 pub use error::{DeviceError, Result, NVRTC_HINT};
+pub use gdn::{
+    check_gdn_conv, check_gdn_limits, check_gdn_prep, check_gdn_scan, check_gdn_state, gdn_shape,
+    GdnEngine, GdnHeads, GdnState, GdnWeights, HeadLens, BUILTIN_GDN_CU, ENV_GDN_CU,
+    GDN_CONV_THREADS, GDN_HEAD_THREADS, GDN_KERNELS, GDN_MAX_T,
+};
 pub use moe::{
     check_moe_tables, decode_moe_status, MoeEngine, MoeStatus, BUILTIN_MOE_TABLES_CU,
     ENV_MOE_TABLES_CU, MOE_MAX_CTAS, MOE_TABLES_KERNEL, MOE_THREADS,

@@ -1,0 +1,909 @@
+//! # gdn: the Gated DeltaNet decode kernels (`cu/gdn.cu`)
+//!
+//! [`GdnEngine`] compiles `cu/gdn.cu` (or the candidate named by
+//! [`ENV_GDN_CU`]) with the same NVRTC cache as [`Engine`], and launches the
+//! per-row trio (`gdn_conv1d_decode`, `gdn_prep_decode`, `gdn_scan_s128`)
+//! and the packed twins over `t` rows (`gdn_conv1d_decode_tloop`,
+//! `gdn_prep_decode_rows`, `gdn_scan_s128_tsnap`). `oracle::gdn` is the
+//! normative contract; every output must equal it bit for bit.
+//!
+//! The ABI is written at the top of `cu/gdn.cu`.
+//!
+//! ## What the kernels cannot check, and the shim checks before launching
+//!
+//! 1. **The shape**: `num_v` a multiple of `num_k`, `d_state = 128`,
+//!    `d_conv` in 2..=4, `t >= 1` ([`gdn_shape`], the oracle's
+//!    `GdnShape::new`: [`DeviceError::Gdn`]); the kernels' `i32` indexing
+//!    and grid limits ([`check_gdn_limits`]: [`DeviceError::IndexRange`]).
+//! 2. **Buffer lengths**: every buffer against the shape, with the oracle's
+//!    argument names ([`check_gdn_conv`], [`check_gdn_prep`],
+//!    [`check_gdn_scan`], [`check_gdn_state`]: [`DeviceError::Gdn`] holding
+//!    `GdnError::Len`). These need no GPU.
+//! 3. **The pointer table**: the kernels read the conv ring and the two
+//!    state buffers through a device table of pointers. Only [`GdnState`]
+//!    builds one, from buffers whose lengths it checked, so a table never
+//!    points at a buffer of the wrong size.
+//! 4. **Writes outside the outputs**: with guards on, every output the call
+//!    allocates or receives sits in guard bands, checked after the launch
+//!    ([`DeviceError::GuardClobbered`]).
+//!
+//! CUDA graph capture and replay is not implemented here.
+
+use super::buffer::{self, Buffer};
+use super::error::{DeviceError, Result};
+use super::nvrtc::{compile, nvrtc_available, Compiled};
+use super::source::KernelSource;
+use super::{driver_available, drv, Engine, I32_LIMIT};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{DevicePtr, DeviceRepr, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use oracle::gdn::scan::{state_after_row, StateSlot};
+use oracle::gdn::{GdnError, GdnShape};
+use std::sync::Arc;
+
+/// Environment variable naming a candidate `.cu` file with the ABI of
+/// `cu/gdn.cu`; when set, it is compiled instead of the builtin one.
+pub const ENV_GDN_CU: &str = "KERNEL_ORACLE_GDN_CU";
+
+/// The builtin kernel source, `cu/gdn.cu`, embedded at build time.
+pub const BUILTIN_GDN_CU: &str = include_str!("../../../cu/gdn.cu");
+
+/// The kernels every `gdn` source must export (`extern "C"`): the per-row
+/// trio, then the packed twins.
+pub const GDN_KERNELS: [&str; 6] = [
+    "gdn_conv1d_decode",
+    "gdn_prep_decode",
+    "gdn_scan_s128",
+    "gdn_conv1d_decode_tloop",
+    "gdn_prep_decode_rows",
+    "gdn_scan_s128_tsnap",
+];
+
+/// Threads per CTA of the conv kernels (one channel per thread).
+pub const GDN_CONV_THREADS: u32 = 256;
+
+/// Threads per CTA of prep and scan: one per element of a head (exactly
+/// 128, the ABI's requirement).
+pub const GDN_HEAD_THREADS: u32 = 128;
+
+/// The most rows of a packed call (prep's `grid.y`).
+pub const GDN_MAX_T: usize = 65_535;
+
+impl KernelSource {
+    /// The builtin `cu/gdn.cu`.
+    pub fn builtin_gdn() -> KernelSource {
+        KernelSource::builtin_named("cu/gdn.cu", BUILTIN_GDN_CU)
+    }
+
+    /// The candidate named by [`ENV_GDN_CU`], else the builtin `cu/gdn.cu`.
+    ///
+    /// # Errors
+    /// [`DeviceError::KernelSource`] if the named file cannot be read.
+    pub fn gdn_from_env() -> Result<KernelSource> {
+        KernelSource::from_env_var(ENV_GDN_CU, KernelSource::builtin_gdn)
+    }
+}
+
+impl DeviceError {
+    /// The contract's error inside a [`DeviceError::Gdn`].
+    pub fn gdn_error(&self) -> Option<&GdnError> {
+        match self {
+            DeviceError::Gdn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// `Err(Gdn(Len))` unless `got == want`.
+fn len(arg: &'static str, want: usize, got: usize) -> Result<()> {
+    if want == got {
+        Ok(())
+    } else {
+        Err(DeviceError::Gdn(GdnError::Len { arg, want, got }))
+    }
+}
+
+/// Builds and checks a shape: the oracle's [`GdnShape::new`], then
+/// [`check_gdn_limits`].
+///
+/// # Errors
+/// [`DeviceError::Gdn`]; [`DeviceError::IndexRange`].
+pub fn gdn_shape(
+    num_k: usize,
+    num_v: usize,
+    d_state: usize,
+    d_conv: usize,
+    t: usize,
+) -> Result<GdnShape> {
+    let shape = GdnShape::new(num_k, num_v, d_state, d_conv, t).map_err(DeviceError::Gdn)?;
+    check_gdn_limits(&shape)?;
+    Ok(shape)
+}
+
+/// The kernels' limits: `t <= 65535` (prep's grid), and `t * conv_dim`,
+/// `t * value_dim` (the largest per-row element counts the kernels index
+/// with `i32`) at most `2^31 - 1`.
+///
+/// # Errors
+/// [`DeviceError::IndexRange`].
+pub fn check_gdn_limits(shape: &GdnShape) -> Result<()> {
+    let range = |what, value: usize, limit: u64| {
+        if value as u64 > limit {
+            Err(DeviceError::IndexRange {
+                what,
+                value: value as u64,
+                limit,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    range("t", shape.t(), GDN_MAX_T as u64)?;
+    range("num_v", shape.num_v(), I32_LIMIT)?;
+    // GdnShape::new has checked these products against usize overflow.
+    range("t * conv_dim", shape.t() * shape.conv_dim(), I32_LIMIT)?;
+    range("t * value_dim", shape.t() * shape.value_dim(), I32_LIMIT)
+}
+
+/// Checks a conv call of `rows` rows (1 for `gdn_conv1d_decode`,
+/// `shape.t()` for the packed twin): `x` and `out` `rows * C`, `w`
+/// `C * d_conv`, `snap` (packed only) `(rows - 1) * C * (d_conv - 1)`.
+///
+/// # Errors
+/// [`DeviceError::Gdn`]; [`DeviceError::IndexRange`].
+pub fn check_gdn_conv(
+    shape: &GdnShape,
+    rows: usize,
+    x: usize,
+    w: usize,
+    out: usize,
+    snap: Option<usize>,
+) -> Result<()> {
+    check_gdn_limits(shape)?;
+    let c = shape.conv_dim();
+    len("x", rows * c, x)?;
+    len("w", shape.conv_w_len(), w)?;
+    len("out", rows * c, out)?;
+    if let Some(s) = snap {
+        len("snap", (rows - 1) * shape.ring_len(), s)?;
+    }
+    Ok(())
+}
+
+/// The lengths of prep's outputs (the scan's operands), in the order
+/// `[q, k, v, beta, g]`.
+pub type HeadLens = [usize; 5];
+
+const HEAD_NAMES: [&str; 5] = ["q", "k", "v", "beta", "g"];
+
+fn check_heads(shape: &GdnShape, rows: usize, heads: HeadLens) -> Result<()> {
+    let (vd, nv) = (rows * shape.value_dim(), rows * shape.num_v());
+    for (i, (&name, &got)) in HEAD_NAMES.iter().zip(&heads).enumerate() {
+        len(name, if i < 3 { vd } else { nv }, got)?;
+    }
+    Ok(())
+}
+
+/// Checks a prep call of `rows` rows: `conv_out` `rows * C`, `beta_raw`
+/// and `alpha` `rows * num_v`, `dt_bias` and `a_log` `num_v`, the outputs
+/// `q, k, v` `rows * V` and `beta, g` `rows * num_v`.
+///
+/// # Errors
+/// [`DeviceError::Gdn`]; [`DeviceError::IndexRange`].
+#[allow(clippy::too_many_arguments)] // allow: one length per buffer of the ABI
+pub fn check_gdn_prep(
+    shape: &GdnShape,
+    rows: usize,
+    conv_out: usize,
+    beta_raw: usize,
+    alpha: usize,
+    dt_bias: usize,
+    a_log: usize,
+    heads: HeadLens,
+) -> Result<()> {
+    check_gdn_limits(shape)?;
+    let nv = shape.num_v();
+    len("conv_out", rows * shape.conv_dim(), conv_out)?;
+    len("beta_raw", rows * nv, beta_raw)?;
+    len("alpha", rows * nv, alpha)?;
+    len("dt_bias", nv, dt_bias)?;
+    len("a_log", nv, a_log)?;
+    check_heads(shape, rows, heads)
+}
+
+/// Checks a scan call of `rows` rows: the operands (as prep writes them),
+/// `o` `rows * V`, `snap` (packed only) `(rows - 1) * N`.
+///
+/// # Errors
+/// [`DeviceError::Gdn`]; [`DeviceError::IndexRange`].
+pub fn check_gdn_scan(
+    shape: &GdnShape,
+    rows: usize,
+    heads: HeadLens,
+    o: usize,
+    snap: Option<usize>,
+) -> Result<()> {
+    check_gdn_limits(shape)?;
+    check_heads(shape, rows, heads)?;
+    len("o", rows * shape.value_dim(), o)?;
+    if let Some(s) = snap {
+        len("snap", (rows - 1) * shape.state_len(), s)?;
+    }
+    Ok(())
+}
+
+/// Checks the buffers of a [`GdnState`]: `ring` `C * (d_conv - 1)`,
+/// `canonical` and `alt` `num_v * 128 * 128`.
+///
+/// # Errors
+/// [`DeviceError::Gdn`]; [`DeviceError::IndexRange`].
+pub fn check_gdn_state(shape: &GdnShape, ring: usize, canonical: usize, alt: usize) -> Result<()> {
+    check_gdn_limits(shape)?;
+    len("ring", shape.ring_len(), ring)?;
+    len("canonical", shape.state_len(), canonical)?;
+    len("alt", shape.state_len(), alt)
+}
+
+/// The recurrent buffers of one sequence on the device: the conv ring, the
+/// canonical and alternate state buffers, and the pointer table
+/// `[ring, canonical, alt, ring, alt, canonical]` the kernels read them
+/// through (see the ABI).
+#[derive(Debug)]
+pub struct GdnState {
+    ring: Buffer<f32>,
+    canonical: Buffer<f32>,
+    alt: Buffer<f32>,
+    table: Buffer<u64>,
+    ring_len: usize,
+    state_len: usize,
+}
+
+impl GdnState {
+    /// The conv ring `[C][d_conv - 1]`.
+    pub fn ring(&self) -> &Buffer<f32> {
+        &self.ring
+    }
+    /// The canonical state buffer (the state before a packed call).
+    pub fn canonical(&self) -> &Buffer<f32> {
+        &self.canonical
+    }
+    /// The alternate state buffer.
+    pub fn alt(&self) -> &Buffer<f32> {
+        &self.alt
+    }
+    /// The buffer of `slot`.
+    pub fn slot(&self, slot: StateSlot) -> &Buffer<f32> {
+        match slot {
+            StateSlot::Canonical => &self.canonical,
+            StateSlot::Alt => &self.alt,
+        }
+    }
+    /// The buffer holding the state after row `r` of rows alternating from
+    /// the canonical buffer (rule `PARITY`).
+    pub fn after_row(&self, r: usize) -> &Buffer<f32> {
+        self.slot(state_after_row(r))
+    }
+
+    fn fits(&self, shape: &GdnShape) -> Result<()> {
+        check_gdn_state(shape, self.ring_len, self.state_len, self.state_len)
+    }
+}
+
+/// Prep's outputs on the device, `rows` rows: `q, k, v` `[rows][V]`,
+/// `beta, g` `[rows][num_v]`.
+#[derive(Debug)]
+pub struct GdnHeads {
+    /// L2-normalized, repeated queries.
+    pub q: Buffer<f32>,
+    /// L2-normalized, repeated keys.
+    pub k: Buffer<f32>,
+    /// Values.
+    pub v: Buffer<f32>,
+    /// `sigmoid(beta_raw)`.
+    pub beta: Buffer<f32>,
+    /// `-(exp(a_log) * softplus(alpha + dt_bias))`.
+    pub g: Buffer<f32>,
+}
+
+impl GdnHeads {
+    /// The five lengths, `[q, k, v, beta, g]`.
+    pub fn lens(&self) -> HeadLens {
+        [
+            self.q.len(),
+            self.k.len(),
+            self.v.len(),
+            self.beta.len(),
+            self.g.len(),
+        ]
+    }
+}
+
+/// The layer's device weights: conv weights `[C][d_conv]`, `dt_bias` and
+/// `a_log` `[num_v]`, the L2 epsilon and the output scale.
+#[derive(Debug)]
+pub struct GdnWeights {
+    /// `[C][d_conv]`.
+    pub conv_w: Buffer<f32>,
+    /// `[num_v]`.
+    pub dt_bias: Buffer<f32>,
+    /// `[num_v]`.
+    pub a_log: Buffer<f32>,
+    /// Inside the square root of the L2 norm.
+    pub eps: f32,
+    /// Multiplies `S^T q`.
+    pub scale: f32,
+}
+
+/// One CUDA device with `cu/gdn.cu` compiled and loaded.
+pub struct GdnEngine {
+    stream: Arc<CudaStream>,
+    source: KernelSource,
+    compiled: Arc<Compiled>,
+    _module: Arc<CudaModule>,
+    f: [CudaFunction; 6],
+    name: String,
+    arch: (i32, i32),
+    guards: bool,
+}
+
+impl std::fmt::Debug for GdnEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GdnEngine")
+            .field("device", &self.name)
+            .field("arch", &self.arch)
+            .field("source", &self.source.describe())
+            .field("guards", &self.guards)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// A [`GdnEngine`] on this engine's context and stream, with its guard
+    /// setting, compiling the source [`KernelSource::gdn_from_env`] picks.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::from_engine`].
+    pub fn gdn(&self) -> Result<GdnEngine> {
+        GdnEngine::from_engine(self, KernelSource::gdn_from_env()?)
+    }
+}
+
+/// A launch of `grid` CTAs of `threads` threads, no dynamic shared memory.
+fn cfg(grid: (u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0, grid.1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl GdnEngine {
+    /// Opens device `ordinal` (its primary context, on a new stream) with
+    /// the source [`KernelSource::gdn_from_env`] picks.
+    ///
+    /// # Errors
+    /// [`DeviceError::NoDriver`], [`DeviceError::NoNvrtc`],
+    /// [`DeviceError::Driver`], [`DeviceError::Compile`],
+    /// [`DeviceError::MissingKernel`], [`DeviceError::KernelSource`].
+    pub fn new(ordinal: usize) -> Result<GdnEngine> {
+        driver_available()?;
+        nvrtc_available()?;
+        GdnEngine::with_source(ordinal, KernelSource::gdn_from_env()?)
+    }
+
+    /// Opens device `ordinal` with an explicit kernel source.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::new`].
+    pub fn with_source(ordinal: usize, source: KernelSource) -> Result<GdnEngine> {
+        driver_available()?;
+        nvrtc_available()?;
+        let ctx = drv(
+            || format!("cuInit / open device {ordinal}"),
+            CudaContext::new(ordinal),
+        )?;
+        // One stream, so cudarc's per-buffer event tracking is not needed.
+        // SAFETY: no other stream of this context touches these buffers.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = drv(|| "cuStreamCreate".into(), ctx.new_stream())?;
+        GdnEngine::load(ctx, stream, source, false)
+    }
+
+    /// Shares `engine`'s context, stream and guard setting.
+    ///
+    /// # Errors
+    /// [`DeviceError::Compile`], [`DeviceError::MissingKernel`],
+    /// [`DeviceError::Driver`].
+    pub fn from_engine(engine: &Engine, source: KernelSource) -> Result<GdnEngine> {
+        GdnEngine::load(
+            engine.ctx.clone(),
+            engine.stream.clone(),
+            source,
+            engine.guards,
+        )
+    }
+
+    fn load(
+        ctx: Arc<CudaContext>,
+        stream: Arc<CudaStream>,
+        source: KernelSource,
+        guards: bool,
+    ) -> Result<GdnEngine> {
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let attr = |a: A| drv(|| format!("cuDeviceGetAttribute {a:?}"), ctx.attribute(a));
+        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
+        let compiled = compile(&source, &format!("sm_{major}{minor}"))?;
+        let image = if compiled.cubin.is_empty() {
+            Ptx::from_src(compiled.ptx.clone())
+        } else {
+            Ptx::from_binary(compiled.cubin.clone())
+        };
+        let module = drv(
+            || format!("cuModuleLoadData ({})", source.describe()),
+            ctx.load_module(image),
+        )?;
+        let load = |k: &str| {
+            module
+                .load_function(k)
+                .map_err(|e| DeviceError::MissingKernel {
+                    name: k.to_string(),
+                    source_desc: source.describe(),
+                    detail: DeviceError::driver("cuModuleGetFunction", e).to_string(),
+                })
+        };
+        let f = [
+            load(GDN_KERNELS[0])?,
+            load(GDN_KERNELS[1])?,
+            load(GDN_KERNELS[2])?,
+            load(GDN_KERNELS[3])?,
+            load(GDN_KERNELS[4])?,
+            load(GDN_KERNELS[5])?,
+        ];
+        Ok(GdnEngine {
+            stream,
+            source,
+            compiled,
+            _module: module,
+            f,
+            name,
+            arch: (major, minor),
+            guards,
+        })
+    }
+
+    /// Turns guard bands around outputs on or off.
+    pub fn set_guards(&mut self, on: bool) {
+        self.guards = on;
+    }
+
+    /// Whether outputs get guard bands.
+    pub fn guards(&self) -> bool {
+        self.guards
+    }
+
+    /// The kernel source in use, for report headers.
+    pub fn kernel_source(&self) -> String {
+        self.source.describe()
+    }
+
+    /// NVRTC's output for this source and device.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability `(major, minor)`.
+    pub fn arch(&self) -> (i32, i32) {
+        self.arch
+    }
+
+    /// Copies `data` to a new (unguarded) device buffer; an empty slice
+    /// gets a one-element allocation of length 0.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
+        if data.is_empty() {
+            return buffer::alloc(&self.stream, 0, false);
+        }
+        let raw = drv(
+            || format!("cuMemcpyHtoD ({} elements)", data.len()),
+            self.stream.clone_htod(data),
+        )?;
+        Ok(Buffer::plain(raw))
+    }
+
+    /// Copies a device buffer back (synchronises).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`], including a fault of an earlier launch.
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); buf.len()];
+        if !out.is_empty() {
+            drv(
+                || format!("cuMemcpyDtoH ({} elements)", buf.len()),
+                self.stream.memcpy_dtoh(&buf.view(), &mut out),
+            )?;
+        }
+        self.synchronize()?;
+        Ok(out)
+    }
+
+    /// Allocates an output of `len` elements (guarded and poisoned when
+    /// guards are on).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn alloc_output<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
+        buffer::alloc(&self.stream, len, self.guards)
+    }
+
+    /// Waits for the stream.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`] with the fault of any earlier launch.
+    pub fn synchronize(&self) -> Result<()> {
+        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
+    }
+
+    /// Uploads the layer's weights, checking their lengths against `shape`.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`]; [`DeviceError::Driver`].
+    pub fn upload_weights(
+        &self,
+        shape: &GdnShape,
+        conv_w: &[f32],
+        dt_bias: &[f32],
+        a_log: &[f32],
+        eps: f32,
+        scale: f32,
+    ) -> Result<GdnWeights> {
+        check_gdn_limits(shape)?;
+        len("conv_w", shape.conv_w_len(), conv_w.len())?;
+        len("dt_bias", shape.num_v(), dt_bias.len())?;
+        len("a_log", shape.num_v(), a_log.len())?;
+        Ok(GdnWeights {
+            conv_w: self.upload(conv_w)?,
+            dt_bias: self.upload(dt_bias)?,
+            a_log: self.upload(a_log)?,
+            eps,
+            scale,
+        })
+    }
+
+    /// Uploads a sequence's recurrent buffers: the ring, the state into the
+    /// canonical buffer, `alt` (zeros unless given), and builds their
+    /// pointer table.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`]; [`DeviceError::Driver`].
+    pub fn new_state(
+        &self,
+        shape: &GdnShape,
+        ring: &[f32],
+        canonical: &[f32],
+        alt: Option<&[f32]>,
+    ) -> Result<GdnState> {
+        let zeros;
+        let alt = match alt {
+            Some(a) => a,
+            None => {
+                zeros = vec![0f32; shape.state_len()];
+                &zeros
+            }
+        };
+        check_gdn_state(shape, ring.len(), canonical.len(), alt.len())?;
+        let ring = self.upload(ring)?;
+        let canonical = self.upload(canonical)?;
+        let alt = self.upload(alt)?;
+        let ptr = |b: &Buffer<f32>| {
+            let v = b.view();
+            let (p, _sync) = v.device_ptr(&self.stream);
+            p
+        };
+        let (pr, pc, pa) = (ptr(&ring), ptr(&canonical), ptr(&alt));
+        let table = self.upload(&[pr, pc, pa, pr, pa, pc])?;
+        Ok(GdnState {
+            ring,
+            canonical,
+            alt,
+            table,
+            ring_len: shape.ring_len(),
+            state_len: shape.state_len(),
+        })
+    }
+
+    /// Allocates prep outputs for `rows` rows.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn alloc_heads(&self, shape: &GdnShape, rows: usize) -> Result<GdnHeads> {
+        let (vd, nv) = (rows * shape.value_dim(), rows * shape.num_v());
+        Ok(GdnHeads {
+            q: self.alloc_output(vd)?,
+            k: self.alloc_output(vd)?,
+            v: self.alloc_output(vd)?,
+            beta: self.alloc_output(nv)?,
+            g: self.alloc_output(nv)?,
+        })
+    }
+
+    fn conv_grid(shape: &GdnShape) -> (u32, u32) {
+        let c = shape.conv_dim() as u64;
+        (c.div_ceil(u64::from(GDN_CONV_THREADS)) as u32, 1)
+    }
+
+    fn guard(&self, bufs: &[(&Buffer<f32>, &'static str)]) -> Result<()> {
+        if self.guards {
+            self.synchronize()?;
+            for (b, name) in bufs {
+                buffer::check_guards(&self.stream, *b, name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `gdn_conv1d_decode`: row `row` of a per-row sequence (its parity
+    /// picks the table half; the ring is the same either way): `x [C]`
+    /// into `out [C]`, the ring advancing in `state`.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`], [`DeviceError::IndexRange`] before launch;
+    /// [`DeviceError::GuardClobbered`]; [`DeviceError::Driver`].
+    pub fn conv_row(
+        &self,
+        shape: &GdnShape,
+        x: &Buffer<f32>,
+        w: &GdnWeights,
+        state: &mut GdnState,
+        row: usize,
+        out: &mut Buffer<f32>,
+    ) -> Result<()> {
+        check_gdn_conv(shape, 1, x.len(), w.conv_w.len(), out.len(), None)?;
+        state.fits(shape)?;
+        let off = if row.is_multiple_of(2) { 0 } else { 3 };
+        let tv = state.table.view();
+        let tab = tv.slice(off..off + 3);
+        let (cd, dc) = (shape.conv_dim() as i32, shape.d_conv() as i32);
+        let (xv, wv) = (x.view(), w.conv_w.view());
+        let mut ov = out.view_mut();
+        let mut b = self.stream.launch_builder(&self.f[0]);
+        b.arg(&xv).arg(&tab).arg(&wv).arg(&mut ov).arg(&cd).arg(&dc);
+        // SAFETY: the ABI's argument types and order; every length checked
+        // above; the table points at the state's own checked buffers.
+        drv(|| format!("launch {}", GDN_KERNELS[0]), unsafe {
+            b.launch(cfg(Self::conv_grid(shape), GDN_CONV_THREADS))
+        })?;
+        drop(b);
+        self.guard(&[(out, "out")])
+    }
+
+    /// `gdn_conv1d_decode_tloop`: `t = shape.t()` rows `x [t][C]` into
+    /// `out [t][C]`, the ring snapshots after rows `0..t-1` into
+    /// `snap [t-1][C][P]` (length 0 when `t = 1`: a null pointer is
+    /// passed).
+    ///
+    /// # Errors
+    /// As [`GdnEngine::conv_row`].
+    pub fn conv_rows(
+        &self,
+        shape: &GdnShape,
+        x: &Buffer<f32>,
+        w: &GdnWeights,
+        state: &mut GdnState,
+        out: &mut Buffer<f32>,
+        snap: &mut Buffer<f32>,
+    ) -> Result<()> {
+        let t = shape.t();
+        check_gdn_conv(
+            shape,
+            t,
+            x.len(),
+            w.conv_w.len(),
+            out.len(),
+            Some(snap.len()),
+        )?;
+        state.fits(shape)?;
+        let tv = state.table.view();
+        let tab = tv.slice(0..3);
+        let (cd, dc, ti) = (shape.conv_dim() as i32, shape.d_conv() as i32, t as i32);
+        let (xv, wv) = (x.view(), w.conv_w.view());
+        let null = 0u64;
+        let mut ov = out.view_mut();
+        let mut sv = snap.view_mut();
+        let mut b = self.stream.launch_builder(&self.f[3]);
+        b.arg(&xv).arg(&tab).arg(&wv).arg(&mut ov);
+        if t > 1 {
+            b.arg(&mut sv);
+        } else {
+            b.arg(&null);
+        }
+        b.arg(&cd).arg(&dc).arg(&ti);
+        // SAFETY: as conv_row; snap is null only when t = 1 (never written).
+        drv(|| format!("launch {}", GDN_KERNELS[3]), unsafe {
+            b.launch(cfg(Self::conv_grid(shape), GDN_CONV_THREADS))
+        })?;
+        drop(b);
+        self.guard(&[(out, "out"), (snap, "snap")])
+    }
+
+    #[allow(clippy::too_many_arguments)] // allow: the ABI's buffers, each one argument
+    fn prep(
+        &self,
+        shape: &GdnShape,
+        rows: usize,
+        w: &GdnWeights,
+        conv_out: &Buffer<f32>,
+        beta_raw: &Buffer<f32>,
+        alpha: &Buffer<f32>,
+        heads: &mut GdnHeads,
+    ) -> Result<()> {
+        check_gdn_prep(
+            shape,
+            rows,
+            conv_out.len(),
+            beta_raw.len(),
+            alpha.len(),
+            w.dt_bias.len(),
+            w.a_log.len(),
+            heads.lens(),
+        )?;
+        let f = if rows == 1 { &self.f[1] } else { &self.f[4] };
+        let kernel = if rows == 1 {
+            GDN_KERNELS[1]
+        } else {
+            GDN_KERNELS[4]
+        };
+        let (nk, nv, ti) = (shape.num_k() as i32, shape.num_v() as i32, rows as i32);
+        let (cv, bv, av) = (conv_out.view(), beta_raw.view(), alpha.view());
+        let (dv, lv) = (w.dt_bias.view(), w.a_log.view());
+        let mut qv = heads.q.view_mut();
+        let mut kv = heads.k.view_mut();
+        let mut vv = heads.v.view_mut();
+        let mut betav = heads.beta.view_mut();
+        let mut gv = heads.g.view_mut();
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&cv).arg(&bv).arg(&av).arg(&dv).arg(&lv);
+        b.arg(&mut qv)
+            .arg(&mut kv)
+            .arg(&mut vv)
+            .arg(&mut betav)
+            .arg(&mut gv);
+        b.arg(&nk).arg(&nv).arg(&w.eps).arg(&ti);
+        let grid = (shape.num_v() as u32, rows as u32);
+        // SAFETY: the ABI's argument types and order; lengths checked above;
+        // grid (num_v, rows) within limits (check_gdn_limits).
+        drv(|| format!("launch {kernel}"), unsafe {
+            b.launch(cfg(grid, GDN_HEAD_THREADS))
+        })?;
+        drop(b);
+        self.guard(&[
+            (&heads.q, "q"),
+            (&heads.k, "k"),
+            (&heads.v, "v"),
+            (&heads.beta, "beta"),
+            (&heads.g, "g"),
+        ])
+    }
+
+    /// `gdn_prep_decode`: one row, `conv_out [C]`, `beta_raw`, `alpha`
+    /// `[num_v]` into `heads` (one row).
+    ///
+    /// # Errors
+    /// As [`GdnEngine::conv_row`].
+    pub fn prep_row(
+        &self,
+        shape: &GdnShape,
+        w: &GdnWeights,
+        conv_out: &Buffer<f32>,
+        beta_raw: &Buffer<f32>,
+        alpha: &Buffer<f32>,
+        heads: &mut GdnHeads,
+    ) -> Result<()> {
+        self.prep(shape, 1, w, conv_out, beta_raw, alpha, heads)
+    }
+
+    /// `gdn_prep_decode_rows`: `t = shape.t()` rows.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::conv_row`].
+    pub fn prep_rows(
+        &self,
+        shape: &GdnShape,
+        w: &GdnWeights,
+        conv_out: &Buffer<f32>,
+        beta_raw: &Buffer<f32>,
+        alpha: &Buffer<f32>,
+        heads: &mut GdnHeads,
+    ) -> Result<()> {
+        self.prep(shape, shape.t(), w, conv_out, beta_raw, alpha, heads)
+    }
+
+    /// `gdn_scan_s128`: row `row` of a per-row sequence, reading the state
+    /// after row `row - 1` (the canonical buffer for row 0) and writing the
+    /// state after row `row` into [`GdnState::after_row`]`(row)`; `o [V]`.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::conv_row`].
+    pub fn scan_row(
+        &self,
+        shape: &GdnShape,
+        heads: &GdnHeads,
+        scale: f32,
+        state: &mut GdnState,
+        row: usize,
+        o: &mut Buffer<f32>,
+    ) -> Result<()> {
+        check_gdn_scan(shape, 1, heads.lens(), o.len(), None)?;
+        state.fits(shape)?;
+        let off = if row.is_multiple_of(2) { 1 } else { 4 };
+        let tv = state.table.view();
+        let tab = tv.slice(off..off + 2);
+        let nv = shape.num_v() as i32;
+        let (qv, kv, vv) = (heads.q.view(), heads.k.view(), heads.v.view());
+        let (gv, bv) = (heads.g.view(), heads.beta.view());
+        let mut ov = o.view_mut();
+        let mut b = self.stream.launch_builder(&self.f[2]);
+        b.arg(&qv).arg(&kv).arg(&vv).arg(&gv).arg(&bv).arg(&tab);
+        b.arg(&mut ov).arg(&nv).arg(&scale);
+        // SAFETY: the ABI's argument types and order; lengths checked above;
+        // the table points at the state's own checked buffers.
+        drv(|| format!("launch {}", GDN_KERNELS[2]), unsafe {
+            b.launch(cfg((shape.num_v() as u32, 1), GDN_HEAD_THREADS))
+        })?;
+        drop(b);
+        self.guard(&[(o, "o")])
+    }
+
+    /// `gdn_scan_s128_tsnap`: `t = shape.t()` rows from the canonical
+    /// buffer, `o [t][V]`, the state after rows `0..t-1` into
+    /// `snap [t-1][N]` (length 0 when `t = 1`: a null pointer is passed).
+    /// Returns the slot of the final state (rule `PARITY`).
+    ///
+    /// # Errors
+    /// As [`GdnEngine::conv_row`].
+    pub fn scan_rows(
+        &self,
+        shape: &GdnShape,
+        heads: &GdnHeads,
+        scale: f32,
+        state: &mut GdnState,
+        o: &mut Buffer<f32>,
+        snap: &mut Buffer<f32>,
+    ) -> Result<StateSlot> {
+        let t = shape.t();
+        check_gdn_scan(shape, t, heads.lens(), o.len(), Some(snap.len()))?;
+        state.fits(shape)?;
+        let tv = state.table.view();
+        let tab = tv.slice(1..3);
+        let (nv, ti) = (shape.num_v() as i32, t as i32);
+        let (qv, kv, vv) = (heads.q.view(), heads.k.view(), heads.v.view());
+        let (gv, bv) = (heads.g.view(), heads.beta.view());
+        let null = 0u64;
+        let mut ov = o.view_mut();
+        let mut sv = snap.view_mut();
+        let mut b = self.stream.launch_builder(&self.f[5]);
+        b.arg(&qv).arg(&kv).arg(&vv).arg(&gv).arg(&bv).arg(&tab);
+        b.arg(&mut ov);
+        if t > 1 {
+            b.arg(&mut sv);
+        } else {
+            b.arg(&null);
+        }
+        b.arg(&nv).arg(&ti).arg(&scale);
+        // SAFETY: as scan_row; snap is null only when t = 1 (never written).
+        drv(|| format!("launch {}", GDN_KERNELS[5]), unsafe {
+            b.launch(cfg((shape.num_v() as u32, 1), GDN_HEAD_THREADS))
+        })?;
+        drop(b);
+        self.guard(&[(o, "o"), (snap, "snap")])?;
+        Ok(state_after_row(t - 1))
+    }
+}
