@@ -1,0 +1,361 @@
+//! `cu/gdn.cu` run on the host, without a GPU, against the core oracle
+//! (`oracle::gdn`), bit for bit.
+//!
+//! The kernel source (the builtin, or the candidate named by
+//! `KERNEL_ORACLE_GDN_CU`) is compiled with the host C++ compiler (`g++
+//! -std=c++20 -ffp-contract=off`, no fast math) inside a small emulator:
+//! every CUDA thread of a CTA is a host thread, `__syncthreads` a
+//! `std::barrier`, `__shared__` a static, and `__fadd_rn`, `__fmul_rn`, ...
+//! the host's IEEE binary32 operations (SSE on x86-64: round to nearest
+//! even, subnormals kept). This checks the kernels' arithmetic order,
+//! indexing, pointer tables, snapshots and parity; what it cannot check is
+//! the GPU itself (NVRTC's code generation, real concurrency, memory
+//! faults): `gdn_gpu.rs` does, on a device.
+//!
+//! Without `g++` (or with one lacking C++20 `<barrier>`) the tests say so
+//! on stderr and pass: they are an extra net for CI, not the gate.
+
+use device::cuda::KernelSource;
+use oracle::gdn::rows::{decode_rows, PackedOutputs, RowInputs};
+use oracle::gdn::scan::{StatePair, StateSlot};
+use oracle::gdn::transcendental::{exp, sigmoid, silu, softplus};
+use oracle::gdn::{default_scale, GdnParams, GdnShape};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// One of the contract's transcendentals, by name.
+type Named = (&'static str, fn(f32) -> f32);
+
+/// The emulator: the CUDA spellings as host C++, `gdn.cu` included, and a
+/// `main` that reads the inputs from stdin and writes the outputs to
+/// stdout (raw little-endian f32).
+const HARNESS: &str = r#"#include <cstring>
+#include <cmath>
+#include <thread>
+#include <barrier>
+#include <vector>
+#include <functional>
+struct dim3 { unsigned x, y, z; };
+thread_local dim3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+static std::barrier<> *g_bar;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+#include "gdn.cu"
+
+static void launch(unsigned gx, unsigned gy, unsigned threads, std::function<void()> f) {
+    gridDim = {gx, gy, 1}; blockDim = {threads, 1, 1};
+    for (unsigned by = 0; by < gy; ++by) for (unsigned bx = 0; bx < gx; ++bx) {
+        std::barrier<> bar(threads); g_bar = &bar;
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < threads; ++t) ts.emplace_back([&, t] { threadIdx = {t, 0, 0}; blockIdx = {bx, by, 0}; f(); });
+        for (auto &th : ts) th.join();
+    }
+}
+
+extern "C" float emu_fn(int which, float x) {
+    switch (which) { case 0: return gdn_exp(x); case 1: return gdn_softplus(x); case 2: return gdn_sigmoid(x); default: return gdn_silu(x); }
+}
+
+/* packed == 1: the twins; 0: chained per-row kernels. Outputs as the oracle's decode_rows;
+ * state_out gets the final state. */
+extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
+    const float *conv_w, const float *dt_bias, const float *a_log, float eps, float scale,
+    const float *qkv, const float *beta_raw, const float *alpha,
+    float *ring, const float *state0,
+    float *conv_out, float *o, float *snap_conv, float *snap_state, float *state_out)
+{
+    const int C = 128 * (2 * nk + nv), V = 128 * nv, P = dc - 1;
+    const size_t N = (size_t)nv * 128 * 128, RL = (size_t)C * P;
+    std::vector<float> can(state0, state0 + N), alt(N, 0.0f);
+    unsigned long long tab[6] = {(unsigned long long)ring, (unsigned long long)can.data(), (unsigned long long)alt.data(),
+        (unsigned long long)ring, (unsigned long long)alt.data(), (unsigned long long)can.data()};
+    const unsigned cg = (C + 255) / 256;
+    if (packed) {
+        std::vector<float> q(t * V), k(t * V), v(t * V), b(t * nv), g(t * nv);
+        launch(cg, 1, 256, [&] { gdn_conv1d_decode_tloop(qkv, tab, conv_w, conv_out, t > 1 ? snap_conv : nullptr, C, dc, t); });
+        launch(nv, t, 128, [&] { gdn_prep_decode_rows(conv_out, beta_raw, alpha, dt_bias, a_log, q.data(), k.data(), v.data(), b.data(), g.data(), nk, nv, eps, t); });
+        launch(nv, 1, 128, [&] { gdn_scan_s128_tsnap(q.data(), k.data(), v.data(), g.data(), b.data(), tab + 1, o, t > 1 ? snap_state : nullptr, nv, t, scale); });
+    } else {
+        std::vector<float> q(V), k(V), v(V), b(nv), g(nv);
+        for (int r = 0; r < t; ++r) {
+            const int off = r % 2 ? 3 : 0;
+            launch(cg, 1, 256, [&] { gdn_conv1d_decode(qkv + (size_t)r * C, tab + off, conv_w, conv_out + (size_t)r * C, C, dc); });
+            launch(nv, 1, 128, [&] { gdn_prep_decode(conv_out + (size_t)r * C, beta_raw + r * nv, alpha + r * nv, dt_bias, a_log, q.data(), k.data(), v.data(), b.data(), g.data(), nk, nv, eps, 1); });
+            launch(nv, 1, 128, [&] { gdn_scan_s128(q.data(), k.data(), v.data(), g.data(), b.data(), tab + off + 1, o + (size_t)r * V, nv, scale); });
+            if (r + 1 < t) {
+                std::memcpy(snap_conv + r * RL, ring, RL * 4);
+                std::memcpy(snap_state + r * N, (r % 2 == 0 ? alt : can).data(), N * 4);
+            }
+        }
+    }
+    std::memcpy(state_out, (t % 2 ? alt : can).data(), N * 4);
+}
+
+#include <cstdio>
+#include <cstdlib>
+static std::vector<float> rd(size_t n) { std::vector<float> v(n); if (n && fread(v.data(), 4, n, stdin) != n) { fprintf(stderr, "short input\n"); exit(2); } return v; }
+static void wr(const float *p, size_t n) { if (n) fwrite(p, 4, n, stdout); }
+int main(int argc, char **argv) {
+    if (argc == 3 && argv[1][0] == 'f') {
+        size_t n = strtoull(argv[2], 0, 10);
+        std::vector<float> xs = rd(n), out(4 * n);
+        for (size_t i = 0; i < n; ++i) for (int k = 0; k < 4; ++k) out[4 * i + k] = emu_fn(k, xs[i]);
+        wr(out.data(), out.size());
+        return 0;
+    }
+    if (argc != 7) { fprintf(stderr, "usage: emu rows packed nk nv dc t | emu f n\n"); return 2; }
+    int packed = atoi(argv[2]), nk = atoi(argv[3]), nv = atoi(argv[4]), dc = atoi(argv[5]), t = atoi(argv[6]);
+    size_t C = 128 * (2 * nk + nv), V = 128 * nv, N = (size_t)nv * 128 * 128, RL = C * (dc - 1);
+    std::vector<float> es = rd(2), w = rd(C * dc), dt = rd(nv), al = rd(nv), qkv = rd(t * C), br = rd(t * nv),
+        alpha = rd(t * nv), ring = rd(RL), s0 = rd(N);
+    std::vector<float> co(t * C), o(t * V), sc((t - 1) * RL), ss((t - 1) * N), fin(N);
+    emu_rows(packed, nk, nv, dc, t, w.data(), dt.data(), al.data(), es[0], es[1], qkv.data(), br.data(), alpha.data(),
+             ring.data(), s0.data(), co.data(), o.data(), sc.data(), ss.data(), fin.data());
+    wr(co.data(), co.size()); wr(o.data(), o.size()); wr(sc.data(), sc.size()); wr(ss.data(), ss.size());
+    wr(ring.data(), ring.size()); wr(fin.data(), fin.size());
+    return 0;
+}
+"#;
+
+/// Builds the emulator around the kernel source under test, in a folder of
+/// its own per test (tests run in parallel); `None` (with a
+/// note on stderr) when no usable host compiler is found.
+fn emulator(test: &str) -> Option<PathBuf> {
+    let source = KernelSource::gdn_from_env().unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("gdn-host-emu-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("gdn.cu"), source.text()).unwrap();
+    std::fs::write(dir.join("emu.cpp"), HARNESS).unwrap();
+    let bin = dir.join("emu");
+    let out = Command::new("g++")
+        .args([
+            "-std=c++20",
+            "-O2",
+            "-ffp-contract=off",
+            "-fno-fast-math",
+            "-w",
+            "-pthread",
+        ])
+        .arg(dir.join("emu.cpp"))
+        .arg("-o")
+        .arg(&bin)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            eprintln!("host emulator of {} built", source.describe());
+            Some(bin)
+        }
+        Ok(o) => {
+            eprintln!(
+                "SKIPPED: g++ could not build the host emulator:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: no g++ ({e}); the host emulation of cu/gdn.cu did not run");
+            None
+        }
+    }
+}
+
+fn run(bin: &PathBuf, args: &[String], input: &[f32]) -> Vec<f32> {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&bytes));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "emulator failed: {:?}", out.status);
+    out.stdout
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn varied(len: usize, seed: u64, spread: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * spread
+        })
+        .collect()
+}
+
+/// Values that reach every branch of exp, softplus, sigmoid and SiLU.
+const SPECIALS: [f32; 18] = [
+    0.0,
+    -0.0,
+    1e-40,
+    -1e-40,
+    -87.5,
+    -90.0,
+    -104.5,
+    -110.0,
+    -121.0,
+    21.0,
+    88.9,
+    89.5,
+    -3.211_251_3,
+    -2.757_007_6,
+    -4.157_294,
+    30.0,
+    -20.5,
+    59.270_813,
+];
+
+fn with_specials(len: usize, seed: u64, spread: f32) -> Vec<f32> {
+    let mut v = varied(len, seed, spread);
+    for (n, i) in (0..len).step_by(13).enumerate() {
+        v[i] = SPECIALS[(n + seed as usize) % SPECIALS.len()];
+    }
+    v
+}
+
+fn assert_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        panic!(
+            "{what}: first difference at {i}: kernel {:e} ({:#010x}), oracle {:e} ({:#010x})",
+            got[i],
+            got[i].to_bits(),
+            want[i],
+            want[i].to_bits()
+        );
+    }
+}
+
+/// exp, softplus, sigmoid and SiLU of the kernel source on every 4099th
+/// binary32 (about a million inputs, every sign and exponent) and on the
+/// specials, bit for bit (NaN results: any NaN).
+#[test]
+fn host_emulated_transcendentals_match_the_oracle() {
+    let Some(bin) = emulator("fn") else { return };
+    let mut xs: Vec<f32> = (0..=u32::MAX).step_by(4099).map(f32::from_bits).collect();
+    xs.extend(SPECIALS);
+    let out = run(&bin, &["f".into(), xs.len().to_string()], &xs);
+    assert_eq!(out.len(), 4 * xs.len());
+    let fs: [Named; 4] = [
+        ("exp", exp),
+        ("softplus", softplus),
+        ("sigmoid", sigmoid),
+        ("silu", silu),
+    ];
+    for (i, &x) in xs.iter().enumerate() {
+        for (k, (name, f)) in fs.iter().enumerate() {
+            let (a, b) = (out[4 * i + k], f(x));
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "{name}({x:e} = {:#010x}): kernel {a:e}, oracle {b:e}",
+                x.to_bits()
+            );
+        }
+    }
+}
+
+fn rows_case(bin: &PathBuf, num_k: usize, num_v: usize, d_conv: usize, t: usize) {
+    let s = GdnShape::new(num_k, num_v, 128, d_conv, t).unwrap();
+    let seed = 100 * t as u64 + num_v as u64 + d_conv as u64;
+    let w = varied(s.conv_w_len(), seed + 1, 0.5);
+    let dt = varied(num_v, seed + 2, 0.5);
+    let al = varied(num_v, seed + 3, 1.0);
+    let ring0 = with_specials(s.ring_len(), seed + 10, 1.0);
+    let state0 = varied(s.state_len(), seed + 20, 0.3);
+    let qkv = with_specials(t * s.conv_dim(), seed + 30, 1.0);
+    let beta_raw = with_specials(t * num_v, seed + 40, 2.0);
+    let alpha = with_specials(t * num_v, seed + 50, 2.0);
+    let (eps, scale) = (1e-6f32, default_scale());
+    let params = GdnParams {
+        conv_w: &w,
+        dt_bias: &dt,
+        a_log: &al,
+        eps,
+        scale,
+    };
+    let (n, rl, c, vd) = (s.state_len(), s.ring_len(), s.conv_dim(), s.value_dim());
+    let mut ring = ring0.clone();
+    let mut canonical = state0.clone();
+    let mut alt = vec![0f32; n];
+    let mut want = vec![0f32; t * c + t * vd + (t - 1) * rl + (t - 1) * n];
+    let (co, rest) = want.split_at_mut(t * c);
+    let (o, rest) = rest.split_at_mut(t * vd);
+    let (sc, ss) = rest.split_at_mut((t - 1) * rl);
+    let mut scratch = vec![0f32; s.scratch_len()];
+    let input = RowInputs {
+        qkv: &qkv,
+        beta_raw: &beta_raw,
+        alpha: &alpha,
+    };
+    let states = StatePair {
+        canonical: &mut canonical,
+        alt: &mut alt,
+    };
+    let out = PackedOutputs {
+        conv_out: co,
+        o,
+        snap_conv: sc,
+        snap_state: ss,
+    };
+    let slot = decode_rows(&s, &params, &input, &mut ring, states, out, &mut scratch).unwrap();
+    want.extend(&ring);
+    want.extend(if slot == StateSlot::Alt {
+        &alt
+    } else {
+        &canonical
+    });
+    let mut input = vec![eps, scale];
+    for v in [&w, &dt, &al, &qkv, &beta_raw, &alpha, &ring0, &state0] {
+        input.extend(v.iter());
+    }
+    for packed in [0, 1] {
+        let args: Vec<String> = ["rows".to_string(), packed.to_string()]
+            .into_iter()
+            .chain([num_k, num_v, d_conv, t].iter().map(|v| v.to_string()))
+            .collect();
+        let got = run(bin, &args, &input);
+        let what = format!(
+            "(num_k, num_v, d_conv, t) = ({num_k}, {num_v}, {d_conv}, {t}), {} \
+             (outputs: conv_out, o, snap_conv, snap_state, ring, final state, concatenated)",
+            if packed == 1 {
+                "packed twins"
+            } else {
+                "chained per-row kernels"
+            }
+        );
+        assert_bits(&what, &got, &want);
+    }
+}
+
+/// The per-row trio chained and the packed twins, each equal to the
+/// oracle's `decode_rows` on all six outputs.
+#[test]
+fn host_emulated_kernels_match_the_oracle_rows() {
+    let Some(bin) = emulator("rows") else { return };
+    for d_conv in 2..=4 {
+        for t in [1, 2, 3, 8] {
+            rows_case(&bin, 2, 4, d_conv, t);
+        }
+    }
+    rows_case(&bin, 16, 32, 4, 3);
+    rows_case(&bin, 1, 3, 3, 5);
+}
