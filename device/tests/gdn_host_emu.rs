@@ -271,6 +271,14 @@ fn host_emulated_transcendentals_match_the_oracle() {
             );
         }
     }
+    remove(&bin);
+}
+
+/// Removes the emulator's folder (left behind when a test fails, for a look).
+fn remove(bin: &std::path::Path) {
+    if let Some(dir) = bin.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 fn rows_case(bin: &PathBuf, num_k: usize, num_v: usize, d_conv: usize, t: usize) {
@@ -358,4 +366,5 @@ fn host_emulated_kernels_match_the_oracle_rows() {
     }
     rows_case(&bin, 16, 32, 4, 3);
     rows_case(&bin, 1, 3, 3, 5);
+    remove(&bin);
 }
