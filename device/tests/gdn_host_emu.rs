@@ -12,8 +12,8 @@
 //! the GPU itself (NVRTC's code generation, real concurrency, memory
 //! faults): `gdn_gpu.rs` does, on a device.
 //!
-//! Without `g++` (or with one lacking C++20 `<barrier>`) the tests say so
-//! on stderr and pass: they are an extra net for CI, not the gate.
+//! They need `g++` with C++20 `<barrier>` (GCC 11 or later; Debian's `g++`
+//! package): without it they fail, saying so, rather than pass unrun.
 
 use device::cuda::KernelSource;
 use oracle::gdn::rows::{decode_rows, PackedOutputs, RowInputs};
@@ -132,7 +132,7 @@ int main(int argc, char **argv) {
 /// Builds the emulator around the kernel source under test, in a folder of
 /// its own per test (tests run in parallel); `None` (with a
 /// note on stderr) when no usable host compiler is found.
-fn emulator(test: &str) -> Option<PathBuf> {
+fn emulator(test: &str) -> PathBuf {
     let source = KernelSource::gdn_from_env().unwrap_or_else(|e| panic!("{e}"));
     let dir = std::env::temp_dir().join(format!("gdn-host-emu-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -155,19 +155,16 @@ fn emulator(test: &str) -> Option<PathBuf> {
     match out {
         Ok(o) if o.status.success() => {
             eprintln!("host emulator of {} built", source.describe());
-            Some(bin)
+            bin
         }
-        Ok(o) => {
-            eprintln!(
-                "SKIPPED: g++ could not build the host emulator:\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            None
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: no g++ ({e}); the host emulation of cu/gdn.cu did not run");
-            None
-        }
+        Ok(o) => panic!(
+            "g++ could not build the host emulator of {}:\n{}",
+            source.describe(),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!(
+            "no g++ ({e}): the host emulation of cu/gdn.cu needs g++ >= 11 (apt-get install g++)"
+        ),
     }
 }
 
@@ -250,7 +247,7 @@ fn assert_bits(what: &str, got: &[f32], want: &[f32]) {
 /// specials, bit for bit (NaN results: any NaN).
 #[test]
 fn host_emulated_transcendentals_match_the_oracle() {
-    let Some(bin) = emulator("fn") else { return };
+    let bin = emulator("fn");
     let mut xs: Vec<f32> = (0..=u32::MAX).step_by(4099).map(f32::from_bits).collect();
     xs.extend(SPECIALS);
     let out = run(&bin, &["f".into(), xs.len().to_string()], &xs);
@@ -358,7 +355,7 @@ fn rows_case(bin: &PathBuf, num_k: usize, num_v: usize, d_conv: usize, t: usize)
 /// oracle's `decode_rows` on all six outputs.
 #[test]
 fn host_emulated_kernels_match_the_oracle_rows() {
-    let Some(bin) = emulator("rows") else { return };
+    let bin = emulator("rows");
     for d_conv in 2..=4 {
         for t in [1, 2, 3, 8] {
             rows_case(&bin, 2, 4, d_conv, t);
