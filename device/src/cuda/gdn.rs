@@ -31,12 +31,11 @@
 
 use super::buffer::{self, Buffer};
 use super::error::{DeviceError, Result};
-use super::nvrtc::{compile, nvrtc_available, Compiled};
+use super::nvrtc::{nvrtc_available, Compiled};
 use super::source::KernelSource;
 use super::{driver_available, drv, Engine, I32_LIMIT};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::driver::{DevicePtr, DeviceRepr, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 use oracle::gdn::scan::{state_after_row, StateSlot};
 use oracle::gdn::{GdnError, GdnShape};
 use std::sync::Arc;
@@ -396,16 +395,7 @@ impl GdnEngine {
     /// # Errors
     /// As [`GdnEngine::new`].
     pub fn with_source(ordinal: usize, source: KernelSource) -> Result<GdnEngine> {
-        driver_available()?;
-        nvrtc_available()?;
-        let ctx = drv(
-            || format!("cuInit / open device {ordinal}"),
-            CudaContext::new(ordinal),
-        )?;
-        // One stream, so cudarc's per-buffer event tracking is not needed.
-        // SAFETY: no other stream of this context touches these buffers.
-        unsafe { ctx.disable_event_tracking() };
-        let stream = drv(|| "cuStreamCreate".into(), ctx.new_stream())?;
+        let (ctx, stream) = super::open::open_device(ordinal)?;
         GdnEngine::load(ctx, stream, source, false)
     }
 
@@ -429,30 +419,8 @@ impl GdnEngine {
         source: KernelSource,
         guards: bool,
     ) -> Result<GdnEngine> {
-        use cudarc::driver::sys::CUdevice_attribute as A;
-        let attr = |a: A| drv(|| format!("cuDeviceGetAttribute {a:?}"), ctx.attribute(a));
-        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
-        let compiled = compile(&source, &format!("sm_{major}{minor}"))?;
-        let image = if compiled.cubin.is_empty() {
-            Ptx::from_src(compiled.ptx.clone())
-        } else {
-            Ptx::from_binary(compiled.cubin.clone())
-        };
-        let module = drv(
-            || format!("cuModuleLoadData ({})", source.describe()),
-            ctx.load_module(image),
-        )?;
-        let load = |k: &str| {
-            module
-                .load_function(k)
-                .map_err(|e| DeviceError::MissingKernel {
-                    name: k.to_string(),
-                    source_desc: source.describe(),
-                    detail: DeviceError::driver("cuModuleGetFunction", e).to_string(),
-                })
-        };
+        let loaded = super::open::Loaded::new(&ctx, &source)?;
+        let load = |k: &str| loaded.function(k, &source);
         let f = [
             load(GDN_KERNELS[0])?,
             load(GDN_KERNELS[1])?,
@@ -464,11 +432,11 @@ impl GdnEngine {
         Ok(GdnEngine {
             stream,
             source,
-            compiled,
-            _module: module,
+            compiled: loaded.compiled,
+            _module: loaded.module,
             f,
-            name,
-            arch: (major, minor),
+            name: loaded.name,
+            arch: loaded.arch,
             guards,
         })
     }

@@ -57,6 +57,7 @@ mod error;
 mod gdn;
 mod moe;
 mod nvrtc;
+mod open;
 mod source;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};

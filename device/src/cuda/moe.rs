@@ -42,12 +42,11 @@
 
 use super::buffer::{self, Buffer};
 use super::error::{DeviceError, Result};
-use super::nvrtc::{compile, nvrtc_available, Compiled};
+use super::nvrtc::{nvrtc_available, Compiled};
 use super::source::KernelSource;
 use super::{driver_available, drv, Engine, I32_LIMIT};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use cudarc::driver::{DeviceRepr, PushKernelArg};
-use cudarc::nvrtc::Ptx;
 use oracle::moe_tables::{check_lengths, Bank, Plane, TablesError, PLANES};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -255,16 +254,7 @@ impl MoeEngine {
     /// # Errors
     /// As [`MoeEngine::new`].
     pub fn with_source(ordinal: usize, source: KernelSource) -> Result<MoeEngine> {
-        driver_available()?;
-        nvrtc_available()?;
-        let ctx = drv(
-            || format!("cuInit / open device {ordinal}"),
-            CudaContext::new(ordinal),
-        )?;
-        // One stream, so cudarc's per-buffer event tracking is not needed.
-        // SAFETY: no other stream of this context touches these buffers.
-        unsafe { ctx.disable_event_tracking() };
-        let stream = drv(|| "cuStreamCreate".into(), ctx.new_stream())?;
+        let (ctx, stream) = super::open::open_device(ordinal)?;
         MoeEngine::load(ctx, stream, source, false)
     }
 
@@ -288,38 +278,17 @@ impl MoeEngine {
         source: KernelSource,
         guards: bool,
     ) -> Result<MoeEngine> {
-        use cudarc::driver::sys::CUdevice_attribute as A;
-        let attr = |a: A| drv(|| format!("cuDeviceGetAttribute {a:?}"), ctx.attribute(a));
-        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
-        let compiled = compile(&source, &format!("sm_{major}{minor}"))?;
-        let image = if compiled.cubin.is_empty() {
-            Ptx::from_src(compiled.ptx.clone())
-        } else {
-            Ptx::from_binary(compiled.cubin.clone())
-        };
-        let module = drv(
-            || format!("cuModuleLoadData ({})", source.describe()),
-            ctx.load_module(image),
-        )?;
-        let f_tables =
-            module
-                .load_function(MOE_TABLES_KERNEL)
-                .map_err(|e| DeviceError::MissingKernel {
-                    name: MOE_TABLES_KERNEL.to_string(),
-                    source_desc: source.describe(),
-                    detail: DeviceError::driver("cuModuleGetFunction", e).to_string(),
-                })?;
+        let loaded = super::open::Loaded::new(&ctx, &source)?;
+        let f_tables = loaded.function(MOE_TABLES_KERNEL, &source)?;
         Ok(MoeEngine {
             ctx,
             stream,
             source,
-            compiled,
-            _module: module,
+            compiled: loaded.compiled,
+            _module: loaded.module,
             f_tables,
-            name,
-            arch: (major, minor),
+            name: loaded.name,
+            arch: loaded.arch,
             guards,
             planes: Mutex::new(HashMap::new()),
             uploads: AtomicU64::new(0),
