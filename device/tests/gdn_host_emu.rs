@@ -187,47 +187,9 @@ fn run(bin: &PathBuf, args: &[String], input: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-fn varied(len: usize, seed: u64, spread: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * spread
-        })
-        .collect()
-}
-
-/// Values that reach every branch of exp, softplus, sigmoid and SiLU.
-const SPECIALS: [f32; 18] = [
-    0.0,
-    -0.0,
-    1e-40,
-    -1e-40,
-    -87.5,
-    -90.0,
-    -104.5,
-    -110.0,
-    -121.0,
-    21.0,
-    88.9,
-    89.5,
-    -3.211_251_3,
-    -2.757_007_6,
-    -4.157_294,
-    30.0,
-    -20.5,
-    59.270_813,
-];
-
-fn with_specials(len: usize, seed: u64, spread: f32) -> Vec<f32> {
-    let mut v = varied(len, seed, spread);
-    for (n, i) in (0..len).step_by(13).enumerate() {
-        v[i] = SPECIALS[(n + seed as usize) % SPECIALS.len()];
-    }
-    v
-}
+#[path = "common/gdn_data.rs"]
+mod gdn_data;
+use gdn_data::{varied, with_specials, SPECIALS};
 
 fn assert_bits(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
