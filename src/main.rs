@@ -398,11 +398,13 @@ fn main() -> ExitCode {
             };
             println!("kernel source: {}", engine.kernel_source());
             println!("{}", report::table_header());
+            let t0 = std::time::Instant::now();
             let want = fp8_mmq::reference(&data);
+            let oracle_time = t0.elapsed();
             let codes = gate::code_coverage(&data.w, data.qd.as_ref().map_or(&want.q, |(q, _)| q));
             match fp8_mmq::run::run_case_with_reference(engine, &data, arm, &want) {
                 Outcome::Judged(v) => {
-                    println!("{}", report::table_row(&spec, &v, codes));
+                    println!("{}", report::table_row(&spec, &v, codes, oracle_time));
                     if v.pass() {
                         ExitCode::SUCCESS
                     } else {

@@ -67,12 +67,14 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
                     continue;
                 }
             };
+            let t0 = std::time::Instant::now();
             let want = reference(&data);
+            let oracle_time = t0.elapsed();
             let codes = code_coverage(&data.w, data.qd.as_ref().map_or(&want.q, |(q, _)| q));
             g.codes_max = g.codes_max.max(codes);
             match run_case_with_reference(engine, &data, arm, &want) {
                 Outcome::Judged(v) => {
-                    println!("{}", report::table_row(&spec, &v, codes));
+                    println!("{}", report::table_row(&spec, &v, codes, oracle_time));
                     if !v.pass() {
                         g.failures += 1;
                         print!(

@@ -38,19 +38,50 @@ pub struct KernelOut {
     pub y: Vec<f32>,
 }
 
+/// Environment variable: `spec` makes [`reference`] run the spec functions
+/// of `oracle::fp8_mmq` themselves instead of their fast paths (to time
+/// the difference, or to rule the fast paths out of a divergence); unset
+/// or `fast`, the fast paths. Any other value is a panic naming it.
+pub const ENV_ORACLE: &str = "KERNEL_ORACLE_ORACLE";
+
+/// Whether [`ENV_ORACLE`] asks for the spec functions (read once).
+///
+/// # Panics
+/// If the variable is set to something other than `spec` or `fast`.
+pub fn use_spec_oracle() -> bool {
+    static SPEC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SPEC.get_or_init(|| match std::env::var(ENV_ORACLE).as_deref() {
+        Err(_) | Ok("fast") => false,
+        Ok("spec") => true,
+        Ok(other) => panic!("{ENV_ORACLE}={other:?}: expected `spec` or `fast`"),
+    })
+}
+
 /// The oracle's answer, through the fast paths of the spec's quantizer
-/// and GEMM (bit-identical to `oracle::fp8_mmq`, see [`super::fast`]).
+/// and GEMM (bit-identical to `oracle::fp8_mmq`, see [`super::fast`]), or
+/// through the spec functions when [`ENV_ORACLE`] is `spec`.
 pub fn reference(data: &CaseData) -> Reference {
     let s = &data.shape;
+    let spec = use_spec_oracle();
     let mut q = vec![0u8; s.q_len()];
     let mut d = vec![0f32; s.d_len()];
-    quantize_activations_fast(s, &data.x, &mut q, &mut d).expect("lengths come from the shape");
+    if spec {
+        oracle::fp8_mmq::quantize_activations(s, &data.x, &mut q, &mut d)
+    } else {
+        quantize_activations_fast(s, &data.x, &mut q, &mut d)
+    }
+    .expect("lengths come from the shape");
     let (gq, gd) = match &data.qd {
         Some((q, d)) => (q, d),
         None => (&q, &d),
     };
     let mut y = vec![0f32; s.out_len()];
-    mmq_v2_fast(s, &data.w, &data.scales, gq, gd, &mut y).expect("lengths come from the shape");
+    if spec {
+        oracle::fp8_mmq::mmq_v2(s, &data.w, &data.scales, gq, gd, &mut y)
+    } else {
+        mmq_v2_fast(s, &data.w, &data.scales, gq, gd, &mut y)
+    }
+    .expect("lengths come from the shape");
     Reference {
         nan: count_nan_magnitude(&data.w),
         q,
@@ -75,6 +106,9 @@ pub struct Verdict {
     pub d: Comparison,
     /// GEMM output (columns: out_f).
     pub y: Comparison,
+    /// Wall time of the device side: uploads, the NaN count, quantize and
+    /// MMQ launches, downloads (set by the runner; zero until then).
+    pub device_time: std::time::Duration,
 }
 
 impl Verdict {
@@ -105,6 +139,7 @@ impl Verdict {
             q_mismatches,
             d,
             y,
+            device_time: std::time::Duration::ZERO,
         }
     }
 

@@ -6,18 +6,33 @@ use super::judge::{Verdict, RANDOM_RMS_REL_BOUND};
 use oracle::compare::Mismatch;
 use std::fmt::Write;
 
-/// The gate's table header (seed 000's columns).
+/// The gate's table header (seed 000's columns, then where the time went:
+/// the oracle's answer, and the device side from first upload to last
+/// download, in milliseconds).
 pub fn table_header() -> String {
     format!(
-        "{:<22} {:>6} {:>12} {:>12} {:>15} {:>5} {:>6}",
-        "shape(in,out,m)", "arm", "max_abs", "rms_rel", "bit_mismatch", "nan", "codes"
+        "{:<22} {:>6} {:>12} {:>12} {:>15} {:>5} {:>6} {:>9} {:>9}",
+        "shape(in,out,m)",
+        "arm",
+        "max_abs",
+        "rms_rel",
+        "bit_mismatch",
+        "nan",
+        "codes",
+        "oracle_ms",
+        "device_ms"
     )
 }
 
-/// One table row.
-pub fn table_row(spec: &CaseSpec, v: &Verdict, codes: usize) -> String {
+/// One table row; `oracle_time` is the time the oracle's answer took.
+pub fn table_row(
+    spec: &CaseSpec,
+    v: &Verdict,
+    codes: usize,
+    oracle_time: std::time::Duration,
+) -> String {
     format!(
-        "{:<22} {:>6} {:>12.3e} {:>12.3e} {:>9}/{:<5} {:>5} {:>6}  {}",
+        "{:<22} {:>6} {:>12.3e} {:>12.3e} {:>9}/{:<5} {:>5} {:>6} {:>9.2} {:>9.2}  {}",
         format!("{},{},{}", spec.in_f, spec.out_f, spec.m),
         spec.arm.name(),
         v.y.max_abs,
@@ -26,6 +41,8 @@ pub fn table_row(spec: &CaseSpec, v: &Verdict, codes: usize) -> String {
         v.y.n,
         v.nan.0,
         codes,
+        oracle_time.as_secs_f64() * 1e3,
+        v.device_time.as_secs_f64() * 1e3,
         if v.pass() { "PASS" } else { "FAIL" }
     )
 }

@@ -81,8 +81,15 @@ pub fn run_case_with_reference(
     arm: Arm,
     want: &Reference,
 ) -> Outcome {
-    match kernel_out(engine, data) {
-        Ok(got) => Outcome::Judged(Box::new(Verdict::judge(data, arm, &got, want))),
+    let t0 = std::time::Instant::now();
+    let got = kernel_out(engine, data);
+    let device_time = t0.elapsed();
+    match got {
+        Ok(got) => {
+            let mut v = Verdict::judge(data, arm, &got, want);
+            v.device_time = device_time;
+            Outcome::Judged(Box::new(v))
+        }
         Err(DeviceError::NanWeights { count }) => {
             assert_eq!(
                 count, want.nan as u64,
