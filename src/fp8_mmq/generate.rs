@@ -270,10 +270,15 @@ fn edge_dim(u: &mut Unstructured<'_>, unit: usize, max: usize) -> arbitrary::Res
 
 impl<'a> Arbitrary<'a> for CaseSpec {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        // The arm comes first, from one byte: libFuzzer's inputs start at
+        // a few bytes (its `lim` grows slowly), and a field drawn from an
+        // exhausted input takes its first value. Drawn after the shape, the
+        // arm was EXACT in nearly every case of a first minute on the H200,
+        // and the planted bugs only the FOLD arm sees went unfound.
+        let arm = [Arm::Exact, Arm::Fold, Arm::Random][usize::from(u.arbitrary::<u8>()?) % 3];
         let in_f = edge_dim(u, 128, bounds::MAX_IN_F)?;
         let out_f = edge_dim(u, 128, bounds::MAX_OUT_F)?;
         let m = edge_dim(u, 16, bounds::MAX_M)?;
-        let arm = Arm::arbitrary(u)?;
         let seed = u64::arbitrary(u)?;
         let knobs = Knobs {
             every_code: one_in(u, 4)?,
