@@ -1,6 +1,8 @@
 //! The oracle's speed: the v2 FP8 GEMM (`mmq_v2`) and the activation
 //! quantizer, spec against fast path, at the Qwen-like shape in_f = 5120,
-//! out_f = 1536 with m = 1, 64 and 512 rows.
+//! out_f = 1536 with m = 1, 64 and 512 rows; and the ggml `mul_mat` of
+//! seed 004 in every format at the LFM2.5-350M attn_out shape (M = 1024,
+//! N = 512, K = 1024), spec against `kernel_oracle::ggml_fast`.
 //!
 //! `cargo bench --bench oracle` (about a minute and a half on 2 cores).
 //! Criterion measures the fast GEMM at every m, the spec GEMM at m = 1, and
@@ -16,7 +18,9 @@
 use criterion::{BenchmarkId, Criterion, Throughput};
 use kernel_oracle::fp8_mmq::fast::{mmq_v2_fast, quantize_activations_fast, Simd};
 use kernel_oracle::fp8_mmq::{Arm, CaseData, CaseSpec};
+use kernel_oracle::ggml_fast::{mul_mat_fast, same_bits, FastCase};
 use oracle::fp8_mmq::{mmq_v2, quantize_activations};
+use oracle::ggml::{mul_mat::mul_mat, Dtype};
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -166,10 +170,58 @@ fn main() {
         fast: elems / fast.into_inner().median() / 1e6,
     });
 
+    // The ggml mul_mat (seed 004) at the LFM2.5-350M attn_out shape, every
+    // format: criterion for the fast path, one call for the spec.
+    let (gm, gn, gk) = (1024, 512, 1024);
+    for dtype in Dtype::ALL {
+        let case = FastCase {
+            dtype,
+            m: gm,
+            n: gn,
+            kblocks: gk / dtype.block_elems(),
+            finite_scales: true,
+            seed: 0x5EED,
+        };
+        let (k, src0, src1) = case.operands();
+        let flops = 2.0 * (gm * gn * k) as f64;
+        let mut fast_y = vec![0f32; gm * gn];
+        let rec = RefCell::new(Samples::default());
+        let mut g = crit.benchmark_group(format!("ggml mul_mat m={gm} n={gn} k={gk}"));
+        g.bench_function(BenchmarkId::new("fast", dtype.name()), |b| {
+            b.iter_custom(|iters| {
+                timed(&rec, iters, || {
+                    mul_mat_fast(dtype, gm, gn, k, black_box(&src0), &src1, &mut fast_y)
+                        .expect("lengths")
+                })
+            })
+        });
+        g.finish();
+        let spec = if spec_once {
+            let mut y = vec![0f32; gm * gn];
+            let t = Instant::now();
+            mul_mat(dtype, gm, gn, k, &src0, &src1, &mut y, &mut vec![0f32; k]).expect("lengths");
+            let secs = t.elapsed().as_secs_f64();
+            assert!(
+                y.iter().zip(&fast_y).all(|(a, b)| same_bits(*a, *b)),
+                "fast ggml mul_mat differs from the spec ({})",
+                dtype.name()
+            );
+            (flops / secs / 1e9, "one call")
+        } else {
+            (f64::NAN, "skipped")
+        };
+        rows.push(Row {
+            what: format!("mul_mat {}", dtype.name()),
+            unit: "GFLOP/s",
+            spec,
+            fast: flops / rec.into_inner().median() / 1e9,
+        });
+    }
+
     crit.final_summary();
     println!();
     println!(
-        "in_f={IN_F} out_f={OUT_F}; fast target {}, {} rayon threads",
+        "mmq_v2/quantize: in_f={IN_F} out_f={OUT_F}; mul_mat: M=1024 N=512 K=1024; fast target {}, {} rayon threads",
         Simd::detected().name(),
         rayon::current_num_threads()
     );

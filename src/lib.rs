@@ -8,5 +8,6 @@
 //! anything else that goes wrong panics with a reproduction.
 
 pub mod fp8_mmq;
+pub mod ggml_fast;
 pub mod moe_tables;
 pub mod rng;
