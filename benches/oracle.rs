@@ -2,7 +2,9 @@
 //! quantizer, spec against fast path, at the Qwen-like shape in_f = 5120,
 //! out_f = 1536 with m = 1, 64 and 512 rows; and the ggml `mul_mat` of
 //! seed 004 in every format at the LFM2.5-350M attn_out shape (M = 1024,
-//! N = 512, K = 1024), spec against `kernel_oracle::ggml_fast`.
+//! N = 512, K = 1024), spec against `kernel_oracle::ggml_fast`; and the GDN
+//! scan of seed 003 at num_v = 32, T = 8 (7 flops per state element and
+//! row), spec against `kernel_oracle::gdn_fast`.
 //!
 //! `cargo bench --bench oracle` (about a minute and a half on 2 cores).
 //! Criterion measures the fast GEMM at every m, the spec GEMM at m = 1, and
@@ -18,9 +20,23 @@
 use criterion::{BenchmarkId, Criterion, Throughput};
 use kernel_oracle::fp8_mmq::fast::{mmq_v2_fast, quantize_activations_fast, Simd};
 use kernel_oracle::fp8_mmq::{Arm, CaseData, CaseSpec};
+use kernel_oracle::gdn_fast::{scan_rows_fast, ScanCase, Spread};
 use kernel_oracle::ggml_fast::{mul_mat_fast, same_bits, FastCase};
 use oracle::fp8_mmq::{mmq_v2, quantize_activations};
+use oracle::gdn::prep::Heads;
+use oracle::gdn::scan::{scan_rows, StatePair, StateSlot};
+use oracle::gdn::{GdnError, GdnShape};
 use oracle::ggml::{mul_mat::mul_mat, Dtype};
+
+/// The spec's and the fast scan's common signature.
+type ScanFn = fn(
+    &GdnShape,
+    &Heads<'_>,
+    f32,
+    StatePair<'_>,
+    &mut [f32],
+    &mut [f32],
+) -> Result<StateSlot, GdnError>;
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -217,6 +233,55 @@ fn main() {
             fast: flops / rec.into_inner().median() / 1e9,
         });
     }
+
+    // The GDN scan (seed 003) at num_v = 32, T = 8 rows with snapshots.
+    let case = ScanCase {
+        spread: Spread::Unit,
+        num_v: 31,
+        t: 7,
+        seed: 0x5EED,
+    };
+    let shape = case.shape();
+    let (state, [q, k, v, beta, g]) = case.operands();
+    let x = Heads {
+        q: &q,
+        k: &k,
+        v: &v,
+        beta: &beta,
+        g: &g,
+    };
+    let n = shape.state_len();
+    // Multiply-adds and multiplies per row and head: decay, kv, update, o.
+    let flops = (shape.t() * shape.num_v() * 128 * 128 * 7) as f64;
+    let (mut alt, mut o) = (vec![0f32; n], vec![0f32; shape.t() * shape.value_dim()]);
+    let mut snap = vec![0f32; shape.snapshots() * n];
+    let mut canonical = state.clone();
+    let (spec, fast) = (RefCell::default(), RefCell::default());
+    let mut g = crit.benchmark_group("gdn scan num_v=32 t=8");
+    for (name, rec, f) in [
+        ("spec", &spec, scan_rows as ScanFn),
+        ("fast", &fast, scan_rows_fast as ScanFn),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                timed(rec, iters, || {
+                    canonical.copy_from_slice(&state);
+                    let st = StatePair {
+                        canonical: &mut canonical,
+                        alt: &mut alt,
+                    };
+                    f(&shape, &x, 0.088388346, st, &mut o, &mut snap).expect("lengths");
+                })
+            })
+        });
+    }
+    g.finish();
+    rows.push(Row {
+        what: "gdn scan t=8".into(),
+        unit: "GFLOP/s",
+        spec: (flops / spec.into_inner().median() / 1e9, "criterion"),
+        fast: flops / fast.into_inner().median() / 1e9,
+    });
 
     crit.final_summary();
     println!();

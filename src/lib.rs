@@ -8,6 +8,7 @@
 //! anything else that goes wrong panics with a reproduction.
 
 pub mod fp8_mmq;
+pub mod gdn_fast;
 pub mod ggml_fast;
 pub mod moe_tables;
 pub mod rng;
