@@ -8,5 +8,7 @@
 //! anything else that goes wrong panics with a reproduction.
 
 pub mod fp8_mmq;
+pub mod gdn;
 pub mod moe_tables;
+pub mod mutate;
 pub mod rng;
