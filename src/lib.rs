@@ -12,3 +12,4 @@ pub mod gdn;
 pub mod moe_tables;
 pub mod mutate;
 pub mod rng;
+pub mod stats;

@@ -26,28 +26,9 @@ pub mod config {
     pub const MAX_T: usize = 16;
 }
 
-/// Inputs that reach every branch of exp, softplus, sigmoid and SiLU
-/// (signed zeros, subnormals, exp's saturations and SiLU's tail).
-pub const SPECIALS: [f32; 18] = [
-    0.0,
-    -0.0,
-    1e-40,
-    -1e-40,
-    -87.5,
-    -90.0,
-    -104.5,
-    -110.0,
-    -121.0,
-    21.0,
-    88.9,
-    89.5,
-    -3.211_251_3,
-    -2.757_007_6,
-    -4.157_294,
-    30.0,
-    -20.5,
-    59.270_813,
-];
+/// Inputs that reach every branch of the transcendentals
+/// (`oracle::gdn::transcendental::BRANCH_INPUTS`).
+pub const SPECIALS: [f32; 18] = oracle::gdn::transcendental::BRANCH_INPUTS;
 
 /// One Gated DeltaNet case: a shape, the layer's knobs and a data seed.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -31,8 +31,9 @@ pub use judge::{compare_six, oracle_chained, reference, Bits, Diff, Six};
 pub use report::Row;
 pub use run::engine;
 
+use crate::stats::{count, pct};
 use device::cuda::GdnEngine;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 /// Counters of one process's checks.
 #[derive(Debug, Default)]
@@ -55,15 +56,6 @@ pub static STATS: Stats = Stats {
 
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 1_000;
-
-fn count(c: &AtomicU64) -> u64 {
-    c.fetch_add(1, Ordering::Relaxed) + 1
-}
-
-fn pct(part: &AtomicU64, n: u64) -> String {
-    let p = part.load(Ordering::Relaxed);
-    format!("{p} ({:.1}%)", 100.0 * p as f64 / n.max(1) as f64)
-}
 
 fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
     Row {

@@ -6,22 +6,10 @@
 //! the `gdn_packed` fuzzer. A test checks that every anchor occurs exactly
 //! once in the builtin source and that every mutant compiles.
 
-/// One planted bug.
-#[derive(Clone, Copy, Debug)]
-pub struct Mutant {
-    /// The name on the command line.
-    pub name: &'static str,
-    /// What the bug does.
-    pub what: &'static str,
-    /// The text replaced (must occur exactly once in the builtin source).
-    pub find: &'static str,
-    /// Its replacement.
-    pub replace: &'static str,
-    /// The gates (1: packed against chained, 2: kernels against the
-    /// oracle) expected to fail with it. A bug in code the per-row and the
-    /// packed kernels share is invisible to gate 1.
-    pub caught_by: &'static [u8],
-}
+/// One planted bug; `caught_by` lists the gates (1: packed against
+/// chained, 2: kernels against the oracle) expected to fail with it. A bug
+/// in code the per-row and the packed kernels share is invisible to gate 1.
+pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
 pub const MUTANTS: [Mutant; 3] = [
