@@ -8,7 +8,10 @@
 //! anything else that goes wrong panics with a reproduction.
 
 pub mod fp8_mmq;
+pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;
 pub mod moe_tables;
+pub mod mutate;
 pub mod rng;
+pub mod stats;

@@ -6,14 +6,16 @@
 //! kernel-oracle mutant fp8-mmq [NAME -o FILE]    planted-bug candidate kernels
 //! kernel-oracle check moe-tables                 the MoE verify-rows tables gate
 //! kernel-oracle case moe-tables --n-expert .. --n-pairs .. --bases a,b,c --strides a,b,c --seed 0x..
-//! kernel-oracle mutant fp8-mmq|moe-tables [NAME -o FILE]
+//! kernel-oracle check gdn                        the Gated DeltaNet gate (seed 003)
+//! kernel-oracle case gdn --num-k .. --num-v .. --d-conv .. --t .. --seed 0x.. [knobs]
+//! kernel-oracle mutant fp8-mmq|moe-tables|gdn [NAME -o FILE]
 //! ```
 //! Exit status: 0 all green, 1 any failure, 2 cannot run (no CUDA device,
 //! bad arguments).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kernel_oracle::fp8_mmq::{self, gate, report, Arm, CaseSpec, Knobs, Outcome};
-use kernel_oracle::moe_tables;
+use kernel_oracle::{gdn, moe_tables};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -65,6 +67,14 @@ enum MutantCmd {
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
+    /// A mutant of cu/gdn.cu; without NAME, list them.
+    Gdn {
+        /// The mutant's name.
+        name: Option<String>,
+        /// Where to write the candidate .cu file.
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -83,6 +93,10 @@ enum Gate {
     /// strides past 4 GiB, no macros, spread selection), the stale macro cache, offsets past 2^40
     /// bytes, special weights, 65,536 pairs, and three refusals.
     MoeTables,
+    /// The Gated DeltaNet gate (seed 003): packed == chained per-row launches on all six outputs,
+    /// eager and graph-replayed on rebound buffers (gate 1), and every kernel == the core oracle
+    /// (gate 2).
+    Gdn,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -144,6 +158,39 @@ enum Case {
         #[arg(long, value_parser = parse_u64)]
         seed: u64,
     },
+    /// One Gated DeltaNet case (the fuzzer's reproduction).
+    Gdn {
+        #[arg(long)]
+        num_k: usize,
+        #[arg(long)]
+        num_v: usize,
+        #[arg(long, default_value_t = 4)]
+        d_conv: usize,
+        /// Rows per packed call.
+        #[arg(long)]
+        t: usize,
+        /// splitmix64 seed, decimal or 0x-hex.
+        #[arg(long, value_parser = parse_u64)]
+        seed: u64,
+        /// The L2-norm epsilon (inside the square root).
+        #[arg(long, default_value_t = 1e-6)]
+        eps: f32,
+        /// alpha is uniform in [-s, s).
+        #[arg(long, default_value_t = 2.0)]
+        alpha_spread: f32,
+        /// The initial state is uniform in [-s, s).
+        #[arg(long, default_value_t = 0.3)]
+        state_spread: f32,
+        /// Bit 0: a zero q head; bit 1: a zero k head.
+        #[arg(long, default_value_t = 0)]
+        zero_qk: u8,
+        /// Do not mix transcendental specials into the inputs.
+        #[arg(long)]
+        no_specials: bool,
+        /// Also capture the packed step in a CUDA graph and replay it on rebound buffers.
+        #[arg(long)]
+        graph: bool,
+    },
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -175,36 +222,90 @@ fn engine_or_exit() -> Result<&'static device::cuda::Engine, ExitCode> {
     })
 }
 
-fn mutant(name: Option<String>, output: Option<std::path::PathBuf>) -> ExitCode {
-    use kernel_oracle::fp8_mmq::mutants::{apply, by_name, MUTANTS};
+/// One kind of planted-bug candidates, for [`mutant`].
+struct MutantKind {
+    /// The command-line kind (`fp8-mmq`), also the gate's name.
+    kind: &'static str,
+    /// The default output file's prefix.
+    file: &'static str,
+    /// The environment variable that selects a candidate.
+    env: &'static str,
+    /// `(name, what)` of every mutant.
+    list: Vec<(&'static str, &'static str)>,
+    /// The builtin source with mutant `name` planted, or `None` if there
+    /// is no such mutant.
+    apply: fn(&str) -> Option<Result<String, String>>,
+}
+
+/// Lists the mutants of `k` (no NAME), or writes one.
+fn mutant(k: MutantKind, name: Option<String>, output: Option<std::path::PathBuf>) -> ExitCode {
     let Some(name) = name else {
-        for m in &MUTANTS {
-            println!("{:<24} {}", m.name, m.what);
+        for (n, what) in &k.list {
+            println!("{n:<26} {what}");
         }
         return ExitCode::SUCCESS;
     };
-    let Some(m) = by_name(&name) else {
-        eprintln!("kernel-oracle: no mutant {name:?}; `kernel-oracle mutant fp8-mmq` lists them");
-        return ExitCode::from(2);
-    };
-    let text = match apply(m, device::cuda::BUILTIN_FP8_MMQ_CU) {
-        Ok(t) => t,
-        Err(e) => {
+    let text = match (k.apply)(&name) {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
             eprintln!("kernel-oracle: {e}");
             return ExitCode::from(2);
         }
+        None => {
+            eprintln!(
+                "kernel-oracle: no mutant {name:?}; `kernel-oracle mutant {}` lists them",
+                k.kind
+            );
+            return ExitCode::from(2);
+        }
     };
-    let path = output.unwrap_or_else(|| format!("fp8_mmq-{name}.cu").into());
+    let path = output.unwrap_or_else(|| format!("{}-{name}.cu", k.file).into());
     if let Err(e) = std::fs::write(&path, text) {
         eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
         return ExitCode::from(2);
     }
-    println!("{}: {}", path.display(), m.what);
+    let what = k.list.iter().find(|(n, _)| *n == name).map_or("", |m| m.1);
+    println!("{}: {what}", path.display());
     println!(
-        "run: KERNEL_ORACLE_FP8_MMQ_CU={} kernel-oracle check fp8-mmq",
-        path.display()
+        "run: {}={} kernel-oracle check {}",
+        k.env,
+        path.display(),
+        k.kind
     );
     ExitCode::SUCCESS
+}
+
+fn fp8_mutants() -> MutantKind {
+    use kernel_oracle::fp8_mmq::mutants::{apply, by_name, MUTANTS};
+    MutantKind {
+        kind: "fp8-mmq",
+        file: "fp8_mmq",
+        env: device::cuda::ENV_FP8_MMQ_CU,
+        list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
+        apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_FP8_MMQ_CU)),
+    }
+}
+
+fn moe_mutants() -> MutantKind {
+    use kernel_oracle::moe_tables::mutants::{apply, by_name, MUTANTS};
+    MutantKind {
+        kind: "moe-tables",
+        file: "moe_tables",
+        env: device::cuda::ENV_MOE_TABLES_CU,
+        list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
+        apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_MOE_TABLES_CU)),
+    }
+}
+
+fn gdn_mutants() -> MutantKind {
+    use kernel_oracle::gdn::mutants::{apply, by_name, MUTANTS};
+    MutantKind {
+        kind: "gdn",
+        file: "gdn",
+        env: device::cuda::ENV_GDN_CU,
+        list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
+        apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_GDN_CU)),
+    }
 }
 
 /// The MoE tables engine, or the message to print and exit 2 with.
@@ -215,38 +316,42 @@ fn moe_engine_or_exit() -> Result<&'static device::cuda::MoeEngine, ExitCode> {
     })
 }
 
-fn moe_mutant(name: Option<String>, output: Option<std::path::PathBuf>) -> ExitCode {
-    use kernel_oracle::moe_tables::mutants::{apply, by_name, MUTANTS};
-    let Some(name) = name else {
-        for m in &MUTANTS {
-            println!("{:<26} {}", m.name, m.what);
-        }
-        return ExitCode::SUCCESS;
-    };
-    let Some(m) = by_name(&name) else {
-        eprintln!(
-            "kernel-oracle: no mutant {name:?}; `kernel-oracle mutant moe-tables` lists them"
-        );
-        return ExitCode::from(2);
-    };
-    let text = match apply(m, device::cuda::BUILTIN_MOE_TABLES_CU) {
-        Ok(t) => t,
+/// The GDN engine, or the message to print and exit 2 with.
+fn gdn_engine_or_exit() -> Result<&'static device::cuda::GdnEngine, ExitCode> {
+    gdn::engine().map_err(|msg| {
+        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
+        ExitCode::from(2)
+    })
+}
+
+fn gdn_case(spec: &gdn::CaseSpec) -> ExitCode {
+    let data = match spec.generate() {
+        Ok(d) => d,
         Err(e) => {
             eprintln!("kernel-oracle: {e}");
             return ExitCode::from(2);
         }
     };
-    let path = output.unwrap_or_else(|| format!("moe_tables-{name}.cu").into());
-    if let Err(e) = std::fs::write(&path, text) {
-        eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
-        return ExitCode::from(2);
+    let engine = match gdn_engine_or_exit() {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    println!("kernel source: {}", engine.kernel_source());
+    println!("{}", gdn::report::table_header());
+    let want = gdn::reference(&data);
+    let rows = gdn::judge_case(engine, spec, &data, &want, spec.graph);
+    for row in &rows {
+        println!("{}", gdn::report::table_row(row));
     }
-    println!("{}: {}", path.display(), m.what);
-    println!(
-        "run: KERNEL_ORACLE_MOE_TABLES_CU={} kernel-oracle check moe-tables",
-        path.display()
-    );
-    ExitCode::SUCCESS
+    if rows.iter().all(gdn::Row::pass) {
+        ExitCode::SUCCESS
+    } else {
+        print!(
+            "{}",
+            gdn::report::divergence(spec, &rows, &engine.kernel_source(), None)
+        );
+        ExitCode::from(1)
+    }
 }
 
 fn moe_case(spec: &moe_tables::CaseSpec) -> ExitCode {
@@ -274,7 +379,49 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Mutant {
             mutant: MutantCmd::MoeTables { name, output },
-        } => moe_mutant(name, output),
+        } => mutant(moe_mutants(), name, output),
+        Command::Mutant {
+            mutant: MutantCmd::Gdn { name, output },
+        } => mutant(gdn_mutants(), name, output),
+        Command::Check { gate: Gate::Gdn } => {
+            let engine = match gdn_engine_or_exit() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            if gdn::gate::run(engine).failures == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Case {
+            case:
+                Case::Gdn {
+                    num_k,
+                    num_v,
+                    d_conv,
+                    t,
+                    seed,
+                    eps,
+                    alpha_spread,
+                    state_spread,
+                    zero_qk,
+                    no_specials,
+                    graph,
+                },
+        } => gdn_case(&gdn::CaseSpec {
+            num_k,
+            num_v,
+            d_conv,
+            t,
+            eps,
+            alpha_spread,
+            state_spread,
+            zero_qk,
+            specials: !no_specials,
+            graph,
+            seed,
+        }),
         Command::Check {
             gate: Gate::MoeTables,
         } => {
@@ -323,7 +470,7 @@ fn main() -> ExitCode {
         }
         Command::Mutant {
             mutant: MutantCmd::Fp8Mmq { name, output },
-        } => mutant(name, output),
+        } => mutant(fp8_mutants(), name, output),
         Command::Check {
             gate: Gate::Fp8Mmq { in_f, out_f, m },
         } => {

@@ -9,18 +9,23 @@ fn kernel_oracle(args: &[&str]) -> std::process::Output {
         .expect("the binary runs")
 }
 
-/// Without a CUDA driver the gate says so and exits 2; with one it runs.
+/// Without a CUDA driver each gate says so and exits 2; with one it runs.
 /// Never a panic.
 #[test]
 fn check_without_a_device_is_a_clear_error_not_a_panic() {
-    let out = kernel_oracle(&["check", "fp8-mmq", "128", "128", "1"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    match out.status.code() {
-        Some(2) => assert!(stderr.contains("cannot run the CUDA kernels"), "{stderr}"),
-        Some(0) => assert!(stdout.contains("ALL GREEN"), "{stdout}"),
-        other => panic!("exit {other:?}\n{stdout}\n{stderr}"),
+    for args in [
+        &["check", "fp8-mmq", "128", "128", "1"][..],
+        &["check", "gdn"],
+    ] {
+        let out = kernel_oracle(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        match out.status.code() {
+            Some(2) => assert!(stderr.contains("cannot run the CUDA kernels"), "{stderr}"),
+            Some(0) => assert!(stdout.contains("ALL GREEN"), "{stdout}"),
+            other => panic!("{args:?}: exit {other:?}\n{stdout}\n{stderr}"),
+        }
     }
 }
 
@@ -28,4 +33,73 @@ fn check_without_a_device_is_a_clear_error_not_a_panic() {
 fn partial_shape_arguments_are_refused() {
     let out = kernel_oracle(&["check", "fp8-mmq", "128", "128"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn case_gdn_refuses_a_bad_shape_with_exit_2() {
+    let out = kernel_oracle(&[
+        "case", "gdn", "--num-k", "2", "--num-v", "3", "--t", "2", "--seed", "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple"));
+}
+
+/// `mutant KIND` lists the planted bugs, `mutant KIND NAME -o FILE`
+/// writes the candidate and prints how to check it, an unknown name exits
+/// 2; for the MoE tables and the GDN kernels.
+#[test]
+fn mutant_lists_and_writes() {
+    for (kind, name, env, planted) in [
+        (
+            "moe-tables",
+            "stride-product-32bit",
+            "KERNEL_ORACLE_MOE_TABLES_CU=",
+            "(unsigned)e * (unsigned)stride",
+        ),
+        (
+            "gdn",
+            "eps-outside-sqrt",
+            "KERNEL_ORACLE_GDN_CU=",
+            "__fadd_rn(__fsqrt_rn(ss), eps)",
+        ),
+    ] {
+        let out = kernel_oracle(&["mutant", kind]);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(String::from_utf8_lossy(&out.stdout).contains(name));
+        let path = std::env::temp_dir().join(format!("{kind}-mutant-{}.cu", std::process::id()));
+        let out = kernel_oracle(&["mutant", kind, name, "-o", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains(env));
+        assert!(std::fs::read_to_string(&path).unwrap().contains(planted));
+        let out = kernel_oracle(&["mutant", kind, "no-such-mutant"]);
+        assert_eq!(out.status.code(), Some(2));
+    }
+    let list = String::from_utf8_lossy(&kernel_oracle(&["mutant", "gdn"]).stdout).into_owned();
+    assert!(list.contains("decay-after-delta"), "{list}");
+}
+
+/// The reproduction a fuzzer prints parses: every knob at a non-default
+/// value, on a valid shape (exit 2 without a device, never a parse error).
+#[test]
+fn case_gdn_accepts_the_printed_reproduction() {
+    let spec = kernel_oracle::gdn::CaseSpec {
+        eps: 0.0,
+        alpha_spread: 1e4,
+        state_spread: 3e38,
+        zero_qk: 3,
+        specials: false,
+        graph: true,
+        ..kernel_oracle::gdn::CaseSpec::seed_like(2, 4, 3, 5, 0xABC)
+    };
+    let cmd = kernel_oracle::gdn::report::repro_command(&spec);
+    let args: Vec<&str> = cmd.split_whitespace().skip(4).collect();
+    assert_eq!(args[0], "case", "{cmd}");
+    let out = kernel_oracle(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(2)),
+        "{cmd}: {stderr}"
+    );
+    assert!(!stderr.contains("error: "), "{cmd}: {stderr}");
 }

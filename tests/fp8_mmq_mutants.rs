@@ -6,11 +6,7 @@ use kernel_oracle::fp8_mmq::mutants::{apply, MUTANTS};
 use kernel_oracle::fp8_mmq::{run, CaseSpec, Outcome};
 
 fn write_mutant(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("kernel-oracle-mutants-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.cu"));
-    std::fs::write(&path, text).unwrap();
-    path
+    kernel_oracle::mutate::write_candidate("fp8", name, text).unwrap()
 }
 
 /// Every anchor occurs in the builtin kernel, and every mutant

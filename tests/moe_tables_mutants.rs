@@ -6,12 +6,7 @@ use kernel_oracle::moe_tables::gate::{self, run_one};
 use kernel_oracle::moe_tables::mutants::{apply, by_name, MUTANTS};
 
 fn write_mutant(name: &str, text: &str) -> std::path::PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("kernel-oracle-moe-mutants-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.cu"));
-    std::fs::write(&path, text).unwrap();
-    path
+    kernel_oracle::mutate::write_candidate("moe", name, text).unwrap()
 }
 
 /// Every anchor occurs exactly once in the builtin kernel and every mutant

@@ -11,20 +11,10 @@
 
 use super::generate::Arm;
 
-/// One planted bug.
-#[derive(Clone, Copy, Debug)]
-pub struct Mutant {
-    /// The name on the command line.
-    pub name: &'static str,
-    /// What the bug does to the arithmetic.
-    pub what: &'static str,
-    /// The text replaced, at every occurrence (at least one).
-    pub find: &'static str,
-    /// Its replacement.
-    pub replace: &'static str,
-    /// The gate arms expected to catch it (at least one shape fails).
-    pub caught_by: &'static [Arm],
-}
+/// One planted bug; `caught_by` lists the gate arms expected to catch it
+/// (at least one shape fails). `find` is replaced at every occurrence (at
+/// least one).
+pub type Mutant = crate::mutate::Mutant<Arm>;
 
 /// The planted bugs.
 pub const MUTANTS: [Mutant; 4] = [

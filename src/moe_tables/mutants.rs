@@ -6,21 +6,9 @@
 //! A test checks that every anchor occurs exactly once in the builtin
 //! source and that every mutant compiles.
 
-/// One planted bug (the same shape as the fp8_mmq mutants, with the gate
-/// cases expected to catch it named instead of arms).
-#[derive(Clone, Copy, Debug)]
-pub struct Mutant {
-    /// The name on the command line.
-    pub name: &'static str,
-    /// What the bug does.
-    pub what: &'static str,
-    /// The text replaced (must occur exactly once in the builtin source).
-    pub find: &'static str,
-    /// Its replacement.
-    pub replace: &'static str,
-    /// Gate cases (labels) expected to fail with it.
-    pub caught_by: &'static [&'static str],
-}
+/// One planted bug; `caught_by` lists the gate cases (labels) expected to
+/// fail with it.
+pub type Mutant = crate::mutate::Mutant<&'static str>;
 
 /// The planted bugs.
 pub const MUTANTS: [Mutant; 2] = [
@@ -50,11 +38,5 @@ pub fn by_name(name: &str) -> Option<&'static Mutant> {
 /// # Errors
 /// A message if the anchor does not occur exactly once in `source`.
 pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
-    match source.matches(mutant.find).count() {
-        1 => Ok(source.replacen(mutant.find, mutant.replace, 1)),
-        n => Err(format!(
-            "mutant {}: its anchor occurs {n} times in the source (want exactly 1): {:?}",
-            mutant.name, mutant.find
-        )),
-    }
+    crate::mutate::apply_once(mutant.name, mutant.find, mutant.replace, source)
 }

@@ -327,3 +327,33 @@ pub fn silu(x: f32) -> f32 {
     let q = m / d;
     scale(q, n)
 }
+
+/// Inputs that reach every branch of [`exp`], [`softplus`], [`sigmoid`]
+/// and [`silu`]: signed zeros, subnormals (`+-1e-40`), both sides of exp's
+/// lower cut-off (`-104` ) and SiLU's (`-120`) with subnormal results in
+/// between (`-87.5` .. `-121`), softplus's linear branch above 20 (`21`,
+/// `30`, `59.27`), both sides of exp's overflow at 89 (`88.9`, `89.5`),
+/// and ordinary negative arguments (`-2.76`, `-3.21`, `-4.16`, `-20.5`).
+/// Test data, not part of the contract: the kernels' tests and generators
+/// mix them into their inputs so that every branch of the device's
+/// transcriptions is compared.
+pub const BRANCH_INPUTS: [f32; 18] = [
+    0.0,
+    -0.0,
+    1e-40,
+    -1e-40,
+    -87.5,
+    -90.0,
+    -104.5,
+    -110.0,
+    -121.0,
+    21.0,
+    88.9,
+    89.5,
+    -3.211_251_3,
+    -2.757_007_6,
+    -4.157_294,
+    30.0,
+    -20.5,
+    59.270_813,
+];

@@ -1,7 +1,9 @@
 //! [`Buffer`]: a device array, optionally inside a guard band.
 
 use super::error::{DeviceError, Result};
-use cudarc::driver::{result as drv, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr};
+use cudarc::driver::{
+    result as drv, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr,
+};
 use std::sync::Arc;
 
 /// Bytes of guard band before and after a guarded output.
@@ -29,12 +31,6 @@ impl<T> Buffer<T> {
         Buffer { raw, front: 0, len }
     }
 
-    /// The first `len` elements of `raw` (`len <= raw.len()`).
-    pub(crate) fn with_len(raw: CudaSlice<T>, len: usize) -> Buffer<T> {
-        debug_assert!(len <= raw.len());
-        Buffer { raw, front: 0, len }
-    }
-
     /// Elements (not counting guard bands).
     pub fn len(&self) -> usize {
         self.len
@@ -59,6 +55,63 @@ impl<T> Buffer<T> {
         let (a, b) = (self.front, self.front + self.len);
         self.raw.slice_mut(a..b)
     }
+}
+
+/// Copies `data` to a new (unguarded) device buffer; an empty slice gets a
+/// one-element allocation of length 0 (CUDA refuses zero-byte
+/// allocations; nothing reads it).
+pub(crate) fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Result<Buffer<T>> {
+    if data.is_empty() {
+        return alloc(stream, 0, false);
+    }
+    let raw = stream
+        .clone_htod(data)
+        .map_err(|e| DeviceError::driver(format!("cuMemcpyHtoD ({} elements)", data.len()), e))?;
+    Ok(Buffer::plain(raw))
+}
+
+/// Copies `data` into `buf` (stream ordered).
+///
+/// # Errors
+/// [`DeviceError::ArgLen`] if the lengths differ; [`DeviceError::Driver`].
+pub(crate) fn upload_into<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    data: &[T],
+    buf: &mut Buffer<T>,
+) -> Result<()> {
+    if data.len() != buf.len() {
+        return Err(DeviceError::ArgLen {
+            arg: "upload destination",
+            want: data.len(),
+            got: buf.len(),
+        });
+    }
+    if data.is_empty() {
+        return Ok(());
+    }
+    stream
+        .memcpy_htod(data, &mut buf.view_mut())
+        .map_err(|e| DeviceError::driver(format!("cuMemcpyHtoD ({} elements)", data.len()), e))
+}
+
+/// Copies `buf`'s elements back and synchronises the stream.
+///
+/// # Errors
+/// [`DeviceError::Driver`], including a fault of an earlier launch.
+pub(crate) fn download<T: DeviceRepr + Default + Clone>(
+    stream: &Arc<CudaStream>,
+    buf: &Buffer<T>,
+) -> Result<Vec<T>> {
+    let mut out = vec![T::default(); buf.len()];
+    if !out.is_empty() {
+        stream.memcpy_dtoh(&buf.view(), &mut out).map_err(|e| {
+            DeviceError::driver(format!("cuMemcpyDtoH ({} elements)", buf.len()), e)
+        })?;
+    }
+    stream
+        .synchronize()
+        .map_err(|e| DeviceError::driver("cuStreamSynchronize", e))?;
+    Ok(out)
 }
 
 fn guard_elems<T>() -> usize {

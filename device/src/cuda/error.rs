@@ -189,6 +189,14 @@ pub enum DeviceError {
         detail: String,
     },
 
+    /// A stream capture ended without a graph (`cuStreamEndCapture` gave
+    /// none): nothing was launched while capturing.
+    #[error("CUDA graph capture of {what} recorded no work")]
+    GraphEmpty {
+        /// What was captured (`"gdn packed step"`).
+        what: &'static str,
+    },
+
     /// A Gated DeltaNet call was refused before launch: a shape the
     /// contract refuses or a buffer of the wrong length, as `oracle::gdn`
     /// reports it.

@@ -27,7 +27,21 @@
 //!    allocates or receives sits in guard bands, checked after the launch
 //!    ([`DeviceError::GuardClobbered`]).
 //!
-//! CUDA graph capture and replay is not implemented here.
+//!
+//! ## Packed steps and CUDA graphs
+//!
+//! [`GdnStep`] owns everything one packed call of `t` rows touches (the
+//! weights, a [`GdnState`], the inputs and every output);
+//! [`GdnEngine::run_step`] launches the three packed twins on it eagerly,
+//! and [`GdnEngine::capture_step`] records the same three launches into a
+//! CUDA graph ([`GdnGraph`]) that owns the step, so no buffer it names can
+//! be freed while it may be replayed. The graph reaches the ring and the
+//! state buffers only through the state's pointer table, so
+//! [`GdnGraph::rebind`] swaps in new buffers (or the same two state buffers
+//! with canonical and alternate exchanged, as an odd verify round leaves
+//! them) by rewriting the table in place, and the next
+//! [`GdnGraph::launch`] runs on them (seed 003, the gate
+//! `gpu_gdn_packed_graph_rebind_matches_per_row_bitwise`).
 
 use super::buffer::{self, Buffer};
 use super::error::{DeviceError, Result};
@@ -305,6 +319,17 @@ pub struct GdnHeads {
 }
 
 impl GdnHeads {
+    /// The five buffers with their names, for the guard check.
+    fn named(&self) -> [(&Buffer<f32>, &'static str); 5] {
+        [
+            (&self.q, "q"),
+            (&self.k, "k"),
+            (&self.v, "v"),
+            (&self.beta, "beta"),
+            (&self.g, "g"),
+        ]
+    }
+
     /// The five lengths, `[q, k, v, beta, g]`.
     pub fn lens(&self) -> HeadLens {
         [
@@ -477,14 +502,7 @@ impl GdnEngine {
     /// # Errors
     /// [`DeviceError::Driver`].
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
-        if data.is_empty() {
-            return buffer::alloc(&self.stream, 0, false);
-        }
-        let raw = drv(
-            || format!("cuMemcpyHtoD ({} elements)", data.len()),
-            self.stream.clone_htod(data),
-        )?;
-        Ok(Buffer::plain(raw))
+        buffer::upload(&self.stream, data)
     }
 
     /// Copies a device buffer back (synchronises).
@@ -492,15 +510,7 @@ impl GdnEngine {
     /// # Errors
     /// [`DeviceError::Driver`], including a fault of an earlier launch.
     pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        let mut out = vec![T::default(); buf.len()];
-        if !out.is_empty() {
-            drv(
-                || format!("cuMemcpyDtoH ({} elements)", buf.len()),
-                self.stream.memcpy_dtoh(&buf.view(), &mut out),
-            )?;
-        }
-        self.synchronize()?;
-        Ok(out)
+        buffer::download(&self.stream, buf)
     }
 
     /// Allocates an output of `len` elements (guarded and poisoned when
@@ -568,24 +578,16 @@ impl GdnEngine {
             }
         };
         check_gdn_state(shape, ring.len(), canonical.len(), alt.len())?;
-        let ring = self.upload(ring)?;
-        let canonical = self.upload(canonical)?;
-        let alt = self.upload(alt)?;
-        let ptr = |b: &Buffer<f32>| {
-            let v = b.view();
-            let (p, _sync) = v.device_ptr(&self.stream);
-            p
-        };
-        let (pr, pc, pa) = (ptr(&ring), ptr(&canonical), ptr(&alt));
-        let table = self.upload(&[pr, pc, pa, pr, pa, pc])?;
-        Ok(GdnState {
-            ring,
-            canonical,
-            alt,
-            table,
+        let mut state = GdnState {
+            ring: self.upload(ring)?,
+            canonical: self.upload(canonical)?,
+            alt: self.upload(alt)?,
+            table: self.upload(&[0u64; 6])?,
             ring_len: shape.ring_len(),
             state_len: shape.state_len(),
-        })
+        };
+        self.write_table(&mut state)?;
+        Ok(state)
     }
 
     /// Allocates prep outputs for `rows` rows.
@@ -669,6 +671,21 @@ impl GdnEngine {
         out: &mut Buffer<f32>,
         snap: &mut Buffer<f32>,
     ) -> Result<()> {
+        self.launch_conv_rows(shape, x, w, state, out, snap)?;
+        self.guard(&[(out, "out"), (snap, "snap")])
+    }
+
+    /// [`GdnEngine::conv_rows`] without the guard check (no synchronisation:
+    /// it may be captured into a graph).
+    fn launch_conv_rows(
+        &self,
+        shape: &GdnShape,
+        x: &Buffer<f32>,
+        w: &GdnWeights,
+        state: &GdnState,
+        out: &mut Buffer<f32>,
+        snap: &mut Buffer<f32>,
+    ) -> Result<()> {
         let t = shape.t();
         check_gdn_conv(
             shape,
@@ -698,12 +715,27 @@ impl GdnEngine {
         drv(|| format!("launch {}", GDN_KERNELS[3]), unsafe {
             b.launch(cfg(Self::conv_grid(shape), GDN_CONV_THREADS))
         })?;
-        drop(b);
-        self.guard(&[(out, "out"), (snap, "snap")])
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)] // allow: the ABI's buffers, each one argument
     fn prep(
+        &self,
+        shape: &GdnShape,
+        rows: usize,
+        w: &GdnWeights,
+        conv_out: &Buffer<f32>,
+        beta_raw: &Buffer<f32>,
+        alpha: &Buffer<f32>,
+        heads: &mut GdnHeads,
+    ) -> Result<()> {
+        self.launch_prep(shape, rows, w, conv_out, beta_raw, alpha, heads)?;
+        self.guard(&heads.named())
+    }
+
+    /// [`GdnEngine::prep`] without the guard check.
+    #[allow(clippy::too_many_arguments)] // allow: the ABI's buffers, each one argument
+    fn launch_prep(
         &self,
         shape: &GdnShape,
         rows: usize,
@@ -751,14 +783,7 @@ impl GdnEngine {
         drv(|| format!("launch {kernel}"), unsafe {
             b.launch(cfg(grid, GDN_HEAD_THREADS))
         })?;
-        drop(b);
-        self.guard(&[
-            (&heads.q, "q"),
-            (&heads.k, "k"),
-            (&heads.v, "v"),
-            (&heads.beta, "beta"),
-            (&heads.g, "g"),
-        ])
+        Ok(())
     }
 
     /// `gdn_prep_decode`: one row, `conv_out [C]`, `beta_raw`, `alpha`
@@ -846,6 +871,21 @@ impl GdnEngine {
         o: &mut Buffer<f32>,
         snap: &mut Buffer<f32>,
     ) -> Result<StateSlot> {
+        let slot = self.launch_scan_rows(shape, heads, scale, state, o, snap)?;
+        self.guard(&[(o, "o"), (snap, "snap")])?;
+        Ok(slot)
+    }
+
+    /// [`GdnEngine::scan_rows`] without the guard check.
+    fn launch_scan_rows(
+        &self,
+        shape: &GdnShape,
+        heads: &GdnHeads,
+        scale: f32,
+        state: &GdnState,
+        o: &mut Buffer<f32>,
+        snap: &mut Buffer<f32>,
+    ) -> Result<StateSlot> {
         let t = shape.t();
         check_gdn_scan(shape, t, heads.lens(), o.len(), Some(snap.len()))?;
         state.fits(shape)?;
@@ -870,8 +910,431 @@ impl GdnEngine {
         drv(|| format!("launch {}", GDN_KERNELS[5]), unsafe {
             b.launch(cfg((shape.num_v() as u32, 1), GDN_HEAD_THREADS))
         })?;
-        drop(b);
-        self.guard(&[(o, "o"), (snap, "snap")])?;
         Ok(state_after_row(t - 1))
+    }
+}
+
+/// The device buffers of one packed call of `t = shape.t()` rows (seed
+/// 003's packed program), owned together so that a captured graph
+/// ([`GdnGraph`]) can own them all:
+///
+/// - the layer's [`GdnWeights`] and the sequence's [`GdnState`];
+/// - inputs (written by [`GdnEngine::set_step_inputs`], zero until then):
+///   `qkv [t][C]`, `beta_raw [t][num_v]`, `alpha [t][num_v]`;
+/// - outputs (guarded when the engine's guards are on): `conv_out [t][C]`,
+///   `snap_conv [t-1][C][P]`, prep's [`GdnHeads`] (`t` rows), `o [t][V]`,
+///   `snap_state [t-1][N]`; the final ring in the state, the final state in
+///   [`GdnStep::final_state`] (rule `PARITY`).
+#[derive(Debug)]
+pub struct GdnStep {
+    shape: GdnShape,
+    weights: GdnWeights,
+    state: GdnState,
+    qkv: Buffer<f32>,
+    beta_raw: Buffer<f32>,
+    alpha: Buffer<f32>,
+    conv_out: Buffer<f32>,
+    snap_conv: Buffer<f32>,
+    heads: GdnHeads,
+    o: Buffer<f32>,
+    snap_state: Buffer<f32>,
+}
+
+impl GdnStep {
+    /// The shape (`t` rows).
+    pub fn shape(&self) -> &GdnShape {
+        &self.shape
+    }
+    /// The layer's weights.
+    pub fn weights(&self) -> &GdnWeights {
+        &self.weights
+    }
+    /// The recurrent buffers (read them after a launch; rewrite them with
+    /// [`GdnEngine::write_state`], [`GdnEngine::rebind_state`],
+    /// [`GdnEngine::swap_state_slots`]).
+    pub fn state(&self) -> &GdnState {
+        &self.state
+    }
+    /// `[t][C]` conv outputs.
+    pub fn conv_out(&self) -> &Buffer<f32> {
+        &self.conv_out
+    }
+    /// `[t-1][C][P]` conv-ring snapshots (length 0 when `t = 1`).
+    pub fn snap_conv(&self) -> &Buffer<f32> {
+        &self.snap_conv
+    }
+    /// Prep's outputs, `t` rows.
+    pub fn heads(&self) -> &GdnHeads {
+        &self.heads
+    }
+    /// `[t][V]` scan outputs.
+    pub fn o(&self) -> &Buffer<f32> {
+        &self.o
+    }
+    /// `[t-1][N]` state snapshots (length 0 when `t = 1`).
+    pub fn snap_state(&self) -> &Buffer<f32> {
+        &self.snap_state
+    }
+    /// The buffer the final state lands in: the state's
+    /// [`GdnState::after_row`]`(t - 1)` (rule `PARITY`).
+    pub fn final_state(&self) -> &Buffer<f32> {
+        self.state.after_row(self.shape.t() - 1)
+    }
+
+    fn outputs(&self) -> Vec<(&Buffer<f32>, &'static str)> {
+        let mut v = vec![
+            (&self.conv_out, "conv_out"),
+            (&self.snap_conv, "snap_conv"),
+            (&self.o, "o"),
+            (&self.snap_state, "snap_state"),
+        ];
+        v.extend(self.heads.named());
+        v
+    }
+}
+
+/// A captured CUDA graph of one [`GdnStep`] (the three packed launches),
+/// owning the step: every buffer the graph names lives as long as the
+/// graph. The ring and state buffers are reached through the state's
+/// pointer table, so [`GdnGraph::rebind`] and [`GdnGraph::swap_slots`]
+/// move the next replay onto other buffers without capturing again.
+pub struct GdnGraph {
+    // Dropped before `step`: the executable graph goes first.
+    graph: cudarc::driver::CudaGraph,
+    step: GdnStep,
+    stream: Arc<CudaStream>,
+    guards: bool,
+}
+
+impl std::fmt::Debug for GdnGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GdnGraph")
+            .field("step", &self.step)
+            .field("guards", &self.guards)
+            .finish()
+    }
+}
+
+impl GdnGraph {
+    /// Replays the graph: one packed call on the step's current inputs and
+    /// state buffers. Returns the slot of the final state (rule `PARITY`).
+    /// With guards on, synchronises and checks every output's bands.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`]; [`DeviceError::GuardClobbered`].
+    pub fn launch(&self) -> Result<StateSlot> {
+        drv(
+            || "cuGraphLaunch (gdn packed step)".into(),
+            self.graph.launch(),
+        )?;
+        if self.guards {
+            drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())?;
+            for (b, name) in self.step.outputs() {
+                buffer::check_guards(&self.stream, b, name)?;
+            }
+        }
+        Ok(state_after_row(self.step.shape.t() - 1))
+    }
+
+    /// The captured step (its outputs after a replay).
+    pub fn step(&self) -> &GdnStep {
+        &self.step
+    }
+
+    /// [`GdnEngine::set_step_inputs`] on the captured step.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::set_step_inputs`].
+    pub fn set_inputs(
+        &mut self,
+        engine: &GdnEngine,
+        qkv: &[f32],
+        beta_raw: &[f32],
+        alpha: &[f32],
+    ) -> Result<()> {
+        engine.set_step_inputs(&mut self.step, qkv, beta_raw, alpha)
+    }
+
+    /// [`GdnEngine::write_state`] on the captured step's state.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::write_state`].
+    pub fn write_state(
+        &mut self,
+        engine: &GdnEngine,
+        ring: &[f32],
+        canonical: &[f32],
+        alt: Option<&[f32]>,
+    ) -> Result<()> {
+        engine.write_state(&mut self.step.state, ring, canonical, alt)
+    }
+
+    /// [`GdnEngine::rebind_state`] on the captured step's state: the next
+    /// replay runs on `ring`, `canonical`, `alt`. Returns the buffers
+    /// replaced, `[ring, canonical, alt]`.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::rebind_state`].
+    pub fn rebind(
+        &mut self,
+        engine: &GdnEngine,
+        ring: Buffer<f32>,
+        canonical: Buffer<f32>,
+        alt: Buffer<f32>,
+    ) -> Result<[Buffer<f32>; 3]> {
+        engine.rebind_state(&mut self.step.state, ring, canonical, alt)
+    }
+
+    /// [`GdnEngine::swap_state_slots`] on the captured step's state.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::swap_state_slots`].
+    pub fn swap_slots(&mut self, engine: &GdnEngine) -> Result<()> {
+        engine.swap_state_slots(&mut self.step.state)
+    }
+
+    /// Gives the step back (the graph is destroyed first).
+    pub fn into_step(self) -> GdnStep {
+        let GdnGraph { graph, step, .. } = self;
+        drop(graph);
+        step
+    }
+}
+
+impl GdnEngine {
+    /// Copies `data` into `buf` (stream ordered).
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`] if the lengths differ; [`DeviceError::Driver`].
+    pub fn upload_into<T: DeviceRepr>(&self, data: &[T], buf: &mut Buffer<T>) -> Result<()> {
+        buffer::upload_into(&self.stream, data, buf)
+    }
+
+    /// Device-to-device copy of `src` into `dst` (the benchmark's peer).
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`] if the lengths differ; [`DeviceError::Driver`].
+    pub fn copy(&self, src: &Buffer<f32>, dst: &mut Buffer<f32>) -> Result<()> {
+        if src.len() != dst.len() {
+            return Err(DeviceError::ArgLen {
+                arg: "copy destination",
+                want: src.len(),
+                got: dst.len(),
+            });
+        }
+        drv(
+            || format!("cuMemcpyDtoD ({} elements)", src.len()),
+            self.stream.memcpy_dtod(&src.view(), &mut dst.view_mut()),
+        )
+    }
+
+    /// Milliseconds per call of `f`, timed with CUDA events on the
+    /// engine's stream around `iters` calls (after the caller's warm-up).
+    ///
+    /// # Errors
+    /// The first error of `f`; [`DeviceError::Driver`].
+    pub fn time_ms(&self, iters: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
+        super::open::time_ms(&self.stream, iters, f)
+    }
+
+    /// Overwrites a state's buffers in place (the table is unchanged):
+    /// `ring [C][P]`, `canonical [N]`, and `alt [N]` when given.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`] (`GdnError::Len`) before any copy;
+    /// [`DeviceError::Driver`].
+    pub fn write_state(
+        &self,
+        state: &mut GdnState,
+        ring: &[f32],
+        canonical: &[f32],
+        alt: Option<&[f32]>,
+    ) -> Result<()> {
+        len("ring", state.ring_len, ring.len())?;
+        len("canonical", state.state_len, canonical.len())?;
+        if let Some(a) = alt {
+            len("alt", state.state_len, a.len())?;
+        }
+        self.upload_into(ring, &mut state.ring)?;
+        self.upload_into(canonical, &mut state.canonical)?;
+        if let Some(a) = alt {
+            self.upload_into(a, &mut state.alt)?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites `state`'s pointer table for its current buffers (stream
+    /// ordered: launches queued before see the old table).
+    fn write_table(&self, state: &mut GdnState) -> Result<()> {
+        let ptr = |b: &Buffer<f32>| {
+            let v = b.view();
+            let (p, _sync) = v.device_ptr(&self.stream);
+            p
+        };
+        let (pr, pc, pa) = (ptr(&state.ring), ptr(&state.canonical), ptr(&state.alt));
+        self.upload_into(&[pr, pc, pa, pr, pa, pc], &mut state.table)
+    }
+
+    /// Moves `state` onto other buffers: the table (at the same device
+    /// address, so captured graphs follow) is rewritten to point at `ring`,
+    /// `canonical`, `alt`. Returns the replaced buffers
+    /// `[ring, canonical, alt]`; they are no longer referenced by the table.
+    /// Seed 003: "replace every cache allocation" before a graph replay.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`] (`GdnError::Len`: `ring` must hold `C * P`,
+    /// `canonical` and `alt` `N` elements) before anything changes;
+    /// [`DeviceError::Driver`].
+    pub fn rebind_state(
+        &self,
+        state: &mut GdnState,
+        ring: Buffer<f32>,
+        canonical: Buffer<f32>,
+        alt: Buffer<f32>,
+    ) -> Result<[Buffer<f32>; 3]> {
+        len("ring", state.ring_len, ring.len())?;
+        len("canonical", state.state_len, canonical.len())?;
+        len("alt", state.state_len, alt.len())?;
+        let old = [
+            std::mem::replace(&mut state.ring, ring),
+            std::mem::replace(&mut state.canonical, canonical),
+            std::mem::replace(&mut state.alt, alt),
+        ];
+        self.write_table(state)?;
+        Ok(old)
+    }
+
+    /// Exchanges the canonical and alternate buffers of `state` and
+    /// rewrites its table: after a packed call of odd `t` the newest state
+    /// is in `alt` (rule `PARITY`), and this makes it the canonical state
+    /// of the next call, as an odd verify round leaves the buffers.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn swap_state_slots(&self, state: &mut GdnState) -> Result<()> {
+        std::mem::swap(&mut state.canonical, &mut state.alt);
+        self.write_table(state)
+    }
+
+    /// Allocates a packed step of `shape.t()` rows around `weights` and
+    /// `state` (inputs zeroed, outputs guarded when guards are on).
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`] if `weights` or `state` do not fit `shape`;
+    /// [`DeviceError::IndexRange`]; [`DeviceError::Driver`].
+    pub fn new_step(
+        &self,
+        shape: &GdnShape,
+        weights: GdnWeights,
+        state: GdnState,
+    ) -> Result<GdnStep> {
+        check_gdn_limits(shape)?;
+        len("conv_w", shape.conv_w_len(), weights.conv_w.len())?;
+        len("dt_bias", shape.num_v(), weights.dt_bias.len())?;
+        len("a_log", shape.num_v(), weights.a_log.len())?;
+        state.fits(shape)?;
+        let (t, c, nv) = (shape.t(), shape.conv_dim(), shape.num_v());
+        let zeros = |n: usize| self.upload(&vec![0f32; n]);
+        Ok(GdnStep {
+            shape: *shape,
+            qkv: zeros(t * c)?,
+            beta_raw: zeros(t * nv)?,
+            alpha: zeros(t * nv)?,
+            conv_out: self.alloc_output(t * c)?,
+            snap_conv: self.alloc_output(shape.snapshots() * shape.ring_len())?,
+            heads: self.alloc_heads(shape, t)?,
+            o: self.alloc_output(t * shape.value_dim())?,
+            snap_state: self.alloc_output(shape.snapshots() * shape.state_len())?,
+            weights,
+            state,
+        })
+    }
+
+    /// Copies `t` rows of inputs into `step`: `qkv [t][C]`,
+    /// `beta_raw [t][num_v]`, `alpha [t][num_v]`.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`] (`GdnError::Len`, the oracle's argument names)
+    /// before any copy; [`DeviceError::Driver`].
+    pub fn set_step_inputs(
+        &self,
+        step: &mut GdnStep,
+        qkv: &[f32],
+        beta_raw: &[f32],
+        alpha: &[f32],
+    ) -> Result<()> {
+        let s = step.shape;
+        len("qkv", s.t() * s.conv_dim(), qkv.len())?;
+        len("beta_raw", s.t() * s.num_v(), beta_raw.len())?;
+        len("alpha", s.t() * s.num_v(), alpha.len())?;
+        self.upload_into(qkv, &mut step.qkv)?;
+        self.upload_into(beta_raw, &mut step.beta_raw)?;
+        self.upload_into(alpha, &mut step.alpha)
+    }
+
+    /// The three packed launches on `step`, no synchronisation.
+    fn launch_step(&self, step: &mut GdnStep) -> Result<StateSlot> {
+        let s = step.shape;
+        let GdnStep {
+            weights: w,
+            state,
+            qkv,
+            beta_raw,
+            alpha,
+            conv_out,
+            snap_conv,
+            heads,
+            o,
+            snap_state,
+            ..
+        } = step;
+        self.launch_conv_rows(&s, qkv, w, state, conv_out, snap_conv)?;
+        self.launch_prep(&s, s.t(), w, conv_out, beta_raw, alpha, heads)?;
+        self.launch_scan_rows(&s, heads, w.scale, state, o, snap_state)
+    }
+
+    /// Runs `step` eagerly: `gdn_conv1d_decode_tloop`, then
+    /// `gdn_prep_decode_rows` (`gdn_prep_decode` when `t = 1`), then
+    /// `gdn_scan_s128_tsnap`, on the step's inputs and state. Returns the
+    /// slot of the final state (rule `PARITY`).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`]; [`DeviceError::GuardClobbered`].
+    pub fn run_step(&self, step: &mut GdnStep) -> Result<StateSlot> {
+        let slot = self.launch_step(step)?;
+        self.guard(&step.outputs())?;
+        Ok(slot)
+    }
+
+    /// Captures the three launches of [`GdnEngine::run_step`] into a CUDA
+    /// graph (stream capture, thread-local mode); nothing runs until
+    /// [`GdnGraph::launch`]. The graph takes `step`.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`] (capture, instantiation);
+    /// [`DeviceError::GraphEmpty`].
+    pub fn capture_step(&self, mut step: GdnStep) -> Result<GdnGraph> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        self.synchronize()?;
+        drv(
+            || "cuStreamBeginCapture".into(),
+            self.stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+        )?;
+        let launched = self.launch_step(&mut step);
+        // End the capture whatever happened, so the stream is usable again.
+        let ended = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        launched?;
+        let graph = drv(|| "cuStreamEndCapture / cuGraphInstantiate".into(), ended)?.ok_or(
+            DeviceError::GraphEmpty {
+                what: "gdn packed step",
+            },
+        )?;
+        Ok(GdnGraph {
+            graph,
+            step,
+            stream: self.stream.clone(),
+            guards: self.guards,
+        })
     }
 }

@@ -65,8 +65,8 @@ pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LI
 pub use error::{DeviceError, Result, NVRTC_HINT};
 pub use gdn::{
     check_gdn_conv, check_gdn_limits, check_gdn_prep, check_gdn_scan, check_gdn_state, gdn_shape,
-    GdnEngine, GdnHeads, GdnState, GdnWeights, HeadLens, BUILTIN_GDN_CU, ENV_GDN_CU,
-    GDN_CONV_THREADS, GDN_HEAD_THREADS, GDN_KERNELS, GDN_MAX_T,
+    GdnEngine, GdnGraph, GdnHeads, GdnState, GdnStep, GdnWeights, HeadLens, BUILTIN_GDN_CU,
+    ENV_GDN_CU, GDN_CONV_THREADS, GDN_HEAD_THREADS, GDN_KERNELS, GDN_MAX_T,
 };
 pub use moe::{
     check_moe_tables, decode_moe_status, MoeEngine, MoeStatus, BUILTIN_MOE_TABLES_CU,
@@ -359,21 +359,7 @@ impl Engine {
     /// # Errors
     /// [`DeviceError::Driver`].
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
-        if data.is_empty() {
-            // cuMemAlloc refuses 0 bytes (CUDA_ERROR_INVALID_VALUE): hold one
-            // element and present an empty buffer.
-            // SAFETY: the element is never read; the buffer's length is 0.
-            let raw = drv(
-                || "cuMemAlloc (1 element for an empty buffer)".into(),
-                unsafe { self.stream.alloc::<T>(1) },
-            )?;
-            return Ok(Buffer::with_len(raw, 0));
-        }
-        let raw = drv(
-            || format!("cuMemcpyHtoD ({} elements)", data.len()),
-            self.stream.clone_htod(data),
-        )?;
-        Ok(Buffer::plain(raw))
+        buffer::upload(&self.stream, data)
     }
 
     /// Copies a device buffer's elements back (synchronises).
@@ -381,15 +367,7 @@ impl Engine {
     /// # Errors
     /// [`DeviceError::Driver`], including a fault of an earlier launch.
     pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        let mut out = vec![T::default(); buf.len()];
-        if !out.is_empty() {
-            drv(
-                || format!("cuMemcpyDtoH ({} elements)", buf.len()),
-                self.stream.memcpy_dtoh(&buf.view(), &mut out),
-            )?;
-        }
-        self.synchronize()?;
-        Ok(out)
+        buffer::download(&self.stream, buf)
     }
 
     /// Allocates an output of `len` elements: guarded and poisoned when
@@ -750,22 +728,7 @@ impl Engine {
     ///
     /// # Errors
     /// The first error of `f`; [`DeviceError::Driver`].
-    pub fn time_ms(&self, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-        use cudarc::driver::sys::CUevent_flags;
-        let start = drv(
-            || "cuEventCreate".into(),
-            self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)),
-        )?;
-        let end = drv(
-            || "cuEventCreate".into(),
-            self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)),
-        )?;
-        drv(|| "cuEventRecord".into(), start.record(&self.stream))?;
-        for _ in 0..iters {
-            f()?;
-        }
-        drv(|| "cuEventRecord".into(), end.record(&self.stream))?;
-        let ms = drv(|| "cuEventElapsedTime".into(), start.elapsed_ms(&end))?;
-        Ok(f64::from(ms) / iters.max(1) as f64)
+    pub fn time_ms(&self, iters: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
+        open::time_ms(&self.stream, iters, f)
     }
 }

@@ -199,7 +199,7 @@ struct LayerPlanes {
 
 /// One CUDA device with `cu/moe_tables.cu` compiled and loaded.
 pub struct MoeEngine {
-    ctx: Arc<CudaContext>,
+    _ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     source: KernelSource,
     compiled: Arc<Compiled>,
@@ -281,7 +281,7 @@ impl MoeEngine {
         let loaded = super::open::Loaded::new(&ctx, &source)?;
         let f_tables = loaded.function(MOE_TABLES_KERNEL, &source)?;
         Ok(MoeEngine {
-            ctx,
+            _ctx: ctx,
             stream,
             source,
             compiled: loaded.compiled,
@@ -341,7 +341,7 @@ impl MoeEngine {
     /// # Errors
     /// [`DeviceError::Driver`].
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
-        upload(&self.stream, data)
+        buffer::upload(&self.stream, data)
     }
 
     /// Copies `data` into an existing buffer of the same length (stream
@@ -350,20 +350,7 @@ impl MoeEngine {
     /// # Errors
     /// [`DeviceError::ArgLen`]; [`DeviceError::Driver`].
     pub fn upload_into<T: DeviceRepr>(&self, data: &[T], buf: &mut Buffer<T>) -> Result<()> {
-        if data.len() != buf.len() {
-            return Err(DeviceError::ArgLen {
-                arg: "upload destination",
-                want: data.len(),
-                got: buf.len(),
-            });
-        }
-        if data.is_empty() {
-            return Ok(());
-        }
-        drv(
-            || format!("cuMemcpyHtoD ({} elements)", data.len()),
-            self.stream.memcpy_htod(data, &mut buf.view_mut()),
-        )
+        buffer::upload_into(&self.stream, data, buf)
     }
 
     /// Copies a device buffer back (synchronises).
@@ -371,15 +358,7 @@ impl MoeEngine {
     /// # Errors
     /// [`DeviceError::Driver`], including a fault of an earlier launch.
     pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        let mut out = vec![T::default(); buf.len()];
-        if !out.is_empty() {
-            drv(
-                || format!("cuMemcpyDtoH ({} elements)", buf.len()),
-                self.stream.memcpy_dtoh(&buf.view(), &mut out),
-            )?;
-        }
-        self.synchronize()?;
-        Ok(out)
+        buffer::download(&self.stream, buf)
     }
 
     /// Allocates an output of `len` elements (guarded and poisoned when
@@ -562,9 +541,9 @@ impl MoeEngine {
         let fresh = cache.get(&layer).is_some_and(same);
         if !fresh {
             let dev = [
-                upload(&self.stream, m[0])?,
-                upload(&self.stream, m[1])?,
-                upload(&self.stream, m[2])?,
+                buffer::upload(&self.stream, m[0])?,
+                buffer::upload(&self.stream, m[1])?,
+                buffer::upload(&self.stream, m[2])?,
             ];
             let bits = m
                 .iter()
@@ -581,34 +560,7 @@ impl MoeEngine {
     ///
     /// # Errors
     /// The first error of `f`; [`DeviceError::Driver`].
-    pub fn time_ms(&self, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-        use cudarc::driver::sys::CUevent_flags;
-        let ev = || {
-            drv(
-                || "cuEventCreate".into(),
-                self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)),
-            )
-        };
-        let (start, end) = (ev()?, ev()?);
-        drv(|| "cuEventRecord".into(), start.record(&self.stream))?;
-        for _ in 0..iters {
-            f()?;
-        }
-        drv(|| "cuEventRecord".into(), end.record(&self.stream))?;
-        let ms = drv(|| "cuEventElapsedTime".into(), start.elapsed_ms(&end))?;
-        Ok(f64::from(ms) / iters.max(1) as f64)
+    pub fn time_ms(&self, iters: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
+        super::open::time_ms(&self.stream, iters, f)
     }
-}
-
-/// Uploads `data`; an empty slice gets a one-element allocation of length
-/// 0 (CUDA refuses zero-byte allocations; nothing reads it).
-fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Result<Buffer<T>> {
-    if data.is_empty() {
-        return buffer::alloc(stream, 0, false);
-    }
-    let raw = drv(
-        || format!("cuMemcpyHtoD ({} elements)", data.len()),
-        stream.clone_htod(data),
-    )?;
-    Ok(Buffer::plain(raw))
 }

@@ -78,3 +78,32 @@ impl Loaded {
             })
     }
 }
+
+/// Milliseconds per call of `f`, timed with CUDA events on `stream` around
+/// `iters` calls (after the caller's warm-up). `f` should only launch.
+///
+/// # Errors
+/// The first error of `f`; [`DeviceError::Driver`].
+pub(crate) fn time_ms(
+    stream: &Arc<CudaStream>,
+    iters: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    use cudarc::driver::sys::CUevent_flags;
+    let ev = || {
+        drv(
+            || "cuEventCreate".into(),
+            stream
+                .context()
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)),
+        )
+    };
+    let (start, end) = (ev()?, ev()?);
+    drv(|| "cuEventRecord".into(), start.record(stream))?;
+    for _ in 0..iters {
+        f()?;
+    }
+    drv(|| "cuEventRecord".into(), end.record(stream))?;
+    let ms = drv(|| "cuEventElapsedTime".into(), start.elapsed_ms(&end))?;
+    Ok(f64::from(ms) / iters.max(1) as f64)
+}

@@ -15,27 +15,9 @@ pub fn varied(len: usize, seed: u64, spread: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Values that reach every branch of exp, softplus, sigmoid and SiLU.
-pub const SPECIALS: [f32; 18] = [
-    0.0,
-    -0.0,
-    1e-40,
-    -1e-40,
-    -87.5,
-    -90.0,
-    -104.5,
-    -110.0,
-    -121.0,
-    21.0,
-    88.9,
-    89.5,
-    -3.211_251_3,
-    -2.757_007_6,
-    -4.157_294,
-    30.0,
-    -20.5,
-    59.270_813,
-];
+/// Inputs that reach every branch of the transcendentals
+/// (`oracle::gdn::transcendental::BRANCH_INPUTS`).
+pub const SPECIALS: [f32; 18] = oracle::gdn::transcendental::BRANCH_INPUTS;
 
 /// `varied`, with every 13th element replaced by a special.
 pub fn with_specials(len: usize, seed: u64, spread: f32) -> Vec<f32> {

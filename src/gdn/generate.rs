@@ -1,0 +1,248 @@
+//! Case generation for the Gated DeltaNet decode step: an `Arbitrary`
+//! [`CaseSpec`] biased to the edges (t = 1 and 16, every d_conv, eps = 0
+//! and subnormal, |alpha| up to 10^4 so softplus takes its linear branch
+//! and the decay underflows, zero q or k heads, states near the top of f32,
+//! transcendental specials in the inputs) and the [`CaseData`] it expands
+//! to.
+//!
+//! Every field of a [`CaseSpec`] is printed in a reproduction; the data
+//! are drawn from `seed` with splitmix64, so the same spec regenerates the
+//! same bytes on any host.
+
+use crate::rng::Rng;
+use arbitrary::{Arbitrary, Unstructured};
+use oracle::gdn::{default_scale, GdnParams, GdnShape, D_STATE};
+
+/// The generator's bounds, one place (cranelift-fuzzgen's `Config`). Small,
+/// for a high exec rate: a state is `num_v * 64 KiB`.
+pub mod config {
+    /// q/k heads: 1 ..= this.
+    pub const MAX_NUM_K: usize = 4;
+    /// v heads per q/k head: 1 ..= this.
+    pub const MAX_RATIO: usize = 4;
+    /// v heads: at most this (the product above is capped).
+    pub const MAX_NUM_V: usize = 8;
+    /// Rows per packed call: 1 ..= this.
+    pub const MAX_T: usize = 16;
+}
+
+/// Inputs that reach every branch of the transcendentals
+/// (`oracle::gdn::transcendental::BRANCH_INPUTS`).
+pub const SPECIALS: [f32; 18] = oracle::gdn::transcendental::BRANCH_INPUTS;
+
+/// One Gated DeltaNet case: a shape, the layer's knobs and a data seed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CaseSpec {
+    /// q/k heads.
+    pub num_k: usize,
+    /// v heads (a multiple of `num_k`).
+    pub num_v: usize,
+    /// Conv taps, 2..=4.
+    pub d_conv: usize,
+    /// Rows per packed call.
+    pub t: usize,
+    /// The L2-norm epsilon (inside the square root).
+    pub eps: f32,
+    /// `alpha` is uniform in `[-alpha_spread, alpha_spread)` (2 in the
+    /// seed; up to 1e4 here).
+    pub alpha_spread: f32,
+    /// The initial state is uniform in `[-state_spread, state_spread)` (0.3
+    /// in the seed; up to 3e38 here, near f32's overflow).
+    pub state_spread: f32,
+    /// Bit 0: q head `num_k - 1` is all zeros after the conv (its conv
+    /// weights are zero, so every tap is `0 * finite`); bit 1: the same
+    /// for k head 0.
+    pub zero_qk: u8,
+    /// One input in 13 (qkv, ring, beta_raw, alpha) is a [`SPECIALS`]
+    /// value.
+    pub specials: bool,
+    /// Also capture the packed step in a CUDA graph and replay it twice on
+    /// rebound buffers (the second with canonical and alt swapped).
+    pub graph: bool,
+    /// splitmix64 seed of the data.
+    pub seed: u64,
+}
+
+impl CaseSpec {
+    /// The seed's data (weights 0.5, state 0.3, inputs 1.0, beta/alpha
+    /// 2.0, eps 1e-6), with specials, at the given shape.
+    pub fn seed_like(num_k: usize, num_v: usize, d_conv: usize, t: usize, seed: u64) -> CaseSpec {
+        CaseSpec {
+            num_k,
+            num_v,
+            d_conv,
+            t,
+            eps: 1e-6,
+            alpha_spread: 2.0,
+            state_spread: 0.3,
+            zero_qk: 0,
+            specials: true,
+            graph: false,
+            seed,
+        }
+    }
+
+    /// The validated shape.
+    ///
+    /// # Errors
+    /// The contract's refusal, as text.
+    pub fn shape(&self) -> Result<GdnShape, String> {
+        GdnShape::new(self.num_k, self.num_v, D_STATE, self.d_conv, self.t)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl<'a> Arbitrary<'a> for CaseSpec {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<CaseSpec> {
+        use config::{MAX_NUM_K, MAX_NUM_V, MAX_RATIO, MAX_T};
+        // An exhausted input reads the low end of every range: the smallest
+        // case with the seed's knobs.
+        let num_k = u.int_in_range(1..=MAX_NUM_K)?;
+        let ratio = u.int_in_range(1..=MAX_RATIO)?.min(MAX_NUM_V / num_k).max(1);
+        let d_conv = 4 - u.int_in_range(0..=2usize)?;
+        let t = match u.int_in_range(0..=5u8)? {
+            0 => 2,
+            1 => 1,
+            2 => MAX_T,
+            _ => u.int_in_range(1..=MAX_T)?,
+        };
+        let eps = match u.int_in_range(0..=5u8)? {
+            0..=2 => 1e-6,
+            3 => 0.0,
+            4 => f32::from_bits(1), // the smallest subnormal
+            _ => [1e-5, 1e-12, 1.0][u.int_in_range(0..=2usize)?],
+        };
+        let alpha_spread = match u.int_in_range(0..=3u8)? {
+            0 | 1 => 2.0,
+            2 => 100.0,
+            _ => 1e4,
+        };
+        let state_spread = match u.int_in_range(0..=4u8)? {
+            0..=2 => 0.3,
+            3 => 1e30,
+            _ => 3e38,
+        };
+        Ok(CaseSpec {
+            num_k,
+            num_v: num_k * ratio,
+            d_conv,
+            t,
+            eps,
+            alpha_spread,
+            state_spread,
+            zero_qk: u.int_in_range(0..=3u8)?,
+            specials: u.arbitrary()?,
+            graph: u.int_in_range(0..=3u8)? == 3,
+            seed: u.arbitrary()?,
+        })
+    }
+
+    /// At most 21 bytes; bounded, so bolero's driver hands over enough.
+    fn size_hint(_depth: usize) -> (usize, Option<usize>) {
+        (0, Some(21))
+    }
+}
+
+/// A case's data, host side: the layer, the sequence's initial state and
+/// `t` rows of inputs (elements, row-major as in `oracle::gdn`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaseData {
+    /// The shape.
+    pub shape: GdnShape,
+    /// `[C][d_conv]`.
+    pub conv_w: Vec<f32>,
+    /// `[num_v]`.
+    pub dt_bias: Vec<f32>,
+    /// `[num_v]`.
+    pub a_log: Vec<f32>,
+    /// The initial conv ring `[C][d_conv - 1]`.
+    pub ring0: Vec<f32>,
+    /// The initial state `[num_v][128][128]` (in the canonical buffer).
+    pub state0: Vec<f32>,
+    /// `[t][C]`.
+    pub qkv: Vec<f32>,
+    /// `[t][num_v]`.
+    pub beta_raw: Vec<f32>,
+    /// `[t][num_v]`.
+    pub alpha: Vec<f32>,
+    /// The L2-norm epsilon.
+    pub eps: f32,
+    /// The scan's output scale ([`default_scale`]).
+    pub scale: f32,
+}
+
+impl CaseData {
+    /// The oracle's view of the layer.
+    pub fn params(&self) -> GdnParams<'_> {
+        GdnParams {
+            conv_w: &self.conv_w,
+            dt_bias: &self.dt_bias,
+            a_log: &self.a_log,
+            eps: self.eps,
+            scale: self.scale,
+        }
+    }
+}
+
+fn uniform(r: &mut Rng, len: usize, spread: f32) -> Vec<f32> {
+    (0..len).map(|_| (r.f01() * 2.0 - 1.0) * spread).collect()
+}
+
+fn sprinkle(r: &mut Rng, v: &mut [f32], on: bool) {
+    if on {
+        for i in (r.below(13)..v.len()).step_by(13) {
+            v[i] = SPECIALS[r.below(SPECIALS.len())];
+        }
+    }
+}
+
+impl CaseSpec {
+    /// Draws the case's data from `seed`.
+    ///
+    /// # Errors
+    /// The contract's refusal of the shape, as text (a spec from the
+    /// command line; [`Arbitrary`] only makes valid shapes).
+    pub fn generate(&self) -> Result<CaseData, String> {
+        let shape = self.shape()?;
+        let mut r = Rng(self.seed);
+        let (c, nv, kd, dc) = (
+            shape.conv_dim(),
+            shape.num_v(),
+            shape.key_dim(),
+            shape.d_conv(),
+        );
+        let mut conv_w = uniform(&mut r, shape.conv_w_len(), 0.5);
+        let zero_head = |w: &mut [f32], first_channel: usize| {
+            w[first_channel * dc..(first_channel + D_STATE) * dc].fill(0.0);
+        };
+        if self.zero_qk & 1 != 0 {
+            zero_head(&mut conv_w, (self.num_k - 1) * D_STATE);
+        }
+        if self.zero_qk & 2 != 0 {
+            zero_head(&mut conv_w, kd);
+        }
+        let dt_bias = uniform(&mut r, nv, 0.5);
+        let a_log = uniform(&mut r, nv, 1.0);
+        let mut ring0 = uniform(&mut r, shape.ring_len(), 1.0);
+        let state0 = uniform(&mut r, shape.state_len(), self.state_spread);
+        let mut qkv = uniform(&mut r, self.t * c, 1.0);
+        let mut beta_raw = uniform(&mut r, self.t * nv, 2.0);
+        let mut alpha = uniform(&mut r, self.t * nv, self.alpha_spread);
+        for v in [&mut ring0, &mut qkv, &mut beta_raw, &mut alpha] {
+            sprinkle(&mut r, v, self.specials);
+        }
+        Ok(CaseData {
+            shape,
+            conv_w,
+            dt_bias,
+            a_log,
+            ring0,
+            state0,
+            qkv,
+            beta_raw,
+            alpha,
+            eps: self.eps,
+            scale: default_scale(),
+        })
+    }
+}

@@ -1,0 +1,230 @@
+//! The judge: the oracle's six outputs of a packed call
+//! (`oracle::gdn::rows::decode_rows`), and the comparison of any two sets
+//! of outputs, element by element.
+//!
+//! Two rules ([`Bits`]): between two device paths (packed against chained)
+//! every bit must agree, as the seed asserts; between a kernel and the
+//! oracle every bit must agree except that any NaN equals any NaN, because
+//! NaN payloads are not part of the contract (`core/src/gdn/sqrt.rs`: "NaN
+//! bits are not part of any contract in this module"; the device's default
+//! NaN is `0x7FFFFFFF`, the host's `0xFFC00000` or `0x7FC00000`). An
+//! infinity must match exactly, sign included.
+
+use super::generate::CaseData;
+use oracle::gdn::rows::{decode_row, decode_rows, PackedOutputs, RowInputs, RowOutputs};
+use oracle::gdn::scan::{state_after_row, StateIo, StatePair, StateSlot};
+
+/// The names of the six outputs, in [`Six::parts`] order (seed 003 lines
+/// 257-264).
+pub const OUTPUTS: [&str; 6] = [
+    "conv outputs",
+    "scan outputs",
+    "final state",
+    "final ring",
+    "conv snapshots",
+    "state snapshots",
+];
+
+/// The six outputs of `t` rows (elements, f32): `conv_out [t][C]`,
+/// `o [t][V]`, the final state `[N]` (from the `PARITY` slot), the final
+/// ring `[C][P]`, `snap_conv [t-1][C][P]`, `snap_state [t-1][N]`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Six {
+    /// `[t][C]`.
+    pub conv_out: Vec<f32>,
+    /// `[t][V]`.
+    pub o: Vec<f32>,
+    /// `[N]`.
+    pub state: Vec<f32>,
+    /// `[C][P]`.
+    pub ring: Vec<f32>,
+    /// `[t-1][C][P]`.
+    pub snap_conv: Vec<f32>,
+    /// `[t-1][N]`.
+    pub snap_state: Vec<f32>,
+}
+
+impl Six {
+    /// The outputs in [`OUTPUTS`] order.
+    pub fn parts(&self) -> [&[f32]; 6] {
+        [
+            &self.conv_out,
+            &self.o,
+            &self.state,
+            &self.ring,
+            &self.snap_conv,
+            &self.snap_state,
+        ]
+    }
+}
+
+/// How two values must agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bits {
+    /// Every bit (device against device).
+    Exact,
+    /// Every bit, except that any NaN equals any NaN (kernel against
+    /// oracle).
+    NanAny,
+}
+
+impl Bits {
+    /// Whether `got` and `want` agree under this rule.
+    pub fn same(self, got: f32, want: f32) -> bool {
+        got.to_bits() == want.to_bits() || (self == Bits::NanAny && got.is_nan() && want.is_nan())
+    }
+
+    /// The rule's name in a report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Bits::Exact => "bit-identical",
+            Bits::NanAny => "bit-identical, any NaN = any NaN",
+        }
+    }
+}
+
+/// One compared output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diff {
+    /// The output's name.
+    pub what: String,
+    /// Elements compared (the expected length).
+    pub len: usize,
+    /// Elements that differ (all of them if the lengths differ).
+    pub diffs: usize,
+    /// The first difference: `(index, got, want)`.
+    pub first: Option<(usize, f32, f32)>,
+    /// The length received, when it is not `len`.
+    pub got_len: Option<usize>,
+}
+
+impl Diff {
+    /// Whether nothing differs.
+    pub fn pass(&self) -> bool {
+        self.diffs == 0 && self.got_len.is_none()
+    }
+}
+
+/// Compares `got` with `want` element by element under `rule`.
+pub fn compare(what: &str, got: &[f32], want: &[f32], rule: Bits) -> Diff {
+    if got.len() != want.len() {
+        return Diff {
+            what: what.to_string(),
+            len: want.len(),
+            diffs: want.len().max(1),
+            first: None,
+            got_len: Some(got.len()),
+        };
+    }
+    let mut d = Diff {
+        what: what.to_string(),
+        len: want.len(),
+        diffs: 0,
+        first: None,
+        got_len: None,
+    };
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !rule.same(g, w) {
+            d.diffs += 1;
+            d.first.get_or_insert((i, g, w));
+        }
+    }
+    d
+}
+
+/// The six comparisons of `got` against `want`.
+pub fn compare_six(got: &Six, want: &Six, rule: Bits) -> Vec<Diff> {
+    let (g, w) = (got.parts(), want.parts());
+    (0..6)
+        .map(|i| compare(OUTPUTS[i], g[i], w[i], rule))
+        .collect()
+}
+
+fn slot<'a>(s: StateSlot, canonical: &'a [f32], alt: &'a [f32]) -> &'a [f32] {
+    match s {
+        StateSlot::Canonical => canonical,
+        StateSlot::Alt => alt,
+    }
+}
+
+/// The oracle's outputs: one `decode_rows` call from `ring0` and `state0`
+/// in the canonical buffer (alt zero).
+pub fn reference(d: &CaseData) -> Six {
+    let s = d.shape;
+    let n = s.state_len();
+    let (mut ring, mut canonical, mut alt) = (d.ring0.clone(), d.state0.clone(), vec![0f32; n]);
+    let mut six = Six {
+        conv_out: vec![0.0; s.t() * s.conv_dim()],
+        o: vec![0.0; s.t() * s.value_dim()],
+        snap_conv: vec![0.0; s.snapshots() * s.ring_len()],
+        snap_state: vec![0.0; s.snapshots() * n],
+        ..Six::default()
+    };
+    let input = RowInputs {
+        qkv: &d.qkv,
+        beta_raw: &d.beta_raw,
+        alpha: &d.alpha,
+    };
+    let out = PackedOutputs {
+        conv_out: &mut six.conv_out,
+        o: &mut six.o,
+        snap_conv: &mut six.snap_conv,
+        snap_state: &mut six.snap_state,
+    };
+    let pair = StatePair {
+        canonical: &mut canonical,
+        alt: &mut alt,
+    };
+    let mut scratch = vec![0f32; s.scratch_len()];
+    let last = decode_rows(&s, &d.params(), &input, &mut ring, pair, out, &mut scratch)
+        .expect("generated data fit their shape");
+    six.state = slot(last, &canonical, &alt).to_vec();
+    six.ring = ring;
+    six
+}
+
+/// The oracle's per-row program: `t` chained `decode_row` calls
+/// alternating the state buffers (row `r` from the slot
+/// `state_after_row(r - 1)` into `state_after_row(r)`), the ring and the
+/// state copied after every row but the last (seed 003 lines 96-147).
+/// Rule `PACKED-EQ-CHAINED` says this equals [`reference`] bit for bit.
+pub fn oracle_chained(d: &CaseData) -> Six {
+    let s = d.shape;
+    let (t, c, nv, vd, n) = (s.t(), s.conv_dim(), s.num_v(), s.value_dim(), s.state_len());
+    let mut ring = d.ring0.clone();
+    let mut bufs = [d.state0.clone(), vec![0f32; n]];
+    let mut six = Six::default();
+    let mut scratch = vec![0f32; s.scratch_len()];
+    let (mut conv_out, mut o) = (vec![0f32; c], vec![0f32; vd]);
+    for r in 0..t {
+        let input = RowInputs {
+            qkv: &d.qkv[r * c..(r + 1) * c],
+            beta_raw: &d.beta_raw[r * nv..(r + 1) * nv],
+            alpha: &d.alpha[r * nv..(r + 1) * nv],
+        };
+        // Row r reads buffer r % 2 and writes buffer (r + 1) % 2.
+        let [b0, b1] = &mut bufs;
+        let io = if r % 2 == 0 {
+            StateIo::Alternate { src: b0, dst: b1 }
+        } else {
+            StateIo::Alternate { src: b1, dst: b0 }
+        };
+        let out = RowOutputs {
+            conv_out: &mut conv_out,
+            o: &mut o,
+        };
+        decode_row(&s, &d.params(), &input, &mut ring, io, out, &mut scratch)
+            .expect("generated data fit their shape");
+        six.conv_out.extend_from_slice(&conv_out);
+        six.o.extend_from_slice(&o);
+        let after = slot(state_after_row(r), &bufs[0], &bufs[1]);
+        if r + 1 < t {
+            six.snap_conv.extend_from_slice(&ring);
+            six.snap_state.extend_from_slice(after);
+        } else {
+            six.state = after.to_vec();
+        }
+    }
+    six.ring = ring;
+    six
+}

@@ -1,0 +1,69 @@
+//! Planted bugs in `cu/gdn.cu`, one textual change each, so the gate and
+//! the fuzzer can be shown to catch a wrong kernel.
+//!
+//! `kernel-oracle mutant gdn NAME -o FILE` writes one; point
+//! `KERNEL_ORACLE_GDN_CU` at the file and run `kernel-oracle check gdn` or
+//! the `gdn_packed` fuzzer. A test checks that every anchor occurs exactly
+//! once in the builtin source and that every mutant compiles.
+
+/// One planted bug; `caught_by` lists the gates (1: packed against
+/// chained, 2: kernels against the oracle) expected to fail with it. A bug
+/// in code the per-row and the packed kernels share is invisible to gate 1.
+pub type Mutant = crate::mutate::Mutant<u8>;
+
+/// The planted bugs.
+pub const MUTANTS: [Mutant; 3] = [
+    Mutant {
+        name: "decay-after-delta",
+        what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
+        find: "#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fmul_rn(col[i], d);
+    f32 kv = 0.0f;
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) kv = __fadd_rn(kv, __fmul_rn(col[i], ks[i]));
+    const f32 delta = __fmul_rn(__fsub_rn(v_j, kv), beta);
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fadd_rn(col[i], __fmul_rn(ks[i], delta));
+",
+        replace: "    f32 kv = 0.0f;
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) kv = __fadd_rn(kv, __fmul_rn(col[i], ks[i]));
+    const f32 delta = __fmul_rn(__fsub_rn(v_j, kv), beta);
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fadd_rn(col[i], __fmul_rn(ks[i], delta));
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fmul_rn(col[i], d);
+",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "eps-outside-sqrt",
+        what: "the L2 norm adds eps after the square root, sqrt(ss) + eps, instead of sqrt(ss + eps), in prep (both prep kernels)",
+        find: "        const f32 d = __fadd_rn(ss, eps);
+        const f32 s = __fsqrt_rn(d);
+",
+        replace: "        const f32 s = __fadd_rn(__fsqrt_rn(ss), eps);
+",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "packed-parity-swapped",
+        what: "the packed scan writes the final state to canonical for odd t and to alt for even t (rule PARITY reversed)",
+        find: "f32 *fin = (t & 1) ? alt : canonical;",
+        replace: "f32 *fin = (t & 1) ? canonical : alt;",
+        caught_by: &[1, 2],
+    },
+];
+
+/// The mutant called `name`.
+pub fn by_name(name: &str) -> Option<&'static Mutant> {
+    MUTANTS.iter().find(|m| m.name == name)
+}
+
+/// `source` with `mutant` planted.
+///
+/// # Errors
+/// A message if the anchor does not occur exactly once in `source`.
+pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
+    crate::mutate::apply_once(mutant.name, mutant.find, mutant.replace, source)
+}

@@ -1,0 +1,272 @@
+//! The runner: one case through the CUDA kernels (`cu/gdn.cu`, or the
+//! candidate named by `KERNEL_ORACLE_GDN_CU`) three ways: `t` chained
+//! per-row launches, one eager packed step, and the packed step captured
+//! in a CUDA graph and replayed on rebound buffers. Each returns the six
+//! outputs; [`per_row_kernels`] also checks each per-row kernel on its own
+//! against the oracle.
+
+use super::generate::CaseData;
+use super::judge::{compare, Bits, Diff, Six};
+use device::cuda::{Buffer, DeviceError, GdnEngine, GdnHeads, GdnStep, GdnWeights};
+use oracle::gdn::conv::conv1d_row;
+use oracle::gdn::prep::{prep_row, Heads, HeadsMut};
+use oracle::gdn::scan::{scan_row, StateIo};
+use std::sync::OnceLock;
+
+/// What the alternate state buffer holds before a graph replay: a NaN, so
+/// a kernel that reads the alternate buffer it should only write shows.
+pub const ALT_POISON: f32 = f32::from_bits(0x7FFF_FFFF);
+
+/// The process's GDN engine on device 0, guards on. The kernel source is
+/// the candidate named by `KERNEL_ORACLE_GDN_CU`, else the builtin
+/// `cu/gdn.cu`.
+///
+/// # Errors
+/// Why no engine could be made (no driver, no NVRTC, no device, the source
+/// does not compile), as a message; the same message on every call.
+pub fn engine() -> Result<&'static GdnEngine, String> {
+    static ENGINE: OnceLock<Result<GdnEngine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut e = GdnEngine::new(0).map_err(|e| e.to_string())?;
+            e.set_guards(true);
+            Ok(e)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn weights(e: &GdnEngine, d: &CaseData) -> Result<GdnWeights, DeviceError> {
+    e.upload_weights(&d.shape, &d.conv_w, &d.dt_bias, &d.a_log, d.eps, d.scale)
+}
+
+/// `t` chained launches of the per-row trio (`gdn_conv1d_decode`,
+/// `gdn_prep_decode`, `gdn_scan_s128`), row `r` through table half
+/// `r % 2`; the ring and the state after every row but the last are read
+/// back as the snapshots (seed 003's reference program).
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn chained(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
+    let s = d.shape;
+    let (t, c, nv, vd) = (s.t(), s.conv_dim(), s.num_v(), s.value_dim());
+    let w = weights(e, d)?;
+    let mut st = e.new_state(&s, &d.ring0, &d.state0, None)?;
+    let mut six = Six::default();
+    let mut conv_out = e.alloc_output::<f32>(c)?;
+    let mut heads = e.alloc_heads(&s, 1)?;
+    let mut o = e.alloc_output::<f32>(vd)?;
+    for r in 0..t {
+        let x = e.upload(&d.qkv[r * c..(r + 1) * c])?;
+        e.conv_row(&s, &x, &w, &mut st, r, &mut conv_out)?;
+        let br = e.upload(&d.beta_raw[r * nv..(r + 1) * nv])?;
+        let al = e.upload(&d.alpha[r * nv..(r + 1) * nv])?;
+        e.prep_row(&s, &w, &conv_out, &br, &al, &mut heads)?;
+        e.scan_row(&s, &heads, d.scale, &mut st, r, &mut o)?;
+        six.conv_out.extend(e.download(&conv_out)?);
+        six.o.extend(e.download(&o)?);
+        if r + 1 < t {
+            six.snap_conv.extend(e.download(st.ring())?);
+            six.snap_state.extend(e.download(st.after_row(r))?);
+        }
+    }
+    six.ring = e.download(st.ring())?;
+    six.state = e.download(st.after_row(t - 1))?;
+    Ok(six)
+}
+
+/// A packed step holding `d`'s layer, initial state and inputs.
+fn step(e: &GdnEngine, d: &CaseData) -> Result<GdnStep, DeviceError> {
+    let st = e.new_state(&d.shape, &d.ring0, &d.state0, None)?;
+    let mut step = e.new_step(&d.shape, weights(e, d)?, st)?;
+    e.set_step_inputs(&mut step, &d.qkv, &d.beta_raw, &d.alpha)?;
+    Ok(step)
+}
+
+/// The six outputs a packed step left.
+fn six_of(e: &GdnEngine, step: &GdnStep) -> Result<Six, DeviceError> {
+    Ok(Six {
+        conv_out: e.download(step.conv_out())?,
+        o: e.download(step.o())?,
+        state: e.download(step.final_state())?,
+        ring: e.download(step.state().ring())?,
+        snap_conv: e.download(step.snap_conv())?,
+        snap_state: e.download(step.snap_state())?,
+    })
+}
+
+/// One eager packed step (`gdn_conv1d_decode_tloop`,
+/// `gdn_prep_decode_rows`, `gdn_scan_s128_tsnap`).
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn packed(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
+    let mut st = step(e, d)?;
+    e.run_step(&mut st)?;
+    six_of(e, &st)
+}
+
+/// The outputs of [`graph`]: two replays and the capture-time buffers.
+#[derive(Clone, Debug)]
+pub struct GraphRun {
+    /// Replay 1, after rebinding the ring, canonical and alt to fresh
+    /// buffers (alt poisoned with [`ALT_POISON`]).
+    pub rebound: Six,
+    /// Replay 2, after exchanging canonical and alt (and rewriting the
+    /// ring, the initial state into the new canonical and the poison into
+    /// the new alt).
+    pub swapped: Six,
+    /// The buffers the graph was captured with, `[ring, canonical, alt]`,
+    /// read after both replays: the replays must not have touched them.
+    pub capture_time: [Vec<f32>; 3],
+}
+
+/// The packed step captured in a CUDA graph and replayed twice on rebound
+/// buffers, as seed 003's `graph_rebind` gate does: capture on the step's
+/// own buffers (nothing runs), rebind to fresh buffers and replay, then
+/// swap canonical and alt, rewrite the initial data, and replay again.
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn graph(e: &GdnEngine, d: &CaseData) -> Result<GraphRun, DeviceError> {
+    let poison = vec![ALT_POISON; d.shape.state_len()];
+    let mut g = e.capture_step(step(e, d)?)?;
+    let old = g.rebind(
+        e,
+        e.upload(&d.ring0)?,
+        e.upload(&d.state0)?,
+        e.upload(&poison)?,
+    )?;
+    g.launch()?;
+    let rebound = six_of(e, g.step())?;
+    g.swap_slots(e)?;
+    g.write_state(e, &d.ring0, &d.state0, Some(&poison))?;
+    g.launch()?;
+    let swapped = six_of(e, g.step())?;
+    let [r, c, a] = &old;
+    Ok(GraphRun {
+        rebound,
+        swapped,
+        capture_time: [e.download(r)?, e.download(c)?, e.download(a)?],
+    })
+}
+
+/// Host prep outputs of one row.
+struct HostHeads {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    beta: Vec<f32>,
+    g: Vec<f32>,
+}
+
+impl HostHeads {
+    fn as_mut(&mut self) -> HeadsMut<'_> {
+        HeadsMut {
+            q: &mut self.q,
+            k: &mut self.k,
+            v: &mut self.v,
+            beta: &mut self.beta,
+            g: &mut self.g,
+        }
+    }
+    fn as_heads(&self) -> Heads<'_> {
+        Heads {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            beta: &self.beta,
+            g: &self.g,
+        }
+    }
+    fn upload(&self, e: &GdnEngine) -> Result<GdnHeads, DeviceError> {
+        Ok(GdnHeads {
+            q: e.upload(&self.q)?,
+            k: e.upload(&self.k)?,
+            v: e.upload(&self.v)?,
+            beta: e.upload(&self.beta)?,
+            g: e.upload(&self.g)?,
+        })
+    }
+    fn parts(&self) -> [(&'static str, &[f32]); 5] {
+        [
+            ("q", &self.q),
+            ("k", &self.k),
+            ("v", &self.v),
+            ("beta", &self.beta),
+            ("g", &self.g),
+        ]
+    }
+}
+
+fn down(e: &GdnEngine, b: &Buffer<f32>) -> Result<Vec<f32>, DeviceError> {
+    e.download(b)
+}
+
+/// Each per-row kernel on its own, fed the oracle's inputs, for every row
+/// of `d` (row `r` through table half `r % 2`): conv (its output and the
+/// ring), prep (q, k, v, beta, g), scan (o and the state it writes), each
+/// compared with the oracle's function ([`Bits::NanAny`]).
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn per_row_kernels(e: &GdnEngine, d: &CaseData) -> Result<Vec<Diff>, DeviceError> {
+    let s = d.shape;
+    let (c, nv, vd) = (s.conv_dim(), s.num_v(), s.value_dim());
+    let w = weights(e, d)?;
+    let mut st = e.new_state(&s, &d.ring0, &d.state0, None)?;
+    let mut ring = d.ring0.clone();
+    let mut bufs = [d.state0.clone(), vec![0f32; s.state_len()]];
+    let mut diffs = Vec::new();
+    let mut cmp = |what: String, got: &[f32], want: &[f32]| {
+        diffs.push(compare(&what, got, want, Bits::NanAny));
+    };
+    for r in 0..s.t() {
+        let x = &d.qkv[r * c..(r + 1) * c];
+        let mut want_out = vec![0f32; c];
+        conv1d_row(&s, x, &d.conv_w, &mut ring, &mut want_out).expect("generated shapes fit");
+        let mut out = e.alloc_output::<f32>(c)?;
+        e.conv_row(&s, &e.upload(x)?, &w, &mut st, r, &mut out)?;
+        cmp(format!("row {r} conv out"), &down(e, &out)?, &want_out);
+        cmp(format!("row {r} conv ring"), &down(e, st.ring())?, &ring);
+
+        let (br, al) = (
+            &d.beta_raw[r * nv..(r + 1) * nv],
+            &d.alpha[r * nv..(r + 1) * nv],
+        );
+        let mut want = HostHeads {
+            q: vec![0.0; vd],
+            k: vec![0.0; vd],
+            v: vec![0.0; vd],
+            beta: vec![0.0; nv],
+            g: vec![0.0; nv],
+        };
+        prep_row(&s, &d.params(), &want_out, br, al, &mut want.as_mut())
+            .expect("generated shapes fit");
+        let mut heads = e.alloc_heads(&s, 1)?;
+        let (cv, bv, av) = (e.upload(&want_out)?, e.upload(br)?, e.upload(al)?);
+        e.prep_row(&s, &w, &cv, &bv, &av, &mut heads)?;
+        let got = [&heads.q, &heads.k, &heads.v, &heads.beta, &heads.g];
+        for (g, (name, want)) in got.iter().zip(want.parts()) {
+            cmp(format!("row {r} prep {name}"), &down(e, g)?, want);
+        }
+
+        let [b0, b1] = &mut bufs;
+        let io = if r % 2 == 0 {
+            StateIo::Alternate { src: b0, dst: b1 }
+        } else {
+            StateIo::Alternate { src: b1, dst: b0 }
+        };
+        let mut want_o = vec![0f32; vd];
+        scan_row(&s, &want.as_heads(), d.scale, io, &mut want_o).expect("generated shapes fit");
+        let mut o = e.alloc_output::<f32>(vd)?;
+        e.scan_row(&s, &want.upload(e)?, d.scale, &mut st, r, &mut o)?;
+        cmp(format!("row {r} scan o"), &down(e, &o)?, &want_o);
+        cmp(
+            format!("row {r} scan state"),
+            &down(e, st.after_row(r))?,
+            &bufs[(r + 1) % 2],
+        );
+    }
+    Ok(diffs)
+}

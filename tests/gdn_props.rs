@@ -1,0 +1,78 @@
+//! bolero properties over the GDN case generator: the oracle's packed rows
+//! equal its chained rows (CPU, always), the generator reaches every edge
+//! it claims (CPU), and the kernels equal the oracle and each other (GPU;
+//! without bound, the `gdn_packed` fuzz target).
+
+use kernel_oracle::gdn::generate::config;
+use kernel_oracle::gdn::{check, oracle_packed_matches_chained, reference, CaseSpec};
+use std::sync::Mutex;
+
+static CPU_SEEN: Mutex<Vec<CaseSpec>> = Mutex::new(Vec::new());
+static GPU_SEEN: Mutex<Vec<CaseSpec>> = Mutex::new(Vec::new());
+
+/// Runs `property` on `iterations` generated cases, remembering each in
+/// `seen`. A macro, so that bolero's `check!` sits in the test function
+/// itself (it names the target after the enclosing function).
+macro_rules! run_counted {
+    ($iterations:expr, $property:expr, $seen:expr) => {{
+        $seen.lock().unwrap().clear();
+        bolero::check!()
+            .with_arbitrary::<CaseSpec>()
+            .with_iterations($iterations)
+            .for_each(|spec| {
+                $property(spec);
+                $seen.lock().unwrap().push(*spec);
+            });
+    }};
+}
+
+#[test]
+fn oracle_packed_rows_equal_chained_rows_and_the_generator_reaches_every_edge() {
+    run_counted!(400, oracle_packed_matches_chained, CPU_SEEN);
+    let specs = CPU_SEEN.lock().unwrap().clone();
+    assert_eq!(specs.len(), 400, "cases that reached the property");
+    let any = |f: &dyn Fn(&CaseSpec) -> bool| specs.iter().any(f);
+    for (what, hit) in [
+        ("t = 1", any(&|s| s.t == 1)),
+        ("t = MAX_T", any(&|s| s.t == config::MAX_T)),
+        ("d_conv = 2", any(&|s| s.d_conv == 2)),
+        ("d_conv = 3", any(&|s| s.d_conv == 3)),
+        ("d_conv = 4", any(&|s| s.d_conv == 4)),
+        ("num_v > num_k", any(&|s| s.num_v > s.num_k)),
+        ("eps = 0", any(&|s| s.eps == 0.0)),
+        ("|alpha| up to 1e4", any(&|s| s.alpha_spread >= 1e4)),
+        ("states near overflow", any(&|s| s.state_spread >= 1e38)),
+        ("zero q head", any(&|s| s.zero_qk & 1 != 0)),
+        ("zero k head", any(&|s| s.zero_qk & 2 != 0)),
+        ("graph replay", any(&|s| s.graph)),
+        ("no specials", any(&|s| !s.specials)),
+    ] {
+        assert!(hit, "no generated case with {what}");
+    }
+    for s in &specs {
+        assert!(s.num_v <= config::MAX_NUM_V && s.num_v % s.num_k == 0);
+    }
+    // Non-finite outputs occur (near overflow), but most cases stay finite.
+    let finite = specs
+        .iter()
+        .filter(|s| {
+            reference(&s.generate().unwrap())
+                .parts()
+                .iter()
+                .all(|p| p.iter().all(|x| x.is_finite()))
+        })
+        .count();
+    assert!(finite < specs.len(), "no case reaches a non-finite output");
+    assert!(
+        finite * 2 > specs.len(),
+        "only {finite} of {} cases stay finite",
+        specs.len()
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device"]
+fn kernels_match_the_oracle_and_each_other() {
+    run_counted!(300, check, GPU_SEEN);
+    assert_eq!(GPU_SEEN.lock().unwrap().len(), 300);
+}
