@@ -76,3 +76,36 @@ fn kernels_match_the_oracle_and_each_other() {
     run_counted!(300, check, GPU_SEEN);
     assert_eq!(GPU_SEEN.lock().unwrap().len(), 300);
 }
+
+/// Inputs of 2 to 6 bytes (what libFuzzer tries first) already reach the
+/// graph replay, the specials, the zero q/k heads and the near-overflow
+/// states, near their designed odds (1/4, 1/2, 3/4, 2/5).
+#[test]
+fn short_inputs_reach_every_knob() {
+    use arbitrary::{Arbitrary, Unstructured};
+    let mut rng = kernel_oracle::rng::Rng(0x6D6E);
+    let (mut n, mut graph, mut specials, mut zero_qk, mut big) = (0, 0, 0, 0, 0);
+    for len in 2..=6 {
+        for _ in 0..400 {
+            let bytes: Vec<u8> = (0..len).map(|_| rng.u8()).collect();
+            let spec = CaseSpec::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
+            n += 1;
+            graph += usize::from(spec.graph);
+            specials += usize::from(spec.specials);
+            zero_qk += usize::from(spec.zero_qk != 0);
+            big += usize::from(spec.state_spread > 1.0);
+        }
+    }
+    let share = |k: usize| k as f64 / n as f64;
+    for (name, got, want) in [
+        ("graph", share(graph), 0.25),
+        ("specials", share(specials), 0.5),
+        ("zero_qk", share(zero_qk), 0.75),
+        ("near-overflow state", share(big), 0.4),
+    ] {
+        assert!(
+            (got - want).abs() < 0.08,
+            "{name}: share {got:.3}, designed {want}"
+        );
+    }
+}

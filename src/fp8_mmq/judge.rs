@@ -11,6 +11,32 @@ use oracle::fp8_mmq::count_nan_magnitude;
 /// lands at O(1) on this measure).
 pub const RANDOM_RMS_REL_BOUND: f64 = 1e-5;
 
+/// Outputs from which the RANDOM arm also gates seed 000's statistic
+/// `rms_rel < 1e-5`. `rms(want)` stands for the size of the outputs only
+/// when there are many of them: on a handful of outputs one sum that
+/// cancels to near zero makes `rms_rel` large with no error in the kernel
+/// (seen on the H200: in_f = 429, out_f = 1, m = 1, one output 3.27 off by
+/// 4.6e-5, rms_rel 1.4e-5). Every seed battery shape has at least 910.
+pub const RANDOM_RMS_REL_MIN_OUTPUTS: usize = 512;
+
+/// The RANDOM arm's per-output bound, as a multiple of the unit roundoff
+/// `u = 2^-24` times `A`, the same sum over absolute values:
+/// `|got - want| <= 2 * (128 + nblk) * u * A` with
+/// `A = sum_b |s_b * d_b| * sum_k |w_k * a_k|`. This is the classical
+/// bound for recursive summation (Higham, *Accuracy and Stability of
+/// Numerical Algorithms*, 2nd ed., eq. 4.4: `|error| <= gamma_n *
+/// sum |terms|`), with `n = 128` additions inside a block's chain (the
+/// order the MMA hides) plus `nblk` in the fold, doubled for accumulators
+/// that truncate rather than round. An indexing bug (a wrong block, k
+/// offset, row or scale) errs by a sizeable part of `A` and fails it.
+pub fn random_bound_factor(nblk: usize) -> f64 {
+    2.0 * (128 + nblk) as f64 * f64::powi(2.0, -24)
+}
+
+/// The first output over the RANDOM arm's per-output bound: `(row j,
+/// column i, |got - want|, allowed)`.
+pub type BoundExcess = (usize, usize, f64, f64);
+
 /// What the oracle says a case computes.
 #[derive(Clone, Debug)]
 pub struct Reference {
@@ -106,6 +132,9 @@ pub struct Verdict {
     pub d: Comparison,
     /// GEMM output (columns: out_f).
     pub y: Comparison,
+    /// RANDOM arm: outputs over [`random_bound_factor`]` * A`, and the first
+    /// (0 and `None` in the other arms).
+    pub over_bound: (usize, Option<BoundExcess>),
     /// Wall time of the device side: uploads, the NaN count, quantize and
     /// MMQ launches, downloads (set by the runner; zero until then).
     pub device_time: std::time::Duration,
@@ -114,8 +143,10 @@ pub struct Verdict {
 impl Verdict {
     /// Judges `got` against `want`. The quantizer has no hidden order, so q
     /// and d must match bit for bit in every arm; y must be bit-identical in
-    /// the EXACT and FOLD arms and within [`RANDOM_RMS_REL_BOUND`] in the RANDOM arm;
-    /// the NaN counts must agree.
+    /// the EXACT and FOLD arms; in the RANDOM arm every output must be
+    /// finite and within [`random_bound_factor`] of its sum of absolute
+    /// terms, and, from [`RANDOM_RMS_REL_MIN_OUTPUTS`] outputs on, `rms_rel`
+    /// below [`RANDOM_RMS_REL_BOUND`] (seed 000); the NaN counts must agree.
     pub fn judge(data: &CaseData, arm: Arm, got: &KernelOut, want: &Reference) -> Verdict {
         let s = &data.shape;
         let mut q_mismatches = (0, None);
@@ -133,7 +164,13 @@ impl Verdict {
         let d =
             compare_f32(&got.d, &want.d, s.act_blocks()).expect("d lengths come from the shape");
         let y = compare_f32(&got.y, &want.y, s.out_f()).expect("y lengths come from the shape");
+        let over_bound = if arm == Arm::Random {
+            per_output_bound(data, want, &got.y)
+        } else {
+            (0, None)
+        };
         Verdict {
+            over_bound,
             arm,
             nan: (got.nan, want.nan),
             q_mismatches,
@@ -147,7 +184,12 @@ impl Verdict {
     pub fn y_ok(&self) -> bool {
         match self.arm {
             Arm::Exact | Arm::Fold => self.y.bit_identical(),
-            Arm::Random => self.y.within_rms_rel(RANDOM_RMS_REL_BOUND),
+            Arm::Random => {
+                self.y.non_finite == 0
+                    && self.over_bound.0 == 0
+                    && (self.y.n < RANDOM_RMS_REL_MIN_OUTPUTS
+                        || self.y.within_rms_rel(RANDOM_RMS_REL_BOUND))
+            }
         }
     }
 
@@ -158,4 +200,46 @@ impl Verdict {
             && self.d.bit_identical()
             && self.y_ok()
     }
+}
+
+/// The RANDOM arm's per-output check: `A` is the oracle's GEMM on the
+/// absolute values of every operand (sign bits of the e4m3 codes cleared,
+/// `|s|`, `|d|`), each output compared with
+/// [`random_bound_factor`]` * A` in f64.
+fn per_output_bound(
+    data: &CaseData,
+    want: &Reference,
+    got: &[f32],
+) -> (usize, Option<BoundExcess>) {
+    let s = &data.shape;
+    let (q, d) = match &data.qd {
+        Some((q, d)) => (q, d),
+        None => (&want.q, &want.d),
+    };
+    let abs_codes = |c: &[u8]| c.iter().map(|&b| b & 0x7F).collect::<Vec<u8>>();
+    let abs_f = |x: &[f32]| x.iter().map(|v| v.abs()).collect::<Vec<f32>>();
+    let mut a = vec![0f32; s.out_len()];
+    let (wa, sa, qa, da) = (
+        abs_codes(&data.w),
+        abs_f(&data.scales),
+        abs_codes(q),
+        abs_f(d),
+    );
+    if use_spec_oracle() {
+        oracle::fp8_mmq::mmq_v2(s, &wa, &sa, &qa, &da, &mut a)
+    } else {
+        mmq_v2_fast(s, &wa, &sa, &qa, &da, &mut a)
+    }
+    .expect("lengths come from the shape");
+    let factor = random_bound_factor(s.in_f().div_ceil(128));
+    let mut over = (0, None);
+    for (idx, ((&g, &w), &a)) in got.iter().zip(&want.y).zip(&a).enumerate() {
+        let (err, allowed) = ((f64::from(g) - f64::from(w)).abs(), factor * f64::from(a));
+        if err.is_nan() || err > allowed {
+            over.0 += 1;
+            over.1
+                .get_or_insert((idx / s.out_f(), idx % s.out_f(), err, allowed));
+        }
+    }
+    over
 }

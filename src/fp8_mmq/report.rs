@@ -2,7 +2,7 @@
 //! engineer can run and paste (cranelift-fuzzgen style).
 
 use super::generate::{Arm, CaseSpec, Knobs};
-use super::judge::{Verdict, RANDOM_RMS_REL_BOUND};
+use super::judge::{Verdict, RANDOM_RMS_REL_BOUND, RANDOM_RMS_REL_MIN_OUTPUTS};
 use oracle::compare::Mismatch;
 use std::fmt::Write;
 
@@ -120,7 +120,9 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
     let mut r = String::new();
     let bound = match spec.arm {
         Arm::Exact | Arm::Fold => "bit-identical (0 differing bits)".to_string(),
-        Arm::Random => format!("rms_rel < {RANDOM_RMS_REL_BOUND:e}"),
+        Arm::Random => format!(
+            "every |got - want| <= 2(128 + nblk) 2^-24 sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on"
+        ),
     };
     let _ = writeln!(r, "fp8_mmq DIVERGENCE, kernel source: {source}");
     let _ = writeln!(
@@ -135,6 +137,12 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
     );
     if v.nan.0 != v.nan.1 as u64 {
         let _ = writeln!(r, "  nan count: kernel {} oracle {}", v.nan.0, v.nan.1);
+    }
+    if let (n, Some((j, i, err, allowed))) = v.over_bound {
+        let _ = writeln!(
+            r,
+            "  y: {n} outputs over the per-output bound; first at (row j={j}, col i={i}): |got - want| = {err:e}, allowed {allowed:e}"
+        );
     }
     if let (n, Some((j, k, g, w))) = v.q_mismatches {
         let _ = writeln!(
