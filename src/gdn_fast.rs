@@ -1,6 +1,8 @@
 //! The fast path of [`oracle::gdn::scan::scan_rows`], the gated delta-rule
-//! scan over T packed rows with state snapshots: the same bits, for the GDN
-//! gates and fuzzer at real head counts (issue 6).
+//! scan over T packed rows with state snapshots, and of
+//! [`oracle::gdn::rows::decode_rows`] built on it (conv and prep are the
+//! spec's own functions; the scan dominates): the same bits, for the GDN
+//! gate and fuzzer (issue 6).
 //!
 //! Only the spec in `core` is normative. The spec walks one column `(h, j)`
 //! of the state at a time (a strided gather of `S[h][i][j]` over `i`); the
@@ -27,10 +29,12 @@
 //! [`crate::ggml_fast::same_bits`] (bits equal, or both NaN).
 
 use multiversion::multiversion;
-use oracle::gdn::prep::Heads;
+use oracle::gdn::conv::conv1d_row;
+use oracle::gdn::prep::{prep_row, Heads, HeadsMut};
+use oracle::gdn::rows::{PackedOutputs, RowInputs};
 use oracle::gdn::scan::{state_after_row, StatePair, StateSlot};
 use oracle::gdn::transcendental::exp;
-use oracle::gdn::{GdnError, GdnShape, D_STATE};
+use oracle::gdn::{GdnError, GdnParams, GdnShape, D_STATE};
 use rayon::prelude::*;
 
 /// One head's state, `[128][128]` row-major (`S[i][j]` at `i * 128 + j`).
@@ -71,33 +75,129 @@ pub fn scan_rows_fast(
     check_len("snap", shape.snapshots() * n, snap.len())?;
     let StatePair { canonical, alt } = states;
     for r in 0..t {
-        let (src, dst): (&[f32], &mut [f32]) = match state_after_row(r) {
-            StateSlot::Alt => (&*canonical, &mut *alt),
-            StateSlot::Canonical => (&*alt, &mut *canonical),
-        };
         let o_r = &mut o[r * vd..(r + 1) * vd];
-        dst.par_chunks_mut(HEAD)
-            .zip(src.par_chunks(HEAD))
-            .zip(o_r.par_chunks_mut(D_STATE))
-            .enumerate()
-            .for_each(|(h, ((dst, src), o))| {
-                let hv = (r * nv + h) * D_STATE;
-                let op = HeadOperands {
-                    q: &x.q[hv..hv + D_STATE],
-                    k: &x.k[hv..hv + D_STATE],
-                    v: &x.v[hv..hv + D_STATE],
-                    beta: x.beta[r * nv + h],
-                    d: exp(x.g[r * nv + h]),
-                    scale,
-                };
-                head(&op, src, dst, o);
-            });
+        let after = step_pair(shape, x, r, scale, canonical, alt, r, o_r);
         if r + 1 < t {
-            let after: &[f32] = match state_after_row(r) {
-                StateSlot::Alt => &*alt,
-                StateSlot::Canonical => &*canonical,
-            };
             snap[r * n..(r + 1) * n].copy_from_slice(after);
+        }
+    }
+    Ok(state_after_row(t - 1))
+}
+
+/// Row `r` of the buffer pair, with the operands of row `xr` of `x`: reads
+/// the slot that holds the state after row `r - 1` and writes the slot
+/// [`state_after_row`]`(r)` (rule `PARITY`), heads in parallel; returns the
+/// buffer now holding the state after row `r`.
+#[allow(clippy::too_many_arguments)]
+fn step_pair<'s>(
+    shape: &GdnShape,
+    x: &Heads<'_>,
+    xr: usize,
+    scale: f32,
+    canonical: &'s mut [f32],
+    alt: &'s mut [f32],
+    r: usize,
+    o_r: &mut [f32],
+) -> &'s [f32] {
+    let nv = shape.num_v();
+    let (src, dst): (&[f32], &mut [f32]) = match state_after_row(r) {
+        StateSlot::Alt => (&*canonical, &mut *alt),
+        StateSlot::Canonical => (&*alt, &mut *canonical),
+    };
+    dst.par_chunks_mut(HEAD)
+        .zip(src.par_chunks(HEAD))
+        .zip(o_r.par_chunks_mut(D_STATE))
+        .enumerate()
+        .for_each(|(h, ((dst, src), o))| {
+            let hv = (xr * nv + h) * D_STATE;
+            let op = HeadOperands {
+                q: &x.q[hv..hv + D_STATE],
+                k: &x.k[hv..hv + D_STATE],
+                v: &x.v[hv..hv + D_STATE],
+                beta: x.beta[xr * nv + h],
+                d: exp(x.g[xr * nv + h]),
+                scale,
+            };
+            head(&op, src, dst, o);
+        });
+    match state_after_row(r) {
+        StateSlot::Alt => alt,
+        StateSlot::Canonical => canonical,
+    }
+}
+
+/// Same contract, shapes, errors, returned slot and output bits (NaN
+/// payloads aside) as [`oracle::gdn::rows::decode_rows`]: `t` decode rows
+/// packed, each the spec's own [`conv1d_row`] and [`prep_row`] followed by
+/// this module's scan, with the conv ring and the state snapshotted after
+/// every row but the last.
+///
+/// # Errors
+/// [`GdnError::Len`] if a slice's length disagrees with `shape`, with the
+/// spec's argument names; nothing is written then.
+pub fn decode_rows_fast(
+    shape: &GdnShape,
+    params: &GdnParams<'_>,
+    input: &RowInputs<'_>,
+    ring: &mut [f32],
+    states: StatePair<'_>,
+    out: PackedOutputs<'_>,
+) -> Result<StateSlot, GdnError> {
+    let (t, cd, vd, nv) = (
+        shape.t(),
+        shape.conv_dim(),
+        shape.value_dim(),
+        shape.num_v(),
+    );
+    let (n, rl) = (shape.state_len(), shape.ring_len());
+    params.check(shape)?;
+    check_len("qkv", t * cd, input.qkv.len())?;
+    check_len("beta_raw", t * nv, input.beta_raw.len())?;
+    check_len("alpha", t * nv, input.alpha.len())?;
+    check_len("ring", rl, ring.len())?;
+    check_len("canonical", n, states.canonical.len())?;
+    check_len("alt", n, states.alt.len())?;
+    check_len("conv_out", t * cd, out.conv_out.len())?;
+    check_len("o", t * vd, out.o.len())?;
+    check_len("snap_conv", shape.snapshots() * rl, out.snap_conv.len())?;
+    check_len("snap_state", shape.snapshots() * n, out.snap_state.len())?;
+    let mut scratch = vec![0f32; 3 * vd + 2 * nv];
+    let StatePair { canonical, alt } = states;
+    for r in 0..t {
+        let conv_r = &mut out.conv_out[r * cd..(r + 1) * cd];
+        conv1d_row(
+            shape,
+            &input.qkv[r * cd..(r + 1) * cd],
+            params.conv_w,
+            ring,
+            conv_r,
+        )?;
+        if r + 1 < t {
+            out.snap_conv[r * rl..(r + 1) * rl].copy_from_slice(ring);
+        }
+        let (q, rest) = scratch.split_at_mut(vd);
+        let (k, rest) = rest.split_at_mut(vd);
+        let (v, rest) = rest.split_at_mut(vd);
+        let (beta, g) = rest.split_at_mut(nv);
+        let mut heads = HeadsMut { q, k, v, beta, g };
+        let (b, a) = (
+            &input.beta_raw[r * nv..(r + 1) * nv],
+            &input.alpha[r * nv..(r + 1) * nv],
+        );
+        prep_row(shape, params, conv_r, b, a, &mut heads)?;
+        let o_r = &mut out.o[r * vd..(r + 1) * vd];
+        let after = step_pair(
+            shape,
+            &heads.as_heads(),
+            0,
+            params.scale,
+            canonical,
+            alt,
+            r,
+            o_r,
+        );
+        if r + 1 < t {
+            out.snap_state[r * n..(r + 1) * n].copy_from_slice(after);
         }
     }
     Ok(state_after_row(t - 1))

@@ -15,3 +15,24 @@ pub mod moe_tables;
 pub mod mutate;
 pub mod rng;
 pub mod stats;
+
+/// Environment variable: `spec` makes the gates, case runners and fuzzers
+/// compute the oracle's answers with the spec functions of `core`
+/// themselves instead of their fast paths (to time the difference, or to
+/// rule the fast paths out of a divergence); unset or `fast`, the fast
+/// paths ([`fp8_mmq::fast`], [`gdn_fast`]). Any other value is a panic
+/// naming it.
+pub const ENV_ORACLE: &str = "KERNEL_ORACLE_ORACLE";
+
+/// Whether [`ENV_ORACLE`] asks for the spec functions (read once).
+///
+/// # Panics
+/// If the variable is set to something other than `spec` or `fast`.
+pub fn use_spec_oracle() -> bool {
+    static SPEC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SPEC.get_or_init(|| match std::env::var(ENV_ORACLE).as_deref() {
+        Err(_) | Ok("fast") => false,
+        Ok("spec") => true,
+        Ok(other) => panic!("{ENV_ORACLE}={other:?}: expected `spec` or `fast`"),
+    })
+}

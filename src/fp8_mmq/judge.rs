@@ -2,6 +2,7 @@
 
 use super::fast::{mmq_v2_fast, quantize_activations_fast};
 use super::generate::{Arm, CaseData};
+use crate::use_spec_oracle;
 use oracle::compare::{compare_f32, Comparison};
 use oracle::fp8_mmq::count_nan_magnitude;
 
@@ -64,28 +65,9 @@ pub struct KernelOut {
     pub y: Vec<f32>,
 }
 
-/// Environment variable: `spec` makes [`reference`] run the spec functions
-/// of `oracle::fp8_mmq` themselves instead of their fast paths (to time
-/// the difference, or to rule the fast paths out of a divergence); unset
-/// or `fast`, the fast paths. Any other value is a panic naming it.
-pub const ENV_ORACLE: &str = "KERNEL_ORACLE_ORACLE";
-
-/// Whether [`ENV_ORACLE`] asks for the spec functions (read once).
-///
-/// # Panics
-/// If the variable is set to something other than `spec` or `fast`.
-pub fn use_spec_oracle() -> bool {
-    static SPEC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SPEC.get_or_init(|| match std::env::var(ENV_ORACLE).as_deref() {
-        Err(_) | Ok("fast") => false,
-        Ok("spec") => true,
-        Ok(other) => panic!("{ENV_ORACLE}={other:?}: expected `spec` or `fast`"),
-    })
-}
-
 /// The oracle's answer, through the fast paths of the spec's quantizer
 /// and GEMM (bit-identical to `oracle::fp8_mmq`, see [`super::fast`]), or
-/// through the spec functions when [`ENV_ORACLE`] is `spec`.
+/// through the spec functions when [`crate::ENV_ORACLE`] is `spec`.
 pub fn reference(data: &CaseData) -> Reference {
     let s = &data.shape;
     let spec = use_spec_oracle();

@@ -148,8 +148,19 @@ fn slot<'a>(s: StateSlot, canonical: &'a [f32], alt: &'a [f32]) -> &'a [f32] {
 }
 
 /// The oracle's outputs: one `decode_rows` call from `ring0` and `state0`
-/// in the canonical buffer (alt zero).
+/// in the canonical buffer (alt zero), through its fast path
+/// [`crate::gdn_fast::decode_rows_fast`] (bit-identical, NaN payloads
+/// aside), or the spec's own when [`crate::ENV_ORACLE`] is `spec`.
 pub fn reference(d: &CaseData) -> Six {
+    reference_with(d, !crate::use_spec_oracle())
+}
+
+/// [`reference`] through the spec's `decode_rows` itself.
+pub fn reference_spec(d: &CaseData) -> Six {
+    reference_with(d, false)
+}
+
+fn reference_with(d: &CaseData, fast: bool) -> Six {
     let s = d.shape;
     let n = s.state_len();
     let (mut ring, mut canonical, mut alt) = (d.ring0.clone(), d.state0.clone(), vec![0f32; n]);
@@ -175,9 +186,13 @@ pub fn reference(d: &CaseData) -> Six {
         canonical: &mut canonical,
         alt: &mut alt,
     };
-    let mut scratch = vec![0f32; s.scratch_len()];
-    let last = decode_rows(&s, &d.params(), &input, &mut ring, pair, out, &mut scratch)
-        .expect("generated data fit their shape");
+    let last = if fast {
+        crate::gdn_fast::decode_rows_fast(&s, &d.params(), &input, &mut ring, pair, out)
+    } else {
+        let mut scratch = vec![0f32; s.scratch_len()];
+        decode_rows(&s, &d.params(), &input, &mut ring, pair, out, &mut scratch)
+    }
+    .expect("generated data fit their shape");
     six.state = slot(last, &canonical, &alt).to_vec();
     six.ring = ring;
     six
