@@ -9,4 +9,5 @@
 
 pub mod fp8_mmq;
 pub mod moe_tables;
+pub mod mul_mat;
 pub mod rng;
