@@ -7,13 +7,17 @@
 //! kernel-oracle check moe-tables                 the MoE verify-rows tables gate
 //! kernel-oracle case moe-tables --n-expert .. --n-pairs .. --bases a,b,c --strides a,b,c --seed 0x..
 //! kernel-oracle mutant fp8-mmq|moe-tables [NAME -o FILE]
+//! kernel-oracle check mul-mat [--full]           the WGSL GEMM gate (wgpu)
+//! kernel-oracle case mul-mat --dtype q4_K --m .. --n .. --k .. --arm exact|random --seed 0x.. [--wg 16,16,16]
+//! kernel-oracle mutant mul-mat [NAME -o FILE]    planted-bug candidate shaders
 //! ```
 //! Exit status: 0 all green, 1 any failure, 2 cannot run (no CUDA device,
-//! bad arguments).
+//! no wgpu adapter, bad arguments).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kernel_oracle::fp8_mmq::{self, gate, report, Arm, CaseSpec, Knobs, Outcome};
 use kernel_oracle::moe_tables;
+use kernel_oracle::mul_mat;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -65,6 +69,14 @@ enum MutantCmd {
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
+    /// A mutant of shaders/mul_mat_reg_tile.wgsl; without NAME, list them.
+    MulMat {
+        /// The mutant's name.
+        name: Option<String>,
+        /// Where to write the candidate .wgsl file.
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -83,6 +95,13 @@ enum Gate {
     /// strides past 4 GiB, no macros, spread selection), the stale macro cache, offsets past 2^40
     /// bytes, special weights, 65,536 pairs, and three refusals.
     MoeTables,
+    /// The WGSL GEMM over ggml blocks on the wgpu adapter (WGPU_BACKEND,
+    /// else Vulkan); the candidate named by KERNEL_ORACLE_MUL_MAT_WGSL.
+    MulMat {
+        /// Seed 004's full LFM2.5 prefill shapes instead of the CI shapes.
+        #[arg(long)]
+        full: bool,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -92,8 +111,33 @@ enum ArmArg {
     Rand,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum MulArmArg {
+    Exact,
+    Random,
+}
+
 #[derive(Subcommand)]
 enum Case {
+    /// One mul-mat case (a reproduction from a divergence report).
+    MulMat {
+        /// f32, q4_0, q8_0, q4_K or q6_K.
+        #[arg(long, value_parser = parse_dtype)]
+        dtype: oracle::ggml::Dtype,
+        #[arg(long)]
+        m: usize,
+        #[arg(long)]
+        n: usize,
+        #[arg(long)]
+        k: usize,
+        #[arg(long, value_enum)]
+        arm: MulArmArg,
+        #[arg(long, value_parser = parse_u64)]
+        seed: u64,
+        /// WG_M,WG_N,TILE_K.
+        #[arg(long, value_delimiter = ',', default_values_t = [16u32, 16, 16])]
+        wg: Vec<u32>,
+    },
     /// One FP8 MMQ case.
     Fp8Mmq {
         #[arg(long)]
@@ -157,6 +201,158 @@ fn parse_u64(s: &str) -> Result<u64, String> {
 /// Validates a shape for the kernels (`Shape::new`, then the kernels' i32
 /// index range) before anything is generated or launched; the message to
 /// print and exit 2 with otherwise.
+fn parse_dtype(s: &str) -> Result<oracle::ggml::Dtype, String> {
+    oracle::ggml::Dtype::ALL
+        .into_iter()
+        .find(|d| d.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("{s:?} is not one of f32, q4_0, q8_0, q4_K, q6_K"))
+}
+
+fn mul_mat_engine_or_exit() -> Result<&'static device::wgpu::WgpuEngine, ExitCode> {
+    mul_mat::engine().map_err(|msg| {
+        eprintln!("kernel-oracle: cannot run the WGSL kernel: {msg}");
+        ExitCode::from(2)
+    })
+}
+
+fn mul_mat_command(cmd: Command) -> ExitCode {
+    use mul_mat::gate;
+    match cmd {
+        Command::Check {
+            gate: Gate::MulMat { full },
+        } => {
+            let engine = match mul_mat_engine_or_exit() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            let g = if full {
+                gate::run(engine, &gate::LFM_SHAPES, &gate::GEOMETRIES[..1])
+            } else {
+                gate::run(engine, &gate::CI_SHAPES, &gate::GEOMETRIES)
+            };
+            if g.failures == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Case {
+            case:
+                Case::MulMat {
+                    dtype,
+                    m,
+                    n,
+                    k,
+                    arm,
+                    seed,
+                    wg,
+                },
+        } => {
+            let spec = mul_mat::CaseSpec {
+                dtype,
+                m,
+                n,
+                k,
+                arm: match arm {
+                    MulArmArg::Exact => mul_mat::Arm::Exact,
+                    MulArmArg::Random => mul_mat::Arm::Random,
+                },
+                seed,
+            };
+            if let Err(e) = spec.valid() {
+                eprintln!("kernel-oracle: {e}");
+                return ExitCode::from(2);
+            }
+            if wg.len() != 3 {
+                eprintln!("kernel-oracle: --wg takes WG_M,WG_N,TILE_K, got {wg:?}");
+                return ExitCode::from(2);
+            }
+            let geom = device::wgpu::Geometry {
+                wg_m: wg[0],
+                wg_n: wg[1],
+                tile_k: wg[2],
+            };
+            let engine = match mul_mat_engine_or_exit() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            let desc = engine.source().describe();
+            println!("shader: {desc}");
+            println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
+            println!("{}", mul_mat::report::table_header());
+            match gate::run_one(engine, &spec, &geom) {
+                Ok(v) => {
+                    println!("{}", mul_mat::report::table_row("case", &spec, &geom, &v));
+                    if v.pass() {
+                        ExitCode::SUCCESS
+                    } else {
+                        print!(
+                            "{}",
+                            mul_mat::report::divergence(&spec, &geom, &v, &desc, None)
+                        );
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("kernel-oracle: the shim failed: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Mutant {
+            mutant: MutantCmd::MulMat { name, output },
+        } => {
+            use mul_mat::mutants::{apply, by_name, MUTANTS};
+            let Some(name) = name else {
+                for m in &MUTANTS {
+                    println!("{:<24} {}", m.name, m.what);
+                }
+                return ExitCode::SUCCESS;
+            };
+            let Some(m) = by_name(&name) else {
+                eprintln!(
+                    "kernel-oracle: no mutant {name:?}; `kernel-oracle mutant mul-mat` lists them"
+                );
+                return ExitCode::from(2);
+            };
+            write_mutant_file(
+                apply(m, device::wgpu::BUILTIN_MUL_MAT_WGSL),
+                output.unwrap_or_else(|| format!("mul_mat-{name}.wgsl").into()),
+                m.what,
+                &format!(
+                    "{}={{}} kernel-oracle check mul-mat",
+                    device::wgpu::ENV_MUL_MAT_WGSL
+                ),
+            )
+        }
+        _ => unreachable!("only mul-mat commands come here"),
+    }
+}
+
+/// Writes a planted-bug candidate (or reports why not) and prints how to
+/// run it; `run` has `{}` where the path goes.
+fn write_mutant_file(
+    text: Result<String, String>,
+    path: std::path::PathBuf,
+    what: &str,
+    run: &str,
+) -> ExitCode {
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("kernel-oracle: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = std::fs::write(&path, text) {
+        eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    println!("{}: {what}", path.display());
+    println!("run: {}", run.replace("{}", &path.display().to_string()));
+    ExitCode::SUCCESS
+}
+
 fn valid_shape(in_f: usize, out_f: usize, m: usize) -> Result<(), ExitCode> {
     oracle::fp8_mmq::Shape::new(m, in_f, out_f)
         .map_err(|e| e.to_string())
@@ -187,24 +383,12 @@ fn mutant(name: Option<String>, output: Option<std::path::PathBuf>) -> ExitCode 
         eprintln!("kernel-oracle: no mutant {name:?}; `kernel-oracle mutant fp8-mmq` lists them");
         return ExitCode::from(2);
     };
-    let text = match apply(m, device::cuda::BUILTIN_FP8_MMQ_CU) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("kernel-oracle: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let path = output.unwrap_or_else(|| format!("fp8_mmq-{name}.cu").into());
-    if let Err(e) = std::fs::write(&path, text) {
-        eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
-        return ExitCode::from(2);
-    }
-    println!("{}: {}", path.display(), m.what);
-    println!(
-        "run: KERNEL_ORACLE_FP8_MMQ_CU={} kernel-oracle check fp8-mmq",
-        path.display()
-    );
-    ExitCode::SUCCESS
+    write_mutant_file(
+        apply(m, device::cuda::BUILTIN_FP8_MMQ_CU),
+        output.unwrap_or_else(|| format!("fp8_mmq-{name}.cu").into()),
+        m.what,
+        "KERNEL_ORACLE_FP8_MMQ_CU={} kernel-oracle check fp8-mmq",
+    )
 }
 
 /// The MoE tables engine, or the message to print and exit 2 with.
@@ -229,24 +413,12 @@ fn moe_mutant(name: Option<String>, output: Option<std::path::PathBuf>) -> ExitC
         );
         return ExitCode::from(2);
     };
-    let text = match apply(m, device::cuda::BUILTIN_MOE_TABLES_CU) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("kernel-oracle: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let path = output.unwrap_or_else(|| format!("moe_tables-{name}.cu").into());
-    if let Err(e) = std::fs::write(&path, text) {
-        eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
-        return ExitCode::from(2);
-    }
-    println!("{}: {}", path.display(), m.what);
-    println!(
-        "run: KERNEL_ORACLE_MOE_TABLES_CU={} kernel-oracle check moe-tables",
-        path.display()
-    );
-    ExitCode::SUCCESS
+    write_mutant_file(
+        apply(m, device::cuda::BUILTIN_MOE_TABLES_CU),
+        output.unwrap_or_else(|| format!("moe_tables-{name}.cu").into()),
+        m.what,
+        "KERNEL_ORACLE_MOE_TABLES_CU={} kernel-oracle check moe-tables",
+    )
 }
 
 fn moe_case(spec: &moe_tables::CaseSpec) -> ExitCode {
@@ -272,6 +444,15 @@ fn moe_case(spec: &moe_tables::CaseSpec) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        cmd @ (Command::Check {
+            gate: Gate::MulMat { .. },
+        }
+        | Command::Case {
+            case: Case::MulMat { .. },
+        }
+        | Command::Mutant {
+            mutant: MutantCmd::MulMat { .. },
+        }) => mul_mat_command(cmd),
         Command::Mutant {
             mutant: MutantCmd::MoeTables { name, output },
         } => moe_mutant(name, output),
