@@ -421,7 +421,7 @@ impl WgpuEngine {
     /// until [`MulMatJob::dispatch`].
     ///
     /// # Errors
-    /// [`WgpuError::Shape`], [`WgpuError::Index32`],
+    /// [`WgpuError::Geometry`], [`WgpuError::Shape`], [`WgpuError::Index32`],
     /// [`WgpuError::BufferTooLarge`], [`WgpuError::GridTooLarge`], and as
     /// [`WgpuEngine::pipeline`]. Nothing is uploaded when one is returned.
     #[allow(clippy::too_many_arguments)]
@@ -436,6 +436,7 @@ impl WgpuEngine {
         src1: &[f32],
     ) -> Result<MulMatJob<'_>> {
         use oracle::ggml::GgmlError;
+        geom.validate(&self.limits)?;
         let row_bytes = dtype.row_bytes(k)?;
         let src0_len = m.checked_mul(row_bytes).ok_or(GgmlError::Overflow)?;
         let src1_len = n.checked_mul(k).ok_or(GgmlError::Overflow)?;
