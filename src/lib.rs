@@ -7,6 +7,7 @@
 //! NaN weight codes) is skipped with a reason and counted, never compared;
 //! anything else that goes wrong panics with a reproduction.
 
+pub mod counters;
 pub mod fp8_mmq;
 pub mod moe_tables;
 pub mod mul_mat;

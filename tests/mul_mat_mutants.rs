@@ -23,7 +23,11 @@ fn engine_for(name: &str) -> WgpuEngine {
     let text = apply(m, BUILTIN_MUL_MAT_WGSL).unwrap_or_else(|e| panic!("{e}"));
     let dir = std::env::temp_dir().join(format!("kernel-oracle-wgsl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.wgsl"));
+    // One file per call: tests run in parallel and must not read a file
+    // another test is rewriting.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("{name}-{call}.wgsl"));
     std::fs::write(&path, text).unwrap();
     WgpuEngine::new(ShaderSource::from_file(&path).unwrap())
         .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"))

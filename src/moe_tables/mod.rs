@@ -24,8 +24,9 @@ pub use generate::{CaseData, CaseSpec, WeightMix};
 pub use judge::{reference, Tables, Verdict};
 pub use run::{device_tables, engine};
 
+use crate::counters::{count, pct};
 use oracle::moe_tables::{Plane, TablesError, CANONICAL_NAN, PLANES};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 /// Counters of one process's checks.
 #[derive(Debug, Default)]
@@ -50,15 +51,6 @@ pub static STATS: Stats = Stats {
 
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 10_000;
-
-fn count(c: &AtomicU64) -> u64 {
-    c.fetch_add(1, Ordering::Relaxed) + 1
-}
-
-fn pct(part: &AtomicU64, n: u64) -> String {
-    let p = part.load(Ordering::Relaxed);
-    format!("{p} ({:.1}%)", 100.0 * p as f64 / n.max(1) as f64)
-}
 
 /// Runs one case on the device and judges it against the oracle.
 ///

@@ -22,8 +22,9 @@ pub use generate::{Arm, CaseData, CaseSpec};
 pub use judge::{reference, Verdict};
 pub use run::engine;
 
+use crate::counters::{count, pct};
 use device::wgpu::Geometry;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 /// Counters of one process's checks.
 #[derive(Debug, Default)]
@@ -48,15 +49,6 @@ pub static STATS: Stats = Stats {
 
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 10_000;
-
-fn count(c: &AtomicU64) -> u64 {
-    c.fetch_add(1, Ordering::Relaxed) + 1
-}
-
-fn pct(part: &AtomicU64, n: u64) -> String {
-    let p = part.load(Ordering::Relaxed);
-    format!("{p} ({:.1}%)", 100.0 * p as f64 / n.max(1) as f64)
-}
 
 /// The geometry a fuzz case runs with, picked by its seed among
 /// [`gate::GEOMETRIES`] and one with a TILE_K of 8 (more k tiles).
