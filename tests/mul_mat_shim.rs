@@ -86,10 +86,12 @@ fn buffer_beyond_binding_limit_is_refused() {
     let limit = e.limits().max_storage_buffer_binding_size;
     let k = 1024usize;
     let m = (limit / (4 * k as u64)) as usize + 1;
-    assert!(
-        m * k * 4 <= 1 << 31,
-        "adapter limit {limit} too large to test here"
-    );
+    if m * k * 4 > 1 << 30 {
+        // A GPU's limit (GiBs) is not worth allocating for; lavapipe's
+        // 128 MiB is what CI checks.
+        println!("not run: the adapter's binding limit is {limit} bytes, above 1 GiB");
+        return;
+    }
     let src0 = vec![0u8; m * k * 4];
     let r = e.prepare(
         Dtype::F32,
