@@ -12,6 +12,7 @@ pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;
 pub mod moe_tables;
+pub mod mul_mat;
 pub mod mutate;
 pub mod rng;
 pub mod stats;

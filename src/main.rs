@@ -8,14 +8,16 @@
 //! kernel-oracle case moe-tables --n-expert .. --n-pairs .. --bases a,b,c --strides a,b,c --seed 0x..
 //! kernel-oracle check gdn                        the Gated DeltaNet gate (seed 003)
 //! kernel-oracle case gdn --num-k .. --num-v .. --d-conv .. --t .. --seed 0x.. [knobs]
-//! kernel-oracle mutant fp8-mmq|moe-tables|gdn [NAME -o FILE]
+//! kernel-oracle check mul-mat [--full]           the WGSL GEMM gate (wgpu)
+//! kernel-oracle case mul-mat --dtype q4_K --m .. --n .. --k .. --arm exact|random --seed 0x.. [--wg 16,16,16]
+//! kernel-oracle mutant fp8-mmq|moe-tables|gdn|mul-mat [NAME -o FILE]
 //! ```
 //! Exit status: 0 all green, 1 any failure, 2 cannot run (no CUDA device,
-//! bad arguments).
+//! no wgpu adapter, bad arguments).
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kernel_oracle::fp8_mmq::{self, gate, report, Arm, CaseSpec, Knobs, Outcome};
-use kernel_oracle::{gdn, moe_tables};
+use kernel_oracle::{gdn, moe_tables, mul_mat};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -75,6 +77,14 @@ enum MutantCmd {
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
+    /// A mutant of shaders/mul_mat_reg_tile.wgsl; without NAME, list them.
+    MulMat {
+        /// The mutant's name.
+        name: Option<String>,
+        /// Where to write the candidate .wgsl file.
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -97,6 +107,13 @@ enum Gate {
     /// eager and graph-replayed on rebound buffers (gate 1), and every kernel == the core oracle
     /// (gate 2).
     Gdn,
+    /// The WGSL GEMM over ggml blocks on the wgpu adapter (WGPU_BACKEND,
+    /// else Vulkan); the candidate named by KERNEL_ORACLE_MUL_MAT_WGSL.
+    MulMat {
+        /// Seed 004's full LFM2.5 prefill shapes instead of the CI shapes.
+        #[arg(long)]
+        full: bool,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -106,8 +123,33 @@ enum ArmArg {
     Rand,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum MulArmArg {
+    Exact,
+    Random,
+}
+
 #[derive(Subcommand)]
 enum Case {
+    /// One mul-mat case (a reproduction from a divergence report).
+    MulMat {
+        /// f32, q4_0, q8_0, q4_K or q6_K.
+        #[arg(long, value_parser = parse_dtype)]
+        dtype: oracle::ggml::Dtype,
+        #[arg(long)]
+        m: usize,
+        #[arg(long)]
+        n: usize,
+        #[arg(long)]
+        k: usize,
+        #[arg(long, value_enum)]
+        arm: MulArmArg,
+        #[arg(long, value_parser = parse_u64)]
+        seed: u64,
+        /// WG_M,WG_N,TILE_K.
+        #[arg(long, value_delimiter = ',', default_values_t = [16u32, 16, 16])]
+        wg: Vec<u32>,
+    },
     /// One FP8 MMQ case.
     Fp8Mmq {
         #[arg(long)]
@@ -228,6 +270,8 @@ struct MutantKind {
     kind: &'static str,
     /// The default output file's prefix.
     file: &'static str,
+    /// The candidate's file extension (`cu`, `wgsl`).
+    ext: &'static str,
     /// The environment variable that selects a candidate.
     env: &'static str,
     /// `(name, what)` of every mutant.
@@ -259,7 +303,7 @@ fn mutant(k: MutantKind, name: Option<String>, output: Option<std::path::PathBuf
             return ExitCode::from(2);
         }
     };
-    let path = output.unwrap_or_else(|| format!("{}-{name}.cu", k.file).into());
+    let path = output.unwrap_or_else(|| format!("{}-{name}.{}", k.file, k.ext).into());
     if let Err(e) = std::fs::write(&path, text) {
         eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
         return ExitCode::from(2);
@@ -280,6 +324,7 @@ fn fp8_mutants() -> MutantKind {
     MutantKind {
         kind: "fp8-mmq",
         file: "fp8_mmq",
+        ext: "cu",
         env: device::cuda::ENV_FP8_MMQ_CU,
         list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
         apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_FP8_MMQ_CU)),
@@ -291,9 +336,22 @@ fn moe_mutants() -> MutantKind {
     MutantKind {
         kind: "moe-tables",
         file: "moe_tables",
+        ext: "cu",
         env: device::cuda::ENV_MOE_TABLES_CU,
         list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
         apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_MOE_TABLES_CU)),
+    }
+}
+
+fn mul_mat_mutants() -> MutantKind {
+    use kernel_oracle::mul_mat::mutants::{apply, by_name, MUTANTS};
+    MutantKind {
+        kind: "mul-mat",
+        file: "mul_mat",
+        ext: "wgsl",
+        env: device::wgpu::ENV_MUL_MAT_WGSL,
+        list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
+        apply: |n| by_name(n).map(|m| apply(m, device::wgpu::BUILTIN_MUL_MAT_WGSL)),
     }
 }
 
@@ -302,6 +360,7 @@ fn gdn_mutants() -> MutantKind {
     MutantKind {
         kind: "gdn",
         file: "gdn",
+        ext: "cu",
         env: device::cuda::ENV_GDN_CU,
         list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
         apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_GDN_CU)),
@@ -374,9 +433,123 @@ fn moe_case(spec: &moe_tables::CaseSpec) -> ExitCode {
     }
 }
 
+/// Validates a shape for the kernels (`Shape::new`, then the kernels' i32
+/// index range) before anything is generated or launched; the message to
+/// print and exit 2 with otherwise.
+fn parse_dtype(s: &str) -> Result<oracle::ggml::Dtype, String> {
+    oracle::ggml::Dtype::ALL
+        .into_iter()
+        .find(|d| d.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("{s:?} is not one of f32, q4_0, q8_0, q4_K, q6_K"))
+}
+
+fn mul_mat_engine_or_exit() -> Result<&'static device::wgpu::WgpuEngine, ExitCode> {
+    mul_mat::engine().map_err(|msg| {
+        eprintln!("kernel-oracle: cannot run the WGSL kernel: {msg}");
+        ExitCode::from(2)
+    })
+}
+
+fn mul_mat_command(cmd: Command) -> ExitCode {
+    use mul_mat::gate;
+    match cmd {
+        Command::Check {
+            gate: Gate::MulMat { full },
+        } => {
+            let engine = match mul_mat_engine_or_exit() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            let g = if full {
+                gate::run(engine, &gate::LFM_SHAPES, &gate::GEOMETRIES[..1])
+            } else {
+                gate::run(engine, &gate::CI_SHAPES, &gate::GEOMETRIES)
+            };
+            if g.failures == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Case {
+            case:
+                Case::MulMat {
+                    dtype,
+                    m,
+                    n,
+                    k,
+                    arm,
+                    seed,
+                    wg,
+                },
+        } => {
+            let spec = mul_mat::CaseSpec {
+                dtype,
+                m,
+                n,
+                k,
+                arm: match arm {
+                    MulArmArg::Exact => mul_mat::Arm::Exact,
+                    MulArmArg::Random => mul_mat::Arm::Random,
+                },
+                seed,
+            };
+            if let Err(e) = spec.valid() {
+                eprintln!("kernel-oracle: {e}");
+                return ExitCode::from(2);
+            }
+            if wg.len() != 3 {
+                eprintln!("kernel-oracle: --wg takes WG_M,WG_N,TILE_K, got {wg:?}");
+                return ExitCode::from(2);
+            }
+            let geom = device::wgpu::Geometry {
+                wg_m: wg[0],
+                wg_n: wg[1],
+                tile_k: wg[2],
+            };
+            let engine = match mul_mat_engine_or_exit() {
+                Ok(e) => e,
+                Err(code) => return code,
+            };
+            let desc = engine.source().describe();
+            println!("shader: {desc}");
+            println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
+            println!("{}", mul_mat::report::table_header());
+            match gate::run_one(engine, &spec, &geom) {
+                Ok(v) => {
+                    println!("{}", mul_mat::report::table_row("case", &spec, &geom, &v));
+                    if v.pass() {
+                        ExitCode::SUCCESS
+                    } else {
+                        print!(
+                            "{}",
+                            mul_mat::report::divergence(&spec, &geom, &v, &desc, None)
+                        );
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("kernel-oracle: the shim failed: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        _ => unreachable!("only mul-mat commands come here"),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        cmd @ (Command::Check {
+            gate: Gate::MulMat { .. },
+        }
+        | Command::Case {
+            case: Case::MulMat { .. },
+        }) => mul_mat_command(cmd),
+        Command::Mutant {
+            mutant: MutantCmd::MulMat { name, output },
+        } => mutant(mul_mat_mutants(), name, output),
         Command::Mutant {
             mutant: MutantCmd::MoeTables { name, output },
         } => mutant(moe_mutants(), name, output),

@@ -10,6 +10,9 @@
 //!   machine with no CUDA at all; there every entry point returns a typed
 //!   error ([`cuda::DeviceError::NoDriver`], [`cuda::DeviceError::NoNvrtc`])
 //!   instead of panicking.
+//! - [`wgpu`]: WGSL compute shaders (`shaders/`) through wgpu, on Vulkan by
+//!   default; CPU Vulkan (Mesa lavapipe) runs them on a machine with no GPU.
 #![warn(missing_docs)]
 
 pub mod cuda;
+pub mod wgpu;

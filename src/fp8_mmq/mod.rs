@@ -21,6 +21,7 @@ pub use generate::{Arm, CaseData, CaseSpec, Knobs};
 pub use judge::{reference, KernelOut, Reference, Verdict};
 pub use run::{engine, Outcome};
 
+use crate::stats::count;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of one process's checks (printed by the fuzzer every
@@ -44,10 +45,6 @@ pub static STATS: Stats = Stats {
 
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 10_000;
-
-fn count(c: &AtomicU64) -> u64 {
-    c.fetch_add(1, Ordering::Relaxed) + 1
-}
 
 /// Runs one case on the CUDA kernels and judges it against the oracle.
 ///

@@ -1,0 +1,664 @@
+//! The wgpu shim: runs `shaders/mul_mat_reg_tile.wgsl` (issue 5, seed 004).
+//!
+//! [`WgpuEngine::new`] picks an adapter, builds pipelines per (dtype,
+//! [`Geometry`]), uploads, dispatches and reads back; it checks every
+//! argument against the `oracle::ggml::mul_mat` contract and the adapter's
+//! limits first and reports a typed [`WgpuError`].
+//!
+//! Adapter selection: the backends named by `WGPU_BACKEND` (wgpu's
+//! comma list: `vulkan`, `gl`, ...), else **Vulkan only**. Without a Vulkan
+//! loader wgpu would otherwise fall back silently to GL llvmpipe; here that
+//! is [`WgpuError::NoAdapter`] instead. On a machine with no GPU, Mesa's
+//! lavapipe (`mesa-vulkan-drivers`) is the CPU Vulkan adapter the tests use.
+//!
+//! Shader variants: one WGSL file, no preprocessor. Every knob is a WGSL
+//! `override` constant set when the pipeline is built
+//! (`PipelineCompilationOptions::constants`): `SRC0_DTYPE` picks the loader
+//! through a `switch` on a pipeline constant, which the driver folds away,
+//! and `WG_M`, `WG_N`, `TILE_K` size the workgroup and its staged tiles
+//! (override-sized workgroup arrays). So a candidate kernel is one file with
+//! the same ABI (written at the top of the shader), and the one source
+//! serves every dtype and geometry.
+//!
+//! What the kernel cannot check, and the shim checks before upload:
+//! 1. `k` is a multiple of the dtype's block size and `src0`, `src1` have
+//!    exactly the contract's lengths ([`WgpuError::Shape`]);
+//! 2. every binding fits the adapter's `max_storage_buffer_binding_size`
+//!    and `max_buffer_size` ([`WgpuError::BufferTooLarge`]);
+//! 3. every index the shader forms fits in 32 bits ([`WgpuError::Index32`]);
+//! 4. the grid fits `max_compute_workgroups_per_dimension`
+//!    ([`WgpuError::GridTooLarge`]) and the geometry fits the invocation
+//!    and workgroup-memory limits ([`WgpuError::Geometry`]).
+//!
+//! `dst` is allocated with a guard band of [`GUARD_WORDS`] words after it,
+//! filled with [`GUARD_BITS`] and checked after every read-back, so an
+//! out-of-bounds write fails even when the values look right.
+
+mod error;
+
+pub use error::{Result, WgpuError};
+pub use oracle::ggml::Dtype;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+/// Environment variable naming a candidate `.wgsl` file with the ABI of
+/// `shaders/mul_mat_reg_tile.wgsl`; [`ShaderSource::from_env`] reads it.
+pub const ENV_MUL_MAT_WGSL: &str = "KERNEL_ORACLE_MUL_MAT_WGSL";
+
+/// The builtin shader, `shaders/mul_mat_reg_tile.wgsl`, embedded at build
+/// time.
+pub const BUILTIN_MUL_MAT_WGSL: &str = include_str!("../../../shaders/mul_mat_reg_tile.wgsl");
+
+/// Thread tile along m and n (elements). Fixed: the shader unrolls a 4 x 4
+/// tile by hand (seed 004: any other value silently computes part of the
+/// dispatched tile).
+pub const TILE_M: u32 = 4;
+/// See [`TILE_M`].
+pub const TILE_N: u32 = 4;
+
+/// f32 words of guard band after `dst`.
+pub const GUARD_WORDS: usize = 64;
+/// The guard band's fill pattern (a NaN no kernel computes).
+pub const GUARD_BITS: u32 = 0x7FA5_5A5A;
+
+/// One WGSL source text and where it came from.
+#[derive(Clone, Debug)]
+pub struct ShaderSource {
+    text: Arc<str>,
+    path: Option<PathBuf>,
+}
+
+impl ShaderSource {
+    /// The builtin `shaders/mul_mat_reg_tile.wgsl`.
+    pub fn builtin() -> ShaderSource {
+        ShaderSource {
+            text: Arc::from(BUILTIN_MUL_MAT_WGSL),
+            path: None,
+        }
+    }
+
+    /// A candidate from a file.
+    ///
+    /// # Errors
+    /// [`WgpuError::ShaderSource`] if it cannot be read.
+    pub fn from_file(path: &Path) -> Result<ShaderSource> {
+        let text = std::fs::read_to_string(path).map_err(|e| WgpuError::ShaderSource {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Ok(ShaderSource {
+            text: Arc::from(text),
+            path: Some(path.to_path_buf()),
+        })
+    }
+
+    /// The candidate named by [`ENV_MUL_MAT_WGSL`] if set and not empty,
+    /// else [`ShaderSource::builtin`].
+    ///
+    /// # Errors
+    /// As [`ShaderSource::from_file`].
+    pub fn from_env() -> Result<ShaderSource> {
+        match std::env::var_os(ENV_MUL_MAT_WGSL) {
+            Some(p) if !p.is_empty() => ShaderSource::from_file(Path::new(&p)),
+            _ => Ok(ShaderSource::builtin()),
+        }
+    }
+
+    /// The WGSL text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// `"builtin shaders/mul_mat_reg_tile.wgsl"` or `"candidate PATH"`.
+    pub fn describe(&self) -> String {
+        match &self.path {
+            None => "builtin shaders/mul_mat_reg_tile.wgsl".into(),
+            Some(p) => format!("candidate {}", p.display()),
+        }
+    }
+}
+
+/// The tunable workgroup geometry: `wg_m x wg_n` threads, each computing a
+/// [`TILE_M`] x [`TILE_N`] register tile, staging `tile_k` elements of k at
+/// a time. Workgroup memory: `4 * tile_k * 4 * (wg_m + wg_n)` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Geometry {
+    /// Threads along m (override `WG_M`).
+    pub wg_m: u32,
+    /// Threads along n (override `WG_N`).
+    pub wg_n: u32,
+    /// k elements staged per step (override `TILE_K`).
+    pub tile_k: u32,
+}
+
+impl Default for Geometry {
+    /// 16 x 16 threads, TILE_K = 16 (the seed's defaults): 64 x 64 outputs
+    /// per workgroup, 8 KiB of workgroup memory.
+    fn default() -> Self {
+        Geometry {
+            wg_m: 16,
+            wg_n: 16,
+            tile_k: 16,
+        }
+    }
+}
+
+impl Geometry {
+    /// Outputs per workgroup along m (`wg_m * TILE_M`).
+    pub fn block_m(&self) -> u64 {
+        u64::from(self.wg_m) * u64::from(TILE_M)
+    }
+
+    /// Outputs per workgroup along n (`wg_n * TILE_N`).
+    pub fn block_n(&self) -> u64 {
+        u64::from(self.wg_n) * u64::from(TILE_N)
+    }
+
+    /// Workgroup memory of the builtin shader (bytes): two f32 tiles of
+    /// `tile_k x block_m` and `tile_k x block_n`.
+    pub fn workgroup_bytes(&self) -> u64 {
+        4 * u64::from(self.tile_k) * (self.block_m() + self.block_n())
+    }
+
+    /// Workgroups along m and n for an `m x n` output.
+    pub fn grid(&self, m: u64, n: u64) -> (u64, u64) {
+        (m.div_ceil(self.block_m()), n.div_ceil(self.block_n()))
+    }
+
+    /// Checks the knobs against each other and against `limits`.
+    ///
+    /// # Errors
+    /// [`WgpuError::Geometry`] if a knob is 0, or the workgroup exceeds
+    /// `max_compute_workgroup_size_x/y`, `max_compute_invocations_per_workgroup`
+    /// or `max_compute_workgroup_storage_size`.
+    pub fn validate(&self, limits: &wgpu::Limits) -> Result<()> {
+        let bad = |reason: String| WgpuError::Geometry {
+            wg_m: self.wg_m,
+            wg_n: self.wg_n,
+            tile_k: self.tile_k,
+            reason,
+        };
+        if self.wg_m == 0 || self.wg_n == 0 || self.tile_k == 0 {
+            return Err(bad("every knob must be at least 1".into()));
+        }
+        if self.wg_m > limits.max_compute_workgroup_size_x
+            || self.wg_n > limits.max_compute_workgroup_size_y
+        {
+            return Err(bad(format!(
+                "workgroup size beyond the adapter's {} x {}",
+                limits.max_compute_workgroup_size_x, limits.max_compute_workgroup_size_y
+            )));
+        }
+        let threads = u64::from(self.wg_m) * u64::from(self.wg_n);
+        if threads > u64::from(limits.max_compute_invocations_per_workgroup) {
+            return Err(bad(format!(
+                "{threads} threads per workgroup, the adapter allows {}",
+                limits.max_compute_invocations_per_workgroup
+            )));
+        }
+        let shmem = self.workgroup_bytes();
+        if shmem > u64::from(limits.max_compute_workgroup_storage_size) {
+            return Err(bad(format!(
+                "{shmem} bytes of workgroup memory, the adapter allows {}",
+                limits.max_compute_workgroup_storage_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The shader's `SRC0_DTYPE` code of `dtype`: its index in [`Dtype::ALL`]
+/// (0 f32, 1 q4_0, 2 q8_0, 3 q4_K, 4 q6_K).
+pub fn dtype_code(dtype: Dtype) -> u32 {
+    match dtype {
+        Dtype::F32 => 0,
+        Dtype::Q4_0 => 1,
+        Dtype::Q8_0 => 2,
+        Dtype::Q4K => 3,
+        Dtype::Q6K => 4,
+    }
+}
+
+/// An adapter, its device and the pipelines built so far for one shader
+/// source.
+pub struct WgpuEngine {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    source: ShaderSource,
+    pipelines: Mutex<HashMap<(Dtype, Geometry), Arc<wgpu::ComputePipeline>>>,
+}
+
+impl std::fmt::Debug for WgpuEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WgpuEngine")
+            .field("adapter", &self.info.name)
+            .field("backend", &self.info.backend)
+            .field("source", &self.source.describe())
+            .finish()
+    }
+}
+
+/// The backends to ask for: `WGPU_BACKEND` if set, else Vulkan.
+///
+/// # Errors
+/// [`WgpuError::BadBackendEnv`] if `WGPU_BACKEND` is set but names none.
+pub fn backends_from_env() -> Result<wgpu::Backends> {
+    match std::env::var("WGPU_BACKEND") {
+        Ok(v) => {
+            let b = wgpu::Backends::from_comma_list(&v);
+            if b.is_empty() {
+                Err(WgpuError::BadBackendEnv { value: v })
+            } else {
+                Ok(b)
+            }
+        }
+        Err(_) => Ok(wgpu::Backends::VULKAN),
+    }
+}
+
+fn wgpu_err(op: &'static str, e: impl std::fmt::Display) -> WgpuError {
+    WgpuError::Wgpu {
+        op,
+        message: e.to_string(),
+    }
+}
+
+impl WgpuEngine {
+    /// Opens the adapter picked by [`backends_from_env`] (high-performance
+    /// preference), with all its limits, for `source`.
+    ///
+    /// # Errors
+    /// [`WgpuError::BadBackendEnv`], [`WgpuError::NoAdapter`],
+    /// [`WgpuError::MissingFeature`] (a source with `enable f16;` on an
+    /// adapter without `SHADER_F16`), [`WgpuError::RequestDevice`].
+    pub fn new(source: ShaderSource) -> Result<WgpuEngine> {
+        let backends = backends_from_env()?;
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            apply_limit_buckets: false,
+        }))
+        .map_err(|e| WgpuError::NoAdapter {
+            backends: format!("{backends:?}"),
+            reason: e.to_string(),
+        })?;
+        let info = adapter.get_info();
+        let mut features = wgpu::Features::empty();
+        if source.text().contains("enable f16") {
+            if !adapter.features().contains(wgpu::Features::SHADER_F16) {
+                return Err(WgpuError::MissingFeature {
+                    adapter: info.name.clone(),
+                    feature: "SHADER_F16",
+                });
+            }
+            features |= wgpu::Features::SHADER_F16;
+        }
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("kernel-oracle mul_mat"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| WgpuError::RequestDevice {
+            adapter: info.name.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(WgpuEngine {
+            device,
+            queue,
+            info,
+            limits,
+            source,
+            pipelines: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The adapter's name (`"llvmpipe (LLVM 15.0.6, 256 bits)"`,
+    /// `"NVIDIA H200"`).
+    pub fn adapter_name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// The backend in use (`"vulkan"`, `"gl"`).
+    pub fn backend(&self) -> &'static str {
+        self.info.backend.to_str()
+    }
+
+    /// The adapter's limits, as requested for the device.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// The shader source this engine builds.
+    pub fn source(&self) -> &ShaderSource {
+        &self.source
+    }
+
+    /// The pipeline for `dtype` and `geom`, built on first use.
+    ///
+    /// # Errors
+    /// [`WgpuError::Geometry`] (see [`Geometry::validate`]);
+    /// [`WgpuError::Compile`] if the source or its override constants do
+    /// not validate.
+    pub fn pipeline(&self, dtype: Dtype, geom: Geometry) -> Result<Arc<wgpu::ComputePipeline>> {
+        geom.validate(&self.limits)?;
+        let mut map = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = map.get(&(dtype, geom)) {
+            return Ok(p.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("mul_mat_reg_tile"),
+                source: wgpu::ShaderSource::Wgsl(self.source.text().into()),
+            });
+        let constants = [
+            ("SRC0_DTYPE", f64::from(dtype_code(dtype))),
+            ("WG_M", f64::from(geom.wg_m)),
+            ("WG_N", f64::from(geom.wg_n)),
+            ("TILE_K", f64::from(geom.tile_k)),
+        ];
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(dtype.name()),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(WgpuError::Compile {
+                source_desc: self.source.describe(),
+                dtype: dtype.name(),
+                message: e.to_string(),
+            });
+        }
+        let p = Arc::new(pipeline);
+        map.insert((dtype, geom), p.clone());
+        Ok(p)
+    }
+
+    fn check_binding(&self, arg: &'static str, bytes: u64) -> Result<()> {
+        let l = &self.limits;
+        for (limit, limit_name) in [
+            (
+                l.max_storage_buffer_binding_size,
+                "max_storage_buffer_binding_size",
+            ),
+            (l.max_buffer_size, "max_buffer_size"),
+        ] {
+            if bytes > limit {
+                return Err(WgpuError::BufferTooLarge {
+                    arg,
+                    bytes,
+                    limit,
+                    limit_name,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks and uploads one `mul_mat` (shapes as `oracle::ggml::mul_mat`:
+    /// `src0` M rows of K elements of `dtype` as bytes, `src1` N x K f32,
+    /// `dst` N x M f32 with stride M) and builds its pipeline; nothing runs
+    /// until [`MulMatJob::dispatch`].
+    ///
+    /// # Errors
+    /// [`WgpuError::Geometry`], [`WgpuError::Shape`], [`WgpuError::Index32`],
+    /// [`WgpuError::BufferTooLarge`], [`WgpuError::GridTooLarge`], and as
+    /// [`WgpuEngine::pipeline`]. Nothing is uploaded when one is returned.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare(
+        &self,
+        dtype: Dtype,
+        geom: Geometry,
+        m: usize,
+        n: usize,
+        k: usize,
+        src0: &[u8],
+        src1: &[f32],
+    ) -> Result<MulMatJob<'_>> {
+        use oracle::ggml::GgmlError;
+        geom.validate(&self.limits)?;
+        let row_bytes = dtype.row_bytes(k)?;
+        let src0_len = m.checked_mul(row_bytes).ok_or(GgmlError::Overflow)?;
+        let src1_len = n.checked_mul(k).ok_or(GgmlError::Overflow)?;
+        let dst_len = n.checked_mul(m).ok_or(GgmlError::Overflow)?;
+        for (arg, want, got) in [
+            ("src0", src0_len, src0.len()),
+            ("src1", src1_len, src1.len()),
+        ] {
+            if want != got {
+                return Err(GgmlError::Len { arg, want, got }.into());
+            }
+        }
+        for (what, value) in [
+            ("m", m),
+            ("n", n),
+            ("k", k),
+            ("src0 bytes", src0_len),
+            ("src1 elements", src1_len),
+            ("dst elements + guard", dst_len + GUARD_WORDS),
+        ] {
+            if u32::try_from(value).is_err() {
+                return Err(WgpuError::Index32 {
+                    what,
+                    value: value as u64,
+                });
+            }
+        }
+        // Bindings: src0 padded with zero bytes to whole words, never empty.
+        let src0_bytes = (src0_len.div_ceil(4) * 4).max(4) as u64;
+        let src1_bytes = (4 * src1_len).max(4) as u64;
+        let dst_bytes = 4 * (dst_len + GUARD_WORDS) as u64;
+        self.check_binding("src0", src0_bytes)?;
+        self.check_binding("src1", src1_bytes)?;
+        self.check_binding("dst", dst_bytes)?;
+        let (gx, gy) = geom.grid(m as u64, n as u64);
+        for (dim, groups) in [("x", gx), ("y", gy)] {
+            if groups > u64::from(self.limits.max_compute_workgroups_per_dimension) {
+                return Err(WgpuError::GridTooLarge {
+                    dim,
+                    groups,
+                    limit: self.limits.max_compute_workgroups_per_dimension,
+                });
+            }
+        }
+        let pipeline = self.pipeline(dtype, geom)?;
+
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let storage = wgpu::BufferUsages::STORAGE;
+        let mut s0 = src0.to_vec();
+        s0.resize(src0_bytes as usize, 0);
+        let b_src0 = self.init_buffer("src0", &s0, storage);
+        let mut s1: Vec<u8> = src1.iter().flat_map(|v| v.to_le_bytes()).collect();
+        s1.resize(src1_bytes as usize, 0);
+        let b_src1 = self.init_buffer("src1", &s1, storage);
+        let mut d: Vec<u8> = Vec::with_capacity(dst_bytes as usize);
+        for i in 0..dst_len + GUARD_WORDS {
+            let w = if i < dst_len { 0 } else { GUARD_BITS };
+            d.extend_from_slice(&w.to_le_bytes());
+        }
+        let b_dst = self.init_buffer("dst", &d, storage | wgpu::BufferUsages::COPY_SRC);
+        let params: Vec<u8> = [m, k, n, k, m]
+            .iter()
+            .flat_map(|&v| (v as u32).to_le_bytes())
+            .collect();
+        let b_params = self.init_buffer("params", &params, storage);
+        let b_read = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: dst_bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("mul_mat"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: b_src0.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: b_src1.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: b_dst.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 3,
+                    resource: b_params.as_entire_binding(),
+                },
+            ],
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(wgpu_err("upload", e));
+        }
+        Ok(MulMatJob {
+            engine: self,
+            pipeline,
+            bind,
+            dst: b_dst,
+            read: b_read,
+            dst_len,
+            grid: (gx as u32, gy as u32),
+            _inputs: [b_src0, b_src1, b_params],
+        })
+    }
+
+    fn init_buffer(&self, label: &str, bytes: &[u8], usage: wgpu::BufferUsages) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytes,
+                usage,
+            })
+    }
+
+    /// `oracle::ggml::mul_mat` on the GPU: [`WgpuEngine::prepare`], one
+    /// dispatch, [`MulMatJob::read`]. Returns `dst`, N x M f32 with stride M.
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::prepare`], [`MulMatJob::dispatch`] and
+    /// [`MulMatJob::read`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn mul_mat(
+        &self,
+        dtype: Dtype,
+        geom: Geometry,
+        m: usize,
+        n: usize,
+        k: usize,
+        src0: &[u8],
+        src1: &[f32],
+    ) -> Result<Vec<f32>> {
+        let job = self.prepare(dtype, geom, m, n, k, src0, src1)?;
+        job.dispatch(1)?;
+        job.read()
+    }
+}
+
+/// One uploaded `mul_mat`, ready to dispatch any number of times.
+pub struct MulMatJob<'e> {
+    engine: &'e WgpuEngine,
+    pipeline: Arc<wgpu::ComputePipeline>,
+    bind: wgpu::BindGroup,
+    dst: wgpu::Buffer,
+    read: wgpu::Buffer,
+    dst_len: usize,
+    grid: (u32, u32),
+    _inputs: [wgpu::Buffer; 3],
+}
+
+impl MulMatJob<'_> {
+    /// Workgroups along m and n.
+    pub fn grid(&self) -> (u32, u32) {
+        self.grid
+    }
+
+    /// Records `times` dispatches (one compute pass each) in one command
+    /// buffer, submits it and waits until the GPU is done.
+    ///
+    /// # Errors
+    /// [`WgpuError::Wgpu`] on a validation error or device loss.
+    pub fn dispatch(&self, times: u32) -> Result<()> {
+        let dev = &self.engine.device;
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut enc = dev.create_command_encoder(&Default::default());
+        if self.grid.0 > 0 && self.grid.1 > 0 {
+            for _ in 0..times {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&self.pipeline);
+                pass.set_bind_group(0, &self.bind, &[]);
+                pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
+            }
+        }
+        self.engine.queue.submit(Some(enc.finish()));
+        dev.poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| wgpu_err("poll after dispatch", e))?;
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(wgpu_err("dispatch", e));
+        }
+        Ok(())
+    }
+
+    /// Copies `dst` back (N x M f32, stride M) and checks its guard band.
+    ///
+    /// # Errors
+    /// [`WgpuError::Guard`] if the kernel wrote past `dst`;
+    /// [`WgpuError::Wgpu`] if the copy or the mapping fails.
+    pub fn read(&self) -> Result<Vec<f32>> {
+        let dev = &self.engine.device;
+        let mut enc = dev.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&self.dst, 0, &self.read, 0, self.read.size());
+        self.engine.queue.submit(Some(enc.finish()));
+        let slice = self.read.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        dev.poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| wgpu_err("poll after copy", e))?;
+        rx.recv()
+            .map_err(|e| wgpu_err("map_async", e))?
+            .map_err(|e| wgpu_err("map_async", e))?;
+        let words: Vec<u32> = {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| wgpu_err("get_mapped_range", e))?;
+            view.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        self.read.unmap();
+        if let Some(first) = words[self.dst_len..].iter().position(|&w| w != GUARD_BITS) {
+            return Err(WgpuError::Guard {
+                len: self.dst_len,
+                first,
+            });
+        }
+        Ok(words[..self.dst_len]
+            .iter()
+            .map(|&w| f32::from_bits(w))
+            .collect())
+    }
+}

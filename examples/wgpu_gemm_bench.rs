@@ -1,0 +1,247 @@
+//! Microbenchmark of `shaders/mul_mat_reg_tile.wgsl` on seed 004's shapes.
+//!
+//! ```text
+//! cargo run --release --example wgpu_gemm_bench
+//! WG_M=32 WG_N=8 TILE_K=32 ITERS=50 ONLY=f32,q4_0 target/release/examples/wgpu_gemm_bench
+//! SHADER=cand.wgsl target/release/examples/wgpu_gemm_bench
+//! ```
+//!
+//! What it does, as seed 004's `wgpu_gemm_bench`: every dtype (f32, q4_0,
+//! q8_0, q4_K, q6_K) on the LFM2.5-350M 512-token prefill projections
+//! (`gate::LFM_SHAPES`), GFLOP/s = `2 m k n / time` per shape, the time per
+//! dispatch averaged over `ITERS` dispatches in one submission after two
+//! warm-up dispatches.
+//!
+//! Environment, parsed strictly (set but unparseable is an error, and so is
+//! 0): `WG_M`, `WG_N`, `TILE_K` (default 16 each), `ITERS` (default 20).
+//! `TILE_M`/`TILE_N` are fixed at 4 (the shader unrolls a 4 x 4 thread tile)
+//! and any other value is refused. `ONLY=f32,q4_K` restricts the dtypes.
+//! The header echoes the adapter, the backend and the geometry compiled.
+//!
+//! `SHADER=<path>`: a candidate with the ABI at the top of the shader. Every
+//! output of every shape is also computed by the production shader on the
+//! same inputs and compared bit for bit over the whole of `dst`: a
+//! non-finite output fails, and any difference stops the sweep (exit 1).
+//! Both kernels are specified to accumulate k in order, so a correct
+//! candidate is bit-identical; a candidate that reorders the reduction on
+//! purpose should be judged by `kernel-oracle check mul-mat` instead.
+//!
+//! Peer: on the f32 shapes, cuBLAS SGEMM through torch with TF32 off
+//! (`scripts/sgemm_peer.py`), measured in the same run when
+//! `python3 -c 'import torch'` works and `PEER` is not `0`; the table gives
+//! the ratio kernel / cuBLAS.
+//!
+//! Data: RANDOM-arm data of the gate (`kernel_oracle::mul_mat`): random
+//! block bytes with every f16 scale finite and its sign kept (rule
+//! `GEN-FINITE`), activations uniform in [-1, 1).
+
+use anyhow::{bail, ensure, Context};
+use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine, TILE_M, TILE_N};
+use kernel_oracle::mul_mat::gate::LFM_SHAPES;
+use kernel_oracle::mul_mat::{Arm, CaseSpec};
+use std::collections::HashMap;
+use std::process::Command;
+
+/// A positive u32 from the environment, `default` only when unset.
+fn env_u32(key: &str, default: u32) -> anyhow::Result<u32> {
+    let Some(raw) = std::env::var_os(key) else {
+        return Ok(default);
+    };
+    let raw = raw.to_string_lossy();
+    let v: u32 = raw
+        .trim()
+        .parse()
+        .with_context(|| format!("{key}={raw:?} is not a u32"))?;
+    ensure!(v > 0, "{key} must be at least 1, got 0");
+    Ok(v)
+}
+
+/// cuBLAS SGEMM ms per call by shape label, and the peer's header line.
+fn run_peer() -> (String, HashMap<String, f64>) {
+    let mut out = HashMap::new();
+    if std::env::var("PEER").is_ok_and(|v| v == "0") {
+        return ("peer: off (PEER=0)".into(), out);
+    }
+    let torch = Command::new("python3")
+        .args(["-c", "import torch; assert torch.cuda.is_available()"])
+        .output();
+    if !torch.is_ok_and(|o| o.status.success()) {
+        return ("peer: none (no python3 with CUDA torch)".into(), out);
+    }
+    let script = ["scripts/sgemm_peer.py", "sgemm_peer.py"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/sgemm_peer.py")
+        });
+    let mut cmd = Command::new("python3");
+    cmd.arg(script);
+    for s in &LFM_SHAPES {
+        cmd.args(["--shape", &format!("{},{},{},{}", s.label, s.m, s.k, s.n)]);
+    }
+    let o = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => return (format!("peer: cannot run python3: {e}"), out),
+    };
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut header = format!(
+        "peer: failed: {}",
+        String::from_utf8_lossy(&o.stderr).trim()
+    );
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["peer", rest @ ..] => header = format!("peer: {}", rest.join(" ")),
+            ["shape", label, ms] => {
+                if let Ok(ms) = ms.parse() {
+                    out.insert(label.to_string(), ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    (header, out)
+}
+
+fn main() -> anyhow::Result<()> {
+    let geom = Geometry {
+        wg_m: env_u32("WG_M", 16)?,
+        wg_n: env_u32("WG_N", 16)?,
+        tile_k: env_u32("TILE_K", 16)?,
+    };
+    let (tm, tn) = (env_u32("TILE_M", TILE_M)?, env_u32("TILE_N", TILE_N)?);
+    ensure!(
+        tm == TILE_M && tn == TILE_N,
+        "TILE_M/TILE_N must be 4: the shader unrolls a 4x4 thread tile by hand, and any \
+         other value would compute only part of the dispatched tile; got {tm}x{tn}"
+    );
+    let iters = env_u32("ITERS", 20)?;
+    let only = std::env::var("ONLY").unwrap_or_default();
+    let dtypes: Vec<Dtype> = Dtype::ALL
+        .into_iter()
+        .filter(|d| only.is_empty() || only.split(',').any(|o| o.eq_ignore_ascii_case(d.name())))
+        .collect();
+    if dtypes.is_empty() {
+        bail!("ONLY={only:?} names none of f32, q4_0, q8_0, q4_K, q6_K");
+    }
+    let candidate = std::env::var_os("SHADER").filter(|p| !p.is_empty());
+    let source = match &candidate {
+        Some(p) => ShaderSource::from_file(std::path::Path::new(p))?,
+        None => ShaderSource::builtin(),
+    };
+    let engine = WgpuEngine::new(source)?;
+    let production = match candidate {
+        Some(_) => Some(WgpuEngine::new(ShaderSource::builtin())?),
+        None => None,
+    };
+    geom.validate(engine.limits())?;
+    println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
+    println!(
+        "shader: {}{}",
+        engine.source().describe(),
+        if production.is_some() {
+            " (every output diffed bit for bit against the production shader)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "geometry: WG_M={} WG_N={} TILE_M={TILE_M} TILE_N={TILE_N} TILE_K={} -> {} threads/wg, \
+         {}x{} outputs/wg, {:.1} KiB workgroup memory; ITERS={iters}",
+        geom.wg_m,
+        geom.wg_n,
+        geom.tile_k,
+        geom.wg_m * geom.wg_n,
+        geom.block_m(),
+        geom.block_n(),
+        geom.workgroup_bytes() as f64 / 1024.0
+    );
+    let (peer_header, peer) = if dtypes.contains(&Dtype::F32) {
+        run_peer()
+    } else {
+        ("peer: not run (no f32 in ONLY)".into(), HashMap::new())
+    };
+    println!("{peer_header}");
+    println!();
+    println!(
+        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>9}  {:>9} {:>10}  {:>10} {:>9}",
+        "dtype", "shape", "m", "k", "n", "grid", "ms", "GFLOP/s", "cuBLAS", "ratio"
+    );
+    for &dtype in &dtypes {
+        for s in &LFM_SHAPES {
+            let data = CaseSpec {
+                dtype,
+                m: s.m,
+                n: s.n,
+                k: s.k,
+                arm: Arm::Random,
+                seed: 0x0004_BE4C,
+            }
+            .generate();
+            let job = engine.prepare(dtype, geom, s.m, s.n, s.k, &data.src0, &data.src1)?;
+            job.dispatch(2)?;
+            let t0 = std::time::Instant::now();
+            job.dispatch(iters)?;
+            let ms = t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters);
+            if let Some(p) = &production {
+                let got = job.read()?;
+                let want = p.mul_mat(dtype, geom, s.m, s.n, s.k, &data.src0, &data.src1)?;
+                if let Some(i) = got.iter().position(|v| !v.is_finite()) {
+                    bail!(
+                        "{} {}: non-finite output dst[n={}, m={}] = {} — the diff would validate nothing",
+                        dtype.name(),
+                        s.label,
+                        i / s.m,
+                        i % s.m,
+                        got[i]
+                    );
+                }
+                let diff = got
+                    .iter()
+                    .zip(&want)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                if let Some(i) = got
+                    .iter()
+                    .zip(&want)
+                    .position(|(a, b)| a.to_bits() != b.to_bits())
+                {
+                    bail!(
+                        "{} {}: {diff} of {} outputs differ from the production shader, first \
+                         dst[n={}, m={}]: candidate {:e}, production {:e} — the sweep stops here",
+                        dtype.name(),
+                        s.label,
+                        got.len(),
+                        i / s.m,
+                        i % s.m,
+                        got[i],
+                        want[i]
+                    );
+                }
+            }
+            let gflops = 2.0 * (s.m * s.k * s.n) as f64 / (ms * 1e6);
+            let (g0, g1) = job.grid();
+            let (peer_col, ratio) = match (dtype, peer.get(s.label)) {
+                (Dtype::F32, Some(&pm)) => {
+                    let pg = 2.0 * (s.m * s.k * s.n) as f64 / (pm * 1e6);
+                    (format!("{pg:10.1}"), format!("{:9.3}", gflops / pg))
+                }
+                _ => (format!("{:>10}", "-"), format!("{:>9}", "-")),
+            };
+            println!(
+                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>4}x{:<4}  {:9.3} {:10.1}  {peer_col} {ratio}",
+                dtype.name(),
+                s.label,
+                s.m,
+                s.k,
+                s.n,
+                g0,
+                g1,
+                ms,
+                gflops
+            );
+        }
+    }
+    Ok(())
+}

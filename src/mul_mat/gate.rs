@@ -1,0 +1,166 @@
+//! The mul-mat gate: every dtype on every shape, EXACT and RANDOM arms,
+//! against the core oracle.
+//!
+//! Two batteries:
+//! - [`LFM_SHAPES`]: seed 004's LFM2.5-350M 512-token prefill projections,
+//!   at full size. `kernel-oracle check mul-mat --full` and the GPU host
+//!   run them (on lavapipe they take minutes).
+//! - [`CI_SHAPES`]: what `cargo test` runs on lavapipe: the seed's real K
+//!   and M of `ffn_down` and `attn_out` with N cut from 512 to 64 (the
+//!   longest K, 4608, is where the EXACT bound is tightest), and ragged
+//!   shapes (m and n off the 64-wide workgroup block, m = n = 1, f32 k
+//!   not a multiple of TILE_K).
+
+use super::generate::{Arm, CaseSpec};
+use super::judge::{reference, Verdict};
+use super::report;
+use super::run::run_case;
+use device::wgpu::{Dtype, Geometry, WgpuEngine};
+
+/// One named shape: `dst[n, m] = src0[m, k] * src1[n, k]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// The projection's name.
+    pub label: &'static str,
+    /// Output rows (src0 rows).
+    pub m: usize,
+    /// Row length, elements.
+    pub k: usize,
+    /// Tokens (src1 rows).
+    pub n: usize,
+}
+
+const fn shape(label: &'static str, m: usize, k: usize, n: usize) -> Shape {
+    Shape { label, m, k, n }
+}
+
+/// Seed 004's LFM2.5-350M 512-token prefill shapes.
+pub const LFM_SHAPES: [Shape; 4] = [
+    shape("ffn_gate", 4608, 1024, 512),
+    shape("ffn_down", 1024, 4608, 512),
+    shape("conv_in", 3072, 1024, 512),
+    shape("attn_out", 1024, 1024, 512),
+];
+
+/// The shapes `cargo test` runs on lavapipe (see the module doc).
+pub const CI_SHAPES: [Shape; 6] = [
+    shape("ffn_down/8", 1024, 4608, 64),
+    shape("attn_out/8", 1024, 1024, 64),
+    shape("ragged", 197, 512, 67),
+    shape("m1n1", 1, 256, 1),
+    shape("m-edge", 65, 768, 63),
+    shape("k-tail", 70, 100, 9),
+];
+
+/// The geometries the gate runs: the seed's default and a small one with a
+/// long TILE_K (more workgroups, partial k tiles on every dtype).
+pub const GEOMETRIES: [Geometry; 2] = [
+    Geometry {
+        wg_m: 16,
+        wg_n: 16,
+        tile_k: 16,
+    },
+    Geometry {
+        wg_m: 8,
+        wg_n: 4,
+        tile_k: 40,
+    },
+];
+
+/// The gate's result.
+#[derive(Debug, Default)]
+pub struct GateResult {
+    /// Failed rows.
+    pub failures: usize,
+    /// Rows run.
+    pub rows: usize,
+}
+
+/// The spec the gate runs for `shape`, `dtype`, `arm`: a fixed seed per
+/// (shape, dtype, arm).
+pub fn spec(shape: &Shape, dtype: Dtype, arm: Arm) -> CaseSpec {
+    let seed = 0x5EED_0004_0000_0000
+        ^ ((shape.m as u64) << 32)
+        ^ ((shape.k as u64) << 16)
+        ^ (shape.n as u64)
+        ^ ((device::wgpu::dtype_code(dtype) as u64) << 60)
+        ^ ((arm == Arm::Exact) as u64) << 59;
+    CaseSpec {
+        dtype,
+        m: shape.m,
+        n: shape.n,
+        k: shape.k,
+        arm,
+        seed,
+    }
+}
+
+/// Runs one case; returns its verdict, or the shim's error as a message.
+pub fn run_one(engine: &WgpuEngine, spec: &CaseSpec, geom: &Geometry) -> Result<Verdict, String> {
+    let data = spec.generate();
+    let got = run_case(engine, &data, *geom).map_err(|e| e.to_string())?;
+    Ok(Verdict::judge(&data, &got, &reference(&data)))
+}
+
+/// Runs every dtype x shape x arm x geometry (shapes whose k is not whole
+/// blocks of a dtype skip that dtype), printing the table, each failure's
+/// reproduction and the verdict line.
+pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateResult {
+    let mut g = GateResult::default();
+    println!("shader: {}", engine.source().describe());
+    println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
+    println!("{}", report::table_header());
+    for geom in geoms {
+        for sh in shapes {
+            for dtype in Dtype::ALL {
+                if !sh.k.is_multiple_of(dtype.block_elems()) {
+                    continue;
+                }
+                for arm in [Arm::Exact, Arm::Random] {
+                    let spec = spec(sh, dtype, arm);
+                    g.rows += 1;
+                    match run_one(engine, &spec, geom) {
+                        Ok(v) => {
+                            println!("{}", report::table_row(sh.label, &spec, geom, &v));
+                            if !v.pass() {
+                                g.failures += 1;
+                                print!(
+                                    "{}",
+                                    report::divergence(
+                                        &spec,
+                                        geom,
+                                        &v,
+                                        &engine.source().describe(),
+                                        None
+                                    )
+                                );
+                            }
+                        }
+                        Err(e) => {
+                            g.failures += 1;
+                            println!(
+                                "{} {} {}: the shim failed: {e}  FAIL",
+                                dtype.name(),
+                                sh.label,
+                                arm.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!();
+    if g.failures == 0 {
+        println!(
+            "=== mul-mat-check ALL GREEN ({} rows: EXACT bit-identical, RANDOM within 2 gamma_K sum|w x| per output) ===",
+            g.rows
+        );
+    } else {
+        println!(
+            "=== mul-mat-check {} FAILURES of {} rows ===",
+            g.failures, g.rows
+        );
+    }
+    g
+}

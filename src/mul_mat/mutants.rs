@@ -1,0 +1,59 @@
+//! Planted bugs: candidate shaders made from the builtin
+//! `shaders/mul_mat_reg_tile.wgsl` by one textual change each, so the gate
+//! and the fuzzer can be shown to catch a wrong kernel, not only to pass a
+//! right one. `kernel-oracle mutant mul-mat NAME -o FILE` writes one; point
+//! `KERNEL_ORACLE_MUL_MAT_WGSL` (or the bench's `SHADER=`) at the file.
+
+/// One planted bug.
+#[derive(Clone, Copy, Debug)]
+pub struct Mutant {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// What the bug does.
+    pub what: &'static str,
+    /// The text replaced, which must occur exactly once.
+    pub find: &'static str,
+    /// Its replacement.
+    pub replace: &'static str,
+}
+
+/// The planted bugs.
+pub const MUTANTS: [Mutant; 3] = [
+    Mutant {
+        name: "drop-f16-sign",
+        what: "the f16 scale decode drops the sign bit: every negative scale reads as positive (seed 004's masked-sign generator let this pass)",
+        find: "let sign = (h & 0x8000u) << 16u;",
+        replace: "let sign = 0u;",
+    },
+    Mutant {
+        name: "missing-barrier",
+        what: "no workgroup barrier between staging a tile and reading it: threads read tile entries other threads have not written yet",
+        find: "workgroupBarrier(); // staged tiles complete before anyone reads them",
+        replace: "// (barrier removed)",
+    },
+    Mutant {
+        name: "q4k-min-added",
+        what: "q4_K adds the sub-block min instead of subtracting it",
+        find: "return dj * f32(q) - mj;",
+        replace: "return dj * f32(q) + mj;",
+    },
+];
+
+/// The mutant called `name`.
+pub fn by_name(name: &str) -> Option<&'static Mutant> {
+    MUTANTS.iter().find(|m| m.name == name)
+}
+
+/// `source` with `mutant` planted.
+///
+/// # Errors
+/// A message if the anchor does not occur exactly once in `source`.
+pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
+    match source.matches(mutant.find).count() {
+        1 => Ok(source.replacen(mutant.find, mutant.replace, 1)),
+        c => Err(format!(
+            "mutant {}: its anchor occurs {c} times in the source, not once: {:?}",
+            mutant.name, mutant.find
+        )),
+    }
+}

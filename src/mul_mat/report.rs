@@ -1,0 +1,117 @@
+//! Table rows and reproductions for `mul_mat`.
+
+use super::generate::{Arm, CaseSpec};
+use super::judge::Verdict;
+use device::wgpu::Geometry;
+
+/// The gate table's header.
+pub fn table_header() -> String {
+    format!(
+        "{:<6} {:<10} {:>5} {:>5} {:>5} {:<7} {:<11} {:>10} {:>10} {:>10} {:>8}  verdict",
+        "dtype", "shape", "m", "n", "k", "arm", "geometry", "max_abs", "nmse", "bound", "bit_diff"
+    )
+}
+
+/// `WG_MxWG_N/TILE_K`.
+pub fn geometry(g: &Geometry) -> String {
+    format!("{}x{}/{}", g.wg_m, g.wg_n, g.tile_k)
+}
+
+/// One table row.
+pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, v: &Verdict) -> String {
+    let bound = match v.arm {
+        Arm::Exact => "0 bits".to_string(),
+        Arm::Random => format!("{:.2e}", v.nmse_bound),
+    };
+    format!(
+        "{:<6} {:<10} {:>5} {:>5} {:>5} {:<7} {:<11} {:>10.3e} {:>10.2e} {:>10} {:>8}  {}",
+        spec.dtype.name(),
+        label,
+        spec.m,
+        spec.n,
+        spec.k,
+        spec.arm.name(),
+        geometry(geom),
+        v.cmp.max_abs,
+        v.cmp.nmse,
+        bound,
+        v.cmp.bit_mismatches,
+        if v.pass() { "PASS" } else { "FAIL" }
+    )
+}
+
+/// `spec` as a Rust literal, for a regression test.
+pub fn spec_literal(spec: &CaseSpec) -> String {
+    format!(
+        "CaseSpec {{ dtype: Dtype::{:?}, m: {}, n: {}, k: {}, arm: Arm::{:?}, seed: {:#x} }}",
+        spec.dtype, spec.m, spec.n, spec.k, spec.arm, spec.seed
+    )
+}
+
+/// A divergence: the arm and bound, the first mismatch as bits and
+/// decimals with its (n, m), a command that reruns the case and a `#[test]`
+/// to paste into `tests/`.
+pub fn divergence(
+    spec: &CaseSpec,
+    geom: &Geometry,
+    v: &Verdict,
+    source: &str,
+    artifact: Option<&str>,
+) -> String {
+    let mut s = format!(
+        "MUL_MAT DIVERGENCE ({source}): {} {} m={} n={} k={} geometry {}\n",
+        spec.dtype.name(),
+        spec.arm.name(),
+        spec.m,
+        spec.n,
+        spec.k,
+        geometry(geom)
+    );
+    match v.arm {
+        Arm::Exact => s += "  bound: bit-identical (EXACT arm)\n",
+        Arm::Random => {
+            s += &format!(
+                "  bound: |got - want| <= 2 gamma_K sum|w x| per output ({} over), NMSE {:.3e} <= {:.3e}\n",
+                v.over_bound, v.cmp.nmse, v.nmse_bound
+            )
+        }
+    }
+    let first = v.cmp.first_non_finite.or(v.cmp.first_mismatch);
+    if let Some(mm) = first {
+        s += &format!(
+            "  first at dst[n={}, m={}]: got {:#010x} ({:e}), want {:#010x} ({:e}); {} bit mismatches, {} non-finite\n",
+            mm.row,
+            mm.col,
+            mm.got.to_bits(),
+            mm.got,
+            mm.want.to_bits(),
+            mm.want,
+            v.cmp.bit_mismatches,
+            v.cmp.non_finite
+        );
+    }
+    if let Some(a) = artifact {
+        s += &format!("  rerun: cargo +nightly fuzz run mul_mat {a}\n");
+    }
+    s += &format!(
+        "  rerun: kernel-oracle case mul-mat --dtype {} --m {} --n {} --k {} --arm {} --seed {:#x} --wg {},{},{}\n",
+        spec.dtype.name(),
+        spec.m,
+        spec.n,
+        spec.k,
+        spec.arm.name().to_lowercase(),
+        spec.seed,
+        geom.wg_m,
+        geom.wg_n,
+        geom.tile_k
+    );
+    s += &format!(
+        "  #[test]\n  fn mul_mat_regression_{:x}() {{\n      kernel_oracle::mul_mat::check_geometry(&{}, &Geometry {{ wg_m: {}, wg_n: {}, tile_k: {} }});\n  }}\n",
+        spec.seed,
+        spec_literal(spec),
+        geom.wg_m,
+        geom.wg_n,
+        geom.tile_k
+    );
+    s
+}

@@ -1,0 +1,38 @@
+//! The runner: one case through the wgpu shim.
+
+use super::generate::CaseData;
+use device::wgpu::{Geometry, ShaderSource, WgpuEngine, WgpuError};
+use std::sync::OnceLock;
+
+/// The process's wgpu engine: the adapter of `WGPU_BACKEND` (else Vulkan)
+/// and the shader named by `KERNEL_ORACLE_MUL_MAT_WGSL` (else the builtin
+/// `shaders/mul_mat_reg_tile.wgsl`).
+///
+/// # Errors
+/// Why no engine could be made (no adapter, unreadable candidate), as a
+/// message; the same message on every call.
+pub fn engine() -> Result<&'static WgpuEngine, String> {
+    static ENGINE: OnceLock<Result<WgpuEngine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let src = ShaderSource::from_env().map_err(|e| e.to_string())?;
+            WgpuEngine::new(src).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Runs `data` through the kernel with `geom`; returns `dst` (N x M,
+/// stride M).
+///
+/// # Errors
+/// Whatever the shim reports: a compile error of a candidate, a clobbered
+/// guard band, a device error. For a generated case every one is a bug.
+pub fn run_case(
+    engine: &WgpuEngine,
+    data: &CaseData,
+    geom: Geometry,
+) -> Result<Vec<f32>, WgpuError> {
+    let s = &data.spec;
+    engine.mul_mat(s.dtype, geom, s.m, s.n, s.k, &data.src0, &data.src1)
+}

@@ -1,0 +1,55 @@
+//! The mul-mat gate on the machine's wgpu adapter: lavapipe (CPU Vulkan)
+//! in CI, the H200 on the GPU host. Not ignored: a machine without a
+//! Vulkan adapter fails these tests (install mesa-vulkan-drivers and
+//! libvulkan1), it does not skip them.
+
+use device::wgpu::Dtype;
+use kernel_oracle::mul_mat::gate::{self, CI_SHAPES, GEOMETRIES, LFM_SHAPES};
+use kernel_oracle::mul_mat::{engine, Arm, CaseSpec};
+
+fn engine_or_fail() -> &'static device::wgpu::WgpuEngine {
+    engine().unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"))
+}
+
+/// Every dtype on the CI shapes, both arms, both geometries.
+#[test]
+fn mul_mat_gate_ci_shapes() {
+    let g = gate::run(engine_or_fail(), &CI_SHAPES, &GEOMETRIES);
+    assert_eq!(
+        g.failures, 0,
+        "{} of {} gate rows failed",
+        g.failures, g.rows
+    );
+}
+
+/// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).
+#[test]
+#[ignore = "full LFM2.5 prefill shapes: run on a GPU host (minutes on lavapipe)"]
+fn mul_mat_gate_lfm_shapes() {
+    let g = gate::run(engine_or_fail(), &LFM_SHAPES, &GEOMETRIES[..1]);
+    assert_eq!(
+        g.failures, 0,
+        "{} of {} gate rows failed",
+        g.failures, g.rows
+    );
+}
+
+/// The EXACT plan holds at the longest K of the seed's shapes for every
+/// dtype, so the full battery has an EXACT arm everywhere.
+#[test]
+fn exact_plan_covers_every_seed_shape() {
+    for s in LFM_SHAPES {
+        for d in Dtype::ALL {
+            let spec = CaseSpec {
+                dtype: d,
+                m: 1,
+                n: 1,
+                k: s.k,
+                arm: Arm::Exact,
+                seed: 0,
+            };
+            spec.valid()
+                .unwrap_or_else(|e| panic!("{} {}: {e}", d.name(), s.label));
+        }
+    }
+}

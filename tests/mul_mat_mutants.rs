@@ -1,0 +1,119 @@
+//! Planted bugs in shaders/mul_mat_reg_tile.wgsl must stay plantable and
+//! must be caught by the gate, on the machine's wgpu adapter (lavapipe in
+//! CI, the H200 on the GPU host).
+//!
+//! `missing-barrier` measured on lavapipe (Mesa 22.3 llvmpipe, 2 cores):
+//! caught 40 of 40 runs (20 seeds each of f32 65x63x768 RANDOM at 8x4/40
+//! and q6_K 1x1x256 EXACT at 16x16/16), and on every gate row. Why it is
+//! not a race there: lavapipe runs a workgroup's invocations on one CPU
+//! thread, SIMD group after SIMD group, switching only at a barrier; with
+//! the barrier gone, the first group stages its share of the tile and
+//! reads the rest before any other group has written it, every time.
+//! So on lavapipe the test asserts the catch. On a real GPU the outcome
+//! depends on warp scheduling; there the test reports the rate and
+//! asserts nothing (a flaky assertion would be a defect).
+
+use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine, BUILTIN_MUL_MAT_WGSL};
+use kernel_oracle::mul_mat::gate::{run_one, spec, Shape};
+use kernel_oracle::mul_mat::mutants::{apply, by_name, MUTANTS};
+use kernel_oracle::mul_mat::Arm;
+
+fn engine_for(name: &str) -> WgpuEngine {
+    let m = by_name(name).unwrap();
+    let text = apply(m, BUILTIN_MUL_MAT_WGSL).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("kernel-oracle-wgsl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // One file per call: tests run in parallel and must not read a file
+    // another test is rewriting.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("{name}-{call}.wgsl"));
+    std::fs::write(&path, text).unwrap();
+    WgpuEngine::new(ShaderSource::from_file(&path).unwrap())
+        .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"))
+}
+
+const SMALL: Shape = Shape {
+    label: "ragged",
+    m: 97,
+    k: 512,
+    n: 35,
+};
+
+/// Every anchor occurs once and every mutant builds for every dtype, so it
+/// reaches the gate as a wrong kernel rather than as a compile error.
+#[test]
+fn every_mutant_applies_once_and_builds() {
+    for m in &MUTANTS {
+        let e = engine_for(m.name);
+        for d in Dtype::ALL {
+            e.pipeline(d, Geometry::default())
+                .unwrap_or_else(|err| panic!("mutant {} ({}): {err}", m.name, d.name()));
+        }
+    }
+}
+
+/// Dropping the f16 sign fails both arms of every quantized dtype (the
+/// generators keep negative scales) and leaves f32 (no f16 scale) passing.
+#[test]
+fn drop_f16_sign_is_caught() {
+    let e = engine_for("drop-f16-sign");
+    for d in Dtype::ALL {
+        for arm in [Arm::Exact, Arm::Random] {
+            let v = run_one(&e, &spec(&SMALL, d, arm), &Geometry::default()).unwrap();
+            assert_eq!(
+                v.pass(),
+                d == Dtype::F32,
+                "drop-f16-sign on {} {}: pass = {}",
+                d.name(),
+                arm.name(),
+                v.pass()
+            );
+        }
+    }
+}
+
+/// Adding the q4_K min fails q4_K only.
+#[test]
+fn q4k_min_added_is_caught() {
+    let e = engine_for("q4k-min-added");
+    for d in Dtype::ALL {
+        let v = run_one(&e, &spec(&SMALL, d, Arm::Exact), &Geometry::default()).unwrap();
+        assert_eq!(v.pass(), d != Dtype::Q4K, "q4k-min-added on {}", d.name());
+    }
+}
+
+/// The missing barrier: asserted on lavapipe, where it is deterministic
+/// (module doc), reported elsewhere.
+#[test]
+fn missing_barrier_catch_rate() {
+    let e = engine_for("missing-barrier");
+    let lavapipe = e.adapter_name().contains("llvmpipe");
+    let mut caught = 0;
+    let mut runs = 0;
+    for d in Dtype::ALL {
+        for geom in [
+            Geometry::default(),
+            Geometry {
+                wg_m: 8,
+                wg_n: 4,
+                tile_k: 40,
+            },
+        ] {
+            let v = run_one(&e, &spec(&SMALL, d, Arm::Random), &geom).unwrap();
+            runs += 1;
+            caught += usize::from(!v.pass());
+        }
+    }
+    println!(
+        "missing-barrier caught {caught}/{runs} on {} ({})",
+        e.adapter_name(),
+        e.backend()
+    );
+    if lavapipe {
+        assert_eq!(
+            caught, runs,
+            "lavapipe serialises invocations: every run must fail"
+        );
+    }
+}

@@ -1,0 +1,149 @@
+//! The wgpu shim's typed errors, on the machine's adapter (lavapipe in CI):
+//! every bad argument is refused before it reaches the GPU, and an
+//! out-of-bounds write lands in the guard band and is reported.
+
+use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine, WgpuError, BUILTIN_MUL_MAT_WGSL};
+use oracle::ggml::GgmlError;
+use std::sync::Mutex;
+
+/// Held while an engine is opened: `backend_env_is_honoured` changes
+/// WGPU_BACKEND, which every `WgpuEngine::new` reads.
+static ENV: Mutex<()> = Mutex::new(());
+
+fn open(src: ShaderSource) -> Result<WgpuEngine, WgpuError> {
+    let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    WgpuEngine::new(src)
+}
+
+fn builtin() -> WgpuEngine {
+    open(ShaderSource::builtin())
+        .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"))
+}
+
+fn candidate(name: &str, text: &str) -> WgpuEngine {
+    let dir = std::env::temp_dir().join(format!("kernel-oracle-shim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    open(ShaderSource::from_file(&path).unwrap()).unwrap()
+}
+
+/// WGPU_BACKEND is honoured: a name wgpu does not know and a backend this
+/// build lacks are typed errors, not a silent fallback. (One test, so no
+/// other test of this binary reads the variable meanwhile.)
+#[test]
+fn backend_env_is_honoured() {
+    let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    std::env::set_var("WGPU_BACKEND", "bogus");
+    let bad = WgpuEngine::new(ShaderSource::builtin());
+    std::env::set_var("WGPU_BACKEND", "metal");
+    let none = WgpuEngine::new(ShaderSource::builtin());
+    std::env::remove_var("WGPU_BACKEND");
+    assert!(
+        matches!(bad, Err(WgpuError::BadBackendEnv { .. })),
+        "{bad:?}"
+    );
+    assert!(matches!(none, Err(WgpuError::NoAdapter { .. })), "{none:?}");
+}
+
+#[test]
+fn shapes_and_geometry_are_refused_before_upload() {
+    let e = builtin();
+    let g = Geometry::default();
+    let r = e.mul_mat(Dtype::Q4_0, g, 1, 1, 48, &[0; 18], &[0.0; 48]);
+    assert!(
+        matches!(r, Err(WgpuError::Shape(GgmlError::RowNotBlocks { .. }))),
+        "{r:?}"
+    );
+    let r = e.mul_mat(Dtype::Q8_0, g, 2, 1, 32, &[0; 68], &[0.0; 31]);
+    assert!(
+        matches!(
+            r,
+            Err(WgpuError::Shape(GgmlError::Len {
+                arg: "src1",
+                want: 32,
+                got: 31
+            }))
+        ),
+        "{r:?}"
+    );
+    let zero = Geometry { wg_m: 0, ..g };
+    let r = e.mul_mat(Dtype::F32, zero, 1, 1, 1, &[0; 4], &[0.0]);
+    assert!(matches!(r, Err(WgpuError::Geometry { .. })), "{r:?}");
+    let big = Geometry {
+        tile_k: 1 << 20,
+        ..g
+    };
+    let r = e.mul_mat(Dtype::F32, big, 1, 1, 1, &[0; 4], &[0.0]);
+    assert!(matches!(r, Err(WgpuError::Geometry { .. })), "{r:?}");
+}
+
+/// A src0 one row beyond max_storage_buffer_binding_size (lavapipe:
+/// 128 MiB) is refused with the limit's name.
+#[test]
+fn buffer_beyond_binding_limit_is_refused() {
+    let e = builtin();
+    let limit = e.limits().max_storage_buffer_binding_size;
+    let k = 1024usize;
+    let m = (limit / (4 * k as u64)) as usize + 1;
+    if m * k * 4 > 1 << 30 {
+        // A GPU's limit (GiBs) is not worth allocating for; lavapipe's
+        // 128 MiB is what CI checks.
+        println!("not run: the adapter's binding limit is {limit} bytes, above 1 GiB");
+        return;
+    }
+    let src0 = vec![0u8; m * k * 4];
+    let r = e.prepare(
+        Dtype::F32,
+        Geometry::default(),
+        m,
+        1,
+        k,
+        &src0,
+        &vec![0.0; k],
+    );
+    match r {
+        Err(WgpuError::BufferTooLarge {
+            arg: "src0",
+            limit_name,
+            ..
+        }) => {
+            assert_eq!(limit_name, "max_storage_buffer_binding_size")
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a {} byte binding was accepted", m * k * 4),
+    }
+}
+
+#[test]
+fn invalid_shader_is_a_compile_error() {
+    let e = candidate(
+        "broken.wgsl",
+        &BUILTIN_MUL_MAT_WGSL.replace("fn main(", "fn main_("),
+    );
+    let r = e.pipeline(Dtype::F32, Geometry::default());
+    assert!(matches!(r, Err(WgpuError::Compile { .. })), "{r:?}");
+}
+
+/// A kernel that writes one element past the last column hits the guard
+/// band.
+#[test]
+fn write_past_dst_hits_the_guard_band() {
+    let text = BUILTIN_MUL_MAT_WGSL.replace("if (gm < m && gn < n) {", "if (gm <= m && gn < n) {");
+    assert_ne!(text, BUILTIN_MUL_MAT_WGSL);
+    let e = candidate("oob.wgsl", &text);
+    let (m, n, k) = (5, 3, 4);
+    let r = e.mul_mat(
+        Dtype::F32,
+        Geometry::default(),
+        m,
+        n,
+        k,
+        &vec![0; m * k * 4],
+        &vec![0.0; n * k],
+    );
+    assert!(
+        matches!(r, Err(WgpuError::Guard { len: 15, first: 0 })),
+        "{r:?}"
+    );
+}
