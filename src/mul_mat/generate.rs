@@ -258,14 +258,23 @@ fn edge_size(u: &mut Unstructured<'_>, max: usize) -> arbitrary::Result<usize> {
 
 impl<'a> Arbitrary<'a> for CaseSpec {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        let dtype = Dtype::ALL[u.int_in_range(0..=4usize)?];
+        // One byte picks the arm (low bit) and the dtype, first: libFuzzer's
+        // inputs start at a few bytes, and a field drawn from an exhausted
+        // input takes its first value. Drawn last, the arm was EXACT in 9,999
+        // of the first 10,000 cases of a 4-minute run on the H200.
+        let pick = u.arbitrary::<u8>()?;
+        let arm = if pick & 1 == 0 {
+            Arm::Exact
+        } else {
+            Arm::Random
+        };
+        let dtype = Dtype::ALL[usize::from(pick >> 1) % Dtype::ALL.len()];
         let be = dtype.block_elems();
         let m = edge_size(u, config::M_MAX)?;
         let n = edge_size(u, config::N_MAX)?;
         // K in whole blocks; f32 K is any length, so k tails inside one
         // TILE_K occur.
         let k = be * u.int_in_range(1..=config::K_MAX / be)?;
-        let arm = Arm::arbitrary(u)?;
         let seed = u64::arbitrary(u)?;
         Ok(CaseSpec {
             dtype,
