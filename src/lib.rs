@@ -25,15 +25,26 @@ pub mod stats;
 /// naming it.
 pub const ENV_ORACLE: &str = "KERNEL_ORACLE_ORACLE";
 
+/// What [`ENV_ORACLE`] asks for: `Ok(true)` for the spec functions,
+/// `Ok(false)` for the fast paths (unset or `fast`).
+///
+/// # Errors
+/// A message naming the variable and its value, for any other value (the
+/// command line checks this first and exits 2 with it).
+pub fn oracle_choice() -> Result<bool, String> {
+    match std::env::var(ENV_ORACLE).as_deref() {
+        Err(_) | Ok("fast") => Ok(false),
+        Ok("spec") => Ok(true),
+        Ok(other) => Err(format!("{ENV_ORACLE}={other:?}: expected `spec` or `fast`")),
+    }
+}
+
 /// Whether [`ENV_ORACLE`] asks for the spec functions (read once).
 ///
 /// # Panics
-/// If the variable is set to something other than `spec` or `fast`.
+/// If the variable is set to something other than `spec` or `fast` (see
+/// [`oracle_choice`]).
 pub fn use_spec_oracle() -> bool {
     static SPEC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SPEC.get_or_init(|| match std::env::var(ENV_ORACLE).as_deref() {
-        Err(_) | Ok("fast") => false,
-        Ok("spec") => true,
-        Ok(other) => panic!("{ENV_ORACLE}={other:?}: expected `spec` or `fast`"),
-    })
+    *SPEC.get_or_init(|| oracle_choice().unwrap_or_else(|e| panic!("{e}")))
 }

@@ -179,11 +179,13 @@ enum Case {
         n_expert: u32,
         #[arg(long)]
         n_pairs: u32,
-        /// Gate, up and down slab bases (bytes), decimal or 0x-hex.
-        #[arg(long, value_delimiter = ',', num_args = 3, value_parser = parse_u64)]
+        /// Gate, up and down slab bases (bytes), decimal or 0x-hex, as
+        /// `A,B,C`.
+        #[arg(long, required = true, value_delimiter = ',', value_parser = parse_u64)]
         bases: Vec<u64>,
-        /// Gate, up and down per-expert strides (bytes), decimal or 0x-hex.
-        #[arg(long, value_delimiter = ',', num_args = 3, value_parser = parse_u64)]
+        /// Gate, up and down per-expert strides (bytes), decimal or 0x-hex,
+        /// as `A,B,C`.
+        #[arg(long, required = true, value_delimiter = ',', value_parser = parse_u64)]
         strides: Vec<u64>,
         /// The bank has macro-scale planes.
         #[arg(long)]
@@ -540,6 +542,10 @@ fn mul_mat_command(cmd: Command) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = kernel_oracle::oracle_choice() {
+        eprintln!("kernel-oracle: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         cmd @ (Command::Check {
             gate: Gate::MulMat { .. },
@@ -622,6 +628,14 @@ fn main() -> ExitCode {
                     seed,
                 },
         } => {
+            if bases.len() != 3 || strides.len() != 3 {
+                eprintln!(
+                    "kernel-oracle: --bases and --strides take three values each (gate,up,down), got {} and {}",
+                    bases.len(),
+                    strides.len()
+                );
+                return ExitCode::from(2);
+            }
             let slabs = [0, 1, 2].map(|i| oracle::moe_tables::Slab {
                 base: bases[i],
                 stride: strides[i],

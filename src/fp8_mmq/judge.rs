@@ -20,18 +20,27 @@ pub const RANDOM_RMS_REL_BOUND: f64 = 1e-5;
 /// 4.6e-5, rms_rel 1.4e-5). Every seed battery shape has at least 910.
 pub const RANDOM_RMS_REL_MIN_OUTPUTS: usize = 512;
 
-/// The RANDOM arm's per-output bound, as a multiple of the unit roundoff
-/// `u = 2^-24` times `A`, the same sum over absolute values:
-/// `|got - want| <= 2 * (128 + nblk) * u * A` with
-/// `A = sum_b |s_b * d_b| * sum_k |w_k * a_k|`. This is the classical
-/// bound for recursive summation (Higham, *Accuracy and Stability of
-/// Numerical Algorithms*, 2nd ed., eq. 4.4: `|error| <= gamma_n *
-/// sum |terms|`), with `n = 128` additions inside a block's chain (the
-/// order the MMA hides) plus `nblk` in the fold, doubled for accumulators
-/// that truncate rather than round. An indexing bug (a wrong block, k
-/// offset, row or scale) errs by a sizeable part of `A` and fails it.
+/// The RANDOM arm's per-output bound, as a multiple of `A`, the same sum
+/// over absolute values, `A = sum_b |s_b * d_b| * sum_k |w_k * a_k|`:
+/// `|got - want| <= 3 * gamma_n / (1 - gamma_n) * A`, `n = 130 + nblk`,
+/// `gamma_n = n u / (1 - n u)`, `u = 2^-24`. Source: the classical bound for
+/// recursive summation (Higham, *Accuracy and Stability of Numerical
+/// Algorithms*, 2nd ed., eq. 4.4: `|error| <= gamma_n * sum |terms|`), with
+/// `n` counting the roundings on one output's path: 128 additions inside a
+/// block's chain (the order the MMA hides), the two products `s * d` and
+/// `(s * d) * c`, and `nblk` additions in the fold. Both sides carry error
+/// against the exact value: the oracle at most `gamma_n A`, the kernel at
+/// most `2 gamma_n A` even with accumulators that truncate instead of
+/// rounding, hence 3; `A` itself is computed in binary32 from non-negative
+/// terms, so it may be low by a factor `1 - gamma_n`, hence the division.
+/// An indexing bug (a wrong block, k offset, row or scale) errs by a
+/// sizeable part of `A` and fails it. Not a check on rare codes: a
+/// candidate that decodes a few subnormal weight codes wrongly can stay
+/// within it (the EXACT and FOLD arms only draw integer codes).
 pub fn random_bound_factor(nblk: usize) -> f64 {
-    2.0 * (128 + nblk) as f64 * f64::powi(2.0, -24)
+    let nu = (130 + nblk) as f64 * f64::powi(2.0, -24);
+    let gamma = nu / (1.0 - nu);
+    3.0 * gamma / (1.0 - gamma)
 }
 
 /// The first output over the RANDOM arm's per-output bound: `(row j,

@@ -121,7 +121,7 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
     let bound = match spec.arm {
         Arm::Exact | Arm::Fold => "bit-identical (0 differing bits)".to_string(),
         Arm::Random => format!(
-            "every |got - want| <= 2(128 + nblk) 2^-24 sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on"
+            "every |got - want| <= 3 gamma_(130+nblk) sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on"
         ),
     };
     let _ = writeln!(r, "fp8_mmq DIVERGENCE, kernel source: {source}");

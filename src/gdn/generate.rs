@@ -86,9 +86,19 @@ impl CaseSpec {
     ///
     /// # Errors
     /// The contract's refusal, as text.
+    ///
+    /// A case whose state snapshots would pass 2^31 f32 elements (8 GiB) is
+    /// refused here too, before anything is allocated.
     pub fn shape(&self) -> Result<GdnShape, String> {
-        GdnShape::new(self.num_k, self.num_v, D_STATE, self.d_conv, self.t)
-            .map_err(|e| e.to_string())
+        let shape = GdnShape::new(self.num_k, self.num_v, D_STATE, self.d_conv, self.t)
+            .map_err(|e| e.to_string())?;
+        match shape.state_len().checked_mul(shape.t() + 1) {
+            Some(n) if n <= 1 << 31 => Ok(shape),
+            _ => Err(format!(
+                "num_v = {}, t = {}: the states and snapshots would pass 2^31 elements (8 GiB)",
+                self.num_v, self.t
+            )),
+        }
     }
 }
 

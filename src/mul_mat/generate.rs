@@ -224,6 +224,25 @@ impl CaseSpec {
                 self.dtype.block_elems()
             ));
         }
+        // Every buffer within the shader's 32-bit indices, and the case
+        // within what a host allocates: checked here, before generating,
+        // so an oversized reproduction is an error, not an abort.
+        let row_bytes = self.dtype.row_bytes(self.k).map_err(|e| e.to_string())?;
+        let too_big = || {
+            format!(
+                "m = {}, n = {}, k = {}: a buffer would pass 2^32 elements (the shader's 32-bit indices)",
+                self.m, self.n, self.k
+            )
+        };
+        for len in [
+            self.m.checked_mul(row_bytes),
+            self.n.checked_mul(self.k),
+            self.n.checked_mul(self.m),
+        ] {
+            if len.is_none_or(|l| l > u32::MAX as usize) {
+                return Err(too_big());
+            }
+        }
         if self.arm == Arm::Exact && exact_plan(self.dtype, self.k).is_none() {
             return Err(format!("k = {} is too long for an EXACT arm", self.k));
         }
