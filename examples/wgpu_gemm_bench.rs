@@ -118,13 +118,26 @@ fn main() -> anyhow::Result<()> {
     );
     let iters = env_u32("ITERS", 20)?;
     let only = std::env::var("ONLY").unwrap_or_default();
-    let dtypes: Vec<Dtype> = Dtype::ALL
-        .into_iter()
-        .filter(|d| only.is_empty() || only.split(',').any(|o| o.eq_ignore_ascii_case(d.name())))
-        .collect();
-    if dtypes.is_empty() {
-        bail!("ONLY={only:?} names none of f32, q4_0, q8_0, q4_K, q6_K");
+    // Strict: every comma-separated entry (trimmed) must name a dtype.
+    let mut dtypes: Vec<Dtype> = Vec::new();
+    for o in only.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        let Some(d) = Dtype::ALL
+            .into_iter()
+            .find(|d| o.eq_ignore_ascii_case(d.name()))
+        else {
+            bail!("ONLY={only:?}: {o:?} is not one of f32, q4_0, q8_0, q4_K, q6_K");
+        };
+        if !dtypes.contains(&d) {
+            dtypes.push(d);
+        }
     }
+    if dtypes.is_empty() {
+        if !only.trim().is_empty() {
+            bail!("ONLY={only:?} names none of f32, q4_0, q8_0, q4_K, q6_K");
+        }
+        dtypes = Dtype::ALL.to_vec();
+    }
+    dtypes.sort_by_key(|d| Dtype::ALL.iter().position(|x| x == d));
     let candidate = std::env::var_os("SHADER").filter(|p| !p.is_empty());
     let source = match &candidate {
         Some(p) => ShaderSource::from_file(std::path::Path::new(p))?,

@@ -530,6 +530,10 @@ fn mul_mat_command(cmd: Command) -> ExitCode {
                         ExitCode::from(1)
                     }
                 }
+                Err(e) if e.is_refusal() => {
+                    eprintln!("kernel-oracle: the shim refused the case: {e}");
+                    ExitCode::from(2)
+                }
                 Err(e) => {
                     eprintln!("kernel-oracle: the shim failed: {e}");
                     ExitCode::from(1)

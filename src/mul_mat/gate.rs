@@ -95,10 +95,18 @@ pub fn spec(shape: &Shape, dtype: Dtype, arm: Arm) -> CaseSpec {
     }
 }
 
-/// Runs one case; returns its verdict, or the shim's error as a message.
-pub fn run_one(engine: &WgpuEngine, spec: &CaseSpec, geom: &Geometry) -> Result<Verdict, String> {
+/// Runs one case; returns its verdict, or the shim's error.
+///
+/// # Errors
+/// The shim's [`device::wgpu::WgpuError`] (a refusal, a compile error of
+/// a candidate, a device error, a write past `dst`).
+pub fn run_one(
+    engine: &WgpuEngine,
+    spec: &CaseSpec,
+    geom: &Geometry,
+) -> Result<Verdict, device::wgpu::WgpuError> {
     let data = spec.generate();
-    let got = run_case(engine, &data, *geom).map_err(|e| e.to_string())?;
+    let got = run_case(engine, &data, *geom)?;
     Ok(Verdict::judge(&data, &got, &reference(&data)))
 }
 
