@@ -31,8 +31,8 @@
 use multiversion::multiversion;
 use oracle::gdn::conv::conv1d_row;
 use oracle::gdn::prep::{prep_row, Heads, HeadsMut};
-use oracle::gdn::rows::{PackedOutputs, RowInputs};
-use oracle::gdn::scan::{state_after_row, StatePair, StateSlot};
+use oracle::gdn::rows::{check_packed, PackedOutputs, RowInputs};
+use oracle::gdn::scan::{check_scan_rows, state_after_row, StatePair, StateSlot};
 use oracle::gdn::transcendental::exp;
 use oracle::gdn::{GdnError, GdnParams, GdnShape, D_STATE};
 use rayon::prelude::*;
@@ -58,21 +58,8 @@ pub fn scan_rows_fast(
     o: &mut [f32],
     snap: &mut [f32],
 ) -> Result<StateSlot, GdnError> {
-    let (t, n, vd, nv) = (
-        shape.t(),
-        shape.state_len(),
-        shape.value_dim(),
-        shape.num_v(),
-    );
-    check_len("q", t * vd, x.q.len())?;
-    check_len("k", t * vd, x.k.len())?;
-    check_len("v", t * vd, x.v.len())?;
-    check_len("beta", t * nv, x.beta.len())?;
-    check_len("g", t * nv, x.g.len())?;
-    check_len("canonical", n, states.canonical.len())?;
-    check_len("alt", n, states.alt.len())?;
-    check_len("o", t * vd, o.len())?;
-    check_len("snap", shape.snapshots() * n, snap.len())?;
+    let (t, n, vd) = (shape.t(), shape.state_len(), shape.value_dim());
+    check_scan_rows(shape, x, &states, o.len(), snap.len())?;
     let StatePair { canonical, alt } = states;
     for r in 0..t {
         let o_r = &mut o[r * vd..(r + 1) * vd];
@@ -150,18 +137,8 @@ pub fn decode_rows_fast(
         shape.num_v(),
     );
     let (n, rl) = (shape.state_len(), shape.ring_len());
-    params.check(shape)?;
-    check_len("qkv", t * cd, input.qkv.len())?;
-    check_len("beta_raw", t * nv, input.beta_raw.len())?;
-    check_len("alpha", t * nv, input.alpha.len())?;
-    check_len("ring", rl, ring.len())?;
-    check_len("canonical", n, states.canonical.len())?;
-    check_len("alt", n, states.alt.len())?;
-    check_len("conv_out", t * cd, out.conv_out.len())?;
-    check_len("o", t * vd, out.o.len())?;
-    check_len("snap_conv", shape.snapshots() * rl, out.snap_conv.len())?;
-    check_len("snap_state", shape.snapshots() * n, out.snap_state.len())?;
-    let mut scratch = vec![0f32; 3 * vd + 2 * nv];
+    check_packed(shape, params, input, ring, &states, &out)?;
+    let mut scratch = vec![0f32; shape.scratch_len()];
     let StatePair { canonical, alt } = states;
     for r in 0..t {
         let conv_r = &mut out.conv_out[r * cd..(r + 1) * cd];
@@ -201,14 +178,6 @@ pub fn decode_rows_fast(
         }
     }
     Ok(state_after_row(t - 1))
-}
-
-fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), GdnError> {
-    if want == got {
-        Ok(())
-    } else {
-        Err(GdnError::Len { arg, want, got })
-    }
 }
 
 /// One head's operands for one row.

@@ -31,6 +31,7 @@
 
 use crate::fp8_mmq::fast::Simd;
 use multiversion::multiversion;
+use oracle::ggml::mul_mat::check_operands;
 use oracle::ggml::{dequantize, Dtype, GgmlError};
 use rayon::prelude::*;
 
@@ -82,13 +83,7 @@ pub fn mul_mat_fast_with(
     src1: &[f32],
     dst: &mut [f32],
 ) -> Result<(), GgmlError> {
-    let row_bytes = dtype.row_bytes(k)?;
-    let src0_len = m.checked_mul(row_bytes).ok_or(GgmlError::Overflow)?;
-    let src1_len = n.checked_mul(k).ok_or(GgmlError::Overflow)?;
-    let dst_len = n.checked_mul(m).ok_or(GgmlError::Overflow)?;
-    check_len("src0", src0_len, src0.len())?;
-    check_len("src1", src1_len, src1.len())?;
-    check_len("dst", dst_len, dst.len())?;
+    let row_bytes = check_operands(dtype, m, n, k, src0.len(), src1.len(), dst.len())?;
     let ops = Operands {
         dtype,
         m,
@@ -110,14 +105,6 @@ pub fn mul_mat_fast_with(
 /// equal bits, or both NaN (see the module docs).
 pub fn same_bits(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-}
-
-fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), GgmlError> {
-    if want == got {
-        Ok(())
-    } else {
-        Err(GgmlError::Len { arg, want, got })
-    }
 }
 
 /// The checked operands.

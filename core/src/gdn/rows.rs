@@ -57,6 +57,39 @@ pub struct PackedOutputs<'a> {
     pub snap_state: &'a mut [f32],
 }
 
+/// The argument checks of [`decode_rows`] but the scratch, in its order:
+/// the parameters, `t` rows of inputs, the ring, both state buffers and
+/// every output. Shared with the fast path outside core, so that it
+/// refuses exactly what the spec refuses.
+///
+/// # Errors
+/// [`GdnError::Len`] naming the first slice whose length is wrong.
+pub fn check_packed(
+    shape: &GdnShape,
+    params: &GdnParams<'_>,
+    input: &RowInputs<'_>,
+    ring: &[f32],
+    states: &StatePair<'_>,
+    out: &PackedOutputs<'_>,
+) -> Result<(), GdnError> {
+    let (t, cd, vd, n, rl) = (
+        shape.t(),
+        shape.conv_dim(),
+        shape.value_dim(),
+        shape.state_len(),
+        shape.ring_len(),
+    );
+    params.check(shape)?;
+    check_inputs(shape, input, t)?;
+    check_len("ring", rl, ring.len())?;
+    check_len("canonical", n, states.canonical.len())?;
+    check_len("alt", n, states.alt.len())?;
+    check_len("conv_out", t * cd, out.conv_out.len())?;
+    check_len("o", t * vd, out.o.len())?;
+    check_len("snap_conv", shape.snapshots() * rl, out.snap_conv.len())?;
+    check_len("snap_state", shape.snapshots() * n, out.snap_state.len())
+}
+
 /// Checks `input` against `rows` rows of `shape`.
 fn check_inputs(shape: &GdnShape, input: &RowInputs<'_>, rows: usize) -> Result<(), GdnError> {
     check_len("qkv", rows * shape.conv_dim(), input.qkv.len())?;
@@ -187,15 +220,7 @@ pub fn decode_rows(
         shape.state_len(),
         shape.ring_len(),
     );
-    params.check(shape)?;
-    check_inputs(shape, input, t)?;
-    check_len("ring", rl, ring.len())?;
-    check_len("canonical", n, states.canonical.len())?;
-    check_len("alt", n, states.alt.len())?;
-    check_len("conv_out", t * cd, out.conv_out.len())?;
-    check_len("o", t * vd, out.o.len())?;
-    check_len("snap_conv", shape.snapshots() * rl, out.snap_conv.len())?;
-    check_len("snap_state", shape.snapshots() * n, out.snap_state.len())?;
+    check_packed(shape, params, input, ring, &states, &out)?;
     check_len("scratch", shape.scratch_len(), scratch.len())?;
     let StatePair { canonical, alt } = states;
     for r in 0..t {

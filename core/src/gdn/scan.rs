@@ -175,6 +175,28 @@ pub fn scan_row(
     Ok(())
 }
 
+/// The argument checks of [`scan_rows`], in its order, on `t` rows of
+/// operands, both state buffers and the lengths of `o` and `snap`. Shared
+/// with the fast path outside core, so that it refuses exactly what the
+/// spec refuses.
+///
+/// # Errors
+/// [`GdnError::Len`] naming the first slice whose length is wrong.
+pub fn check_scan_rows(
+    shape: &GdnShape,
+    x: &Heads<'_>,
+    states: &StatePair<'_>,
+    o_len: usize,
+    snap_len: usize,
+) -> Result<(), GdnError> {
+    let (t, n) = (shape.t(), shape.state_len());
+    check_heads(shape, x, t)?;
+    check_len("canonical", n, states.canonical.len())?;
+    check_len("alt", n, states.alt.len())?;
+    check_len("o", t * shape.value_dim(), o_len)?;
+    check_len("snap", shape.snapshots() * n, snap_len)
+}
+
 /// Checks the operand lengths of `rows` rows.
 fn check_heads(shape: &GdnShape, x: &Heads<'_>, rows: usize) -> Result<(), GdnError> {
     let (vd, nv) = (rows * shape.value_dim(), rows * shape.num_v());
@@ -298,11 +320,7 @@ pub fn scan_rows(
     snap: &mut [f32],
 ) -> Result<StateSlot, GdnError> {
     let (t, n, vd) = (shape.t(), shape.state_len(), shape.value_dim());
-    check_heads(shape, x, t)?;
-    check_len("canonical", n, states.canonical.len())?;
-    check_len("alt", n, states.alt.len())?;
-    check_len("o", t * vd, o.len())?;
-    check_len("snap", shape.snapshots() * n, snap.len())?;
+    check_scan_rows(shape, x, &states, o.len(), snap.len())?;
     let StatePair { canonical, alt } = states;
     for r in 0..t {
         let o_r = &mut o[r * vd..(r + 1) * vd];

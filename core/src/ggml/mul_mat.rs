@@ -67,13 +67,7 @@ pub fn mul_mat(
     dst: &mut [f32],
     scratch: &mut [f32],
 ) -> Result<(), GgmlError> {
-    let row_bytes = dtype.row_bytes(k)?;
-    let src0_len = m.checked_mul(row_bytes).ok_or(GgmlError::Overflow)?;
-    let src1_len = n.checked_mul(k).ok_or(GgmlError::Overflow)?;
-    let dst_len = n.checked_mul(m).ok_or(GgmlError::Overflow)?;
-    check_len("src0", src0_len, src0.len())?;
-    check_len("src1", src1_len, src1.len())?;
-    check_len("dst", dst_len, dst.len())?;
+    let row_bytes = check_operands(dtype, m, n, k, src0.len(), src1.len(), dst.len())?;
     check_len("scratch", k, scratch.len())?;
     for mi in 0..m {
         // Step 1.
@@ -91,6 +85,33 @@ pub fn mul_mat(
         }
     }
     Ok(())
+}
+
+/// The argument checks of [`mul_mat`] but the scratch row, in its order,
+/// on the lengths of `src0` (bytes), `src1` and `dst` (elements); returns
+/// `row_bytes`. Shared with the fast paths outside core, so that they
+/// refuse exactly what the spec refuses.
+///
+/// # Errors
+/// As [`mul_mat`]: [`GgmlError::RowNotBlocks`], [`GgmlError::Overflow`],
+/// [`GgmlError::Len`] (`"src0"`, `"src1"`, `"dst"`).
+pub fn check_operands(
+    dtype: Dtype,
+    m: usize,
+    n: usize,
+    k: usize,
+    src0_len: usize,
+    src1_len: usize,
+    dst_len: usize,
+) -> Result<usize, GgmlError> {
+    let row_bytes = dtype.row_bytes(k)?;
+    let want0 = m.checked_mul(row_bytes).ok_or(GgmlError::Overflow)?;
+    let want1 = n.checked_mul(k).ok_or(GgmlError::Overflow)?;
+    let want_dst = n.checked_mul(m).ok_or(GgmlError::Overflow)?;
+    check_len("src0", want0, src0_len)?;
+    check_len("src1", want1, src1_len)?;
+    check_len("dst", want_dst, dst_len)?;
+    Ok(row_bytes)
 }
 
 fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), GgmlError> {
