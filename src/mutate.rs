@@ -1,5 +1,5 @@
 //! Planting one bug in a kernel source: the one textual edit every
-//! `mutants` module makes (MoE tables, GDN), asserted to apply exactly once
+//! `mutants` module makes (MoE tables, GDN, mul-mat), asserted to apply exactly once
 //! so that a rewrite of the kernel that moves an anchor fails loudly
 //! instead of silently producing an unchanged "mutant".
 

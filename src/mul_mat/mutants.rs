@@ -49,11 +49,5 @@ pub fn by_name(name: &str) -> Option<&'static Mutant> {
 /// # Errors
 /// A message if the anchor does not occur exactly once in `source`.
 pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
-    match source.matches(mutant.find).count() {
-        1 => Ok(source.replacen(mutant.find, mutant.replace, 1)),
-        c => Err(format!(
-            "mutant {}: its anchor occurs {c} times in the source, not once: {:?}",
-            mutant.name, mutant.find
-        )),
-    }
+    crate::mutate::apply_once(mutant.name, mutant.find, mutant.replace, source)
 }
