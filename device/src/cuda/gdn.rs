@@ -43,12 +43,13 @@
 //! [`GdnGraph::launch`] runs on them (seed 003, the gate
 //! `gpu_gdn_packed_graph_rebind_matches_per_row_bitwise`).
 
-use super::buffer::{self, Buffer};
+use super::buffer::{self, Buffer, Guarded};
 use super::error::{DeviceError, Result};
-use super::nvrtc::{nvrtc_available, Compiled};
+use super::nvrtc::nvrtc_available;
+use super::shim::{launch_config, launched, shim_methods, sm_target, Shim};
 use super::source::KernelSource;
 use super::{driver_available, drv, Engine, I32_LIMIT};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
 use cudarc::driver::{DevicePtr, DeviceRepr, PushKernelArg};
 use oracle::gdn::scan::{state_after_row, StateSlot};
 use oracle::gdn::{GdnError, GdnShape};
@@ -320,7 +321,7 @@ pub struct GdnHeads {
 
 impl GdnHeads {
     /// The five buffers with their names, for the guard check.
-    fn named(&self) -> [(&Buffer<f32>, &'static str); 5] {
+    fn named(&self) -> [(&dyn Guarded, &'static str); 5] {
         [
             (&self.q, "q"),
             (&self.k, "k"),
@@ -360,26 +361,11 @@ pub struct GdnWeights {
 
 /// One CUDA device with `cu/gdn.cu` compiled and loaded.
 pub struct GdnEngine {
-    stream: Arc<CudaStream>,
-    source: KernelSource,
-    compiled: Arc<Compiled>,
-    _module: Arc<CudaModule>,
+    shim: Shim,
     f: [CudaFunction; 6],
-    name: String,
-    arch: (i32, i32),
-    guards: bool,
 }
 
-impl std::fmt::Debug for GdnEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GdnEngine")
-            .field("device", &self.name)
-            .field("arch", &self.arch)
-            .field("source", &self.source.describe())
-            .field("guards", &self.guards)
-            .finish()
-    }
-}
+shim_methods!(GdnEngine);
 
 impl Engine {
     /// A [`GdnEngine`] on this engine's context and stream, with its guard
@@ -394,11 +380,7 @@ impl Engine {
 
 /// A launch of `grid` CTAs of `threads` threads, no dynamic shared memory.
 fn cfg(grid: (u32, u32), threads: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid.0, grid.1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    launch_config((grid.0, grid.1, 1), threads, 0)
 }
 
 impl GdnEngine {
@@ -420,8 +402,7 @@ impl GdnEngine {
     /// # Errors
     /// As [`GdnEngine::new`].
     pub fn with_source(ordinal: usize, source: KernelSource) -> Result<GdnEngine> {
-        let (ctx, stream) = super::open::open_device(ordinal)?;
-        GdnEngine::load(ctx, stream, source, false)
+        GdnEngine::load(Shim::open(ordinal, source, sm_target)?)
     }
 
     /// Shares `engine`'s context, stream and guard setting.
@@ -430,22 +411,13 @@ impl GdnEngine {
     /// [`DeviceError::Compile`], [`DeviceError::MissingKernel`],
     /// [`DeviceError::Driver`].
     pub fn from_engine(engine: &Engine, source: KernelSource) -> Result<GdnEngine> {
-        GdnEngine::load(
-            engine.ctx.clone(),
-            engine.stream.clone(),
-            source,
-            engine.guards,
-        )
+        GdnEngine::load(engine.shim.share(source, sm_target)?)
     }
 
-    fn load(
-        ctx: Arc<CudaContext>,
-        stream: Arc<CudaStream>,
-        source: KernelSource,
-        guards: bool,
-    ) -> Result<GdnEngine> {
-        let loaded = super::open::Loaded::new(&ctx, &source)?;
-        let load = |k: &str| loaded.function(k, &source);
+    /// Looks up the six kernels ([`GDN_KERNELS`], in order) in `shim`'s
+    /// module.
+    fn load(shim: Shim) -> Result<GdnEngine> {
+        let load = |k: &str| shim.function(k);
         let f = [
             load(GDN_KERNELS[0])?,
             load(GDN_KERNELS[1])?,
@@ -454,80 +426,7 @@ impl GdnEngine {
             load(GDN_KERNELS[4])?,
             load(GDN_KERNELS[5])?,
         ];
-        Ok(GdnEngine {
-            stream,
-            source,
-            compiled: loaded.compiled,
-            _module: loaded.module,
-            f,
-            name: loaded.name,
-            arch: loaded.arch,
-            guards,
-        })
-    }
-
-    /// Turns guard bands around outputs on or off.
-    pub fn set_guards(&mut self, on: bool) {
-        self.guards = on;
-    }
-
-    /// Whether outputs get guard bands.
-    pub fn guards(&self) -> bool {
-        self.guards
-    }
-
-    /// The kernel source in use, for report headers.
-    pub fn kernel_source(&self) -> String {
-        self.source.describe()
-    }
-
-    /// NVRTC's output for this source and device.
-    pub fn compiled(&self) -> &Compiled {
-        &self.compiled
-    }
-
-    /// The device's name.
-    pub fn device_name(&self) -> &str {
-        &self.name
-    }
-
-    /// Compute capability `(major, minor)`.
-    pub fn arch(&self) -> (i32, i32) {
-        self.arch
-    }
-
-    /// Copies `data` to a new (unguarded) device buffer; an empty slice
-    /// gets a one-element allocation of length 0.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`].
-    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
-        buffer::upload(&self.stream, data)
-    }
-
-    /// Copies a device buffer back (synchronises).
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`], including a fault of an earlier launch.
-    pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        buffer::download(&self.stream, buf)
-    }
-
-    /// Allocates an output of `len` elements (guarded and poisoned when
-    /// guards are on).
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`].
-    pub fn alloc_output<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
-        buffer::alloc(&self.stream, len, self.guards)
-    }
-
-    /// Waits for the stream.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`] with the fault of any earlier launch.
-    pub fn synchronize(&self) -> Result<()> {
-        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
+        Ok(GdnEngine { shim, f })
     }
 
     /// Uploads the layer's weights, checking their lengths against `shape`.
@@ -610,16 +509,6 @@ impl GdnEngine {
         (c.div_ceil(u64::from(GDN_CONV_THREADS)) as u32, 1)
     }
 
-    fn guard(&self, bufs: &[(&Buffer<f32>, &'static str)]) -> Result<()> {
-        if self.guards {
-            self.synchronize()?;
-            for (b, name) in bufs {
-                buffer::check_guards(&self.stream, *b, name)?;
-            }
-        }
-        Ok(())
-    }
-
     /// `gdn_conv1d_decode`: row `row` of a per-row sequence (its parity
     /// picks the table half; the ring is the same either way): `x [C]`
     /// into `out [C]`, the ring advancing in `state`.
@@ -644,15 +533,15 @@ impl GdnEngine {
         let (cd, dc) = (shape.conv_dim() as i32, shape.d_conv() as i32);
         let (xv, wv) = (x.view(), w.conv_w.view());
         let mut ov = out.view_mut();
-        let mut b = self.stream.launch_builder(&self.f[0]);
+        let mut b = self.shim.stream.launch_builder(&self.f[0]);
         b.arg(&xv).arg(&tab).arg(&wv).arg(&mut ov).arg(&cd).arg(&dc);
         // SAFETY: the ABI's argument types and order; every length checked
         // above; the table points at the state's own checked buffers.
-        drv(|| format!("launch {}", GDN_KERNELS[0]), unsafe {
+        launched(GDN_KERNELS[0], unsafe {
             b.launch(cfg(Self::conv_grid(shape), GDN_CONV_THREADS))
         })?;
         drop(b);
-        self.guard(&[(out, "out")])
+        self.shim.check_outputs(&[(out, "out")])
     }
 
     /// `gdn_conv1d_decode_tloop`: `t = shape.t()` rows `x [t][C]` into
@@ -672,7 +561,7 @@ impl GdnEngine {
         snap: &mut Buffer<f32>,
     ) -> Result<()> {
         self.launch_conv_rows(shape, x, w, state, out, snap)?;
-        self.guard(&[(out, "out"), (snap, "snap")])
+        self.shim.check_outputs(&[(out, "out"), (snap, "snap")])
     }
 
     /// [`GdnEngine::conv_rows`] without the guard check (no synchronisation:
@@ -703,7 +592,7 @@ impl GdnEngine {
         let null = 0u64;
         let mut ov = out.view_mut();
         let mut sv = snap.view_mut();
-        let mut b = self.stream.launch_builder(&self.f[3]);
+        let mut b = self.shim.stream.launch_builder(&self.f[3]);
         b.arg(&xv).arg(&tab).arg(&wv).arg(&mut ov);
         if t > 1 {
             b.arg(&mut sv);
@@ -712,7 +601,7 @@ impl GdnEngine {
         }
         b.arg(&cd).arg(&dc).arg(&ti);
         // SAFETY: as conv_row; snap is null only when t = 1 (never written).
-        drv(|| format!("launch {}", GDN_KERNELS[3]), unsafe {
+        launched(GDN_KERNELS[3], unsafe {
             b.launch(cfg(Self::conv_grid(shape), GDN_CONV_THREADS))
         })?;
         Ok(())
@@ -730,7 +619,7 @@ impl GdnEngine {
         heads: &mut GdnHeads,
     ) -> Result<()> {
         self.launch_prep(shape, rows, w, conv_out, beta_raw, alpha, heads)?;
-        self.guard(&heads.named())
+        self.shim.check_outputs(&heads.named())
     }
 
     /// [`GdnEngine::prep`] without the guard check.
@@ -755,12 +644,7 @@ impl GdnEngine {
             w.a_log.len(),
             heads.lens(),
         )?;
-        let f = if rows == 1 { &self.f[1] } else { &self.f[4] };
-        let kernel = if rows == 1 {
-            GDN_KERNELS[1]
-        } else {
-            GDN_KERNELS[4]
-        };
+        let i = if rows == 1 { 1 } else { 4 };
         let (nk, nv, ti) = (shape.num_k() as i32, shape.num_v() as i32, rows as i32);
         let (cv, bv, av) = (conv_out.view(), beta_raw.view(), alpha.view());
         let (dv, lv) = (w.dt_bias.view(), w.a_log.view());
@@ -769,7 +653,7 @@ impl GdnEngine {
         let mut vv = heads.v.view_mut();
         let mut betav = heads.beta.view_mut();
         let mut gv = heads.g.view_mut();
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.shim.stream.launch_builder(&self.f[i]);
         b.arg(&cv).arg(&bv).arg(&av).arg(&dv).arg(&lv);
         b.arg(&mut qv)
             .arg(&mut kv)
@@ -780,7 +664,7 @@ impl GdnEngine {
         let grid = (shape.num_v() as u32, rows as u32);
         // SAFETY: the ABI's argument types and order; lengths checked above;
         // grid (num_v, rows) within limits (check_gdn_limits).
-        drv(|| format!("launch {kernel}"), unsafe {
+        launched(GDN_KERNELS[i], unsafe {
             b.launch(cfg(grid, GDN_HEAD_THREADS))
         })?;
         Ok(())
@@ -843,16 +727,16 @@ impl GdnEngine {
         let (qv, kv, vv) = (heads.q.view(), heads.k.view(), heads.v.view());
         let (gv, bv) = (heads.g.view(), heads.beta.view());
         let mut ov = o.view_mut();
-        let mut b = self.stream.launch_builder(&self.f[2]);
+        let mut b = self.shim.stream.launch_builder(&self.f[2]);
         b.arg(&qv).arg(&kv).arg(&vv).arg(&gv).arg(&bv).arg(&tab);
         b.arg(&mut ov).arg(&nv).arg(&scale);
         // SAFETY: the ABI's argument types and order; lengths checked above;
         // the table points at the state's own checked buffers.
-        drv(|| format!("launch {}", GDN_KERNELS[2]), unsafe {
+        launched(GDN_KERNELS[2], unsafe {
             b.launch(cfg((shape.num_v() as u32, 1), GDN_HEAD_THREADS))
         })?;
         drop(b);
-        self.guard(&[(o, "o")])
+        self.shim.check_outputs(&[(o, "o")])
     }
 
     /// `gdn_scan_s128_tsnap`: `t = shape.t()` rows from the canonical
@@ -872,7 +756,7 @@ impl GdnEngine {
         snap: &mut Buffer<f32>,
     ) -> Result<StateSlot> {
         let slot = self.launch_scan_rows(shape, heads, scale, state, o, snap)?;
-        self.guard(&[(o, "o"), (snap, "snap")])?;
+        self.shim.check_outputs(&[(o, "o"), (snap, "snap")])?;
         Ok(slot)
     }
 
@@ -897,7 +781,7 @@ impl GdnEngine {
         let null = 0u64;
         let mut ov = o.view_mut();
         let mut sv = snap.view_mut();
-        let mut b = self.stream.launch_builder(&self.f[5]);
+        let mut b = self.shim.stream.launch_builder(&self.f[5]);
         b.arg(&qv).arg(&kv).arg(&vv).arg(&gv).arg(&bv).arg(&tab);
         b.arg(&mut ov);
         if t > 1 {
@@ -907,7 +791,7 @@ impl GdnEngine {
         }
         b.arg(&nv).arg(&ti).arg(&scale);
         // SAFETY: as scan_row; snap is null only when t = 1 (never written).
-        drv(|| format!("launch {}", GDN_KERNELS[5]), unsafe {
+        launched(GDN_KERNELS[5], unsafe {
             b.launch(cfg((shape.num_v() as u32, 1), GDN_HEAD_THREADS))
         })?;
         Ok(state_after_row(t - 1))
@@ -981,8 +865,8 @@ impl GdnStep {
         self.state.after_row(self.shape.t() - 1)
     }
 
-    fn outputs(&self) -> Vec<(&Buffer<f32>, &'static str)> {
-        let mut v = vec![
+    fn outputs(&self) -> Vec<(&dyn Guarded, &'static str)> {
+        let mut v: Vec<(&dyn Guarded, &'static str)> = vec![
             (&self.conv_out, "conv_out"),
             (&self.snap_conv, "snap_conv"),
             (&self.o, "o"),
@@ -1027,12 +911,7 @@ impl GdnGraph {
             || "cuGraphLaunch (gdn packed step)".into(),
             self.graph.launch(),
         )?;
-        if self.guards {
-            drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())?;
-            for (b, name) in self.step.outputs() {
-                buffer::check_guards(&self.stream, b, name)?;
-            }
-        }
+        buffer::check_outputs(&self.stream, self.guards, &self.step.outputs())?;
         Ok(state_after_row(self.step.shape.t() - 1))
     }
 
@@ -1107,7 +986,7 @@ impl GdnEngine {
     /// # Errors
     /// [`DeviceError::ArgLen`] if the lengths differ; [`DeviceError::Driver`].
     pub fn upload_into<T: DeviceRepr>(&self, data: &[T], buf: &mut Buffer<T>) -> Result<()> {
-        buffer::upload_into(&self.stream, data, buf)
+        buffer::upload_into(&self.shim.stream, data, buf)
     }
 
     /// Device-to-device copy of `src` into `dst` (the benchmark's peer).
@@ -1124,17 +1003,10 @@ impl GdnEngine {
         }
         drv(
             || format!("cuMemcpyDtoD ({} elements)", src.len()),
-            self.stream.memcpy_dtod(&src.view(), &mut dst.view_mut()),
+            self.shim
+                .stream
+                .memcpy_dtod(&src.view(), &mut dst.view_mut()),
         )
-    }
-
-    /// Milliseconds per call of `f`, timed with CUDA events on the
-    /// engine's stream around `iters` calls (after the caller's warm-up).
-    ///
-    /// # Errors
-    /// The first error of `f`; [`DeviceError::Driver`].
-    pub fn time_ms(&self, iters: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
-        super::open::time_ms(&self.stream, iters, f)
     }
 
     /// Overwrites a state's buffers in place (the table is unchanged):
@@ -1168,7 +1040,7 @@ impl GdnEngine {
     fn write_table(&self, state: &mut GdnState) -> Result<()> {
         let ptr = |b: &Buffer<f32>| {
             let v = b.view();
-            let (p, _sync) = v.device_ptr(&self.stream);
+            let (p, _sync) = v.device_ptr(&self.shim.stream);
             p
         };
         let (pr, pc, pa) = (ptr(&state.ring), ptr(&state.canonical), ptr(&state.alt));
@@ -1302,7 +1174,7 @@ impl GdnEngine {
     /// [`DeviceError::Driver`]; [`DeviceError::GuardClobbered`].
     pub fn run_step(&self, step: &mut GdnStep) -> Result<StateSlot> {
         let slot = self.launch_step(step)?;
-        self.guard(&step.outputs())?;
+        self.shim.check_outputs(&step.outputs())?;
         Ok(slot)
     }
 
@@ -1318,12 +1190,13 @@ impl GdnEngine {
         self.synchronize()?;
         drv(
             || "cuStreamBeginCapture".into(),
-            self.stream
+            self.shim
+                .stream
                 .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
         )?;
         let launched = self.launch_step(&mut step);
         // End the capture whatever happened, so the stream is usable again.
-        let ended = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        let ended = self.shim.stream.end_capture(CUgraphInstantiate_flags(0));
         launched?;
         let graph = drv(|| "cuStreamEndCapture / cuGraphInstantiate".into(), ended)?.ok_or(
             DeviceError::GraphEmpty {
@@ -1333,8 +1206,8 @@ impl GdnEngine {
         Ok(GdnGraph {
             graph,
             step,
-            stream: self.stream.clone(),
-            guards: self.guards,
+            stream: self.shim.stream.clone(),
+            guards: self.shim.guards,
         })
     }
 }
