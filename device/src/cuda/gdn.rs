@@ -246,6 +246,18 @@ pub fn check_gdn_scan(
     Ok(())
 }
 
+/// Checks a layer's weights (element counts) against `shape`: the kernels'
+/// limits, then `conv_w` `C * d_conv`, `dt_bias` and `a_log` `num_v`.
+///
+/// # Errors
+/// [`DeviceError::IndexRange`]; [`DeviceError::Gdn`] (`GdnError::Len`).
+fn check_weight_lens(shape: &GdnShape, conv_w: usize, dt_bias: usize, a_log: usize) -> Result<()> {
+    check_gdn_limits(shape)?;
+    len("conv_w", shape.conv_w_len(), conv_w)?;
+    len("dt_bias", shape.num_v(), dt_bias)?;
+    len("a_log", shape.num_v(), a_log)
+}
+
 /// Checks the buffers of a [`GdnState`]: `ring` `C * (d_conv - 1)`,
 /// `canonical` and `alt` `num_v * 128 * 128`.
 ///
@@ -300,6 +312,21 @@ impl GdnState {
 
     fn fits(&self, shape: &GdnShape) -> Result<()> {
         check_gdn_state(shape, self.ring_len, self.state_len, self.state_len)
+    }
+
+    /// Checks replacements for the state's buffers (element counts): `ring`
+    /// against its ring length, `canonical` and `alt` (when given) against
+    /// its state length, in that order.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`] (`GdnError::Len`).
+    fn check_lens(&self, ring: usize, canonical: usize, alt: Option<usize>) -> Result<()> {
+        len("ring", self.ring_len, ring)?;
+        len("canonical", self.state_len, canonical)?;
+        if let Some(a) = alt {
+            len("alt", self.state_len, a)?;
+        }
+        Ok(())
     }
 }
 
@@ -442,10 +469,7 @@ impl GdnEngine {
         eps: f32,
         scale: f32,
     ) -> Result<GdnWeights> {
-        check_gdn_limits(shape)?;
-        len("conv_w", shape.conv_w_len(), conv_w.len())?;
-        len("dt_bias", shape.num_v(), dt_bias.len())?;
-        len("a_log", shape.num_v(), a_log.len())?;
+        check_weight_lens(shape, conv_w.len(), dt_bias.len(), a_log.len())?;
         Ok(GdnWeights {
             conv_w: self.upload(conv_w)?,
             dt_bias: self.upload(dt_bias)?,
@@ -607,22 +631,9 @@ impl GdnEngine {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)] // allow: the ABI's buffers, each one argument
-    fn prep(
-        &self,
-        shape: &GdnShape,
-        rows: usize,
-        w: &GdnWeights,
-        conv_out: &Buffer<f32>,
-        beta_raw: &Buffer<f32>,
-        alpha: &Buffer<f32>,
-        heads: &mut GdnHeads,
-    ) -> Result<()> {
-        self.launch_prep(shape, rows, w, conv_out, beta_raw, alpha, heads)?;
-        self.shim.check_outputs(&heads.named())
-    }
-
-    /// [`GdnEngine::prep`] without the guard check.
+    /// Prep over `rows` rows: `gdn_prep_decode` when `rows = 1`, else
+    /// `gdn_prep_decode_rows`; no guard check (no synchronisation: it may be
+    /// captured into a graph).
     #[allow(clippy::too_many_arguments)] // allow: the ABI's buffers, each one argument
     fn launch_prep(
         &self,
@@ -684,7 +695,8 @@ impl GdnEngine {
         alpha: &Buffer<f32>,
         heads: &mut GdnHeads,
     ) -> Result<()> {
-        self.prep(shape, 1, w, conv_out, beta_raw, alpha, heads)
+        self.launch_prep(shape, 1, w, conv_out, beta_raw, alpha, heads)?;
+        self.shim.check_outputs(&heads.named())
     }
 
     /// `gdn_prep_decode_rows`: `t = shape.t()` rows.
@@ -700,7 +712,8 @@ impl GdnEngine {
         alpha: &Buffer<f32>,
         heads: &mut GdnHeads,
     ) -> Result<()> {
-        self.prep(shape, shape.t(), w, conv_out, beta_raw, alpha, heads)
+        self.launch_prep(shape, shape.t(), w, conv_out, beta_raw, alpha, heads)?;
+        self.shim.check_outputs(&heads.named())
     }
 
     /// `gdn_scan_s128`: row `row` of a per-row sequence, reading the state
@@ -1022,11 +1035,7 @@ impl GdnEngine {
         canonical: &[f32],
         alt: Option<&[f32]>,
     ) -> Result<()> {
-        len("ring", state.ring_len, ring.len())?;
-        len("canonical", state.state_len, canonical.len())?;
-        if let Some(a) = alt {
-            len("alt", state.state_len, a.len())?;
-        }
+        state.check_lens(ring.len(), canonical.len(), alt.map(<[f32]>::len))?;
         self.upload_into(ring, &mut state.ring)?;
         self.upload_into(canonical, &mut state.canonical)?;
         if let Some(a) = alt {
@@ -1064,9 +1073,7 @@ impl GdnEngine {
         canonical: Buffer<f32>,
         alt: Buffer<f32>,
     ) -> Result<[Buffer<f32>; 3]> {
-        len("ring", state.ring_len, ring.len())?;
-        len("canonical", state.state_len, canonical.len())?;
-        len("alt", state.state_len, alt.len())?;
+        state.check_lens(ring.len(), canonical.len(), Some(alt.len()))?;
         let old = [
             std::mem::replace(&mut state.ring, ring),
             std::mem::replace(&mut state.canonical, canonical),
@@ -1100,10 +1107,12 @@ impl GdnEngine {
         weights: GdnWeights,
         state: GdnState,
     ) -> Result<GdnStep> {
-        check_gdn_limits(shape)?;
-        len("conv_w", shape.conv_w_len(), weights.conv_w.len())?;
-        len("dt_bias", shape.num_v(), weights.dt_bias.len())?;
-        len("a_log", shape.num_v(), weights.a_log.len())?;
+        check_weight_lens(
+            shape,
+            weights.conv_w.len(),
+            weights.dt_bias.len(),
+            weights.a_log.len(),
+        )?;
         state.fits(shape)?;
         let (t, c, nv) = (shape.t(), shape.conv_dim(), shape.num_v());
         let zeros = |n: usize| self.upload(&vec![0f32; n]);
