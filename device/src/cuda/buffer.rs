@@ -191,3 +191,45 @@ pub(crate) fn check_guards<T>(
     }
     Ok(())
 }
+
+/// An output whose guard bands can be checked, whatever its element type
+/// (so one list can name a call's `u8`, `u64` and `f32` outputs).
+pub(crate) trait Guarded {
+    /// [`check_guards`] on this buffer, named `arg` in the error.
+    ///
+    /// # Errors
+    /// As [`check_guards`].
+    fn check_bands(&self, stream: &Arc<CudaStream>, arg: &'static str) -> Result<()>;
+}
+
+impl<T> Guarded for Buffer<T> {
+    fn check_bands(&self, stream: &Arc<CudaStream>, arg: &'static str) -> Result<()> {
+        check_guards(stream, self, arg)
+    }
+}
+
+/// After launches that wrote `outputs` (each with its argument name): when
+/// `guards` is on, synchronises the stream, then checks each output's bands
+/// in order ([`check_guards`], which synchronises again); when off, does
+/// nothing, so a launch-only call stays free of synchronisation.
+///
+/// # Errors
+/// [`DeviceError::Driver`] (a fault of the launches shows here);
+/// [`DeviceError::GuardClobbered`] for the first output, in order, whose
+/// band changed.
+pub(crate) fn check_outputs(
+    stream: &Arc<CudaStream>,
+    guards: bool,
+    outputs: &[(&dyn Guarded, &'static str)],
+) -> Result<()> {
+    if !guards {
+        return Ok(());
+    }
+    stream
+        .synchronize()
+        .map_err(|e| DeviceError::driver("cuStreamSynchronize", e))?;
+    for (buf, arg) in outputs {
+        buf.check_bands(stream, arg)?;
+    }
+    Ok(())
+}

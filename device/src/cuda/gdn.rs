@@ -43,12 +43,13 @@
 //! [`GdnGraph::launch`] runs on them (seed 003, the gate
 //! `gpu_gdn_packed_graph_rebind_matches_per_row_bitwise`).
 
-use super::buffer::{self, Buffer};
+use super::buffer::{self, Buffer, Guarded};
 use super::error::{DeviceError, Result};
-use super::nvrtc::{nvrtc_available, Compiled};
+use super::nvrtc::nvrtc_available;
+use super::shim::{launch_config, launched, shim_methods, sm_target, Shim};
 use super::source::KernelSource;
 use super::{driver_available, drv, Engine, I32_LIMIT};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
 use cudarc::driver::{DevicePtr, DeviceRepr, PushKernelArg};
 use oracle::gdn::scan::{state_after_row, StateSlot};
 use oracle::gdn::{GdnError, GdnShape};
@@ -245,6 +246,18 @@ pub fn check_gdn_scan(
     Ok(())
 }
 
+/// Checks a layer's weights (element counts) against `shape`: the kernels'
+/// limits, then `conv_w` `C * d_conv`, `dt_bias` and `a_log` `num_v`.
+///
+/// # Errors
+/// [`DeviceError::IndexRange`]; [`DeviceError::Gdn`] (`GdnError::Len`).
+fn check_weight_lens(shape: &GdnShape, conv_w: usize, dt_bias: usize, a_log: usize) -> Result<()> {
+    check_gdn_limits(shape)?;
+    len("conv_w", shape.conv_w_len(), conv_w)?;
+    len("dt_bias", shape.num_v(), dt_bias)?;
+    len("a_log", shape.num_v(), a_log)
+}
+
 /// Checks the buffers of a [`GdnState`]: `ring` `C * (d_conv - 1)`,
 /// `canonical` and `alt` `num_v * 128 * 128`.
 ///
@@ -300,6 +313,21 @@ impl GdnState {
     fn fits(&self, shape: &GdnShape) -> Result<()> {
         check_gdn_state(shape, self.ring_len, self.state_len, self.state_len)
     }
+
+    /// Checks replacements for the state's buffers (element counts): `ring`
+    /// against its ring length, `canonical` and `alt` (when given) against
+    /// its state length, in that order.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`] (`GdnError::Len`).
+    fn check_lens(&self, ring: usize, canonical: usize, alt: Option<usize>) -> Result<()> {
+        len("ring", self.ring_len, ring)?;
+        len("canonical", self.state_len, canonical)?;
+        if let Some(a) = alt {
+            len("alt", self.state_len, a)?;
+        }
+        Ok(())
+    }
 }
 
 /// Prep's outputs on the device, `rows` rows: `q, k, v` `[rows][V]`,
@@ -320,7 +348,7 @@ pub struct GdnHeads {
 
 impl GdnHeads {
     /// The five buffers with their names, for the guard check.
-    fn named(&self) -> [(&Buffer<f32>, &'static str); 5] {
+    fn named(&self) -> [(&dyn Guarded, &'static str); 5] {
         [
             (&self.q, "q"),
             (&self.k, "k"),
@@ -360,26 +388,11 @@ pub struct GdnWeights {
 
 /// One CUDA device with `cu/gdn.cu` compiled and loaded.
 pub struct GdnEngine {
-    stream: Arc<CudaStream>,
-    source: KernelSource,
-    compiled: Arc<Compiled>,
-    _module: Arc<CudaModule>,
+    shim: Shim,
     f: [CudaFunction; 6],
-    name: String,
-    arch: (i32, i32),
-    guards: bool,
 }
 
-impl std::fmt::Debug for GdnEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GdnEngine")
-            .field("device", &self.name)
-            .field("arch", &self.arch)
-            .field("source", &self.source.describe())
-            .field("guards", &self.guards)
-            .finish()
-    }
-}
+shim_methods!(GdnEngine);
 
 impl Engine {
     /// A [`GdnEngine`] on this engine's context and stream, with its guard
@@ -394,11 +407,7 @@ impl Engine {
 
 /// A launch of `grid` CTAs of `threads` threads, no dynamic shared memory.
 fn cfg(grid: (u32, u32), threads: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid.0, grid.1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    launch_config((grid.0, grid.1, 1), threads, 0)
 }
 
 impl GdnEngine {
@@ -420,8 +429,7 @@ impl GdnEngine {
     /// # Errors
     /// As [`GdnEngine::new`].
     pub fn with_source(ordinal: usize, source: KernelSource) -> Result<GdnEngine> {
-        let (ctx, stream) = super::open::open_device(ordinal)?;
-        GdnEngine::load(ctx, stream, source, false)
+        GdnEngine::load(Shim::open(ordinal, source, sm_target)?)
     }
 
     /// Shares `engine`'s context, stream and guard setting.
@@ -430,22 +438,13 @@ impl GdnEngine {
     /// [`DeviceError::Compile`], [`DeviceError::MissingKernel`],
     /// [`DeviceError::Driver`].
     pub fn from_engine(engine: &Engine, source: KernelSource) -> Result<GdnEngine> {
-        GdnEngine::load(
-            engine.ctx.clone(),
-            engine.stream.clone(),
-            source,
-            engine.guards,
-        )
+        GdnEngine::load(engine.shim.share(source, sm_target)?)
     }
 
-    fn load(
-        ctx: Arc<CudaContext>,
-        stream: Arc<CudaStream>,
-        source: KernelSource,
-        guards: bool,
-    ) -> Result<GdnEngine> {
-        let loaded = super::open::Loaded::new(&ctx, &source)?;
-        let load = |k: &str| loaded.function(k, &source);
+    /// Looks up the six kernels ([`GDN_KERNELS`], in order) in `shim`'s
+    /// module.
+    fn load(shim: Shim) -> Result<GdnEngine> {
+        let load = |k: &str| shim.function(k);
         let f = [
             load(GDN_KERNELS[0])?,
             load(GDN_KERNELS[1])?,
@@ -454,80 +453,7 @@ impl GdnEngine {
             load(GDN_KERNELS[4])?,
             load(GDN_KERNELS[5])?,
         ];
-        Ok(GdnEngine {
-            stream,
-            source,
-            compiled: loaded.compiled,
-            _module: loaded.module,
-            f,
-            name: loaded.name,
-            arch: loaded.arch,
-            guards,
-        })
-    }
-
-    /// Turns guard bands around outputs on or off.
-    pub fn set_guards(&mut self, on: bool) {
-        self.guards = on;
-    }
-
-    /// Whether outputs get guard bands.
-    pub fn guards(&self) -> bool {
-        self.guards
-    }
-
-    /// The kernel source in use, for report headers.
-    pub fn kernel_source(&self) -> String {
-        self.source.describe()
-    }
-
-    /// NVRTC's output for this source and device.
-    pub fn compiled(&self) -> &Compiled {
-        &self.compiled
-    }
-
-    /// The device's name.
-    pub fn device_name(&self) -> &str {
-        &self.name
-    }
-
-    /// Compute capability `(major, minor)`.
-    pub fn arch(&self) -> (i32, i32) {
-        self.arch
-    }
-
-    /// Copies `data` to a new (unguarded) device buffer; an empty slice
-    /// gets a one-element allocation of length 0.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`].
-    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
-        buffer::upload(&self.stream, data)
-    }
-
-    /// Copies a device buffer back (synchronises).
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`], including a fault of an earlier launch.
-    pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        buffer::download(&self.stream, buf)
-    }
-
-    /// Allocates an output of `len` elements (guarded and poisoned when
-    /// guards are on).
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`].
-    pub fn alloc_output<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
-        buffer::alloc(&self.stream, len, self.guards)
-    }
-
-    /// Waits for the stream.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`] with the fault of any earlier launch.
-    pub fn synchronize(&self) -> Result<()> {
-        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
+        Ok(GdnEngine { shim, f })
     }
 
     /// Uploads the layer's weights, checking their lengths against `shape`.
@@ -543,10 +469,7 @@ impl GdnEngine {
         eps: f32,
         scale: f32,
     ) -> Result<GdnWeights> {
-        check_gdn_limits(shape)?;
-        len("conv_w", shape.conv_w_len(), conv_w.len())?;
-        len("dt_bias", shape.num_v(), dt_bias.len())?;
-        len("a_log", shape.num_v(), a_log.len())?;
+        check_weight_lens(shape, conv_w.len(), dt_bias.len(), a_log.len())?;
         Ok(GdnWeights {
             conv_w: self.upload(conv_w)?,
             dt_bias: self.upload(dt_bias)?,
@@ -610,16 +533,6 @@ impl GdnEngine {
         (c.div_ceil(u64::from(GDN_CONV_THREADS)) as u32, 1)
     }
 
-    fn guard(&self, bufs: &[(&Buffer<f32>, &'static str)]) -> Result<()> {
-        if self.guards {
-            self.synchronize()?;
-            for (b, name) in bufs {
-                buffer::check_guards(&self.stream, *b, name)?;
-            }
-        }
-        Ok(())
-    }
-
     /// `gdn_conv1d_decode`: row `row` of a per-row sequence (its parity
     /// picks the table half; the ring is the same either way): `x [C]`
     /// into `out [C]`, the ring advancing in `state`.
@@ -644,15 +557,15 @@ impl GdnEngine {
         let (cd, dc) = (shape.conv_dim() as i32, shape.d_conv() as i32);
         let (xv, wv) = (x.view(), w.conv_w.view());
         let mut ov = out.view_mut();
-        let mut b = self.stream.launch_builder(&self.f[0]);
+        let mut b = self.shim.stream.launch_builder(&self.f[0]);
         b.arg(&xv).arg(&tab).arg(&wv).arg(&mut ov).arg(&cd).arg(&dc);
         // SAFETY: the ABI's argument types and order; every length checked
         // above; the table points at the state's own checked buffers.
-        drv(|| format!("launch {}", GDN_KERNELS[0]), unsafe {
+        launched(GDN_KERNELS[0], unsafe {
             b.launch(cfg(Self::conv_grid(shape), GDN_CONV_THREADS))
         })?;
         drop(b);
-        self.guard(&[(out, "out")])
+        self.shim.check_outputs(&[(out, "out")])
     }
 
     /// `gdn_conv1d_decode_tloop`: `t = shape.t()` rows `x [t][C]` into
@@ -672,7 +585,7 @@ impl GdnEngine {
         snap: &mut Buffer<f32>,
     ) -> Result<()> {
         self.launch_conv_rows(shape, x, w, state, out, snap)?;
-        self.guard(&[(out, "out"), (snap, "snap")])
+        self.shim.check_outputs(&[(out, "out"), (snap, "snap")])
     }
 
     /// [`GdnEngine::conv_rows`] without the guard check (no synchronisation:
@@ -703,7 +616,7 @@ impl GdnEngine {
         let null = 0u64;
         let mut ov = out.view_mut();
         let mut sv = snap.view_mut();
-        let mut b = self.stream.launch_builder(&self.f[3]);
+        let mut b = self.shim.stream.launch_builder(&self.f[3]);
         b.arg(&xv).arg(&tab).arg(&wv).arg(&mut ov);
         if t > 1 {
             b.arg(&mut sv);
@@ -712,28 +625,15 @@ impl GdnEngine {
         }
         b.arg(&cd).arg(&dc).arg(&ti);
         // SAFETY: as conv_row; snap is null only when t = 1 (never written).
-        drv(|| format!("launch {}", GDN_KERNELS[3]), unsafe {
+        launched(GDN_KERNELS[3], unsafe {
             b.launch(cfg(Self::conv_grid(shape), GDN_CONV_THREADS))
         })?;
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)] // allow: the ABI's buffers, each one argument
-    fn prep(
-        &self,
-        shape: &GdnShape,
-        rows: usize,
-        w: &GdnWeights,
-        conv_out: &Buffer<f32>,
-        beta_raw: &Buffer<f32>,
-        alpha: &Buffer<f32>,
-        heads: &mut GdnHeads,
-    ) -> Result<()> {
-        self.launch_prep(shape, rows, w, conv_out, beta_raw, alpha, heads)?;
-        self.guard(&heads.named())
-    }
-
-    /// [`GdnEngine::prep`] without the guard check.
+    /// Prep over `rows` rows: `gdn_prep_decode` when `rows = 1`, else
+    /// `gdn_prep_decode_rows`; no guard check (no synchronisation: it may be
+    /// captured into a graph).
     #[allow(clippy::too_many_arguments)] // allow: the ABI's buffers, each one argument
     fn launch_prep(
         &self,
@@ -755,12 +655,7 @@ impl GdnEngine {
             w.a_log.len(),
             heads.lens(),
         )?;
-        let f = if rows == 1 { &self.f[1] } else { &self.f[4] };
-        let kernel = if rows == 1 {
-            GDN_KERNELS[1]
-        } else {
-            GDN_KERNELS[4]
-        };
+        let i = if rows == 1 { 1 } else { 4 };
         let (nk, nv, ti) = (shape.num_k() as i32, shape.num_v() as i32, rows as i32);
         let (cv, bv, av) = (conv_out.view(), beta_raw.view(), alpha.view());
         let (dv, lv) = (w.dt_bias.view(), w.a_log.view());
@@ -769,7 +664,7 @@ impl GdnEngine {
         let mut vv = heads.v.view_mut();
         let mut betav = heads.beta.view_mut();
         let mut gv = heads.g.view_mut();
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.shim.stream.launch_builder(&self.f[i]);
         b.arg(&cv).arg(&bv).arg(&av).arg(&dv).arg(&lv);
         b.arg(&mut qv)
             .arg(&mut kv)
@@ -780,7 +675,7 @@ impl GdnEngine {
         let grid = (shape.num_v() as u32, rows as u32);
         // SAFETY: the ABI's argument types and order; lengths checked above;
         // grid (num_v, rows) within limits (check_gdn_limits).
-        drv(|| format!("launch {kernel}"), unsafe {
+        launched(GDN_KERNELS[i], unsafe {
             b.launch(cfg(grid, GDN_HEAD_THREADS))
         })?;
         Ok(())
@@ -800,7 +695,8 @@ impl GdnEngine {
         alpha: &Buffer<f32>,
         heads: &mut GdnHeads,
     ) -> Result<()> {
-        self.prep(shape, 1, w, conv_out, beta_raw, alpha, heads)
+        self.launch_prep(shape, 1, w, conv_out, beta_raw, alpha, heads)?;
+        self.shim.check_outputs(&heads.named())
     }
 
     /// `gdn_prep_decode_rows`: `t = shape.t()` rows.
@@ -816,7 +712,8 @@ impl GdnEngine {
         alpha: &Buffer<f32>,
         heads: &mut GdnHeads,
     ) -> Result<()> {
-        self.prep(shape, shape.t(), w, conv_out, beta_raw, alpha, heads)
+        self.launch_prep(shape, shape.t(), w, conv_out, beta_raw, alpha, heads)?;
+        self.shim.check_outputs(&heads.named())
     }
 
     /// `gdn_scan_s128`: row `row` of a per-row sequence, reading the state
@@ -843,16 +740,16 @@ impl GdnEngine {
         let (qv, kv, vv) = (heads.q.view(), heads.k.view(), heads.v.view());
         let (gv, bv) = (heads.g.view(), heads.beta.view());
         let mut ov = o.view_mut();
-        let mut b = self.stream.launch_builder(&self.f[2]);
+        let mut b = self.shim.stream.launch_builder(&self.f[2]);
         b.arg(&qv).arg(&kv).arg(&vv).arg(&gv).arg(&bv).arg(&tab);
         b.arg(&mut ov).arg(&nv).arg(&scale);
         // SAFETY: the ABI's argument types and order; lengths checked above;
         // the table points at the state's own checked buffers.
-        drv(|| format!("launch {}", GDN_KERNELS[2]), unsafe {
+        launched(GDN_KERNELS[2], unsafe {
             b.launch(cfg((shape.num_v() as u32, 1), GDN_HEAD_THREADS))
         })?;
         drop(b);
-        self.guard(&[(o, "o")])
+        self.shim.check_outputs(&[(o, "o")])
     }
 
     /// `gdn_scan_s128_tsnap`: `t = shape.t()` rows from the canonical
@@ -872,7 +769,7 @@ impl GdnEngine {
         snap: &mut Buffer<f32>,
     ) -> Result<StateSlot> {
         let slot = self.launch_scan_rows(shape, heads, scale, state, o, snap)?;
-        self.guard(&[(o, "o"), (snap, "snap")])?;
+        self.shim.check_outputs(&[(o, "o"), (snap, "snap")])?;
         Ok(slot)
     }
 
@@ -897,7 +794,7 @@ impl GdnEngine {
         let null = 0u64;
         let mut ov = o.view_mut();
         let mut sv = snap.view_mut();
-        let mut b = self.stream.launch_builder(&self.f[5]);
+        let mut b = self.shim.stream.launch_builder(&self.f[5]);
         b.arg(&qv).arg(&kv).arg(&vv).arg(&gv).arg(&bv).arg(&tab);
         b.arg(&mut ov);
         if t > 1 {
@@ -907,7 +804,7 @@ impl GdnEngine {
         }
         b.arg(&nv).arg(&ti).arg(&scale);
         // SAFETY: as scan_row; snap is null only when t = 1 (never written).
-        drv(|| format!("launch {}", GDN_KERNELS[5]), unsafe {
+        launched(GDN_KERNELS[5], unsafe {
             b.launch(cfg((shape.num_v() as u32, 1), GDN_HEAD_THREADS))
         })?;
         Ok(state_after_row(t - 1))
@@ -981,8 +878,8 @@ impl GdnStep {
         self.state.after_row(self.shape.t() - 1)
     }
 
-    fn outputs(&self) -> Vec<(&Buffer<f32>, &'static str)> {
-        let mut v = vec![
+    fn outputs(&self) -> Vec<(&dyn Guarded, &'static str)> {
+        let mut v: Vec<(&dyn Guarded, &'static str)> = vec![
             (&self.conv_out, "conv_out"),
             (&self.snap_conv, "snap_conv"),
             (&self.o, "o"),
@@ -1027,12 +924,7 @@ impl GdnGraph {
             || "cuGraphLaunch (gdn packed step)".into(),
             self.graph.launch(),
         )?;
-        if self.guards {
-            drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())?;
-            for (b, name) in self.step.outputs() {
-                buffer::check_guards(&self.stream, b, name)?;
-            }
-        }
+        buffer::check_outputs(&self.stream, self.guards, &self.step.outputs())?;
         Ok(state_after_row(self.step.shape.t() - 1))
     }
 
@@ -1107,7 +999,7 @@ impl GdnEngine {
     /// # Errors
     /// [`DeviceError::ArgLen`] if the lengths differ; [`DeviceError::Driver`].
     pub fn upload_into<T: DeviceRepr>(&self, data: &[T], buf: &mut Buffer<T>) -> Result<()> {
-        buffer::upload_into(&self.stream, data, buf)
+        buffer::upload_into(&self.shim.stream, data, buf)
     }
 
     /// Device-to-device copy of `src` into `dst` (the benchmark's peer).
@@ -1124,17 +1016,10 @@ impl GdnEngine {
         }
         drv(
             || format!("cuMemcpyDtoD ({} elements)", src.len()),
-            self.stream.memcpy_dtod(&src.view(), &mut dst.view_mut()),
+            self.shim
+                .stream
+                .memcpy_dtod(&src.view(), &mut dst.view_mut()),
         )
-    }
-
-    /// Milliseconds per call of `f`, timed with CUDA events on the
-    /// engine's stream around `iters` calls (after the caller's warm-up).
-    ///
-    /// # Errors
-    /// The first error of `f`; [`DeviceError::Driver`].
-    pub fn time_ms(&self, iters: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
-        super::open::time_ms(&self.stream, iters, f)
     }
 
     /// Overwrites a state's buffers in place (the table is unchanged):
@@ -1150,11 +1035,7 @@ impl GdnEngine {
         canonical: &[f32],
         alt: Option<&[f32]>,
     ) -> Result<()> {
-        len("ring", state.ring_len, ring.len())?;
-        len("canonical", state.state_len, canonical.len())?;
-        if let Some(a) = alt {
-            len("alt", state.state_len, a.len())?;
-        }
+        state.check_lens(ring.len(), canonical.len(), alt.map(<[f32]>::len))?;
         self.upload_into(ring, &mut state.ring)?;
         self.upload_into(canonical, &mut state.canonical)?;
         if let Some(a) = alt {
@@ -1168,7 +1049,7 @@ impl GdnEngine {
     fn write_table(&self, state: &mut GdnState) -> Result<()> {
         let ptr = |b: &Buffer<f32>| {
             let v = b.view();
-            let (p, _sync) = v.device_ptr(&self.stream);
+            let (p, _sync) = v.device_ptr(&self.shim.stream);
             p
         };
         let (pr, pc, pa) = (ptr(&state.ring), ptr(&state.canonical), ptr(&state.alt));
@@ -1192,9 +1073,7 @@ impl GdnEngine {
         canonical: Buffer<f32>,
         alt: Buffer<f32>,
     ) -> Result<[Buffer<f32>; 3]> {
-        len("ring", state.ring_len, ring.len())?;
-        len("canonical", state.state_len, canonical.len())?;
-        len("alt", state.state_len, alt.len())?;
+        state.check_lens(ring.len(), canonical.len(), Some(alt.len()))?;
         let old = [
             std::mem::replace(&mut state.ring, ring),
             std::mem::replace(&mut state.canonical, canonical),
@@ -1228,10 +1107,12 @@ impl GdnEngine {
         weights: GdnWeights,
         state: GdnState,
     ) -> Result<GdnStep> {
-        check_gdn_limits(shape)?;
-        len("conv_w", shape.conv_w_len(), weights.conv_w.len())?;
-        len("dt_bias", shape.num_v(), weights.dt_bias.len())?;
-        len("a_log", shape.num_v(), weights.a_log.len())?;
+        check_weight_lens(
+            shape,
+            weights.conv_w.len(),
+            weights.dt_bias.len(),
+            weights.a_log.len(),
+        )?;
         state.fits(shape)?;
         let (t, c, nv) = (shape.t(), shape.conv_dim(), shape.num_v());
         let zeros = |n: usize| self.upload(&vec![0f32; n]);
@@ -1302,7 +1183,7 @@ impl GdnEngine {
     /// [`DeviceError::Driver`]; [`DeviceError::GuardClobbered`].
     pub fn run_step(&self, step: &mut GdnStep) -> Result<StateSlot> {
         let slot = self.launch_step(step)?;
-        self.guard(&step.outputs())?;
+        self.shim.check_outputs(&step.outputs())?;
         Ok(slot)
     }
 
@@ -1318,12 +1199,13 @@ impl GdnEngine {
         self.synchronize()?;
         drv(
             || "cuStreamBeginCapture".into(),
-            self.stream
+            self.shim
+                .stream
                 .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
         )?;
         let launched = self.launch_step(&mut step);
         // End the capture whatever happened, so the stream is usable again.
-        let ended = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        let ended = self.shim.stream.end_capture(CUgraphInstantiate_flags(0));
         launched?;
         let graph = drv(|| "cuStreamEndCapture / cuGraphInstantiate".into(), ended)?.ok_or(
             DeviceError::GraphEmpty {
@@ -1333,8 +1215,8 @@ impl GdnEngine {
         Ok(GdnGraph {
             graph,
             step,
-            stream: self.stream.clone(),
-            guards: self.guards,
+            stream: self.shim.stream.clone(),
+            guards: self.shim.guards,
         })
     }
 }

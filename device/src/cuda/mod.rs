@@ -58,6 +58,7 @@ mod gdn;
 mod moe;
 mod nvrtc;
 mod open;
+mod shim;
 mod source;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
@@ -78,13 +79,11 @@ pub use nvrtc::{
 pub use source::{KernelSource, BUILTIN_FP8_MMQ_CU, ENV_FP8_MMQ_CU, REQUIRED_KERNELS};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-};
-use cudarc::nvrtc::Ptx;
+use cudarc::driver::{CudaFunction, PushKernelArg};
 use oracle::fp8_mmq::Shape;
+use shim::{launch_config, launched, shim_methods, Shim};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// Whether libcuda can be loaded.
 ///
@@ -160,34 +159,18 @@ impl CheckedWeights<'_> {
 
 /// One CUDA device with the fp8_mmq kernels compiled and loaded.
 pub struct Engine {
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-    source: KernelSource,
-    compiled: Arc<Compiled>,
-    _module: Arc<CudaModule>,
-    arch: (i32, i32),
+    shim: Shim,
     sm_count: u32,
     smem_optin: u32,
-    name: String,
     f_plan: CudaFunction,
     f_quant: CudaFunction,
     f_nan: CudaFunction,
     f_mmq: Vec<CudaFunction>,
     plans: Mutex<HashMap<(usize, usize, usize, i32), Plan>>,
-    guards: bool,
     force_variant: Option<u32>,
 }
 
-impl std::fmt::Debug for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("device", &self.name)
-            .field("arch", &self.arch)
-            .field("source", &self.source.describe())
-            .field("guards", &self.guards)
-            .finish()
-    }
-}
+shim_methods!(Engine);
 
 fn drv<T>(
     op: impl FnOnce() -> String,
@@ -216,67 +199,28 @@ impl Engine {
     /// # Errors
     /// As [`Engine::new`].
     pub fn with_source(ordinal: usize, source: KernelSource) -> Result<Engine> {
-        driver_available()?;
-        nvrtc_available()?;
-        let ctx = drv(
-            || format!("cuInit / open device {ordinal}"),
-            CudaContext::new(ordinal),
-        )?;
-        let attr =
-            |a: CUdevice_attribute| drv(|| format!("cuDeviceGetAttribute {a:?}"), ctx.attribute(a));
-        let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        if (major, minor) < (8, 9) {
-            return Err(DeviceError::UnsupportedArch { major, minor });
-        }
+        let shim = Shim::open(ordinal, source, |major, minor| {
+            if (major, minor) < (8, 9) {
+                return Err(DeviceError::UnsupportedArch { major, minor });
+            }
+            Ok(nvrtc_arch(major, minor))
+        })?;
+        let attr = |a| open::attribute(&shim.ctx, a);
         let sm_count = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         let smem_optin =
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
-        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
-        // One stream, so cudarc's per-buffer event tracking is not needed.
-        // SAFETY: no other stream of this context touches these buffers.
-        unsafe { ctx.disable_event_tracking() };
-        let stream = drv(|| "cuStreamCreate".into(), ctx.new_stream())?;
-
-        let arch = nvrtc_arch(major, minor);
-        let compiled = compile(&source, &arch)?;
-        let image = if compiled.cubin.is_empty() {
-            Ptx::from_src(compiled.ptx.clone())
-        } else {
-            Ptx::from_binary(compiled.cubin.clone())
-        };
-        let module = drv(
-            || format!("cuModuleLoadData ({})", source.describe()),
-            ctx.load_module(image),
-        )?;
-        let load = |name: &str| -> Result<CudaFunction> {
-            module
-                .load_function(name)
-                .map_err(|e| DeviceError::MissingKernel {
-                    name: name.to_string(),
-                    source_desc: source.describe(),
-                    detail: DeviceError::driver("cuModuleGetFunction", e).to_string(),
-                })
-        };
-        let f_plan = load("fp8_mmq_plan")?;
-        let f_quant = load("fp8_quantize_act")?;
-        let f_nan = load("fp8_nan_count")?;
+        let f_plan = shim.function("fp8_mmq_plan")?;
+        let f_quant = shim.function("fp8_quantize_act")?;
+        let f_nan = shim.function("fp8_nan_count")?;
         let mut engine = Engine {
-            ctx: ctx.clone(),
-            stream,
-            source: source.clone(),
-            compiled: compiled.clone(),
-            _module: module.clone(),
-            arch: (major, minor),
+            shim,
             sm_count,
             smem_optin,
-            name,
             f_plan,
             f_quant,
             f_nan,
             f_mmq: Vec::new(),
             plans: Mutex::new(HashMap::new()),
-            guards: false,
             force_variant: None,
         };
         let probe = engine.plan_uncached(&Shape::new(1, 1, 1)?, -1)?;
@@ -284,20 +228,10 @@ impl Engine {
             return Err(engine.bad_plan(format!("plan[12] = {} MMQ variants", probe.variants)));
         }
         for v in 0..probe.variants {
-            engine.f_mmq.push(load(&format!("fp8_mmq_v2_k{v}"))?);
+            let f = engine.shim.function(&format!("fp8_mmq_v2_k{v}"))?;
+            engine.f_mmq.push(f);
         }
         Ok(engine)
-    }
-
-    /// Turns guard bands around outputs on or off (off by default; gates
-    /// and fuzzers turn them on).
-    pub fn set_guards(&mut self, on: bool) {
-        self.guards = on;
-    }
-
-    /// Whether outputs get guard bands.
-    pub fn guards(&self) -> bool {
-        self.guards
     }
 
     /// Forces MMQ variant `v` (`fp8_mmq_v2_k<v>`) for every shape, or `None`
@@ -323,30 +257,9 @@ impl Engine {
         self.f_mmq.len() as u32
     }
 
-    /// The kernel source in use, for report headers: its path (or
-    /// `builtin cu/fp8_mmq.cu`) and a short hash of its text.
-    pub fn kernel_source(&self) -> String {
-        self.source.describe()
-    }
-
     /// The kernel source itself.
     pub fn source(&self) -> &KernelSource {
-        &self.source
-    }
-
-    /// NVRTC's output for this source and device (PTX, CUBIN, log).
-    pub fn compiled(&self) -> &Compiled {
-        &self.compiled
-    }
-
-    /// The device's name (`NVIDIA H200`).
-    pub fn device_name(&self) -> &str {
-        &self.name
-    }
-
-    /// Compute capability `(major, minor)`.
-    pub fn arch(&self) -> (i32, i32) {
-        self.arch
+        &self.shim.source
     }
 
     /// Multiprocessors.
@@ -354,73 +267,26 @@ impl Engine {
         self.sm_count
     }
 
-    /// Copies `data` to a new (unguarded) device buffer.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`].
-    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
-        buffer::upload(&self.stream, data)
-    }
-
-    /// Copies a device buffer's elements back (synchronises).
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`], including a fault of an earlier launch.
-    pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        buffer::download(&self.stream, buf)
-    }
-
-    /// Allocates an output of `len` elements: guarded and poisoned when
-    /// guards are on, uninitialised otherwise.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`].
-    pub fn alloc_output<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
-        buffer::alloc(&self.stream, len, self.guards)
-    }
-
-    /// Waits for all work on the engine's stream.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`] with the fault of any earlier launch.
-    pub fn synchronize(&self) -> Result<()> {
-        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
-    }
-
     fn bad_plan(&self, detail: String) -> DeviceError {
         DeviceError::BadPlan {
-            source_desc: self.source.describe(),
+            source_desc: self.shim.source.describe(),
             detail,
         }
     }
 
     fn plan_uncached(&self, shape: &Shape, force: i32) -> Result<Plan> {
         check_index_range(shape)?;
-        let mut out = drv(
-            || "cuMemAlloc (plan)".into(),
-            self.stream.alloc_zeros::<u32>(16),
-        )?;
+        let mut out = self.shim.zeros::<u32>(16, "plan")?;
         let (m, k, n) = (shape.m() as i32, shape.in_f() as i32, shape.out_f() as i32);
         let sms = self.sm_count as i32;
-        let mut b = self.stream.launch_builder(&self.f_plan);
-        b.arg(&m)
-            .arg(&k)
-            .arg(&n)
-            .arg(&sms)
-            .arg(&force)
-            .arg(&mut out);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (32, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let mut ov = out.view_mut();
+        let mut b = self.shim.stream.launch_builder(&self.f_plan);
+        b.arg(&m).arg(&k).arg(&n).arg(&sms).arg(&force).arg(&mut ov);
+        let cfg = launch_config((1, 1, 1), 32, 0);
         // SAFETY: argument types and order are the ABI's fp8_mmq_plan.
-        drv(|| "launch fp8_mmq_plan".into(), unsafe { b.launch(cfg) })?;
-        let v = drv(
-            || "cuMemcpyDtoH (plan)".into(),
-            self.stream.clone_dtoh(&out),
-        )?;
-        self.synchronize()?;
+        launched("fp8_mmq_plan", unsafe { b.launch(cfg) })?;
+        drop(b);
+        let v = self.shim.read_back(&out, "plan")?;
         Ok(Plan {
             variant: v[0],
             mmq_grid: (v[1], v[2], v[3]),
@@ -530,26 +396,17 @@ impl Engine {
         }
         // Any shape with this many weights gives the same NaN-count grid.
         let p = self.plan(&Shape::new(1, w.len(), 1)?)?;
-        let mut count = drv(
-            || "cuMemAlloc (nan count)".into(),
-            self.stream.alloc_zeros::<u64>(1),
-        )?;
+        let mut count = self.shim.zeros::<u64>(1, "nan count")?;
         let n = w.len() as u64;
         let wv = w.view();
-        let mut b = self.stream.launch_builder(&self.f_nan);
-        b.arg(&wv).arg(&n).arg(&mut count);
-        let cfg = LaunchConfig {
-            grid_dim: (p.nan_grid, 1, 1),
-            block_dim: (p.nan_threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let mut cv = count.view_mut();
+        let mut b = self.shim.stream.launch_builder(&self.f_nan);
+        b.arg(&wv).arg(&n).arg(&mut cv);
+        let cfg = launch_config((p.nan_grid, 1, 1), p.nan_threads, 0);
         // SAFETY: argument types and order are the ABI's fp8_nan_count; n is w's length.
-        drv(|| "launch fp8_nan_count".into(), unsafe { b.launch(cfg) })?;
-        let v = drv(
-            || "cuMemcpyDtoH (nan count)".into(),
-            self.stream.clone_dtoh(&count),
-        )?;
-        self.synchronize()?;
+        launched("fp8_nan_count", unsafe { b.launch(cfg) })?;
+        drop(b);
+        let v = self.shim.read_back(&count, "nan count")?;
         Ok(v[0])
     }
 
@@ -599,23 +456,13 @@ impl Engine {
         let xv = x.view();
         let mut qv = q.view_mut();
         let mut dv = d.view_mut();
-        let mut b = self.stream.launch_builder(&self.f_quant);
+        let mut b = self.shim.stream.launch_builder(&self.f_quant);
         b.arg(&xv).arg(&mut qv).arg(&mut dv).arg(&m).arg(&k);
-        let cfg = LaunchConfig {
-            grid_dim: p.quant_grid,
-            block_dim: (p.quant_threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config(p.quant_grid, p.quant_threads, 0);
         // SAFETY: argument types, order and lengths checked above against the ABI.
-        drv(|| "launch fp8_quantize_act".into(), unsafe {
-            b.launch(cfg)
-        })?;
-        if self.guards {
-            self.synchronize()?;
-            buffer::check_guards(&self.stream, q, "q")?;
-            buffer::check_guards(&self.stream, d, "d")?;
-        }
-        Ok(())
+        launched("fp8_quantize_act", unsafe { b.launch(cfg) })?;
+        drop(b);
+        self.shim.check_outputs(&[(q, "q"), (d, "d")])
     }
 
     /// The v2 MMQ into a new output `y` `[m x out_f]`. Synchronises.
@@ -669,7 +516,7 @@ impl Engine {
         let qv = q.view();
         let dv = d.view();
         let mut yv = y.view_mut();
-        let mut b = self.stream.launch_builder(f);
+        let mut b = self.shim.stream.launch_builder(f);
         b.arg(&wv)
             .arg(&sv)
             .arg(&qv)
@@ -678,21 +525,14 @@ impl Engine {
             .arg(&m)
             .arg(&k)
             .arg(&n);
-        let cfg = LaunchConfig {
-            grid_dim: p.mmq_grid,
-            block_dim: (p.mmq_threads, 1, 1),
-            shared_mem_bytes: p.mmq_smem,
-        };
+        let cfg = launch_config(p.mmq_grid, p.mmq_threads, p.mmq_smem);
         // SAFETY: argument types, order and lengths checked above against the
         // ABI; the weights were checked for NaN magnitudes.
-        drv(|| format!("launch fp8_mmq_v2_k{}", p.variant), unsafe {
+        launched(format_args!("fp8_mmq_v2_k{}", p.variant), unsafe {
             b.launch(cfg)
         })?;
-        if self.guards {
-            self.synchronize()?;
-            buffer::check_guards(&self.stream, y, "y")?;
-        }
-        Ok(())
+        drop(b);
+        self.shim.check_outputs(&[(y, "y")])
     }
 
     /// The whole pipeline: refuse weights with NaN magnitudes, quantize
@@ -720,15 +560,5 @@ impl Engine {
         let cw = self.check_weights(w)?;
         let (q, d) = self.quantize(x, shape)?;
         self.mmq(&cw, w_scales, &q, &d, shape)
-    }
-
-    /// Milliseconds per call of `f`, timed with CUDA events on the engine's
-    /// stream around `iters` calls (after the caller's warm-up). `f` should
-    /// only launch (the `_into` methods with guards off).
-    ///
-    /// # Errors
-    /// The first error of `f`; [`DeviceError::Driver`].
-    pub fn time_ms(&self, iters: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
-        open::time_ms(&self.stream, iters, f)
     }
 }

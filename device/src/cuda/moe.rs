@@ -42,15 +42,15 @@
 
 use super::buffer::{self, Buffer};
 use super::error::{DeviceError, Result};
-use super::nvrtc::{nvrtc_available, Compiled};
+use super::nvrtc::nvrtc_available;
+use super::shim::{launch_config, launched, shim_methods, sm_target, Shim};
 use super::source::KernelSource;
 use super::{driver_available, drv, Engine, I32_LIMIT};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
-use cudarc::driver::{DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaFunction, DeviceRepr, PushKernelArg};
 use oracle::moe_tables::{check_lengths, Bank, Plane, TablesError, PLANES};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// Environment variable naming a candidate `.cu` file with the ABI of
 /// `cu/moe_tables.cu`; when set, it is compiled instead of the builtin one.
@@ -199,29 +199,13 @@ struct LayerPlanes {
 
 /// One CUDA device with `cu/moe_tables.cu` compiled and loaded.
 pub struct MoeEngine {
-    _ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-    source: KernelSource,
-    compiled: Arc<Compiled>,
-    _module: Arc<CudaModule>,
+    shim: Shim,
     f_tables: CudaFunction,
-    name: String,
-    arch: (i32, i32),
-    guards: bool,
     planes: Mutex<HashMap<u32, LayerPlanes>>,
     uploads: AtomicU64,
 }
 
-impl std::fmt::Debug for MoeEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MoeEngine")
-            .field("device", &self.name)
-            .field("arch", &self.arch)
-            .field("source", &self.source.describe())
-            .field("guards", &self.guards)
-            .finish()
-    }
-}
+shim_methods!(MoeEngine);
 
 impl Engine {
     /// A [`MoeEngine`] on this engine's context and stream, with its guard
@@ -254,8 +238,7 @@ impl MoeEngine {
     /// # Errors
     /// As [`MoeEngine::new`].
     pub fn with_source(ordinal: usize, source: KernelSource) -> Result<MoeEngine> {
-        let (ctx, stream) = super::open::open_device(ordinal)?;
-        MoeEngine::load(ctx, stream, source, false)
+        MoeEngine::load(Shim::open(ordinal, source, sm_target)?)
     }
 
     /// Shares `engine`'s context, stream and guard setting.
@@ -264,70 +247,22 @@ impl MoeEngine {
     /// [`DeviceError::Compile`], [`DeviceError::MissingKernel`],
     /// [`DeviceError::Driver`].
     pub fn from_engine(engine: &Engine, source: KernelSource) -> Result<MoeEngine> {
-        MoeEngine::load(
-            engine.ctx.clone(),
-            engine.stream.clone(),
-            source,
-            engine.guards,
-        )
+        MoeEngine::load(engine.shim.share(source, sm_target)?)
     }
 
-    fn load(
-        ctx: Arc<CudaContext>,
-        stream: Arc<CudaStream>,
-        source: KernelSource,
-        guards: bool,
-    ) -> Result<MoeEngine> {
-        let loaded = super::open::Loaded::new(&ctx, &source)?;
-        let f_tables = loaded.function(MOE_TABLES_KERNEL, &source)?;
+    /// Looks up the kernel in `shim`'s module.
+    fn load(shim: Shim) -> Result<MoeEngine> {
         Ok(MoeEngine {
-            _ctx: ctx,
-            stream,
-            source,
-            compiled: loaded.compiled,
-            _module: loaded.module,
-            f_tables,
-            name: loaded.name,
-            arch: loaded.arch,
-            guards,
+            f_tables: shim.function(MOE_TABLES_KERNEL)?,
+            shim,
             planes: Mutex::new(HashMap::new()),
             uploads: AtomicU64::new(0),
         })
     }
 
-    /// Turns guard bands around outputs on or off.
-    pub fn set_guards(&mut self, on: bool) {
-        self.guards = on;
-    }
-
-    /// Whether outputs get guard bands.
-    pub fn guards(&self) -> bool {
-        self.guards
-    }
-
-    /// The kernel source in use, for report headers.
-    pub fn kernel_source(&self) -> String {
-        self.source.describe()
-    }
-
     /// The kernel source itself.
     pub fn source(&self) -> &KernelSource {
-        &self.source
-    }
-
-    /// NVRTC's output for this source and device.
-    pub fn compiled(&self) -> &Compiled {
-        &self.compiled
-    }
-
-    /// The device's name.
-    pub fn device_name(&self) -> &str {
-        &self.name
-    }
-
-    /// Compute capability `(major, minor)`.
-    pub fn arch(&self) -> (i32, i32) {
-        self.arch
+        &self.shim.source
     }
 
     /// How many times macro planes were uploaded (one per layer and
@@ -336,38 +271,13 @@ impl MoeEngine {
         self.uploads.load(Ordering::Relaxed)
     }
 
-    /// Copies `data` to a new (unguarded) device buffer.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`].
-    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<Buffer<T>> {
-        buffer::upload(&self.stream, data)
-    }
-
     /// Copies `data` into an existing buffer of the same length (stream
     /// ordered; for timing the host build it replaces).
     ///
     /// # Errors
     /// [`DeviceError::ArgLen`]; [`DeviceError::Driver`].
     pub fn upload_into<T: DeviceRepr>(&self, data: &[T], buf: &mut Buffer<T>) -> Result<()> {
-        buffer::upload_into(&self.stream, data, buf)
-    }
-
-    /// Copies a device buffer back (synchronises).
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`], including a fault of an earlier launch.
-    pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &Buffer<T>) -> Result<Vec<T>> {
-        buffer::download(&self.stream, buf)
-    }
-
-    /// Allocates an output of `len` elements (guarded and poisoned when
-    /// guards are on).
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`].
-    pub fn alloc_output<T: DeviceRepr>(&self, len: usize) -> Result<Buffer<T>> {
-        buffer::alloc(&self.stream, len, self.guards)
+        buffer::upload_into(&self.shim.stream, data, buf)
     }
 
     /// A status word pair for [`MoeEngine::vrows_tables_into`].
@@ -375,21 +285,9 @@ impl MoeEngine {
     /// # Errors
     /// [`DeviceError::Driver`].
     pub fn new_status(&self) -> Result<MoeStatus> {
-        let raw = drv(
-            || "cuMemAlloc (moe status)".into(),
-            self.stream.alloc_zeros::<u64>(2),
-        )?;
         Ok(MoeStatus {
-            buf: Buffer::plain(raw),
+            buf: self.shim.zeros(2, "moe status")?,
         })
-    }
-
-    /// Waits for the stream.
-    ///
-    /// # Errors
-    /// [`DeviceError::Driver`] with the fault of any earlier launch.
-    pub fn synchronize(&self) -> Result<()> {
-        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
     }
 
     /// Builds both tables from device-resident selections `sel` (expert
@@ -447,7 +345,7 @@ impl MoeEngine {
         )?;
         drv(
             || "cuMemsetD8Async (moe status)".into(),
-            self.stream.memset_zeros(&mut status.buf.view_mut()),
+            self.shim.stream.memset_zeros(&mut status.buf.view_mut()),
         )?;
         if n_pairs == 0 {
             return Ok(());
@@ -467,7 +365,7 @@ impl MoeEngine {
         let mut pv = ptrs.view_mut();
         let mut cv = scales.view_mut();
         let mut st = status.buf.view_mut();
-        let mut b = self.stream.launch_builder(&self.f_tables);
+        let mut b = self.shim.stream.launch_builder(&self.f_tables);
         b.arg(&sv).arg(&wv);
         match &views {
             Some(v) => b.arg(&v[0]).arg(&v[1]).arg(&v[2]),
@@ -488,25 +386,15 @@ impl MoeEngine {
         let ctas = (n_pairs as u64)
             .div_ceil(u64::from(MOE_THREADS))
             .min(u64::from(MOE_MAX_CTAS)) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (ctas, 1, 1),
-            block_dim: (MOE_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config((ctas, 1, 1), MOE_THREADS, 0);
         // SAFETY: argument types and order are the ABI's; lengths checked
         // above; the macro planes hold n_expert elements each (checked), and
         // a null placeholder is passed only with has_macros = 0.
-        drv(|| format!("launch {MOE_TABLES_KERNEL}"), unsafe {
-            b.launch(cfg)
-        })?;
+        launched(MOE_TABLES_KERNEL, unsafe { b.launch(cfg) })?;
         drop(b);
         drop(cache);
-        if self.guards {
-            self.synchronize()?;
-            buffer::check_guards(&self.stream, ptrs, "ptrs")?;
-            buffer::check_guards(&self.stream, scales, "scales")?;
-        }
-        Ok(())
+        self.shim
+            .check_outputs(&[(ptrs, "ptrs"), (scales, "scales")])
     }
 
     /// Synchronises, reads the status words back and turns them into the
@@ -540,11 +428,7 @@ impl MoeEngine {
         };
         let fresh = cache.get(&layer).is_some_and(same);
         if !fresh {
-            let dev = [
-                buffer::upload(&self.stream, m[0])?,
-                buffer::upload(&self.stream, m[1])?,
-                buffer::upload(&self.stream, m[2])?,
-            ];
+            let dev = [self.upload(m[0])?, self.upload(m[1])?, self.upload(m[2])?];
             let bits = m
                 .iter()
                 .flat_map(|p| p.iter().map(|v| v.to_bits()))
@@ -553,14 +437,5 @@ impl MoeEngine {
             self.uploads.fetch_add(1, Ordering::Relaxed);
         }
         Ok(&cache.get(&layer).expect("inserted above").dev)
-    }
-
-    /// Milliseconds per call of `f`, timed with CUDA events around `iters`
-    /// calls on the engine's stream.
-    ///
-    /// # Errors
-    /// The first error of `f`; [`DeviceError::Driver`].
-    pub fn time_ms(&self, iters: usize, f: impl FnMut() -> Result<()>) -> Result<f64> {
-        super::open::time_ms(&self.stream, iters, f)
     }
 }

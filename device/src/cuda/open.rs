@@ -1,12 +1,11 @@
-//! Opening a device and loading one kernel source: the sequence every
-//! shim's constructor shares (the MoE and GDN engines).
+//! Opening a device, reading its attributes and timing launches: the
+//! driver sequences every engine shares (through [`super::shim::Shim`]).
 
-use super::error::{DeviceError, Result};
-use super::nvrtc::{compile, nvrtc_available, Compiled};
-use super::source::KernelSource;
+use super::error::Result;
+use super::nvrtc::nvrtc_available;
 use super::{driver_available, drv};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
-use cudarc::nvrtc::Ptx;
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaStream};
 use std::sync::Arc;
 
 /// Checks libcuda and libnvrtc, opens device `ordinal` and one stream on it.
@@ -27,56 +26,12 @@ pub(crate) fn open_device(ordinal: usize) -> Result<(Arc<CudaContext>, Arc<CudaS
     Ok((ctx, stream))
 }
 
-/// A kernel source compiled for the device of `ctx` and loaded.
-pub(crate) struct Loaded {
-    pub(crate) compiled: Arc<Compiled>,
-    pub(crate) module: Arc<CudaModule>,
-    pub(crate) name: String,
-    pub(crate) arch: (i32, i32),
-}
-
-impl Loaded {
-    /// Compiles `source` for the device's `sm_XY` (NVRTC cache) and loads it.
-    ///
-    /// # Errors
-    /// [`DeviceError::Compile`], [`DeviceError::Driver`].
-    pub(crate) fn new(ctx: &Arc<CudaContext>, source: &KernelSource) -> Result<Loaded> {
-        use cudarc::driver::sys::CUdevice_attribute as A;
-        let attr = |a: A| drv(|| format!("cuDeviceGetAttribute {a:?}"), ctx.attribute(a));
-        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
-        let compiled = compile(source, &format!("sm_{major}{minor}"))?;
-        let image = if compiled.cubin.is_empty() {
-            Ptx::from_src(compiled.ptx.clone())
-        } else {
-            Ptx::from_binary(compiled.cubin.clone())
-        };
-        let module = drv(
-            || format!("cuModuleLoadData ({})", source.describe()),
-            ctx.load_module(image),
-        )?;
-        Ok(Loaded {
-            compiled,
-            module,
-            name,
-            arch: (major, minor),
-        })
-    }
-
-    /// The kernel `name` of the module.
-    ///
-    /// # Errors
-    /// [`DeviceError::MissingKernel`] naming the source.
-    pub(crate) fn function(&self, kernel: &str, source: &KernelSource) -> Result<CudaFunction> {
-        self.module
-            .load_function(kernel)
-            .map_err(|e| DeviceError::MissingKernel {
-                name: kernel.to_string(),
-                source_desc: source.describe(),
-                detail: DeviceError::driver("cuModuleGetFunction", e).to_string(),
-            })
-    }
+/// Device attribute `a` of `ctx`'s device.
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn attribute(ctx: &Arc<CudaContext>, a: CUdevice_attribute) -> Result<i32> {
+    drv(|| format!("cuDeviceGetAttribute {a:?}"), ctx.attribute(a))
 }
 
 /// Milliseconds per call of `f`, timed with CUDA events on `stream` around

@@ -1,0 +1,324 @@
+//! [`Shim`]: what every engine ([`super::Engine`], [`super::MoeEngine`],
+//! [`super::GdnEngine`]) holds, one stream and one compiled, loaded kernel
+//! source with the guard setting, and the operations all three repeat on
+//! it: opening, uploads and downloads, small zeroed result words, the guard
+//! check after a launch, and the mapping of a launch's driver error.
+//!
+//! [`shim_methods!`] writes the public methods the three engines share, so
+//! each is defined once; each engine keeps its own kernels and launches.
+
+use super::buffer::{self, Buffer, Guarded};
+use super::drv;
+use super::error::{DeviceError, Result};
+use super::nvrtc::{compile, Compiled};
+use super::open::{attribute, open_device};
+use super::source::KernelSource;
+use cudarc::driver::sys::CUdevice_attribute as A;
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DeviceRepr, DriverError,
+    LaunchConfig, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+use std::sync::Arc;
+
+/// One stream on a device with one kernel source compiled and loaded, and
+/// whether outputs get guard bands. Everything an engine launches goes on
+/// `stream`, so stream order is program order.
+pub(crate) struct Shim {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) source: KernelSource,
+    pub(crate) compiled: Arc<Compiled>,
+    pub(crate) module: Arc<CudaModule>,
+    /// The device's name (`NVIDIA H200`).
+    pub(crate) name: String,
+    /// Compute capability `(major, minor)`.
+    pub(crate) arch: (i32, i32),
+    pub(crate) guards: bool,
+}
+
+/// The NVRTC target for compute capability `major.minor` as the MoE and
+/// GDN engines compile: `sm_XY`, for any device.
+pub(crate) fn sm_target(major: i32, minor: i32) -> Result<String> {
+    Ok(format!("sm_{major}{minor}"))
+}
+
+/// A launch of `grid` CTAs of `threads` threads each (x only) with `smem`
+/// bytes of dynamic shared memory per CTA.
+pub(crate) fn launch_config(grid: (u32, u32, u32), threads: u32, smem: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: smem,
+    }
+}
+
+/// The result of `LaunchArgs::launch` of kernel `kernel`, as the shim
+/// reports it: the launch's events (none: event tracking is off) dropped,
+/// a driver error named `launch <kernel>`. The caller keeps the `unsafe`
+/// launch itself, with its SAFETY argument.
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn launched(
+    kernel: impl std::fmt::Display,
+    r: std::result::Result<Option<(CudaEvent, CudaEvent)>, DriverError>,
+) -> Result<()> {
+    drv(|| format!("launch {kernel}"), r).map(drop)
+}
+
+impl Shim {
+    /// Opens device `ordinal` ([`open_device`]: libcuda and libnvrtc
+    /// checked, one new stream) and loads `source` on it, guards off.
+    ///
+    /// # Errors
+    /// As [`open_device`] and [`Shim::load`].
+    pub(crate) fn open(
+        ordinal: usize,
+        source: KernelSource,
+        target: impl FnOnce(i32, i32) -> Result<String>,
+    ) -> Result<Shim> {
+        let (ctx, stream) = open_device(ordinal)?;
+        Shim::load(ctx, stream, source, false, target)
+    }
+
+    /// Another source on this shim's context and stream, with its guard
+    /// setting (an engine built from another engine).
+    ///
+    /// # Errors
+    /// As [`Shim::load`].
+    pub(crate) fn share(
+        &self,
+        source: KernelSource,
+        target: impl FnOnce(i32, i32) -> Result<String>,
+    ) -> Result<Shim> {
+        Shim::load(
+            self.ctx.clone(),
+            self.stream.clone(),
+            source,
+            self.guards,
+            target,
+        )
+    }
+
+    /// Reads the device's compute capability and name, compiles `source`
+    /// for the NVRTC target `target(major, minor)` names (NVRTC cache) and
+    /// loads the image (the CUBIN, else the PTX) into `ctx`.
+    ///
+    /// # Errors
+    /// The error of `target` (the FP8 engine refuses old devices there:
+    /// [`DeviceError::UnsupportedArch`]), [`DeviceError::Compile`],
+    /// [`DeviceError::Driver`].
+    pub(crate) fn load(
+        ctx: Arc<CudaContext>,
+        stream: Arc<CudaStream>,
+        source: KernelSource,
+        guards: bool,
+        target: impl FnOnce(i32, i32) -> Result<String>,
+    ) -> Result<Shim> {
+        let major = attribute(&ctx, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(&ctx, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
+        let compiled = compile(&source, &target(major, minor)?)?;
+        let image = if compiled.cubin.is_empty() {
+            Ptx::from_src(compiled.ptx.clone())
+        } else {
+            Ptx::from_binary(compiled.cubin.clone())
+        };
+        let module = drv(
+            || format!("cuModuleLoadData ({})", source.describe()),
+            ctx.load_module(image),
+        )?;
+        Ok(Shim {
+            ctx,
+            stream,
+            source,
+            compiled,
+            module,
+            name,
+            arch: (major, minor),
+            guards,
+        })
+    }
+
+    /// The kernel `kernel` of the loaded module.
+    ///
+    /// # Errors
+    /// [`DeviceError::MissingKernel`] naming the source.
+    pub(crate) fn function(&self, kernel: &str) -> Result<CudaFunction> {
+        self.module
+            .load_function(kernel)
+            .map_err(|e| DeviceError::MissingKernel {
+                name: kernel.to_string(),
+                source_desc: self.source.describe(),
+                detail: DeviceError::driver("cuModuleGetFunction", e).to_string(),
+            })
+    }
+
+    /// Waits for all work on the stream.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`] with the fault of any earlier launch.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
+    }
+
+    /// A new plain buffer of `len` zeroed elements (result words a kernel
+    /// accumulates into). Stream ordered; `what` names it in a driver error
+    /// (`cuMemAlloc (<what>)`).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+        what: &str,
+    ) -> Result<Buffer<T>> {
+        let raw = drv(
+            || format!("cuMemAlloc ({what})"),
+            self.stream.alloc_zeros::<T>(len),
+        )?;
+        Ok(Buffer::plain(raw))
+    }
+
+    /// Copies all of `buf` back (`buf.len()` elements) and synchronises;
+    /// `what` names the copy in a driver error (`cuMemcpyDtoH (<what>)`).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`], including a fault of an earlier launch.
+    pub(crate) fn read_back<T: DeviceRepr>(&self, buf: &Buffer<T>, what: &str) -> Result<Vec<T>> {
+        let v = drv(
+            || format!("cuMemcpyDtoH ({what})"),
+            self.stream.clone_dtoh(&buf.view()),
+        )?;
+        self.synchronize()?;
+        Ok(v)
+    }
+
+    /// After launches that wrote `outputs`: with guards on, synchronises
+    /// and checks each output's bands in order ([`buffer::check_outputs`]);
+    /// with guards off, nothing (no synchronisation).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`]; [`DeviceError::GuardClobbered`] naming the
+    /// first output whose band changed.
+    pub(crate) fn check_outputs(&self, outputs: &[(&dyn Guarded, &'static str)]) -> Result<()> {
+        buffer::check_outputs(&self.stream, self.guards, outputs)
+    }
+}
+
+/// The public methods every engine shares, written once: `impl Debug`
+/// (device, arch, source, guards) and `set_guards`, `guards`,
+/// `kernel_source`, `compiled`, `device_name`, `arch`, `upload`,
+/// `download`, `alloc_output`, `synchronize`, `time_ms`, each on the
+/// engine's field `shim: Shim`.
+macro_rules! shim_methods {
+    ($engine:ident) => {
+        impl ::std::fmt::Debug for $engine {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct(stringify!($engine))
+                    .field("device", &self.shim.name)
+                    .field("arch", &self.shim.arch)
+                    .field("source", &self.shim.source.describe())
+                    .field("guards", &self.shim.guards)
+                    .finish()
+            }
+        }
+
+        impl $engine {
+            /// Turns guard bands around outputs on or off (off by default;
+            /// gates and fuzzers turn them on).
+            pub fn set_guards(&mut self, on: bool) {
+                self.shim.guards = on;
+            }
+
+            /// Whether outputs get guard bands.
+            pub fn guards(&self) -> bool {
+                self.shim.guards
+            }
+
+            /// The kernel source in use, for report headers: its path (or
+            /// the builtin file's name) and a short hash of its text.
+            pub fn kernel_source(&self) -> String {
+                self.shim.source.describe()
+            }
+
+            /// NVRTC's output for this source and device (PTX, CUBIN, log).
+            pub fn compiled(&self) -> &$crate::cuda::Compiled {
+                &self.shim.compiled
+            }
+
+            /// The device's name (`NVIDIA H200`).
+            pub fn device_name(&self) -> &str {
+                &self.shim.name
+            }
+
+            /// Compute capability `(major, minor)`.
+            pub fn arch(&self) -> (i32, i32) {
+                self.shim.arch
+            }
+
+            /// Copies `data` to a new (unguarded) device buffer; an empty
+            /// slice gets a one-element allocation of length 0.
+            ///
+            /// # Errors
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver).
+            pub fn upload<T: ::cudarc::driver::DeviceRepr>(
+                &self,
+                data: &[T],
+            ) -> $crate::cuda::Result<$crate::cuda::Buffer<T>> {
+                $crate::cuda::buffer::upload(&self.shim.stream, data)
+            }
+
+            /// Copies a device buffer's elements back (synchronises).
+            ///
+            /// # Errors
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver),
+            /// including a fault of an earlier launch.
+            pub fn download<T: ::cudarc::driver::DeviceRepr + Default + Clone>(
+                &self,
+                buf: &$crate::cuda::Buffer<T>,
+            ) -> $crate::cuda::Result<Vec<T>> {
+                $crate::cuda::buffer::download(&self.shim.stream, buf)
+            }
+
+            /// Allocates an output of `len` elements: guarded and poisoned
+            /// when guards are on, uninitialised otherwise.
+            ///
+            /// # Errors
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver).
+            pub fn alloc_output<T: ::cudarc::driver::DeviceRepr>(
+                &self,
+                len: usize,
+            ) -> $crate::cuda::Result<$crate::cuda::Buffer<T>> {
+                $crate::cuda::buffer::alloc(&self.shim.stream, len, self.shim.guards)
+            }
+
+            /// Waits for all work on the engine's stream.
+            ///
+            /// # Errors
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver)
+            /// with the fault of any earlier launch.
+            pub fn synchronize(&self) -> $crate::cuda::Result<()> {
+                self.shim.synchronize()
+            }
+
+            /// Milliseconds per call of `f`, timed with CUDA events on the
+            /// engine's stream around `iters` calls (after the caller's
+            /// warm-up). `f` should only launch (the `_into` methods with
+            /// guards off).
+            ///
+            /// # Errors
+            /// The first error of `f`;
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver).
+            pub fn time_ms(
+                &self,
+                iters: usize,
+                f: impl FnMut() -> $crate::cuda::Result<()>,
+            ) -> $crate::cuda::Result<f64> {
+                $crate::cuda::open::time_ms(&self.shim.stream, iters, f)
+            }
+        }
+    };
+}
+pub(crate) use shim_methods;
