@@ -22,6 +22,9 @@
 //! output of every shape is also computed by the production shader on the
 //! same inputs and compared bit for bit over the whole of `dst`: a
 //! non-finite output fails, and any difference stops the sweep (exit 1).
+//! Anything else that stops it (a bad variable, no adapter, a candidate
+//! that does not compile) exits 2, so a tuning script can tell a wrong
+//! kernel from a broken run.
 //! Both kernels are specified to accumulate k in order, so a correct
 //! candidate is bit-identical; a candidate that reorders the reduction on
 //! purpose should be judged by `kernel-oracle check mul-mat` instead.
@@ -104,7 +107,30 @@ fn run_peer() -> (String, HashMap<String, f64>) {
     (header, out)
 }
 
-fn main() -> anyhow::Result<()> {
+/// A candidate's output differs from the production shader's, or is not
+/// finite: the verdict the sweep exists for (exit 1).
+#[derive(Debug)]
+struct Mismatch(String);
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Mismatch {}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wgpu_gemm_bench: {e:#}");
+            std::process::ExitCode::from(if e.is::<Mismatch>() { 1 } else { 2 })
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let geom = Geometry {
         wg_m: env_u32("WG_M", 16)?,
         wg_n: env_u32("WG_N", 16)?,
@@ -201,14 +227,15 @@ fn main() -> anyhow::Result<()> {
                 let got = job.read()?;
                 let want = p.mul_mat(dtype, geom, s.m, s.n, s.k, &data.src0, &data.src1)?;
                 if let Some(i) = got.iter().position(|v| !v.is_finite()) {
-                    bail!(
+                    return Err(Mismatch(format!(
                         "{} {}: non-finite output dst[n={}, m={}] = {} — the diff would validate nothing",
                         dtype.name(),
                         s.label,
                         i / s.m,
                         i % s.m,
                         got[i]
-                    );
+                    ))
+                    .into());
                 }
                 let diff = got
                     .iter()
@@ -220,7 +247,7 @@ fn main() -> anyhow::Result<()> {
                     .zip(&want)
                     .position(|(a, b)| a.to_bits() != b.to_bits())
                 {
-                    bail!(
+                    return Err(Mismatch(format!(
                         "{} {}: {diff} of {} outputs differ from the production shader, first \
                          dst[n={}, m={}]: candidate {:e}, production {:e} — the sweep stops here",
                         dtype.name(),
@@ -230,7 +257,8 @@ fn main() -> anyhow::Result<()> {
                         i % s.m,
                         got[i],
                         want[i]
-                    );
+                    ))
+                    .into());
                 }
             }
             let gflops = 2.0 * (s.m * s.k * s.n) as f64 / (ms * 1e6);

@@ -57,7 +57,7 @@ enum MutantCmd {
     Fp8Mmq {
         /// The mutant's name.
         name: Option<String>,
-        /// Where to write the candidate .cu file.
+        /// Where to write the candidate .cu file (`-`: standard output).
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
@@ -65,7 +65,7 @@ enum MutantCmd {
     MoeTables {
         /// The mutant's name.
         name: Option<String>,
-        /// Where to write the candidate .cu file.
+        /// Where to write the candidate .cu file (`-`: standard output).
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
@@ -73,7 +73,7 @@ enum MutantCmd {
     Gdn {
         /// The mutant's name.
         name: Option<String>,
-        /// Where to write the candidate .cu file.
+        /// Where to write the candidate .cu file (`-`: standard output).
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
@@ -81,7 +81,7 @@ enum MutantCmd {
     MulMat {
         /// The mutant's name.
         name: Option<String>,
-        /// Where to write the candidate .wgsl file.
+        /// Where to write the candidate .wgsl file (`-`: standard output).
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
@@ -306,6 +306,10 @@ fn mutant(k: MutantKind, name: Option<String>, output: Option<std::path::PathBuf
         }
     };
     let path = output.unwrap_or_else(|| format!("{}-{name}.{}", k.file, k.ext).into());
+    if path.as_os_str() == "-" {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
     if let Err(e) = std::fs::write(&path, text) {
         eprintln!("kernel-oracle: cannot write {}: {e}", path.display());
         return ExitCode::from(2);
