@@ -120,6 +120,7 @@ enum Gate {
 enum ArmArg {
     Exact,
     Fold,
+    Codes,
     Rand,
 }
 
@@ -705,6 +706,7 @@ fn main() -> ExitCode {
             let arm = match arm {
                 ArmArg::Exact => Arm::Exact,
                 ArmArg::Fold => Arm::Fold,
+                ArmArg::Codes => Arm::Codes,
                 ArmArg::Rand => Arm::Random,
             };
             let spec = CaseSpec {

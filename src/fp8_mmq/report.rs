@@ -119,7 +119,7 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
 pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&str>) -> String {
     let mut r = String::new();
     let bound = match spec.arm {
-        Arm::Exact | Arm::Fold => "bit-identical (0 differing bits)".to_string(),
+        Arm::Exact | Arm::Fold | Arm::Codes => "bit-identical (0 differing bits)".to_string(),
         Arm::Random => format!(
             "every |got - want| <= 3 gamma_(130+nblk) sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on"
         ),
