@@ -90,7 +90,7 @@ enum MutantCmd {
 #[derive(Subcommand)]
 enum Gate {
     /// The FP8 per-block MMQ gate (seed 000): the seed's nine ragged shapes and one more, EXACT,
-    /// FOLD and RAND arms, NaN precondition, e4m3 code coverage.
+    /// FOLD, CODES and RAND arms, NaN precondition, every e4m3 code decoded bit-exactly.
     Fp8Mmq {
         /// With OUT_F and M: check this one shape instead of the battery.
         in_f: Option<usize>,
@@ -120,6 +120,7 @@ enum Gate {
 enum ArmArg {
     Exact,
     Fold,
+    Codes,
     Rand,
 }
 
@@ -709,6 +710,7 @@ fn main() -> ExitCode {
             let arm = match arm {
                 ArmArg::Exact => Arm::Exact,
                 ArmArg::Fold => Arm::Fold,
+                ArmArg::Codes => Arm::Codes,
                 ArmArg::Rand => Arm::Random,
             };
             let spec = CaseSpec {
@@ -743,7 +745,8 @@ fn main() -> ExitCode {
             let t0 = std::time::Instant::now();
             let want = fp8_mmq::reference(&data);
             let oracle_time = t0.elapsed();
-            let codes = gate::code_coverage(&data.w, data.qd.as_ref().map_or(&want.q, |(q, _)| q));
+            let codes =
+                (arm == Arm::Codes).then(|| gate::codes_decoded_exactly(arm, &data, &want).count());
             match fp8_mmq::run::run_case_with_reference(engine, &data, arm, &want) {
                 Outcome::Judged(v) => {
                     println!("{}", report::table_row(&spec, &v, codes, oracle_time));

@@ -103,3 +103,30 @@ fn case_gdn_accepts_the_printed_reproduction() {
     );
     assert!(!stderr.contains("error: "), "{cmd}: {stderr}");
 }
+
+/// Every fp8-mmq arm's printed reproduction parses (`--arm codes` among
+/// them), with every knob at a non-default value: exit 2 without a device
+/// (0 or 1 with one), never a parse error.
+#[test]
+fn case_fp8_mmq_accepts_the_printed_reproduction_for_every_arm() {
+    use kernel_oracle::fp8_mmq::{report, Arm, CaseSpec, Knobs};
+    for arm in Arm::ALL {
+        let spec = CaseSpec {
+            knobs: Knobs {
+                every_code: true,
+                zero_blocks: 2,
+                act_exp: -3,
+                nan_codes: 1,
+            },
+            ..CaseSpec::battery(130, 3, 2, arm)
+        };
+        let cmd = report::repro_command(&spec);
+        assert!(cmd.contains(&format!("--arm {}", arm.name().to_lowercase())));
+        let args: Vec<&str> = cmd.split_whitespace().skip(4).collect();
+        assert_eq!(args[0], "case", "{cmd}");
+        let out = kernel_oracle(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0..=2)), "{cmd}: {stderr}");
+        assert!(!stderr.contains("error: "), "{cmd}: {stderr}");
+    }
+}

@@ -2,25 +2,69 @@
 
 use device::cuda::{compile, Engine, KernelSource, BUILTIN_FP8_MMQ_CU};
 use kernel_oracle::fp8_mmq::gate::BATTERY;
-use kernel_oracle::fp8_mmq::mutants::{apply, MUTANTS};
-use kernel_oracle::fp8_mmq::{run, CaseSpec, Outcome};
+use kernel_oracle::fp8_mmq::mutants::{apply, by_name, subnormal_flush_f16_bits, MUTANTS};
+use kernel_oracle::fp8_mmq::{run, Arm, CaseSpec, Outcome};
+use oracle::conventions::NanMagnitude::Ieee;
+use oracle::e4m3::decode_e4m3;
+use oracle::f16::decode_f16;
 
 fn write_mutant(name: &str, text: &str) -> std::path::PathBuf {
     kernel_oracle::mutate::write_candidate("fp8", name, text).unwrap()
 }
 
-/// Every anchor occurs in the builtin kernel, and every mutant
-/// still compiles (NVRTC, sm_90, no GPU), so it reaches the gate as a
-/// wrong kernel rather than as a compile error.
+/// Every anchor occurs in the builtin kernel, and every mutant still
+/// compiles (NVRTC, no GPU) for sm_90a, what the shim compiles for on an
+/// H100/H200: the plain sm_90 build's code plus the wgmma variants. So a
+/// mutant reaches the gate as a wrong kernel rather than as a compile
+/// error. A mutant that replaces the e4m3 -> f16 conversion leaves none of
+/// it in the PTX: the bug sits on every path that converts.
 #[test]
 fn every_mutant_applies_and_compiles() {
+    const CVT: &str = "cvt.rn.f16x2.e4m3x2";
     for m in &MUTANTS {
         let text = apply(m, BUILTIN_FP8_MMQ_CU).unwrap_or_else(|e| panic!("{e}"));
         assert_ne!(text, BUILTIN_FP8_MMQ_CU);
         let src = KernelSource::from_file(&write_mutant(m.name, &text)).unwrap();
-        compile(&src, "sm_90")
+        let c = compile(&src, "sm_90a")
             .unwrap_or_else(|e| panic!("mutant {} does not compile: {e}", m.name));
+        if m.find.contains(CVT) {
+            assert!(!c.ptx.contains(CVT), "{}: {CVT} left in the PTX", m.name);
+        }
     }
+}
+
+/// `subnormal-flush` plants the bit hack its model
+/// [`subnormal_flush_f16_bits`] states: read through core's f16 codec,
+/// the model equals core's e4m3 decode on every normal code and differs on
+/// every nonzero subnormal, so the EXACT and FOLD arms (integer codes, all
+/// normal) cannot see it, and the CODES arm sees it bit for bit.
+#[test]
+fn subnormal_flush_is_right_for_normals_and_flushes_subnormals() {
+    let m = by_name("subnormal-flush").unwrap();
+    assert!(m.replace.contains("((b & 0x7Fu) << 7) + 0x2000u"));
+    assert!(m.replace.contains("(b & 0x78u)"));
+    let (mut normals, mut subnormals) = (0, 0);
+    for code in 0..=255u8 {
+        let (field, mant) = ((code >> 3) & 0x0F, code & 0x07);
+        let want = decode_e4m3(code, Ieee);
+        let got = decode_f16(subnormal_flush_f16_bits(code));
+        if code & 0x7F == 0x7F {
+            // The NaN magnitudes: never decoded (rule NAN-W; see the model).
+            assert!(want.is_nan(), "0x{code:02X}");
+        } else if field != 0 {
+            assert_eq!(got.to_bits(), want.to_bits(), "normal 0x{code:02X}");
+            normals += 1;
+        } else if mant != 0 {
+            assert_ne!(got, want, "subnormal 0x{code:02X}");
+            assert_eq!(got, 0.0, "subnormal 0x{code:02X} is flushed");
+            assert_eq!(got.is_sign_negative(), code & 0x80 != 0);
+            subnormals += 1;
+        } else {
+            assert_eq!(got.to_bits(), want.to_bits(), "zero 0x{code:02X}");
+        }
+    }
+    assert_eq!((normals, subnormals), (2 * 15 * 8 - 2, 2 * 7));
+    assert!(m.caught_by.contains(&Arm::Codes));
 }
 
 /// Each mutant fails at least one battery shape in each arm it claims.

@@ -1,12 +1,16 @@
 //! The fp8-mmq gate (seed 000's `fp8-mmq-check`): the ragged battery, the
-//! seed's EXACT and RAND arms plus the FOLD arm (see [`Arm::Fold`]), the NaN
-//! precondition and the e4m3 code coverage, all gated by counts.
+//! seed's EXACT and RAND arms plus the FOLD and CODES arms (see
+//! [`Arm::Fold`], [`Arm::Codes`]), the NaN precondition, and the e4m3 codes
+//! decoded bit-exactly, all gated by counts.
 
-use super::generate::{Arm, CaseSpec};
-use super::judge::reference;
+use super::generate::{Arm, CaseData, CaseSpec};
+use super::judge::{reference, Reference};
 use super::report;
 use super::run::{run_case_with_reference, Outcome};
 use device::cuda::Engine;
+use oracle::conventions::NanMagnitude::{Ieee, ReadAsZero};
+use oracle::e4m3::decode_e4m3;
+use oracle::fp8_mmq::BLOCK_K;
 
 /// The seed's default battery, `(in_f, out_f, m)`, ragged on purpose, and
 /// one shape of ours: every in_f of the seed's nine is a multiple of 16, so
@@ -33,30 +37,108 @@ pub const LEGAL_CODES: usize = 254;
 pub struct GateResult {
     /// Failed rows (and the coverage line, when it fails).
     pub failures: usize,
-    /// The most distinct e4m3 codes seen in one case's operands.
-    pub codes_max: usize,
+    /// Distinct e4m3 weight codes decoded bit-exactly over all rows run
+    /// (the union of [`codes_decoded_exactly`]).
+    pub codes_exact: usize,
     /// Rows run.
     pub rows: usize,
 }
 
-/// Distinct e4m3 codes among the weights and the quantized activations.
-pub fn code_coverage(w: &[u8], q: &[u8]) -> usize {
-    let mut seen = [false; 256];
-    for &b in w.iter().chain(q) {
-        seen[b as usize] = true;
+/// A set of e4m3 codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeSet([bool; 256]);
+
+impl Default for CodeSet {
+    fn default() -> CodeSet {
+        CodeSet([false; 256])
     }
-    seen.iter().filter(|s| **s).count()
+}
+
+impl CodeSet {
+    /// Adds `code`.
+    pub fn insert(&mut self, code: u8) {
+        self.0[usize::from(code)] = true;
+    }
+    /// Whether `code` is in the set.
+    pub fn contains(&self, code: u8) -> bool {
+        self.0[usize::from(code)]
+    }
+    /// Adds every code of `other`.
+    pub fn union(&mut self, other: &CodeSet) {
+        for (a, &b) in self.0.iter_mut().zip(&other.0) {
+            *a |= b;
+        }
+    }
+    /// How many codes the set holds.
+    pub fn count(&self) -> usize {
+        self.0.iter().filter(|&&s| s).count()
+    }
+}
+
+/// The e4m3 weight codes whose decoded value reached, alone and exactly,
+/// an output of `data` that `arm` compares bit for bit: computed from the
+/// case's data and the oracle's answer `want`, not assumed from the arm.
+///
+/// A code `w[o, k]` counts when `arm` is bit-exact ([`Arm::bit_exact`]),
+/// row j of the GEMM operand (`data.qd`, else the quantizer's `want.q`,
+/// `want.d`) has exactly one nonzero term (one `k < in_f` with a nonzero
+/// activation code in a block with `d != 0`, every other product being a
+/// zero), `|s[o/128, k/128] * d[j, k/128]|` is a power of two, and the
+/// oracle's `y[j, o]` equals the exact product `(s * d) * (w * a)`. Such
+/// an output is one product with no rounding, so its bits determine the
+/// decoded weight: a kernel that matches it bit for bit decoded that code
+/// as the oracle does. The CODES arm is built to meet this on every
+/// output ([`Arm::Codes`]); the other arms' rows hold many terms and
+/// contribute nothing. Codes with the NaN magnitude (refused, rule NAN-W)
+/// never count.
+pub fn codes_decoded_exactly(arm: Arm, data: &CaseData, want: &Reference) -> CodeSet {
+    let mut set = CodeSet::default();
+    if !arm.bit_exact() {
+        return set;
+    }
+    let s = &data.shape;
+    let (q, d) = match &data.qd {
+        Some((q, d)) => (q.as_slice(), d.as_slice()),
+        None => (want.q.as_slice(), want.d.as_slice()),
+    };
+    let (in_f, pad, blocks) = (s.in_f(), s.in_f_pad(), s.act_blocks());
+    let (out_f, scols) = (s.out_f(), s.scale_cols());
+    for j in 0..s.m() {
+        let mut terms = (0..in_f).filter(|&k| {
+            decode_e4m3(q[j * pad + k], Ieee) != 0.0 && d[j * blocks + k / BLOCK_K] != 0.0
+        });
+        let (Some(k), None) = (terms.next(), terms.next()) else {
+            continue;
+        };
+        let a = f64::from(decode_e4m3(q[j * pad + k], Ieee));
+        let dj = f64::from(d[j * blocks + k / BLOCK_K]);
+        for o in 0..out_f {
+            let code = data.w[o * in_f + k];
+            let sd = f64::from(data.scales[(o / 128) * scols + k / BLOCK_K]) * dj;
+            // s * d is exact in f64 (24 + 24 bits); a power of two keeps
+            // the product (s * d) * (w * a) exact and one-to-one in w.
+            let pow2 = sd != 0.0 && sd.is_finite() && sd.abs().to_bits() & ((1 << 52) - 1) == 0;
+            let exact = sd * (f64::from(decode_e4m3(code, ReadAsZero)) * a);
+            if code & 0x7F != 0x7F && pow2 && f64::from(want.y[j * out_f + o]) == exact {
+                set.insert(code);
+            }
+        }
+    }
+    set
 }
 
 /// Runs every arm on every shape, printing the seed's table, the coverage
-/// line and the verdict; each failing row also prints its reproduction.
+/// line (e4m3 codes decoded bit-exactly, [`codes_decoded_exactly`],
+/// gated at [`LEGAL_CODES`] on the battery) and the verdict; each failing
+/// row also prints its reproduction.
 pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     let mut g = GateResult::default();
+    let mut codes = CodeSet::default();
     println!("kernel source: {}", engine.kernel_source());
     println!("device: {}", engine.device_name());
     println!("{}", report::table_header());
     for &(in_f, out_f, m) in shapes {
-        for arm in [Arm::Exact, Arm::Fold, Arm::Random] {
+        for arm in Arm::ALL {
             let spec = CaseSpec::battery(in_f, out_f, m, arm);
             g.rows += 1;
             let data = match spec.generate() {
@@ -70,11 +152,12 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
             let t0 = std::time::Instant::now();
             let want = reference(&data);
             let oracle_time = t0.elapsed();
-            let codes = code_coverage(&data.w, data.qd.as_ref().map_or(&want.q, |(q, _)| q));
-            g.codes_max = g.codes_max.max(codes);
+            let exact = codes_decoded_exactly(arm, &data, &want);
+            codes.union(&exact);
+            let shown = (arm == Arm::Codes).then(|| exact.count());
             match run_case_with_reference(engine, &data, arm, &want) {
                 Outcome::Judged(v) => {
-                    println!("{}", report::table_row(&spec, &v, codes, oracle_time));
+                    println!("{}", report::table_row(&spec, &v, shown, oracle_time));
                     if !v.pass() {
                         g.failures += 1;
                         print!(
@@ -100,14 +183,15 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
         }
     }
     println!();
-    // Coverage is gated on the battery, whose shapes are large enough to hold
-    // every code; a single small shape only reports it (a 16x8 weight plane
-    // cannot hold 254 codes).
+    // Coverage is gated on the battery, whose every shape reaches all 254
+    // codes in its CODES row; a single small shape only reports it (one
+    // output row of out_f < 254 cannot hold 254 codes).
+    g.codes_exact = codes.count();
     let gated = shapes == BATTERY.as_slice();
-    let codes_ok = g.codes_max >= LEGAL_CODES;
+    let codes_ok = g.codes_exact >= LEGAL_CODES;
     println!(
-        "e4m3 code coverage: {}/{LEGAL_CODES} legal codes exercised (both NaN magnitudes 0x7F/0xFF excluded by the dispatch precondition)  {}",
-        g.codes_max,
+        "e4m3 codes decoded bit-exactly: {}/{LEGAL_CODES} legal weight codes, each alone in an output of a CODES row compared bit for bit (the NaN magnitudes 0x7F/0xFF are refused by the dispatch precondition)  {}",
+        g.codes_exact,
         match (gated, codes_ok) {
             (true, true) => "PASS",
             (true, false) => "FAIL",
@@ -120,7 +204,8 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     println!();
     if g.failures == 0 {
         println!(
-            "=== fp8-mmq-check ALL GREEN (EXACT and FOLD arms bit-identical, RAND arm < 1e-5 of RMS, {LEGAL_CODES}/{LEGAL_CODES} codes) ==="
+            "=== fp8-mmq-check ALL GREEN (EXACT, FOLD and CODES arms bit-identical, {}/{LEGAL_CODES} e4m3 codes decoded bit-exactly, RAND arm < 1e-5 of RMS) ===",
+            g.codes_exact
         );
     } else {
         println!("=== fp8-mmq-check {} FAILURES ===", g.failures);

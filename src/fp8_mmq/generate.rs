@@ -3,7 +3,7 @@
 
 use crate::rng::Rng;
 use arbitrary::{Arbitrary, Unstructured};
-use oracle::fp8_mmq::{Shape, ShapeError, BLOCK_K};
+use oracle::fp8_mmq::{Shape, ShapeError, BLOCK_K, E4M3_MAX};
 
 /// Which arm of the check a case belongs to (seed 000).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Arbitrary)]
@@ -30,16 +30,46 @@ pub enum Arm {
     /// The quantizer still runs on random activations and is compared bit
     /// for bit. (Not in seed 000, which cannot see a fused fold.)
     Fold,
+    /// Every legal e4m3 weight code decoded on its own, bit for bit. The
+    /// weights walk the 254 legal codes, `w[o, k] = legal_code(o + k + r)`
+    /// with r drawn from the seed (NaN magnitudes 0x7F/0xFF skipped), so
+    /// the subnormals 0x01..0x07 and 0x81..0x87 and the fractional normals
+    /// are all there (the E4M3 table of OCP OFP8 1.0 section 5: bias 7,
+    /// subnormal `m * 2^-9`, normal `1.mmm * 2^(e - 7)`). Scales are powers
+    /// of two as in EXACT. Each activation row j is one-hot: one `±448 *
+    /// 2^e` (e in [-8, 8]) at `k_j = (in_f - 1 + 97 j) % in_f`, so row 0
+    /// sits on the last column (in the k tail when in_f % 128 != 0) and the
+    /// rows walk all of in_f. The quantizer then gives `d = 2^e` and
+    /// `q = ±448` (0x7E/0xFE) exactly in k_j's block and `d = 0` (rule
+    /// `QUANT-ZERO`) in every other, and each output is one product
+    /// `(s * 2^e) * (decode(w[o, k_j]) * ±448)`: exact in binary32 for
+    /// every legal code (at most 4 + 3 significand bits, magnitudes between
+    /// 2^-13 and 2^29) in any summation order, so compared bit for bit. A
+    /// decode that flushes subnormals or misreads any one code changes an
+    /// output's bits; RANDOM sees an error of that size only statistically
+    /// (seed 000's `rms_rel`, from 512 outputs on; its per-output bound
+    /// mostly lets it through), and EXACT and FOLD draw only integer
+    /// codes. (Not in seed 000.)
+    Codes,
 }
 
 impl Arm {
+    /// Every arm, in the gate's order.
+    pub const ALL: [Arm; 4] = [Arm::Exact, Arm::Fold, Arm::Codes, Arm::Random];
+
     /// The name printed in tables and reproductions.
     pub fn name(self) -> &'static str {
         match self {
             Arm::Exact => "EXACT",
             Arm::Random => "RAND",
             Arm::Fold => "FOLD",
+            Arm::Codes => "CODES",
         }
+    }
+
+    /// Whether the arm's outputs are compared bit for bit (all but RANDOM).
+    pub fn bit_exact(self) -> bool {
+        self != Arm::Random
     }
 }
 
@@ -48,14 +78,14 @@ impl Arm {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Knobs {
     /// Weights cycle through all 254 legal e4m3 codes in order (instead of
-    /// random codes) in the RANDOM arm.
+    /// random codes) in the RANDOM arm. (The CODES arm always does.)
     pub every_code: bool,
     /// Some activation blocks (one in `zero_blocks`) are all zero, so
     /// `d = 0` (rule `QUANT-ZERO`). 0 means none.
     pub zero_blocks: u8,
     /// Activations scaled by `2^act_exp` (RANDOM arm): exponent range of the
     /// quantizer's `amax / 448` and `448 / amax`. Kept in [-100, 100] so no
-    /// block reaches `QUANT-TINY`.
+    /// block reaches `QUANT-TINY`. (The CODES arm draws its own exponents.)
     pub act_exp: i8,
     /// Weight codes overwritten with a NaN magnitude (`0x7F`/`0xFF`, at
     /// random places, possibly the same place twice): the dispatch
@@ -107,12 +137,14 @@ pub const INT_CODES: [u8; 13] = [
 impl CaseSpec {
     /// The seed's battery entry: `(in_f, out_f, m)` with the seed's own
     /// per-arm seeds (`0xC0FFEE ^ in_f*7919` for EXACT, `0xBADC0DE ^
-    /// out_f*104729` for RANDOM), no knobs.
+    /// out_f*104729` for RANDOM) and ours (`0xF01D ^ m*15485863` for FOLD,
+    /// `0xC0DE5 ^ out_f*49979687` for CODES), no knobs.
     pub fn battery(in_f: usize, out_f: usize, m: usize, arm: Arm) -> CaseSpec {
         let seed = match arm {
             Arm::Exact => 0xC0FFEE_u64 ^ (in_f as u64).wrapping_mul(7919),
             Arm::Random => 0xBADC0DE_u64 ^ (out_f as u64).wrapping_mul(104729),
             Arm::Fold => 0xF01D_u64 ^ (m as u64).wrapping_mul(15485863),
+            Arm::Codes => 0xC0DE5_u64 ^ (out_f as u64).wrapping_mul(49979687),
         };
         CaseSpec {
             in_f,
@@ -133,11 +165,20 @@ impl CaseSpec {
         let mut rng = Rng(self.seed);
         let (in_f, m) = (self.in_f, self.m);
         let exact = self.arm == Arm::Exact;
-        let int_weights = self.arm != Arm::Random;
+        let codes = self.arm == Arm::Codes;
+        let int_weights = matches!(self.arm, Arm::Exact | Arm::Fold);
+        let pow2_scales = matches!(self.arm, Arm::Exact | Arm::Codes);
 
+        // CODES: where the walk starts, so that over seeds a small shape
+        // reaches other codes.
+        let walk = if codes { rng.below(254) } else { 0 };
         let mut w = vec![0u8; shape.weight_len()];
         for (idx, b) in w.iter_mut().enumerate() {
-            *b = if int_weights {
+            *b = if codes {
+                // w[o, k] = legal_code(o + k + walk): along a row and down a
+                // column the codes walk the 254 legal ones.
+                legal_code(idx / in_f + idx % in_f + walk)
+            } else if int_weights {
                 INT_CODES[rng.u8() as usize % INT_CODES.len()]
             } else if self.knobs.every_code {
                 legal_code(idx)
@@ -154,7 +195,7 @@ impl CaseSpec {
 
         let mut scales = vec![0f32; shape.scale_len()];
         for s in scales.iter_mut() {
-            *s = if exact {
+            *s = if pow2_scales {
                 // Powers of two in [2^-4, 2^3]: exact multiplication.
                 pow2(i32::from(rng.u8() % 8) - 4)
             } else {
@@ -177,6 +218,18 @@ impl CaseSpec {
                     }
                     row[(b * 37 + j) % BLOCK_K] = 448.0;
                 }
+            }
+        } else if codes {
+            // One-hot rows: x[j, k_j] = ±448 * 2^e, so amax = 448 * 2^e,
+            // d = amax / 448 = 2^e and dinv = 448 / amax = 2^-e exactly, and
+            // q = ±448 (0x7E/0xFE); every other block of the row is zero
+            // (d = 0). 97 is prime: unless 97 divides in_f, the first
+            // min(m, in_f) rows land on distinct columns.
+            for j in 0..m {
+                let k = (in_f - 1 + j * CODES_K_STRIDE) % in_f;
+                let e = i32::from(rng.u8() % 17) - 8;
+                let mag = E4M3_MAX * pow2(e);
+                x[j * in_f + k] = if rng.u8() & 1 == 0 { mag } else { -mag };
             }
         } else {
             let scale = pow2(i32::from(self.knobs.act_exp.clamp(-100, 100)));
@@ -216,6 +269,10 @@ impl CaseSpec {
         })
     }
 }
+
+/// The CODES arm's step between the one-hot columns of consecutive rows:
+/// `k_j = (in_f - 1 + CODES_K_STRIDE * j) % in_f` (elements).
+pub const CODES_K_STRIDE: usize = 97;
 
 /// The `idx % 254`-th legal e4m3 code (0x00..=0x7E, 0x80..=0xFE).
 pub fn legal_code(idx: usize) -> u8 {
@@ -274,8 +331,10 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         // a few bytes (its `lim` grows slowly), and a field drawn from an
         // exhausted input takes its first value. Drawn after the shape, the
         // arm was EXACT in nearly every case of a first minute on the H200,
-        // and the planted bugs only the FOLD arm sees went unfound.
-        let arm = [Arm::Exact, Arm::Fold, Arm::Random][usize::from(u.arbitrary::<u8>()?) % 3];
+        // and the planted bugs only the FOLD arm sees went unfound. (The same
+        // holds for CODES, the one arm that checks every code's decode bit
+        // for bit.)
+        let arm = Arm::ALL[usize::from(u.arbitrary::<u8>()?) % Arm::ALL.len()];
         let in_f = edge_dim(u, 128, bounds::MAX_IN_F)?;
         let out_f = edge_dim(u, 128, bounds::MAX_OUT_F)?;
         let m = edge_dim(u, 16, bounds::MAX_M)?;

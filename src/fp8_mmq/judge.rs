@@ -36,7 +36,8 @@ pub const RANDOM_RMS_REL_MIN_OUTPUTS: usize = 512;
 /// An indexing bug (a wrong block, k offset, row or scale) errs by a
 /// sizeable part of `A` and fails it. Not a check on rare codes: a
 /// candidate that decodes a few subnormal weight codes wrongly can stay
-/// within it (the EXACT and FOLD arms only draw integer codes).
+/// within it; the CODES arm ([`Arm::Codes`]) checks every code's decode
+/// bit for bit.
 pub fn random_bound_factor(nblk: usize) -> f64 {
     let nu = (130 + nblk) as f64 * f64::powi(2.0, -24);
     let gamma = nu / (1.0 - nu);
@@ -134,10 +135,11 @@ pub struct Verdict {
 impl Verdict {
     /// Judges `got` against `want`. The quantizer has no hidden order, so q
     /// and d must match bit for bit in every arm; y must be bit-identical in
-    /// the EXACT and FOLD arms; in the RANDOM arm every output must be
-    /// finite and within [`random_bound_factor`] of its sum of absolute
-    /// terms, and, from [`RANDOM_RMS_REL_MIN_OUTPUTS`] outputs on, `rms_rel`
-    /// below [`RANDOM_RMS_REL_BOUND`] (seed 000); the NaN counts must agree.
+    /// the EXACT, FOLD and CODES arms ([`Arm::bit_exact`]); in the RANDOM
+    /// arm every output must be finite and within [`random_bound_factor`]
+    /// of its sum of absolute terms, and, from
+    /// [`RANDOM_RMS_REL_MIN_OUTPUTS`] outputs on, `rms_rel` below
+    /// [`RANDOM_RMS_REL_BOUND`] (seed 000); the NaN counts must agree.
     pub fn judge(data: &CaseData, arm: Arm, got: &KernelOut, want: &Reference) -> Verdict {
         let s = &data.shape;
         let mut q_mismatches = (0, None);
@@ -174,7 +176,7 @@ impl Verdict {
     /// Whether the GEMM output passes its arm's test.
     pub fn y_ok(&self) -> bool {
         match self.arm {
-            Arm::Exact | Arm::Fold => self.y.bit_identical(),
+            Arm::Exact | Arm::Fold | Arm::Codes => self.y.bit_identical(),
             Arm::Random => {
                 self.y.non_finite == 0
                     && self.over_bound.0 == 0

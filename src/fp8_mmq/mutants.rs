@@ -17,7 +17,7 @@ use super::generate::Arm;
 pub type Mutant = crate::mutate::Mutant<Arm>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 4] = [
+pub const MUTANTS: [Mutant; 5] = [
     Mutant {
         name: "drop-k-tail",
         what: "iterates over floor(in_f/128) scale blocks: the partial last block (the k tail) is dropped",
@@ -46,7 +46,51 @@ pub const MUTANTS: [Mutant; 4] = [
         replace: "const float *s_row = s;",
         caught_by: &[Arm::Exact, Arm::Fold, Arm::Random],
     },
+    Mutant {
+        name: "subnormal-flush",
+        what: "e4m3 -> f16 by the bit hack sign | (exp + 8) << 10 | mant << 7 instead of cvt.rn.f16x2.e4m3x2: right for normal codes, subnormals flushed to zero (every variant sm_90 dispatches converts; the e4m3 mma.sync variants k0..k2, sm_89's, do not)",
+        find: r#"    asm("{ .reg .b16 l, h;\n"
+        "  mov.b32 {l, h}, %2;\n"
+        "  cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "  cvt.rn.f16x2.e4m3x2 %1, h; }\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(x));"#,
+        replace: r#"    /* subnormal-flush: byte i -> f16 half i, sign << 15 | (exp + 8) << 10
+     * | mant << 7 for exp != 0, a signed zero for exp == 0 (the
+     * subnormals 0x01..0x07, 0x81..0x87). */
+    u32 h[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 b = (x >> (8 * i)) & 0xFFu;
+        const u32 sign = (b & 0x80u) << 8;
+        h[i] = (b & 0x78u) ? (sign | (((b & 0x7Fu) << 7) + 0x2000u)) : sign;
+    }
+    lo = h[0] | (h[1] << 16);
+    hi = h[2] | (h[3] << 16);"#,
+        // RANDOM too, statistically: on the battery the flush moves
+        // rms_rel to about 1e-4 (tests/fp8_mmq_codes.rs, CPU model); on
+        // shapes under 512 outputs it mostly passes RANDOM.
+        caught_by: &[Arm::Codes, Arm::Random],
+    },
 ];
+
+/// What `subnormal-flush` computes for one e4m3 code, as f16 bits: the
+/// model of its CUDA (same expression, per byte), for CPU tests. E4M3 has
+/// bias 7 and f16 bias 15, so a normal code's exponent field gains 8 and
+/// its 3 mantissa bits move to the top of f16's 10; a code with exponent
+/// field 0 (zero and the subnormals `m * 2^-9`) gives a signed zero. The
+/// NaN magnitudes 0x7F/0xFF come out as ±480.0 (never decoded: weights are
+/// refused by rule NAN-W, and activations reach them only under
+/// `QUANT-TINY`, `QUANT-INF` or `QUANT-NAN`, which the generators avoid).
+pub fn subnormal_flush_f16_bits(code: u8) -> u16 {
+    let b = u16::from(code);
+    let sign = (b & 0x80) << 8;
+    if b & 0x78 != 0 {
+        sign | (((b & 0x7F) << 7) + 0x2000)
+    } else {
+        sign
+    }
+}
 
 /// The mutant called `name`.
 pub fn by_name(name: &str) -> Option<&'static Mutant> {

@@ -8,7 +8,9 @@ use std::fmt::Write;
 
 /// The gate's table header (seed 000's columns, then where the time went:
 /// the oracle's answer, and the device side from first upload to last
-/// download, in milliseconds).
+/// download, in milliseconds). `codes` counts the e4m3 weight codes the
+/// row decodes bit-exactly ([`super::gate::codes_decoded_exactly`]; shown
+/// for the CODES arm, `-` for the others).
 pub fn table_header() -> String {
     format!(
         "{:<22} {:>6} {:>12} {:>12} {:>15} {:>5} {:>6} {:>9} {:>9}",
@@ -24,11 +26,12 @@ pub fn table_header() -> String {
     )
 }
 
-/// One table row; `oracle_time` is the time the oracle's answer took.
+/// One table row; `codes` is the `codes` column (`None` prints `-`),
+/// `oracle_time` the time the oracle's answer took.
 pub fn table_row(
     spec: &CaseSpec,
     v: &Verdict,
-    codes: usize,
+    codes: Option<usize>,
     oracle_time: std::time::Duration,
 ) -> String {
     format!(
@@ -40,7 +43,7 @@ pub fn table_row(
         v.y.bit_mismatches,
         v.y.n,
         v.nan.0,
-        codes,
+        codes.map_or("-".to_string(), |n| n.to_string()),
         oracle_time.as_secs_f64() * 1e3,
         v.device_time.as_secs_f64() * 1e3,
         if v.pass() { "PASS" } else { "FAIL" }
@@ -119,7 +122,7 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
 pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&str>) -> String {
     let mut r = String::new();
     let bound = match spec.arm {
-        Arm::Exact | Arm::Fold => "bit-identical (0 differing bits)".to_string(),
+        Arm::Exact | Arm::Fold | Arm::Codes => "bit-identical (0 differing bits)".to_string(),
         Arm::Random => format!(
             "every |got - want| <= 3 gamma_(130+nblk) sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on"
         ),
