@@ -12,8 +12,8 @@
 //! rows `i = 0, 1, ..., 127` in increasing order):
 //!
 //! 1. pass one, for each `i`: `S'[i][j] = S[i][j] * d` (rule `DECAY-FIRST`,
-//!    `d = exp(g[h])` by core's own [`exp`]), then `kv[j] = kv[j] + S'[i][j]
-//!    * k[i]` from `kv = +0.0`;
+//!    `d = exp(g[h])` by core's own [`exp`]), then
+//!    `kv[j] = kv[j] + S'[i][j] * k[i]` from `kv = +0.0`;
 //! 2. `delta[j] = (v[j] - kv[j]) * beta[h]`;
 //! 3. pass two, for each `i`: `S''[i][j] = S'[i][j] + k[i] * delta[j]`, then
 //!    `acc[j] = acc[j] + S''[i][j] * q[i]` from `acc = +0.0` (rule

@@ -7,6 +7,8 @@
 //! NaN weight codes) is skipped with a reason and counted, never compared;
 //! anything else that goes wrong panics with a reproduction.
 
+#![warn(missing_docs)]
+
 pub mod fp8_mmq;
 pub mod gdn;
 pub mod gdn_fast;

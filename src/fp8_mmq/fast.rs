@@ -10,8 +10,8 @@
 //! accumulator per block in increasing k, the fold `sum + (s * d) * c`,
 //! each operation rounded on its own: Rust never contracts `a * b + c` into
 //! a fused multiply-add) and runs register tiles of outputs side by side in
-//! SIMD lanes and panels of outputs on all cores ([`gemm`]). E4M3 codes are
-//! decoded and encoded by branch-free integer/float code ([`codec`]) proven
+//! SIMD lanes and panels of outputs on all cores (module `gemm`). E4M3 codes are
+//! decoded and encoded by branch-free integer/float code (module `codec`) proven
 //! equal to core's codec for every code and every `f32`.
 //!
 //! SIMD comes through runtime CPU-feature dispatch (`multiversion`): one

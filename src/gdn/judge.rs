@@ -155,7 +155,7 @@ pub fn reference(d: &CaseData) -> Six {
     reference_with(d, !crate::use_spec_oracle())
 }
 
-/// [`reference`] through the spec's `decode_rows` itself.
+/// [`reference()`] through the spec's `decode_rows` itself.
 pub fn reference_spec(d: &CaseData) -> Six {
     reference_with(d, false)
 }
@@ -202,7 +202,7 @@ fn reference_with(d: &CaseData, fast: bool) -> Six {
 /// alternating the state buffers (row `r` from the slot
 /// `state_after_row(r - 1)` into `state_after_row(r)`), the ring and the
 /// state copied after every row but the last (seed 003 lines 96-147).
-/// Rule `PACKED-EQ-CHAINED` says this equals [`reference`] bit for bit.
+/// Rule `PACKED-EQ-CHAINED` says this equals [`reference()`] bit for bit.
 pub fn oracle_chained(d: &CaseData) -> Six {
     let s = d.shape;
     let (t, c, nv, vd, n) = (s.t(), s.conv_dim(), s.num_v(), s.value_dim(), s.state_len());

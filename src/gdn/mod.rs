@@ -72,7 +72,7 @@ fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
 /// "chained == oracle" and "packed == oracle", gate 1's "packed ==
 /// chained", and when `graph` the two graph replays against the chained
 /// launches plus the capture-time buffers left untouched. `want` is the
-/// oracle's [`reference`].
+/// oracle's [`reference()`].
 pub fn judge_case(
     e: &GdnEngine,
     spec: &CaseSpec,
