@@ -23,11 +23,7 @@
 // hand below, hence not overridable). k advances TILE_K at a time: all
 // threads stage a (4 WG_M) x TILE_K tile of dequantized src0 and a
 // (4 WG_N) x TILE_K tile of src1 in workgroup memory, synchronise, and
-// accumulate from there. A thread's four rows (columns) at one k sit in one
-// vec4, so each k step is two 16-byte workgroup loads for 16 multiply-adds
-// (scalar tiles read at a 4-word stride took eight loads, with bank
-// conflicts; the vec4 layout measured 1.03x to 1.34x faster on the H200,
-// bit-identical outputs).
+// accumulate from there.
 //
 // Arithmetic order: each output is one f32 accumulator that starts at +0.0
 // and adds w[m, k] * x[n, k] for k = 0, 1, .., K - 1 in order, exactly the
@@ -60,12 +56,9 @@ override TILE_K: u32 = 16u;
 const TILE_M: u32 = 4u;
 const TILE_N: u32 = 4u;
 
-// Staged tiles, k-major, four consecutive rows to a vector:
-// sh0[kk * WG_M + i][c] is src0 row m0 + 4 i + c at k0 + kk, and
-// sh1[kk * WG_N + j][c] is src1 row n0 + 4 j + c at k0 + kk. A thread's
-// four rows (columns) at one k are then one 16-byte load.
-var<workgroup> sh0: array<vec4<f32>, TILE_K * WG_M>;
-var<workgroup> sh1: array<vec4<f32>, TILE_K * WG_N>;
+// Staged tiles, k-major: sh0[kk * (WG_M * TILE_M) + row].
+var<workgroup> sh0: array<f32, TILE_K * WG_M * TILE_M>;
+var<workgroup> sh1: array<f32, TILE_K * WG_N * TILE_N>;
 
 // Byte `off` of src0 (little-endian words).
 fn src0_byte(off: u32) -> u32 {
@@ -196,8 +189,7 @@ fn main(
     }
 
     for (var k0 = 0u; k0 < kdim; k0 += TILE_K) {
-        // Stage: consecutive threads take consecutive k of one row (global
-        // reads coalesced along k).
+        // Stage: consecutive threads take consecutive k of one row.
         for (var e = li; e < bm * TILE_K; e += threads) {
             let r = e / TILE_K;
             let kk = e % TILE_K;
@@ -205,7 +197,7 @@ fn main(
             if (m0 + r < m && k0 + kk < kdim) {
                 v = load_src0(m0 + r, k0 + kk);
             }
-            sh0[kk * WG_M + r / 4u][r % 4u] = v;
+            sh0[kk * bm + r] = v;
         }
         for (var e = li; e < bn * TILE_K; e += threads) {
             let r = e / TILE_K;
@@ -214,30 +206,36 @@ fn main(
             if (n0 + r < n && k0 + kk < kdim) {
                 v = src1[(n0 + r) * params.stride_src1 + k0 + kk];
             }
-            sh1[kk * WG_N + r / 4u][r % 4u] = v;
+            sh1[kk * bn + r] = v;
         }
         workgroupBarrier(); // staged tiles complete before anyone reads them
 
         let kend = min(TILE_K, kdim - k0);
         for (var kk = 0u; kk < kend; kk++) {
-            let a = sh0[kk * WG_M + lid.x];
-            let b = sh1[kk * WG_N + lid.y];
-            acc[0] += a.x * b.x;
-            acc[1] += a.x * b.y;
-            acc[2] += a.x * b.z;
-            acc[3] += a.x * b.w;
-            acc[4] += a.y * b.x;
-            acc[5] += a.y * b.y;
-            acc[6] += a.y * b.z;
-            acc[7] += a.y * b.w;
-            acc[8] += a.z * b.x;
-            acc[9] += a.z * b.y;
-            acc[10] += a.z * b.z;
-            acc[11] += a.z * b.w;
-            acc[12] += a.w * b.x;
-            acc[13] += a.w * b.y;
-            acc[14] += a.w * b.z;
-            acc[15] += a.w * b.w;
+            let a0 = sh0[kk * bm + 4u * lid.x];
+            let a1 = sh0[kk * bm + 4u * lid.x + 1u];
+            let a2 = sh0[kk * bm + 4u * lid.x + 2u];
+            let a3 = sh0[kk * bm + 4u * lid.x + 3u];
+            let b0 = sh1[kk * bn + 4u * lid.y];
+            let b1 = sh1[kk * bn + 4u * lid.y + 1u];
+            let b2 = sh1[kk * bn + 4u * lid.y + 2u];
+            let b3 = sh1[kk * bn + 4u * lid.y + 3u];
+            acc[0] += a0 * b0;
+            acc[1] += a0 * b1;
+            acc[2] += a0 * b2;
+            acc[3] += a0 * b3;
+            acc[4] += a1 * b0;
+            acc[5] += a1 * b1;
+            acc[6] += a1 * b2;
+            acc[7] += a1 * b3;
+            acc[8] += a2 * b0;
+            acc[9] += a2 * b1;
+            acc[10] += a2 * b2;
+            acc[11] += a2 * b3;
+            acc[12] += a3 * b0;
+            acc[13] += a3 * b1;
+            acc[14] += a3 * b2;
+            acc[15] += a3 * b3;
         }
         workgroupBarrier(); // everyone done reading before the next stage
     }

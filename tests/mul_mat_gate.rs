@@ -22,6 +22,27 @@ fn mul_mat_gate_ci_shapes() {
     );
 }
 
+/// The candidate shader kept in `shaders/candidates/` passes the same gate
+/// (a candidate that has fallen behind the contract is caught here, not on
+/// the day someone swaps it in).
+#[test]
+fn candidate_vec4_passes_the_ci_gate() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("shaders/candidates/mul_mat_vec4.wgsl");
+    let source = device::wgpu::ShaderSource::from_file(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let engine = device::wgpu::WgpuEngine::new(source)
+        .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"));
+    let g = gate::run(&engine, &CI_SHAPES, &GEOMETRIES);
+    assert_eq!(
+        g.failures, 0,
+        "{} of {} gate rows failed for {}",
+        g.failures,
+        g.rows,
+        path.display()
+    );
+}
+
 /// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).
 #[test]
 #[ignore = "full LFM2.5 prefill shapes: run on a GPU host (minutes on lavapipe)"]
