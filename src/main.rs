@@ -308,8 +308,15 @@ fn mutant(k: MutantKind, name: Option<String>, output: Option<std::path::PathBuf
     };
     let path = output.unwrap_or_else(|| format!("{}-{name}.{}", k.file, k.ext).into());
     if path.as_os_str() == "-" {
-        print!("{text}");
-        return ExitCode::SUCCESS;
+        use std::io::Write;
+        // Not print!: it panics when the reader has gone (`... -o - | head`).
+        return match std::io::stdout().write_all(text.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kernel-oracle: cannot write the candidate to standard output: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     if let Err(e) = std::fs::write(&path, text) {
         eprintln!("kernel-oracle: cannot write {}: {e}", path.display());

@@ -35,7 +35,8 @@ fn candidate_vec4_passes_the_ci_gate() {
         .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"));
     let g = gate::run(&engine, &CI_SHAPES, &GEOMETRIES);
     assert_eq!(
-        g.failures, 0,
+        g.failures,
+        0,
         "{} of {} gate rows failed for {}",
         g.failures,
         g.rows,

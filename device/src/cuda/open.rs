@@ -8,22 +8,30 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
 use std::sync::Arc;
 
-/// Checks libcuda and libnvrtc, opens device `ordinal` and one stream on it.
+/// Checks libcuda and libnvrtc and opens device `ordinal` (its primary
+/// context, event tracking off); no stream yet.
 ///
 /// # Errors
 /// [`DeviceError::NoDriver`], [`DeviceError::NoNvrtc`], [`DeviceError::Driver`].
-pub(crate) fn open_device(ordinal: usize) -> Result<(Arc<CudaContext>, Arc<CudaStream>)> {
+pub(crate) fn open_device(ordinal: usize) -> Result<Arc<CudaContext>> {
     driver_available()?;
     nvrtc_available()?;
     let ctx = drv(
         || format!("cuInit / open device {ordinal}"),
         CudaContext::new(ordinal),
     )?;
-    // One stream, so cudarc's per-buffer event tracking is not needed.
-    // SAFETY: no other stream of this context touches these buffers.
+    // One stream per engine, so cudarc's per-buffer event tracking is not
+    // needed. SAFETY: no other stream of this context touches these buffers.
     unsafe { ctx.disable_event_tracking() };
-    let stream = drv(|| "cuStreamCreate".into(), ctx.new_stream())?;
-    Ok((ctx, stream))
+    Ok(ctx)
+}
+
+/// A new stream on `ctx`.
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn new_stream(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
+    drv(|| "cuStreamCreate".into(), ctx.new_stream())
 }
 
 /// Device attribute `a` of `ctx`'s device.

@@ -11,7 +11,7 @@ use super::buffer::{self, Buffer, Guarded};
 use super::drv;
 use super::error::{DeviceError, Result};
 use super::nvrtc::{compile, Compiled};
-use super::open::{attribute, open_device};
+use super::open::{attribute, new_stream, open_device};
 use super::source::KernelSource;
 use cudarc::driver::sys::CUdevice_attribute as A;
 use cudarc::driver::{
@@ -69,7 +69,9 @@ pub(crate) fn launched(
 
 impl Shim {
     /// Opens device `ordinal` ([`open_device`]: libcuda and libnvrtc
-    /// checked, one new stream) and loads `source` on it, guards off.
+    /// checked) and loads `source` on a new stream, guards off. The device's
+    /// compute capability is judged by `target` before anything is created
+    /// on it (no stream, no compile, for a device the engine refuses).
     ///
     /// # Errors
     /// As [`open_device`] and [`Shim::load`].
@@ -78,8 +80,10 @@ impl Shim {
         source: KernelSource,
         target: impl FnOnce(i32, i32) -> Result<String>,
     ) -> Result<Shim> {
-        let (ctx, stream) = open_device(ordinal)?;
-        Shim::load(ctx, stream, source, false, target)
+        let ctx = open_device(ordinal)?;
+        let (arch, target) = Shim::target(&ctx, target)?;
+        let stream = new_stream(&ctx)?;
+        Shim::load(ctx, stream, source, false, arch, &target)
     }
 
     /// Another source on this shim's context and stream, with its guard
@@ -92,34 +96,48 @@ impl Shim {
         source: KernelSource,
         target: impl FnOnce(i32, i32) -> Result<String>,
     ) -> Result<Shim> {
+        let (arch, target) = Shim::target(&self.ctx, target)?;
         Shim::load(
             self.ctx.clone(),
             self.stream.clone(),
             source,
             self.guards,
-            target,
+            arch,
+            &target,
         )
     }
 
-    /// Reads the device's compute capability and name, compiles `source`
-    /// for the NVRTC target `target(major, minor)` names (NVRTC cache) and
-    /// loads the image (the CUBIN, else the PTX) into `ctx`.
+    /// The device's compute capability `(major, minor)` and the NVRTC
+    /// target `target(major, minor)` names for it.
     ///
     /// # Errors
-    /// The error of `target` (the FP8 engine refuses old devices there:
-    /// [`DeviceError::UnsupportedArch`]), [`DeviceError::Compile`],
-    /// [`DeviceError::Driver`].
-    pub(crate) fn load(
+    /// [`DeviceError::Driver`]; the error of `target` (the FP8 engine refuses
+    /// old devices there: [`DeviceError::UnsupportedArch`]).
+    fn target(
+        ctx: &Arc<CudaContext>,
+        target: impl FnOnce(i32, i32) -> Result<String>,
+    ) -> Result<((i32, i32), String)> {
+        let major = attribute(ctx, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(ctx, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        Ok(((major, minor), target(major, minor)?))
+    }
+
+    /// Compiles `source` for NVRTC target `target` (NVRTC cache) and loads
+    /// the image (the CUBIN, else the PTX) into `ctx`; `arch` is the
+    /// device's compute capability.
+    ///
+    /// # Errors
+    /// [`DeviceError::Compile`], [`DeviceError::Driver`].
+    fn load(
         ctx: Arc<CudaContext>,
         stream: Arc<CudaStream>,
         source: KernelSource,
         guards: bool,
-        target: impl FnOnce(i32, i32) -> Result<String>,
+        arch: (i32, i32),
+        target: &str,
     ) -> Result<Shim> {
-        let major = attribute(&ctx, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = attribute(&ctx, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown device".into());
-        let compiled = compile(&source, &target(major, minor)?)?;
+        let compiled = compile(&source, target)?;
         let image = if compiled.cubin.is_empty() {
             Ptx::from_src(compiled.ptx.clone())
         } else {
@@ -136,7 +154,7 @@ impl Shim {
             compiled,
             module,
             name,
-            arch: (major, minor),
+            arch,
             guards,
         })
     }
