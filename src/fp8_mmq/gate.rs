@@ -32,13 +32,26 @@ pub const BATTERY: [(usize, usize, usize); 10] = [
 /// Legal e4m3 codes: 256 minus the two NaN magnitudes the dispatch refuses.
 pub const LEGAL_CODES: usize = 254;
 
+/// Legal e4m3 codes an output can tell apart, the coverage gate's target:
+/// all but 0x80 (-0). Every output is a sum that starts at +0, and
+/// `+0 + (-0) = +0` (round to nearest), so the output of a one-term row
+/// is +0 whether its weight is 0x00 (+0) or 0x80 (-0): no output of any
+/// case observes 0x80 apart from 0x00, and [`codes_decoded_exactly`]
+/// never counts it.
+pub const OBSERVABLE_CODES: usize = LEGAL_CODES - 1;
+
 /// The gate's result.
 #[derive(Debug, Default)]
 pub struct GateResult {
     /// Failed rows (and the coverage line, when it fails).
     pub failures: usize,
-    /// Distinct e4m3 weight codes decoded bit-exactly over all rows run
-    /// (the union of [`codes_decoded_exactly`]).
+    /// Distinct e4m3 weight codes the kernel decoded bit-exactly over all
+    /// rows run: a code counts where the kernel's output bits equal the
+    /// bits of the oracle's exact product for that output, output by output
+    /// (the union of [`codes_decoded_exactly`] on each row's kernel output,
+    /// [`Verdict::codes`](super::judge::Verdict::codes)); a refused row
+    /// contributes nothing, a failing row only its matching outputs. At
+    /// most [`OBSERVABLE_CODES`].
     pub codes_exact: usize,
     /// Rows run.
     pub rows: usize,
@@ -75,23 +88,28 @@ impl CodeSet {
     }
 }
 
-/// The e4m3 weight codes whose decoded value reached, alone and exactly,
-/// an output of `data` that `arm` compares bit for bit: computed from the
-/// case's data and the oracle's answer `want`, not assumed from the arm.
+/// The e4m3 weight codes that the kernel's output `got` (`[m x out_f]`)
+/// decoded bit-exactly in a case `data` that `arm` compares bit for bit,
+/// output by output: computed from the case's data, the oracle's answer
+/// `want` and the kernel's bits, not assumed from the arm or the verdict.
 ///
 /// A code `w[o, k]` counts when `arm` is bit-exact ([`Arm::bit_exact`]),
 /// row j of the GEMM operand (`data.qd`, else the quantizer's `want.q`,
 /// `want.d`) has exactly one nonzero term (one `k < in_f` with a nonzero
 /// activation code in a block with `d != 0`, every other product being a
-/// zero), `|s[o/128, k/128] * d[j, k/128]|` is a power of two, and the
-/// oracle's `y[j, o]` equals the exact product `(s * d) * (w * a)`. Such
-/// an output is one product with no rounding, so its bits determine the
-/// decoded weight: a kernel that matches it bit for bit decoded that code
-/// as the oracle does. The CODES arm is built to meet this on every
+/// zero), `|s[o/128, k/128] * d[j, k/128]|` is a power of two, the exact
+/// output `+0 + (s * d) * (w * a)` (the sum starts at +0) is a binary32,
+/// and both the oracle's `want.y[j, o]` and the KERNEL's `got[j, o]` have
+/// its bits. Such an output is one product with no rounding, so its bits
+/// determine the decoded weight: a kernel that matches it bit for bit
+/// decoded that code as the oracle does. A kernel that gets an output
+/// wrong loses that output's code there (a failing row contributes only
+/// its matching outputs). The CODES arm is built to meet this on every
 /// output ([`Arm::Codes`]); the other arms' rows hold many terms and
-/// contribute nothing. Codes with the NaN magnitude (refused, rule NAN-W)
-/// never count.
-pub fn codes_decoded_exactly(arm: Arm, data: &CaseData, want: &Reference) -> CodeSet {
+/// contribute nothing. Never counted: the NaN magnitudes 0x7F/0xFF
+/// (refused, rule NAN-W), and 0x80 (-0), whose output is +0 as 0x00's is
+/// (see [`OBSERVABLE_CODES`]); at most [`OBSERVABLE_CODES`] codes.
+pub fn codes_decoded_exactly(arm: Arm, data: &CaseData, want: &Reference, got: &[f32]) -> CodeSet {
     let mut set = CodeSet::default();
     if !arm.bit_exact() {
         return set;
@@ -114,12 +132,22 @@ pub fn codes_decoded_exactly(arm: Arm, data: &CaseData, want: &Reference) -> Cod
         let dj = f64::from(d[j * blocks + k / BLOCK_K]);
         for o in 0..out_f {
             let code = data.w[o * in_f + k];
+            if code & 0x7F == 0x7F || code == 0x80 {
+                continue;
+            }
             let sd = f64::from(data.scales[(o / 128) * scols + k / BLOCK_K]) * dj;
             // s * d is exact in f64 (24 + 24 bits); a power of two keeps
-            // the product (s * d) * (w * a) exact and one-to-one in w.
+            // the product (s * d) * (w * a) exact and one-to-one in w
+            // (but for ±0, both +0 after the sum's starting +0).
             let pow2 = sd != 0.0 && sd.is_finite() && sd.abs().to_bits() & ((1 << 52) - 1) == 0;
-            let exact = sd * (f64::from(decode_e4m3(code, ReadAsZero)) * a);
-            if code & 0x7F != 0x7F && pow2 && f64::from(want.y[j * out_f + o]) == exact {
+            let exact = 0.0 + sd * (f64::from(decode_e4m3(code, ReadAsZero)) * a);
+            let bits = (exact as f32).to_bits();
+            let idx = j * out_f + o;
+            if pow2
+                && f64::from(exact as f32) == exact
+                && want.y.get(idx).map(|y| y.to_bits()) == Some(bits)
+                && got.get(idx).map(|y| y.to_bits()) == Some(bits)
+            {
                 set.insert(code);
             }
         }
@@ -128,9 +156,10 @@ pub fn codes_decoded_exactly(arm: Arm, data: &CaseData, want: &Reference) -> Cod
 }
 
 /// Runs every arm on every shape, printing the seed's table, the coverage
-/// line (e4m3 codes decoded bit-exactly, [`codes_decoded_exactly`],
-/// gated at [`LEGAL_CODES`] on the battery) and the verdict; each failing
-/// row also prints its reproduction.
+/// line (e4m3 codes the kernel decoded bit-exactly, [`codes_decoded_exactly`]
+/// on each row's kernel output, gated at [`OBSERVABLE_CODES`] on the
+/// battery) and the verdict; each failing row also prints its
+/// reproduction.
 pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     let mut g = GateResult::default();
     let mut codes = CodeSet::default();
@@ -152,12 +181,12 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
             let t0 = std::time::Instant::now();
             let want = reference(&data);
             let oracle_time = t0.elapsed();
-            let exact = codes_decoded_exactly(arm, &data, &want);
-            codes.union(&exact);
-            let shown = (arm == Arm::Codes).then(|| exact.count());
             match run_case_with_reference(engine, &data, arm, &want) {
                 Outcome::Judged(v) => {
-                    println!("{}", report::table_row(&spec, &v, shown, oracle_time));
+                    // The codes this kernel's outputs decoded bit-exactly,
+                    // whether or not the row passes.
+                    codes.union(&v.codes);
+                    println!("{}", report::table_row(&spec, &v, oracle_time));
                     if !v.pass() {
                         g.failures += 1;
                         print!(
@@ -172,7 +201,8 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
                     }
                 }
                 Outcome::Refused { count } => {
-                    // The battery never draws NaN codes; a refusal is a bug here.
+                    // The battery never draws NaN codes; a refusal is a bug
+                    // here. No outputs: the row's codes do not count.
                     println!(
                         "{in_f},{out_f},{m} {}: refused, {count} NaN weight codes  FAIL",
                         arm.name()
@@ -183,14 +213,15 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
         }
     }
     println!();
-    // Coverage is gated on the battery, whose every shape reaches all 254
-    // codes in its CODES row; a single small shape only reports it (one
-    // output row of out_f < 254 cannot hold 254 codes).
+    // Coverage is gated on the battery, whose every shape reaches all the
+    // observable codes in its CODES row (with a right kernel); a single
+    // small shape only reports it (one output row of out_f < 253 cannot
+    // hold 253 codes).
     g.codes_exact = codes.count();
     let gated = shapes == BATTERY.as_slice();
-    let codes_ok = g.codes_exact >= LEGAL_CODES;
+    let codes_ok = g.codes_exact >= OBSERVABLE_CODES;
     println!(
-        "e4m3 codes decoded bit-exactly: {}/{LEGAL_CODES} legal weight codes, each alone in an output of a CODES row compared bit for bit (the NaN magnitudes 0x7F/0xFF are refused by the dispatch precondition)  {}",
+        "e4m3 codes decoded bit-exactly by the kernel: {}/{OBSERVABLE_CODES} observable weight codes, each alone in an output of a CODES row whose kernel bits equal the exact product's (of the {LEGAL_CODES} legal codes, 0x80 (-0) is not observable: each output is a sum that starts at +0, so it reads +0 as 0x00 does; the NaN magnitudes 0x7F/0xFF are refused by the dispatch precondition)  {}",
         g.codes_exact,
         match (gated, codes_ok) {
             (true, true) => "PASS",
@@ -204,7 +235,7 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     println!();
     if g.failures == 0 {
         println!(
-            "=== fp8-mmq-check ALL GREEN (EXACT, FOLD and CODES arms bit-identical, {}/{LEGAL_CODES} e4m3 codes decoded bit-exactly, RAND arm < 1e-5 of RMS) ===",
+            "=== fp8-mmq-check ALL GREEN (EXACT, FOLD and CODES arms bit-identical, {}/{OBSERVABLE_CODES} observable e4m3 codes decoded bit-exactly, RAND arm < 1e-5 of RMS) ===",
             g.codes_exact
         );
     } else {

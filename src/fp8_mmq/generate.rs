@@ -39,7 +39,8 @@ pub enum Arm {
     /// of two as in EXACT. Each activation row j is one-hot: one `±448 *
     /// 2^e` (e in [-8, 8]) at `k_j = (in_f - 1 + 97 j) % in_f`, so row 0
     /// sits on the last column (in the k tail when in_f % 128 != 0) and the
-    /// rows walk all of in_f. The quantizer then gives `d = 2^e` and
+    /// first min(m, in_f) rows sit on distinct columns unless 97 divides
+    /// in_f. The quantizer then gives `d = 2^e` and
     /// `q = ±448` (0x7E/0xFE) exactly in k_j's block and `d = 0` (rule
     /// `QUANT-ZERO`) in every other, and each output is one product
     /// `(s * 2^e) * (decode(w[o, k_j]) * ±448)`: exact in binary32 for
@@ -49,7 +50,10 @@ pub enum Arm {
     /// output's bits; RANDOM sees an error of that size only statistically
     /// (seed 000's `rms_rel`, from 512 outputs on; its per-output bound
     /// mostly lets it through), and EXACT and FOLD draw only integer
-    /// codes. (Not in seed 000.)
+    /// codes. One legal code is not observable: 0x80 (-0) gives the product
+    /// -0, and a sum that starts at +0 turns it into +0, the output of 0x00
+    /// (see [`OBSERVABLE_CODES`](super::gate::OBSERVABLE_CODES)). (Not in
+    /// seed 000.)
     Codes,
 }
 
@@ -333,7 +337,10 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         // arm was EXACT in nearly every case of a first minute on the H200,
         // and the planted bugs only the FOLD arm sees went unfound. (The same
         // holds for CODES, the one arm that checks every code's decode bit
-        // for bit.)
+        // for bit.) Adding CODES made this `% 4` (was `% 3`) and re-mapped
+        // the first byte: inputs of an older fuzz corpus now decode to other
+        // arms (a printed `case` reproduction names its arm and is
+        // unaffected).
         let arm = Arm::ALL[usize::from(u.arbitrary::<u8>()?) % Arm::ALL.len()];
         let in_f = edge_dim(u, 128, bounds::MAX_IN_F)?;
         let out_f = edge_dim(u, 128, bounds::MAX_OUT_F)?;

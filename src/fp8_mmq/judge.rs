@@ -1,6 +1,7 @@
 //! The judge: the oracle's answer for a case, and the verdict on a kernel's.
 
 use super::fast::{mmq_v2_fast, quantize_activations_fast};
+use super::gate::{codes_decoded_exactly, CodeSet};
 use super::generate::{Arm, CaseData};
 use crate::use_spec_oracle;
 use oracle::compare::{compare_f32, Comparison};
@@ -127,6 +128,11 @@ pub struct Verdict {
     /// RANDOM arm: outputs over [`random_bound_factor`]` * A`, and the first
     /// (0 and `None` in the other arms).
     pub over_bound: (usize, Option<BoundExcess>),
+    /// The e4m3 weight codes the kernel's output decoded bit-exactly
+    /// ([`codes_decoded_exactly`] on `got.y`): those of the outputs whose
+    /// kernel bits equal the oracle's exact product, whether or not the
+    /// case passes (empty in the RANDOM arm and on rows with many terms).
+    pub codes: CodeSet,
     /// Wall time of the device side: uploads, the NaN count, quantize and
     /// MMQ launches, downloads (set by the runner; zero until then).
     pub device_time: std::time::Duration,
@@ -164,6 +170,7 @@ impl Verdict {
         };
         Verdict {
             over_bound,
+            codes: codes_decoded_exactly(arm, data, want, &got.y),
             arm,
             nan: (got.nan, want.nan),
             q_mismatches,

@@ -75,7 +75,9 @@ pub const MUTANTS: [Mutant; 5] = [
 ];
 
 /// What `subnormal-flush` computes for one e4m3 code, as f16 bits: the
-/// model of its CUDA (same expression, per byte), for CPU tests. E4M3 has
+/// model of its CUDA (same expression, per byte), for CPU tests;
+/// `tests/fp8_mmq_mutants.rs` parses the mutant's CUDA statements and
+/// checks that they evaluate to this on every code. E4M3 has
 /// bias 7 and f16 bias 15, so a normal code's exponent field gains 8 and
 /// its 3 mantissa bits move to the top of f16's 10; a code with exponent
 /// field 0 (zero and the subnormals `m * 2^-9`) gives a signed zero. The

@@ -9,8 +9,8 @@ use std::fmt::Write;
 /// The gate's table header (seed 000's columns, then where the time went:
 /// the oracle's answer, and the device side from first upload to last
 /// download, in milliseconds). `codes` counts the e4m3 weight codes the
-/// row decodes bit-exactly ([`super::gate::codes_decoded_exactly`]; shown
-/// for the CODES arm, `-` for the others).
+/// kernel's output decoded bit-exactly in the row ([`Verdict::codes`];
+/// shown for the CODES arm, `-` for the others).
 pub fn table_header() -> String {
     format!(
         "{:<22} {:>6} {:>12} {:>12} {:>15} {:>5} {:>6} {:>9} {:>9}",
@@ -26,14 +26,9 @@ pub fn table_header() -> String {
     )
 }
 
-/// One table row; `codes` is the `codes` column (`None` prints `-`),
-/// `oracle_time` the time the oracle's answer took.
-pub fn table_row(
-    spec: &CaseSpec,
-    v: &Verdict,
-    codes: Option<usize>,
-    oracle_time: std::time::Duration,
-) -> String {
+/// One table row; `oracle_time` is the time the oracle's answer took.
+pub fn table_row(spec: &CaseSpec, v: &Verdict, oracle_time: std::time::Duration) -> String {
+    let codes = (spec.arm == Arm::Codes).then(|| v.codes.count());
     format!(
         "{:<22} {:>6} {:>12.3e} {:>12.3e} {:>9}/{:<5} {:>5} {:>6} {:>9.2} {:>9.2}  {}",
         format!("{},{},{}", spec.in_f, spec.out_f, spec.m),
