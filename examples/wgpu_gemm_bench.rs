@@ -30,9 +30,9 @@
 //! purpose should be judged by `kernel-oracle check mul-mat` instead.
 //!
 //! Peer: on the f32 shapes, cuBLAS SGEMM through torch with TF32 off
-//! (`scripts/sgemm_peer.py`), measured in the same run when
-//! `python3 -c 'import torch'` works and `PEER` is not `0`; the table gives
-//! the ratio kernel / cuBLAS.
+//! (`scripts/sgemm_peer.py`), measured in the same run when `python3` can
+//! import torch and `torch.cuda.is_available()`, and `PEER` is not `0`;
+//! the table gives the ratio kernel / cuBLAS.
 //!
 //! Data: RANDOM-arm data of the gate (`kernel_oracle::mul_mat`): random
 //! block bytes with every f16 scale finite and its sign kept (rule
@@ -144,6 +144,10 @@ fn run() -> anyhow::Result<()> {
     );
     let iters = env_u32("ITERS", 20)?;
     let only = std::env::var("ONLY").unwrap_or_default();
+    ensure!(
+        std::env::var_os("ONLY").is_none() || !only.trim().is_empty(),
+        "ONLY is set but empty: name dtypes (f32, q4_0, q8_0, q4_K, q6_K) or unset it"
+    );
     // Strict: every comma-separated entry (trimmed) must name a dtype.
     let mut dtypes: Vec<Dtype> = Vec::new();
     for o in only.split(',').map(str::trim).filter(|o| !o.is_empty()) {

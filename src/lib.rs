@@ -50,3 +50,27 @@ pub fn use_spec_oracle() -> bool {
     static SPEC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *SPEC.get_or_init(|| oracle_choice().unwrap_or_else(|e| panic!("{e}")))
 }
+
+/// The environment a printed reproduction needs to run the same kernel:
+/// `NAME=value ` (shell-quoted, with a trailing space) when the candidate
+/// variable `name` (e.g. `KERNEL_ORACLE_FP8_MMQ_CU`) is set and not empty,
+/// else the empty string. Without it, a rerun of a candidate's divergence
+/// would test the builtin kernel and pass.
+pub fn candidate_env(name: &str) -> String {
+    match std::env::var_os(name) {
+        Some(v) if !v.is_empty() => format!("{name}={} ", shell_quote(&v.to_string_lossy())),
+        _ => String::new(),
+    }
+}
+
+/// `s` as one POSIX shell word: unchanged when it is made of letters,
+/// digits and `_./:=+,-` only, else in single quotes.
+fn shell_quote(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_./:=+,-".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}

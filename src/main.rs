@@ -57,7 +57,8 @@ enum MutantCmd {
     Fp8Mmq {
         /// The mutant's name.
         name: Option<String>,
-        /// Where to write the candidate .cu file (`-`: standard output).
+        /// Where to write the candidate .cu file (`-`: standard output)
+        /// [default: ./fp8_mmq-<NAME>.cu].
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
@@ -65,7 +66,8 @@ enum MutantCmd {
     MoeTables {
         /// The mutant's name.
         name: Option<String>,
-        /// Where to write the candidate .cu file (`-`: standard output).
+        /// Where to write the candidate .cu file (`-`: standard output)
+        /// [default: ./moe_tables-<NAME>.cu].
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
@@ -73,7 +75,8 @@ enum MutantCmd {
     Gdn {
         /// The mutant's name.
         name: Option<String>,
-        /// Where to write the candidate .cu file (`-`: standard output).
+        /// Where to write the candidate .cu file (`-`: standard output)
+        /// [default: ./gdn-<NAME>.cu].
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
@@ -81,7 +84,8 @@ enum MutantCmd {
     MulMat {
         /// The mutant's name.
         name: Option<String>,
-        /// Where to write the candidate .wgsl file (`-`: standard output).
+        /// Where to write the candidate .wgsl file (`-`: standard output)
+        /// [default: ./mul_mat-<NAME>.wgsl].
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
     },
@@ -147,8 +151,8 @@ enum Case {
         arm: MulArmArg,
         #[arg(long, value_parser = parse_u64)]
         seed: u64,
-        /// WG_M,WG_N,TILE_K.
-        #[arg(long, value_delimiter = ',', default_values_t = [16u32, 16, 16])]
+        /// WG_M,WG_N,TILE_K, comma-separated [default: 16,16,16].
+        #[arg(long, value_delimiter = ',', default_values_t = [16u32, 16, 16], hide_default_value = true)]
         wg: Vec<u32>,
     },
     /// One FP8 MMQ case.
@@ -287,6 +291,14 @@ struct MutantKind {
 /// Lists the mutants of `k` (no NAME), or writes one.
 fn mutant(k: MutantKind, name: Option<String>, output: Option<std::path::PathBuf>) -> ExitCode {
     let Some(name) = name else {
+        if let Some(o) = &output {
+            eprintln!(
+                "kernel-oracle: -o {} needs a mutant's NAME; `kernel-oracle mutant {}` lists them",
+                o.display(),
+                k.kind
+            );
+            return ExitCode::from(2);
+        }
         for (n, what) in &k.list {
             println!("{n:<26} {what}");
         }
@@ -312,6 +324,8 @@ fn mutant(k: MutantKind, name: Option<String>, output: Option<std::path::PathBuf
         // Not print!: it panics when the reader has gone (`... -o - | head`).
         return match std::io::stdout().write_all(text.as_bytes()) {
             Ok(()) => ExitCode::SUCCESS,
+            // The reader took what it wanted (`-o - | head`): not an error.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kernel-oracle: cannot write the candidate to standard output: {e}");
                 ExitCode::from(2)

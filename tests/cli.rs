@@ -93,7 +93,10 @@ fn case_gdn_accepts_the_printed_reproduction() {
         ..kernel_oracle::gdn::CaseSpec::seed_like(2, 4, 3, 5, 0xABC)
     };
     let cmd = kernel_oracle::gdn::report::repro_command(&spec);
-    let args: Vec<&str> = cmd.split_whitespace().skip(4).collect();
+    let args: Vec<&str> = cmd
+        .split_whitespace()
+        .skip_while(|a| *a != "case")
+        .collect();
     assert_eq!(args[0], "case", "{cmd}");
     let out = kernel_oracle(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -122,7 +125,10 @@ fn case_fp8_mmq_accepts_the_printed_reproduction_for_every_arm() {
         };
         let cmd = report::repro_command(&spec);
         assert!(cmd.contains(&format!("--arm {}", arm.name().to_lowercase())));
-        let args: Vec<&str> = cmd.split_whitespace().skip(4).collect();
+        let args: Vec<&str> = cmd
+            .split_whitespace()
+            .skip_while(|a| *a != "case")
+            .collect();
         assert_eq!(args[0], "case", "{cmd}");
         let out = kernel_oracle(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -80,7 +80,8 @@ pub fn knob_flags(k: &Knobs) -> String {
 /// The command that reruns one case.
 pub fn repro_command(spec: &CaseSpec) -> String {
     format!(
-        "cargo run --release -- case fp8-mmq --in-f {} --out-f {} --m {} --arm {} --seed 0x{:016x}{}",
+        "{}cargo run --release -- case fp8-mmq --in-f {} --out-f {} --m {} --arm {} --seed 0x{:016x}{}",
+        crate::candidate_env(device::cuda::ENV_FP8_MMQ_CU),
         spec.in_f,
         spec.out_f,
         spec.m,

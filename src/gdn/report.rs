@@ -150,8 +150,13 @@ pub fn mismatch_lines(row: &Row, shape: &GdnShape) -> String {
 /// The command that reruns one case.
 pub fn repro_command(spec: &CaseSpec) -> String {
     let mut s = format!(
-        "cargo run --release -- case gdn --num-k {} --num-v {} --d-conv {} --t {} --seed 0x{:016x}",
-        spec.num_k, spec.num_v, spec.d_conv, spec.t, spec.seed
+        "{}cargo run --release -- case gdn --num-k {} --num-v {} --d-conv {} --t {} --seed 0x{:016x}",
+        crate::candidate_env(device::cuda::ENV_GDN_CU),
+        spec.num_k,
+        spec.num_v,
+        spec.d_conv,
+        spec.t,
+        spec.seed
     );
     let def = CaseSpec::seed_like(1, 1, 4, 1, 0);
     if spec.eps.to_bits() != def.eps.to_bits() {

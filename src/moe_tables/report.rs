@@ -99,7 +99,8 @@ fn slab_list(spec: &CaseSpec, f: impl Fn(&oracle::moe_tables::Slab) -> u64) -> S
 /// The command that reruns one case.
 pub fn repro_command(spec: &CaseSpec) -> String {
     let mut s = format!(
-        "cargo run --release -- case moe-tables --n-expert {} --n-pairs {} --bases {} --strides {} --layer {} --seed 0x{:016x}",
+        "{}cargo run --release -- case moe-tables --n-expert {} --n-pairs {} --bases {} --strides {} --layer {} --seed 0x{:016x}",
+        crate::candidate_env(device::cuda::ENV_MOE_TABLES_CU),
         spec.n_expert,
         spec.n_pairs,
         slab_list(spec, |s| s.base),

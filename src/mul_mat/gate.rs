@@ -115,6 +115,7 @@ pub fn run_one(
 /// reproduction and the verdict line.
 pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateResult {
     let mut g = GateResult::default();
+    let mut compile_errors: Vec<String> = Vec::new();
     println!("shader: {}", engine.source().describe());
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
     println!("{}", report::table_header());
@@ -146,12 +147,24 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
                         }
                         Err(e) => {
                             g.failures += 1;
-                            println!(
-                                "{} {} {}: the shim failed: {e}  FAIL",
-                                dtype.name(),
-                                sh.label,
-                                arm.name()
-                            );
+                            // A shader that does not compile fails every row
+                            // the same way: its log once, then one line a row.
+                            let log = match &e {
+                                device::wgpu::WgpuError::Compile { message, .. } => {
+                                    Some(message.clone())
+                                }
+                                _ => None,
+                            };
+                            let said = log.as_ref().is_some_and(|l| compile_errors.contains(l));
+                            let what = if said {
+                                "the shader does not compile (the error above)".to_string()
+                            } else {
+                                format!("the shim failed: {e}")
+                            };
+                            println!("{} {} {}: {what}  FAIL", dtype.name(), sh.label, arm.name());
+                            if let (false, Some(l)) = (said, log) {
+                                compile_errors.push(l);
+                            }
                         }
                     }
                 }

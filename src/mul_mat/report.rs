@@ -43,7 +43,7 @@ pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, v: &Verdict) -> 
 /// `spec` as a Rust literal, for a regression test.
 pub fn spec_literal(spec: &CaseSpec) -> String {
     format!(
-        "CaseSpec {{ dtype: Dtype::{:?}, m: {}, n: {}, k: {}, arm: Arm::{:?}, seed: {:#x} }}",
+        "kernel_oracle::mul_mat::CaseSpec {{ dtype: device::wgpu::Dtype::{:?}, m: {}, n: {}, k: {}, arm: kernel_oracle::mul_mat::Arm::{:?}, seed: {:#x} }}",
         spec.dtype, spec.m, spec.n, spec.k, spec.arm, spec.seed
     )
 }
@@ -90,11 +90,12 @@ pub fn divergence(
             v.cmp.non_finite
         );
     }
+    let env = crate::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL);
     if let Some(a) = artifact {
-        s += &format!("  rerun: cargo +nightly fuzz run mul_mat {a}\n");
+        s += &format!("  rerun: {env}cargo +nightly fuzz run mul_mat {a}\n");
     }
     s += &format!(
-        "  rerun: kernel-oracle case mul-mat --dtype {} --m {} --n {} --k {} --arm {} --seed {:#x} --wg {},{},{}\n",
+        "  rerun: {env}cargo run --release -- case mul-mat --dtype {} --m {} --n {} --k {} --arm {} --seed {:#x} --wg {},{},{}\n",
         spec.dtype.name(),
         spec.m,
         spec.n,
@@ -106,7 +107,7 @@ pub fn divergence(
         geom.tile_k
     );
     s += &format!(
-        "  #[test]\n  fn mul_mat_regression_{:x}() {{\n      kernel_oracle::mul_mat::check_geometry(&{}, &Geometry {{ wg_m: {}, wg_n: {}, tile_k: {} }});\n  }}\n",
+        "  #[test]\n  fn mul_mat_regression_{:x}() {{\n      kernel_oracle::mul_mat::check_geometry(&{}, &device::wgpu::Geometry {{ wg_m: {}, wg_n: {}, tile_k: {} }});\n  }}\n",
         spec.seed,
         spec_literal(spec),
         geom.wg_m,

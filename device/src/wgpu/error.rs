@@ -8,7 +8,7 @@ use oracle::ggml::GgmlError;
 pub enum WgpuError {
     /// `WGPU_BACKEND` is set but names no backend this build knows
     /// (`vulkan`/`vk`, `gl`, `metal`, `dx12`, ...).
-    #[error("WGPU_BACKEND={value:?} names no wgpu backend (try vulkan or gl)")]
+    #[error("WGPU_BACKEND={value:?} names no wgpu backend (this build has Vulkan only: WGPU_BACKEND=vulkan, or unset)")]
     BadBackendEnv {
         /// The variable's value.
         value: String,
