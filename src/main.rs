@@ -141,14 +141,19 @@ enum Case {
         /// f32, q4_0, q8_0, q4_K or q6_K.
         #[arg(long, value_parser = parse_dtype)]
         dtype: oracle::ggml::Dtype,
+        /// src0 rows (weight rows; dst's fast axis).
         #[arg(long)]
         m: usize,
+        /// src1 rows (tokens; dst's columns).
         #[arg(long)]
         n: usize,
+        /// The reduction length, a multiple of the dtype's block (32 or 256).
         #[arg(long)]
         k: usize,
+        /// The gate's arm (data that make every order exact, or random).
         #[arg(long, value_enum)]
         arm: MulArmArg,
+        /// The data seed, decimal or 0x-hex.
         #[arg(long, value_parser = parse_u64)]
         seed: u64,
         /// WG_M,WG_N,TILE_K, comma-separated [default: 16,16,16].
@@ -157,24 +162,32 @@ enum Case {
     },
     /// One FP8 MMQ case.
     Fp8Mmq {
+        /// Input features (k), elements.
         #[arg(long)]
         in_f: usize,
+        /// Output features (n), elements.
         #[arg(long)]
         out_f: usize,
+        /// Activation rows (tokens).
         #[arg(long)]
         m: usize,
+        /// The gate's arm (see the README's FP8 section).
         #[arg(long, value_enum)]
         arm: ArmArg,
         /// splitmix64 seed, decimal or 0x-hex.
         #[arg(long, value_parser = parse_u64)]
         seed: u64,
+        /// RAND arm: weights cycle through the 254 legal e4m3 codes.
         #[arg(long)]
         every_code: bool,
+        /// One activation block in this many all zero (d = 0); 0: none.
         #[arg(long, default_value_t = 0)]
         zero_blocks: u8,
+        /// RAND arm: activations scaled by 2^ACT_EXP.
         #[arg(long, default_value_t = 0, allow_negative_numbers = true,
               value_parser = clap::value_parser!(i8).range(-100..=100))]
         act_exp: i8,
+        /// Weight codes overwritten with a NaN magnitude (must be refused).
         #[arg(long, default_value_t = 0)]
         nan_codes: u8,
     },
