@@ -117,3 +117,45 @@ fn missing_barrier_catch_rate() {
         );
     }
 }
+
+/// A candidate's divergence prints a rerun line that names the candidate
+/// (`KERNEL_ORACLE_MUL_MAT_WGSL=...`): without it the rerun would check the
+/// builtin shader and pass. The line, run as printed, fails again.
+#[test]
+fn a_candidates_rerun_line_reruns_the_candidate() {
+    let m = by_name("drop-f16-sign").unwrap();
+    let text = apply(m, BUILTIN_MUL_MAT_WGSL).unwrap_or_else(|e| panic!("{e}"));
+    let path =
+        std::env::temp_dir().join(format!("kernel-oracle-rerun-{}.wgsl", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let bin = env!("CARGO_BIN_EXE_kernel-oracle");
+    let case = [
+        "case", "mul-mat", "--dtype", "q4_0", "--m", "4", "--n", "4", "--k", "32", "--arm",
+        "exact", "--seed", "1",
+    ];
+    let out = std::process::Command::new(bin)
+        .args(case)
+        .env(device::wgpu::ENV_MUL_MAT_WGSL, &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let rerun = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rerun: "))
+        .unwrap_or_else(|| panic!("no rerun line in\n{stdout}"));
+    let want = format!("{}={} ", device::wgpu::ENV_MUL_MAT_WGSL, path.display());
+    assert!(rerun.starts_with(&want), "{rerun}");
+    // Run it as printed (the environment from the line, the rest as args).
+    let args: Vec<&str> = rerun
+        .split_whitespace()
+        .skip_while(|a| *a != "case")
+        .collect();
+    let again = std::process::Command::new(bin)
+        .args(&args)
+        .env(device::wgpu::ENV_MUL_MAT_WGSL, &path)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1), "{rerun}");
+    let _ = std::fs::remove_file(&path);
+}
