@@ -7,7 +7,8 @@
 //! kernel decodes all 253 observable codes bit-exactly (the 254 legal ones
 //! less 0x80, -0, which no output tells from 0x00), the flush 14 fewer.
 
-use kernel_oracle::fp8_mmq::gate::{codes_decoded_exactly, CodeSet, BATTERY, OBSERVABLE_CODES};
+use kernel_oracle::fp8_mmq::gate::{BATTERY, OBSERVABLE_CODES};
+use kernel_oracle::fp8_mmq::judge::{codes_decoded_exactly, CodeSet};
 use kernel_oracle::fp8_mmq::mutants::subnormal_flush_f16_bits;
 use kernel_oracle::fp8_mmq::{reference, Arm, CaseData, CaseSpec, KernelOut, Reference, Verdict};
 use kernel_oracle::rng::Rng;

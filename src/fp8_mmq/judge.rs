@@ -1,11 +1,12 @@
 //! The judge: the oracle's answer for a case, and the verdict on a kernel's.
 
 use super::fast::{mmq_v2_fast, quantize_activations_fast};
-use super::gate::{codes_decoded_exactly, CodeSet};
 use super::generate::{Arm, CaseData};
 use crate::use_spec_oracle;
 use oracle::compare::{compare_f32, Comparison};
-use oracle::fp8_mmq::count_nan_magnitude;
+use oracle::conventions::NanMagnitude::{Ieee, ReadAsZero};
+use oracle::e4m3::decode_e4m3;
+use oracle::fp8_mmq::{count_nan_magnitude, BLOCK_K};
 
 /// RANDOM-arm bound on `rms_rel` (seed 000): about two orders above the
 /// observed reordering noise of the hardware-internal MMA summation, and
@@ -242,4 +243,102 @@ fn per_output_bound(
         }
     }
     over
+}
+
+/// A set of e4m3 codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeSet([bool; 256]);
+
+impl Default for CodeSet {
+    fn default() -> CodeSet {
+        CodeSet([false; 256])
+    }
+}
+
+impl CodeSet {
+    /// Adds `code`.
+    pub fn insert(&mut self, code: u8) {
+        self.0[usize::from(code)] = true;
+    }
+    /// Whether `code` is in the set.
+    pub fn contains(&self, code: u8) -> bool {
+        self.0[usize::from(code)]
+    }
+    /// Adds every code of `other`.
+    pub fn union(&mut self, other: &CodeSet) {
+        for (a, &b) in self.0.iter_mut().zip(&other.0) {
+            *a |= b;
+        }
+    }
+    /// How many codes the set holds.
+    pub fn count(&self) -> usize {
+        self.0.iter().filter(|&&s| s).count()
+    }
+}
+
+/// The e4m3 weight codes that the kernel's output `got` (`[m x out_f]`)
+/// decoded bit-exactly in a case `data` that `arm` compares bit for bit,
+/// output by output: computed from the case's data, the oracle's answer
+/// `want` and the kernel's bits, not assumed from the arm or the verdict.
+///
+/// A code `w[o, k]` counts when `arm` is bit-exact ([`Arm::bit_exact`]),
+/// row j of the GEMM operand (`data.qd`, else the quantizer's `want.q`,
+/// `want.d`) has exactly one nonzero term (one `k < in_f` with a nonzero
+/// activation code in a block with `d != 0`, every other product being a
+/// zero), `|s[o/128, k/128] * d[j, k/128]|` is a power of two, the exact
+/// output `+0 + (s * d) * (w * a)` (the sum starts at +0) is a binary32,
+/// and both the oracle's `want.y[j, o]` and the KERNEL's `got[j, o]` have
+/// its bits. Such an output is one product with no rounding, so its bits
+/// determine the decoded weight: a kernel that matches it bit for bit
+/// decoded that code as the oracle does. A kernel that gets an output
+/// wrong loses that output's code there (a failing row contributes only
+/// its matching outputs). The CODES arm is built to meet this on every
+/// output ([`Arm::Codes`]); the other arms' rows hold many terms and
+/// contribute nothing. Never counted: the NaN magnitudes 0x7F/0xFF
+/// (refused, rule NAN-W), and 0x80 (-0), whose output is +0 as 0x00's is
+/// (see [`OBSERVABLE_CODES`](super::gate::OBSERVABLE_CODES)); at most [`OBSERVABLE_CODES`](super::gate::OBSERVABLE_CODES) codes.
+pub fn codes_decoded_exactly(arm: Arm, data: &CaseData, want: &Reference, got: &[f32]) -> CodeSet {
+    let mut set = CodeSet::default();
+    if !arm.bit_exact() {
+        return set;
+    }
+    let s = &data.shape;
+    let (q, d) = match &data.qd {
+        Some((q, d)) => (q.as_slice(), d.as_slice()),
+        None => (want.q.as_slice(), want.d.as_slice()),
+    };
+    let (in_f, pad, blocks) = (s.in_f(), s.in_f_pad(), s.act_blocks());
+    let (out_f, scols) = (s.out_f(), s.scale_cols());
+    for j in 0..s.m() {
+        let mut terms = (0..in_f).filter(|&k| {
+            decode_e4m3(q[j * pad + k], Ieee) != 0.0 && d[j * blocks + k / BLOCK_K] != 0.0
+        });
+        let (Some(k), None) = (terms.next(), terms.next()) else {
+            continue;
+        };
+        let a = f64::from(decode_e4m3(q[j * pad + k], Ieee));
+        let dj = f64::from(d[j * blocks + k / BLOCK_K]);
+        for o in 0..out_f {
+            let code = data.w[o * in_f + k];
+            if code & 0x7F == 0x7F || code == 0x80 {
+                continue;
+            }
+            let sd = f64::from(data.scales[(o / 128) * scols + k / BLOCK_K]) * dj;
+            // s * d is exact in f64 (24 + 24 bits); a power of two keeps
+            // the product (s * d) * (w * a) exact and one-to-one in w
+            // (but for ±0, both +0 after the sum's starting +0).
+            let pow2 = sd != 0.0 && sd.is_finite() && sd.abs().to_bits() & ((1 << 52) - 1) == 0;
+            let exact = 0.0 + sd * (f64::from(decode_e4m3(code, ReadAsZero)) * a);
+            let bits = (exact as f32).to_bits();
+            let idx = j * out_f + o;
+            if pow2
+                && f64::from(exact as f32) == exact
+                && want.y.get(idx).map(|y| y.to_bits()) == Some(bits)
+                && got.get(idx).map(|y| y.to_bits()) == Some(bits)
+            {
+                set.insert(code);
+            }
+        }
+    }
+    set
 }
