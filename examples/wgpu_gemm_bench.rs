@@ -38,7 +38,7 @@
 //! block bytes with every f16 scale finite and its sign kept (rule
 //! `GEN-FINITE`), activations uniform in [-1, 1).
 
-use anyhow::{bail, ensure, Context};
+use anyhow::{ensure, Context};
 use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine, TILE_M, TILE_N};
 use kernel_oracle::mul_mat::gate::LFM_SHAPES;
 use kernel_oracle::mul_mat::{Arm, CaseSpec};
@@ -107,18 +107,36 @@ fn run_peer() -> (String, HashMap<String, f64>) {
     (header, out)
 }
 
-/// A candidate's output differs from the production shader's, or is not
-/// finite: the verdict the sweep exists for (exit 1).
-#[derive(Debug)]
-struct Mismatch(String);
-
-impl std::fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+/// The dtypes `ONLY` names, in `Dtype::ALL` order; every dtype when it is
+/// unset. Strict: each comma-separated entry (trimmed, any case) must name a
+/// dtype, so `ONLY=` (empty) and `ONLY=f32,` are errors too.
+fn env_dtypes() -> anyhow::Result<Vec<Dtype>> {
+    let Some(raw) = std::env::var_os("ONLY") else {
+        return Ok(Dtype::ALL.to_vec());
+    };
+    let only = raw.to_string_lossy();
+    let mut named = Vec::new();
+    for o in only.split(',').map(str::trim) {
+        named.push(
+            Dtype::ALL
+                .into_iter()
+                .find(|d| o.eq_ignore_ascii_case(d.name()))
+                .with_context(|| {
+                    format!("ONLY={only:?}: {o:?} is not one of f32, q4_0, q8_0, q4_K, q6_K")
+                })?,
+        );
     }
+    Ok(Dtype::ALL
+        .into_iter()
+        .filter(|d| named.contains(d))
+        .collect())
 }
 
-impl std::error::Error for Mismatch {}
+/// A candidate's output differs from the production shader's, or is not
+/// finite: the verdict the sweep exists for (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Mismatch(String);
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -143,31 +161,7 @@ fn run() -> anyhow::Result<()> {
          other value would compute only part of the dispatched tile; got {tm}x{tn}"
     );
     let iters = env_u32("ITERS", 20)?;
-    let only = std::env::var("ONLY").unwrap_or_default();
-    ensure!(
-        std::env::var_os("ONLY").is_none() || !only.trim().is_empty(),
-        "ONLY is set but empty: name dtypes (f32, q4_0, q8_0, q4_K, q6_K) or unset it"
-    );
-    // Strict: every comma-separated entry (trimmed) must name a dtype.
-    let mut dtypes: Vec<Dtype> = Vec::new();
-    for o in only.split(',').map(str::trim).filter(|o| !o.is_empty()) {
-        let Some(d) = Dtype::ALL
-            .into_iter()
-            .find(|d| o.eq_ignore_ascii_case(d.name()))
-        else {
-            bail!("ONLY={only:?}: {o:?} is not one of f32, q4_0, q8_0, q4_K, q6_K");
-        };
-        if !dtypes.contains(&d) {
-            dtypes.push(d);
-        }
-    }
-    if dtypes.is_empty() {
-        if !only.trim().is_empty() {
-            bail!("ONLY={only:?} names none of f32, q4_0, q8_0, q4_K, q6_K");
-        }
-        dtypes = Dtype::ALL.to_vec();
-    }
-    dtypes.sort_by_key(|d| Dtype::ALL.iter().position(|x| x == d));
+    let dtypes = env_dtypes()?;
     let candidate = std::env::var_os("SHADER").filter(|p| !p.is_empty());
     let source = match &candidate {
         Some(p) => ShaderSource::from_file(std::path::Path::new(p))?,
