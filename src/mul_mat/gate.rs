@@ -15,7 +15,7 @@ use super::generate::{Arm, CaseSpec};
 use super::judge::{reference, Verdict};
 use super::report;
 use super::run::run_case;
-use device::wgpu::{Dtype, Geometry, WgpuEngine};
+use device::wgpu::{Dtype, Geometry, WgpuEngine, WgpuError};
 
 /// One named shape: `dst[n, m] = src0[m, k] * src1[n, k]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,13 +98,13 @@ pub fn spec(shape: &Shape, dtype: Dtype, arm: Arm) -> CaseSpec {
 /// Runs one case; returns its verdict, or the shim's error.
 ///
 /// # Errors
-/// The shim's [`device::wgpu::WgpuError`] (a refusal, a compile error of
+/// The shim's [`WgpuError`] (a refusal, a compile error of
 /// a candidate, a device error, a write past `dst`).
 pub fn run_one(
     engine: &WgpuEngine,
     spec: &CaseSpec,
     geom: &Geometry,
-) -> Result<Verdict, device::wgpu::WgpuError> {
+) -> Result<Verdict, WgpuError> {
     let data = spec.generate();
     let got = run_case(engine, &data, *geom)?;
     Ok(Verdict::judge(&data, &got, &reference(&data)))
@@ -145,25 +145,29 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
                                 );
                             }
                         }
+                        // A shader that does not compile fails every row the
+                        // same way: its log once, then one line a row.
+                        Err(WgpuError::Compile { ref message, .. })
+                            if compile_errors.contains(message) =>
+                        {
+                            g.failures += 1;
+                            println!(
+                                "{} {} {}: the shader does not compile (the error above)  FAIL",
+                                dtype.name(),
+                                sh.label,
+                                arm.name()
+                            );
+                        }
                         Err(e) => {
                             g.failures += 1;
-                            // A shader that does not compile fails every row
-                            // the same way: its log once, then one line a row.
-                            let log = match &e {
-                                device::wgpu::WgpuError::Compile { message, .. } => {
-                                    Some(message.clone())
-                                }
-                                _ => None,
-                            };
-                            let said = log.as_ref().is_some_and(|l| compile_errors.contains(l));
-                            let what = if said {
-                                "the shader does not compile (the error above)".to_string()
-                            } else {
-                                format!("the shim failed: {e}")
-                            };
-                            println!("{} {} {}: {what}  FAIL", dtype.name(), sh.label, arm.name());
-                            if let (false, Some(l)) = (said, log) {
-                                compile_errors.push(l);
+                            println!(
+                                "{} {} {}: the shim failed: {e}  FAIL",
+                                dtype.name(),
+                                sh.label,
+                                arm.name()
+                            );
+                            if let WgpuError::Compile { message, .. } = e {
+                                compile_errors.push(message);
                             }
                         }
                     }
