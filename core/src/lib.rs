@@ -43,3 +43,4 @@ pub mod gdn;
 pub mod ggml;
 pub mod moe_tables;
 pub mod round;
+pub mod tensor_core;
