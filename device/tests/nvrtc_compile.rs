@@ -206,3 +206,21 @@ fn gdn_kernels_compile_for_sm_90_without_fma() {
         _ => eprintln!("{ENV_GDN_CU} is not set: no candidate to compile"),
     }
 }
+
+/// The tensor-core probes compile: the mma.sync ones for sm_89 and sm_90,
+/// the wgmma ones too for sm_90a (one QGMMA each, no serialisation).
+#[test]
+fn tensor_core_probes_compile() {
+    require_nvrtc();
+    let src = KernelSource::builtin_named("cu/tensor_core.cu", device::cuda::BUILTIN_TENSOR_CORE_CU);
+    for arch in ["sm_89", ARCH, ARCH_A] {
+        let c = compile(&src, arch).unwrap_or_else(|e| panic!("{e}"));
+        for k in device::cuda::MMA_KERNELS {
+            assert!(c.ptx.contains(&format!(".entry {k}(")), "{k} missing for {arch}");
+        }
+        for k in device::cuda::WGMMA_KERNELS {
+            assert_eq!(c.ptx.contains(&format!(".entry {k}(")), arch == ARCH_A, "{k} for {arch}");
+        }
+        assert_clean_log(&c.log);
+    }
+}

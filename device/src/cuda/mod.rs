@@ -60,6 +60,7 @@ mod nvrtc;
 mod open;
 mod shim;
 mod source;
+mod tensor_core;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
@@ -77,6 +78,7 @@ pub use nvrtc::{
     compile, compile_options, nvrtc_available, nvrtc_version, Compiled, ENV_NVRTC_CACHE,
 };
 pub use source::{KernelSource, BUILTIN_FP8_MMQ_CU, ENV_FP8_MMQ_CU, REQUIRED_KERNELS};
+pub use tensor_core::{BUILTIN_TENSOR_CORE_CU, MMA_KERNELS, WGMMA_KERNELS};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, PushKernelArg};
