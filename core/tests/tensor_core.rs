@@ -67,7 +67,7 @@ fn tc_align_uses_the_exponent_sum_not_the_leading_bit() {
     // = 0.1025390625 = 13.125 units -> 13. Sum -21632 + 13 = -21619 units;
     // TC-NORM keeps 14 of its 15 bits: 21618 -> -168.890625. (Aligned to the
     // leading bit, 2^7, the small product would keep 6 units: -168.90625.)
-    assert_eq!(e4(&[(-13.0, 13.0), (0.875, 0.1171875)], 0.0), -168.890625);
+    assert_eq!(e4(&[(-13.0, 13.0), (0.875, 0.1171875)], 0.0), -21618.0 / 128.0);
 }
 
 #[test]
