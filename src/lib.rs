@@ -18,6 +18,7 @@ pub mod mul_mat;
 pub mod mutate;
 pub mod rng;
 pub mod stats;
+pub mod tensor_core;
 
 /// Environment variable: `spec` makes the gates, case runners and fuzzers
 /// compute the oracle's answers with the spec functions of `core`

@@ -111,6 +111,9 @@ enum Gate {
     /// eager and graph-replayed on rebound buffers (gate 1), and every kernel == the core oracle
     /// (gate 2).
     Gdn,
+    /// The FP8 tensor-core MMA against its bit-accurate model (oracle::tensor_core): targeted
+    /// vectors and 2^20 random vectors per operand-format pair, every output bit for bit.
+    TensorCore,
     /// The WGSL GEMM over ggml blocks on the wgpu adapter (WGPU_BACKEND,
     /// else Vulkan); the candidate named by KERNEL_ORACLE_MUL_MAT_WGSL.
     MulMat {
@@ -136,6 +139,30 @@ enum MulArmArg {
 
 #[derive(Subcommand)]
 enum Case {
+    /// One tensor-core probe case (the reproduction a divergence prints).
+    TensorCore {
+        /// The instruction: wgmma or mma-sync.
+        #[arg(long, default_value = "wgmma", value_parser = parse_instruction)]
+        instruction: oracle::tensor_core::Instruction,
+        /// A's format: e4m3 or e5m2.
+        #[arg(long, value_parser = parse_fp8_kind)]
+        a: oracle::tensor_core::Fp8Kind,
+        /// B's format: e4m3 or e5m2.
+        #[arg(long, value_parser = parse_fp8_kind)]
+        b: oracle::tensor_core::Fp8Kind,
+        /// The input class: uniform, uniform-c, band, band-c, sparse, large, specials, dominant.
+        #[arg(long, value_parser = parse_class)]
+        class: kernel_oracle::tensor_core::Class,
+        /// The data seed, decimal or 0x-hex.
+        #[arg(long, value_parser = parse_u64)]
+        seed: u64,
+        /// Tiles of 64 x 8 outputs (at least 1).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
+        tiles: u32,
+        /// Run with the accumulator input disabled (wgmma scale-d = 0).
+        #[arg(long)]
+        no_accumulator: bool,
+    },
     /// One mul-mat case (a reproduction from a divergence report).
     MulMat {
         /// f32, q4_0, q8_0, q4_K or q6_K.
@@ -583,6 +610,111 @@ fn mul_mat_command(cmd: Command) -> ExitCode {
     }
 }
 
+fn parse_instruction(s: &str) -> Result<oracle::tensor_core::Instruction, String> {
+    match s {
+        "wgmma" => Ok(oracle::tensor_core::Instruction::Wgmma),
+        "mma-sync" => Ok(oracle::tensor_core::Instruction::MmaSync),
+        _ => Err(format!("{s:?}: expected wgmma or mma-sync")),
+    }
+}
+
+fn parse_fp8_kind(s: &str) -> Result<oracle::tensor_core::Fp8Kind, String> {
+    match s {
+        "e4m3" => Ok(oracle::tensor_core::Fp8Kind::E4m3),
+        "e5m2" => Ok(oracle::tensor_core::Fp8Kind::E5m2),
+        _ => Err(format!("{s:?}: expected e4m3 or e5m2")),
+    }
+}
+
+fn parse_class(s: &str) -> Result<kernel_oracle::tensor_core::Class, String> {
+    kernel_oracle::tensor_core::Class::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = kernel_oracle::tensor_core::Class::ALL
+            .iter()
+            .map(|c| c.name())
+            .collect();
+        format!("{s:?}: expected one of {}", names.join(", "))
+    })
+}
+
+/// The tensor-core probe engine, or exit status 2 with the reason.
+fn tensor_core_engine_or_exit() -> Result<&'static device::cuda::TensorCoreEngine, ExitCode> {
+    kernel_oracle::tensor_core::engine().map_err(|e| {
+        eprintln!("kernel-oracle: no CUDA device to probe: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn tensor_core_command(cmd: Command) -> ExitCode {
+    use kernel_oracle::tensor_core as tc;
+    let engine = match tensor_core_engine_or_exit() {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    match cmd {
+        Command::Check { .. } => {
+            if tc::gate(engine) == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Case {
+            case:
+                Case::TensorCore {
+                    instruction,
+                    a,
+                    b,
+                    class,
+                    seed,
+                    tiles,
+                    no_accumulator,
+                },
+        } => {
+            let spec = tc::CaseSpec {
+                instruction,
+                fa: a,
+                fb: b,
+                class,
+                scale_d: !no_accumulator,
+                seed,
+                tiles: tiles as usize,
+            };
+            let model = oracle::tensor_core::Model { instruction };
+            match tc::run(engine, instruction, a, b, &spec.generate(), spec.scale_d) {
+                Ok(v) if v.mismatches == 0 => {
+                    println!(
+                        "PASS: {} outputs bit-identical to the model ({})",
+                        v.outputs,
+                        spec.command()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(v) => {
+                    println!(
+                        "FAIL: {} of {} outputs differ ({})",
+                        v.mismatches,
+                        v.outputs,
+                        spec.command()
+                    );
+                    if let Some(d) = v.first {
+                        println!("{}", d.report(a, b, &model));
+                    }
+                    ExitCode::from(1)
+                }
+                Err(e) if matches!(e, device::cuda::DeviceError::InstructionUnavailable { .. }) => {
+                    eprintln!("kernel-oracle: {e}");
+                    ExitCode::from(2)
+                }
+                Err(e) => {
+                    println!("FAIL: {e} ({})", spec.command());
+                    ExitCode::from(1)
+                }
+            }
+        }
+        _ => unreachable!("only tensor-core commands come here"),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = kernel_oracle::oracle_choice() {
@@ -590,6 +722,12 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     match cli.command {
+        cmd @ (Command::Check {
+            gate: Gate::TensorCore,
+        }
+        | Command::Case {
+            case: Case::TensorCore { .. },
+        }) => tensor_core_command(cmd),
         cmd @ (Command::Check {
             gate: Gate::MulMat { .. },
         }

@@ -58,7 +58,8 @@
 //!
 //! `mma.sync.aligned.m16n8k32` with e4m3/e5m2 operands is not a native
 //! instruction on sm_90: ptxas lowers it to `F2FP` conversions to f16 and
-//! two `HMMA.16816.F32` (see [`Instruction::MmaSync`]).
+//! two `HMMA.16816.F32`, a different arithmetic, with rules `MMA-*` (see
+//! [`Instruction::MmaSync`]).
 
 use crate::conventions::NanMagnitude;
 
@@ -95,7 +96,28 @@ pub enum Instruction {
     /// `wgmma.mma_async.sync.aligned.m64nNk32.f32.<a>.<b>` (sm_90a): the
     /// native FP8 tensor-core MMA (SASS `QGMMA`), rules `TC-*` above.
     Wgmma,
-    /// `mma.sync.aligned.m16n8k32.row.col.f32.<a>.<b>.f32` on sm_90.
+    /// `mma.sync.aligned.m16n8k32.row.col.f32.<a>.<b>.f32` on sm_90, which
+    /// ptxas lowers to `F2FP` conversions to f16 and two `HMMA.16816.F32`
+    /// (seen in the SASS of `cu/tensor_core.cu`, CUDA 13.0), and whose
+    /// arithmetic is therefore the f16 MMA's:
+    ///
+    /// 1. `MMA-F16`: every operand becomes the f16 of the same value (exact;
+    ///    e4m3 subnormals become f16 normal numbers, e5m2 subnormals stay
+    ///    subnormal, exponent -14).
+    /// 2. `MMA-SPLIT`: the first HMMA takes the 16 products with
+    ///    `k mod 4 in {0, 1}` onto an accumulator of +0.0, the second the
+    ///    16 with `k mod 4 in {2, 3}` onto the first's f32 result (ptxas's
+    ///    register pairing of the e4m3 fragments, not k order).
+    /// 3. `MMA-ALIGN`, `MMA-SUM`, `MMA-NORM`, `MMA-ZERO`: in each HMMA, the
+    ///    16 exact products and the accumulator are aligned as in
+    ///    `TC-ALIGN` but keeping 25 fraction bits below `2^E` (truncated
+    ///    toward zero), added exactly, and the sum truncated toward zero to
+    ///    24 significant bits (binary32's precision); a zero sum is +0.0.
+    ///    NaN and infinities as in `TC-NAN`, `TC-INF`.
+    /// 4. `MMA-ADD`: `d = r + c`, one binary32 addition rounded to nearest
+    ///    even, where `r` is the second HMMA's result (the instruction's
+    ///    `c` does not enter the HMMAs); a NaN result is `0x7FFF_FFFF`,
+    ///    whatever `c`'s payload.
     MmaSync,
 }
 
@@ -111,6 +133,11 @@ pub const SM90_WGMMA: Model = Model {
     instruction: Instruction::Wgmma,
 };
 
+/// The sm_90 `mma.sync` FP8 MMA, as ptxas lowers it (H100, H200).
+pub const SM90_MMA_SYNC: Model = Model {
+    instruction: Instruction::MmaSync,
+};
+
 /// Products per MMA along k (elements).
 pub const MMA_K: usize = 32;
 
@@ -119,6 +146,12 @@ pub const ALIGN_FRACTION_BITS: i32 = 13;
 
 /// Significant bits kept by `TC-NORM`.
 pub const SUM_BITS: u32 = 14;
+
+/// Fraction bits kept below `2^E` by `MMA-ALIGN` (the lowered `mma.sync`).
+pub const MMA_ALIGN_FRACTION_BITS: i32 = 25;
+
+/// Significant bits kept by `MMA-NORM` (the lowered `mma.sync`).
+pub const MMA_SUM_BITS: u32 = 24;
 
 /// An exact finite term `(-1)^neg * sig * 2^lsb`, with the exponent `align`
 /// that `TC-ALIGN` compares.
@@ -308,27 +341,42 @@ fn wgmma_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32)
     if neg_inf {
         return f32::NEG_INFINITY;
     }
-    // c as a term: unbiased exponent, -126 for subnormals.
+    terms[MMA_K] = f32_term(c);
+    sum_truncated(&terms, ALIGN_FRACTION_BITS, SUM_BITS)
+}
+
+/// A finite f32 as a term: its unbiased exponent (-126 for subnormals)
+/// and 24-bit significand.
+fn f32_term(c: f32) -> Term {
     let cb = c.to_bits();
     let (cexp, cman) = ((cb >> 23) & 0xFF, (cb & 0x7F_FFFF) as u64);
-    terms[MMA_K] = if cexp == 0 {
+    let neg = cb >> 31 != 0;
+    if cexp == 0 {
         Term {
-            neg: cb >> 31 != 0,
+            neg,
             sig: cman,
             lsb: -149,
             align: -126,
         }
     } else {
         Term {
-            neg: cb >> 31 != 0,
+            neg,
             sig: cman | 0x80_0000,
             lsb: cexp as i32 - 150,
             align: cexp as i32 - 127,
         }
-    };
+    }
+}
+
+/// The multi-term addition of `terms` (all finite): align to the largest
+/// exponent of a non-zero term keeping `fraction_bits` below it, each term
+/// truncated toward zero; sum exactly; truncate the sum toward zero to
+/// `sum_bits` significant bits; a zero sum is +0.0 (`TC-ALIGN` to
+/// `TC-ZERO`; `MMA-ALIGN` to `MMA-ZERO`).
+fn sum_truncated(terms: &[Term], fraction_bits: i32, sum_bits: u32) -> f32 {
     // TC-ALIGN: the largest exponent among the non-zero terms.
     let mut e_max: Option<i32> = None;
-    for t in &terms {
+    for t in terms {
         if t.sig != 0 {
             e_max = Some(match e_max {
                 Some(e) if e >= t.align => e,
@@ -337,24 +385,22 @@ fn wgmma_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32)
         }
     }
     let Some(e_max) = e_max else {
-        return 0.0; // TC-ZERO: every term is zero.
+        return 0.0; // every term is zero
     };
-    let unit = e_max - ALIGN_FRACTION_BITS;
-    // TC-SUM.
+    let unit = e_max - fraction_bits;
     let mut sum: i64 = 0;
-    for t in &terms {
+    for t in terms {
         let v = truncate_to(t.sig, t.lsb, unit);
         sum += if t.neg { -v } else { v };
     }
     if sum == 0 {
-        return 0.0; // TC-ZERO
+        return 0.0;
     }
-    // TC-NORM.
     let neg = sum < 0;
     let mut mag = sum.unsigned_abs();
     let lead = 63 - mag.leading_zeros();
-    if lead >= SUM_BITS {
-        let drop = lead + 1 - SUM_BITS;
+    if lead >= sum_bits {
+        let drop = lead + 1 - sum_bits;
         mag = (mag >> drop) << drop;
     }
     let v = scale_pow2(mag, unit);
@@ -365,8 +411,8 @@ fn wgmma_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32)
     }
 }
 
-/// `mag * 2^exp` as f32, for `mag` of at most [`SUM_BITS`] significant bits
-/// and `exp >= -139` (always exact: see the module documentation).
+/// `mag * 2^exp` as f32, for `mag` of at most 24 significant bits and
+/// `exp >= -139` (always exact: see the module documentation).
 fn scale_pow2(mag: u64, exp: i32) -> f32 {
     // mag < 2^40 here, exact in f64; 2^exp is split so each factor is normal.
     let mut v = mag as f64;
@@ -389,11 +435,139 @@ fn pow2_f64(e: i32) -> f64 {
     f64::from_bits(((e + 1023) as u64) << 52)
 }
 
-fn mma_sync_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32) -> f32 {
-    // Provisional: exact products, chained f32 additions in k order.
-    let mut acc = c;
-    for k in 0..MMA_K {
-        acc += fa.decode(a[k]) * fb.decode(b[k]);
+/// One FP8 operand as the f16 that `F2FP` converts it to (exactly: every
+/// e4m3 and e5m2 value is an f16 value): `(neg, sig, exp)` with the value
+/// `(-1)^neg * sig * 2^(exp - 10)`, `sig` of 11 bits with the implicit bit,
+/// `exp` the f16 exponent (-14 for f16 subnormals and zero). e4m3
+/// subnormals become f16 *normal* numbers here, so their exponent is their
+/// leading bit's, unlike in [`Instruction::Wgmma`]'s `TC-PRODUCT`.
+fn to_f16(kind: Fp8Kind, code: u8) -> Operand {
+    match unpack_fp8(kind, code) {
+        Operand::Finite {
+            neg,
+            sig,
+            exp,
+            frac,
+        } => {
+            if sig == 0 {
+                return Operand::Finite {
+                    neg,
+                    sig: 0,
+                    exp: -14,
+                    frac: 10,
+                };
+            }
+            // value = sig * 2^(exp - frac); normalise to 11 bits unless the
+            // f16 exponent would fall below -14 (e5m2 subnormals stay so).
+            let lead = 63 - sig.leading_zeros() as i32; // leading bit of sig
+            let mut e = exp - frac + lead; // exponent of the leading bit
+            let mut s = sig << (10 - lead);
+            if e < -14 {
+                s >>= -14 - e;
+                e = -14;
+            }
+            Operand::Finite {
+                neg,
+                sig: s,
+                exp: e,
+                frac: 10,
+            }
+        }
+        other => other,
     }
-    acc
+}
+
+/// One `HMMA.16816.F32` of the lowered `mma.sync` on the products `k` with
+/// `sel(k)`, onto the f32 accumulator `acc` (rules `MMA-*` on
+/// [`Instruction::MmaSync`]).
+fn hmma_k16(
+    fa: Fp8Kind,
+    a: &[u8; MMA_K],
+    fb: Fp8Kind,
+    b: &[u8; MMA_K],
+    sel: impl Fn(usize) -> bool,
+    acc: f32,
+) -> f32 {
+    let mut terms = [Term {
+        neg: false,
+        sig: 0,
+        lsb: 0,
+        align: 0,
+    }; MMA_K / 2 + 1];
+    let (mut pos_inf, mut neg_inf, mut nan) = (false, false, acc.is_nan());
+    for (n, k) in (0..MMA_K).filter(|&k| sel(k)).enumerate() {
+        match (to_f16(fa, a[k]), to_f16(fb, b[k])) {
+            (Operand::Nan, _) | (_, Operand::Nan) => nan = true,
+            (Operand::Inf { neg: x }, Operand::Inf { neg: y }) => {
+                if x ^ y {
+                    neg_inf = true
+                } else {
+                    pos_inf = true
+                }
+            }
+            (Operand::Inf { neg: x }, Operand::Finite { neg: y, sig, .. })
+            | (Operand::Finite { neg: y, sig, .. }, Operand::Inf { neg: x }) => {
+                if sig == 0 {
+                    nan = true
+                } else if x ^ y {
+                    neg_inf = true
+                } else {
+                    pos_inf = true
+                }
+            }
+            (
+                Operand::Finite {
+                    neg: n1,
+                    sig: m1,
+                    exp: e1,
+                    ..
+                },
+                Operand::Finite {
+                    neg: n2,
+                    sig: m2,
+                    exp: e2,
+                    ..
+                },
+            ) => {
+                terms[n] = Term {
+                    neg: n1 ^ n2,
+                    sig: m1 * m2,
+                    lsb: e1 + e2 - 20,
+                    align: e1 + e2,
+                };
+            }
+        }
+    }
+    if acc.is_infinite() {
+        if acc < 0.0 {
+            neg_inf = true
+        } else {
+            pos_inf = true
+        }
+    }
+    if nan || (pos_inf && neg_inf) {
+        return NAN;
+    }
+    if pos_inf {
+        return f32::INFINITY;
+    }
+    if neg_inf {
+        return f32::NEG_INFINITY;
+    }
+    terms[MMA_K / 2] = f32_term(acc);
+    sum_truncated(&terms, MMA_ALIGN_FRACTION_BITS, MMA_SUM_BITS)
+}
+
+fn mma_sync_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32) -> f32 {
+    // MMA-SPLIT: the first HMMA takes k mod 4 in {0, 1} onto +0, the second
+    // k mod 4 in {2, 3} onto the first's result; MMA-ADD: then c, one
+    // binary32 addition rounded to nearest even.
+    let first = hmma_k16(fa, a, fb, b, |k| k % 4 < 2, 0.0);
+    let second = hmma_k16(fa, a, fb, b, |k| k % 4 >= 2, first);
+    let d = second + c;
+    if d.is_nan() {
+        NAN // the FADD's NaN is the canonical one, whatever c's payload
+    } else {
+        d
+    }
 }

@@ -4,17 +4,17 @@
 use oracle::conventions::Overflow::SatFinite;
 use oracle::e4m3::encode_e4m3;
 use oracle::e5m2::encode_e5m2;
-use oracle::tensor_core::{mma_k32, Fp8Kind, MMA_K, SM90_WGMMA};
+use oracle::tensor_core::{mma_k32, Fp8Kind, Model, MMA_K, SM90_MMA_SYNC, SM90_WGMMA};
 
 const E4: Fp8Kind = Fp8Kind::E4m3;
 const E5: Fp8Kind = Fp8Kind::E5m2;
 
 /// Each record: a[32], b[32] codes, c and the H200's d as f32 bits (LE).
-/// Drawn from `wgmma.mma_async m64n8k32` runs on an H200 (driver 580,
+/// Drawn from `wgmma.mma_async m64n8k32` and `mma.sync m16n8k32` runs on an H200 (driver 580,
 /// CUDA 13.0) of `cu/tensor_core.cu` over eight input classes (uniform
 /// codes, narrow exponent bands, sparse operands, large codes, NaN/inf/-0
 /// codes and special accumulators, accumulators far above the products).
-fn recorded(fa: Fp8Kind, fb: Fp8Kind, data: &[u8]) {
+fn recorded(model: &Model, fa: Fp8Kind, fb: Fp8Kind, data: &[u8]) {
     assert_eq!(data.len() % 72, 0);
     let mut n = 0;
     for r in data.chunks(72) {
@@ -22,7 +22,7 @@ fn recorded(fa: Fp8Kind, fb: Fp8Kind, data: &[u8]) {
         let b: [u8; 32] = r[32..64].try_into().unwrap();
         let c = f32::from_bits(u32::from_le_bytes(r[64..68].try_into().unwrap()));
         let d = u32::from_le_bytes(r[68..72].try_into().unwrap());
-        let got = mma_k32(&SM90_WGMMA, fa, &a, fb, &b, c).to_bits();
+        let got = mma_k32(model, fa, &a, fb, &b, c).to_bits();
         assert_eq!(
             got, d,
             "record {n}: a {a:02x?} b {b:02x?} c {c:e}: model {got:08x}, H200 {d:08x}"
@@ -34,19 +34,75 @@ fn recorded(fa: Fp8Kind, fb: Fp8Kind, data: &[u8]) {
 
 #[test]
 fn h200_records_e4m3_e4m3() {
-    recorded(E4, E4, include_bytes!("data/h200_wgmma_e4m3_e4m3.bin"));
+    recorded(
+        &SM90_WGMMA,
+        E4,
+        E4,
+        include_bytes!("data/h200_wgmma_e4m3_e4m3.bin"),
+    );
+}
+#[test]
+fn h200_mma_sync_records_e4m3_e4m3() {
+    recorded(
+        &SM90_MMA_SYNC,
+        E4,
+        E4,
+        include_bytes!("data/h200_mma_sync_e4m3_e4m3.bin"),
+    );
 }
 #[test]
 fn h200_records_e4m3_e5m2() {
-    recorded(E4, E5, include_bytes!("data/h200_wgmma_e4m3_e5m2.bin"));
+    recorded(
+        &SM90_WGMMA,
+        E4,
+        E5,
+        include_bytes!("data/h200_wgmma_e4m3_e5m2.bin"),
+    );
+}
+#[test]
+fn h200_mma_sync_records_e4m3_e5m2() {
+    recorded(
+        &SM90_MMA_SYNC,
+        E4,
+        E5,
+        include_bytes!("data/h200_mma_sync_e4m3_e5m2.bin"),
+    );
 }
 #[test]
 fn h200_records_e5m2_e4m3() {
-    recorded(E5, E4, include_bytes!("data/h200_wgmma_e5m2_e4m3.bin"));
+    recorded(
+        &SM90_WGMMA,
+        E5,
+        E4,
+        include_bytes!("data/h200_wgmma_e5m2_e4m3.bin"),
+    );
+}
+#[test]
+fn h200_mma_sync_records_e5m2_e4m3() {
+    recorded(
+        &SM90_MMA_SYNC,
+        E5,
+        E4,
+        include_bytes!("data/h200_mma_sync_e5m2_e4m3.bin"),
+    );
 }
 #[test]
 fn h200_records_e5m2_e5m2() {
-    recorded(E5, E5, include_bytes!("data/h200_wgmma_e5m2_e5m2.bin"));
+    recorded(
+        &SM90_WGMMA,
+        E5,
+        E5,
+        include_bytes!("data/h200_wgmma_e5m2_e5m2.bin"),
+    );
+}
+#[test]
+fn h200_mma_sync_records_e5m2_e5m2() {
+    recorded(
+        &SM90_MMA_SYNC,
+        E5,
+        E5,
+        include_bytes!("data/h200_mma_sync_e5m2_e5m2.bin"),
+    );
 }
 
 /// `d` for e4m3 operand pairs given as values (each exactly an e4m3 value).
@@ -67,7 +123,10 @@ fn tc_align_uses_the_exponent_sum_not_the_leading_bit() {
     // = 0.1025390625 = 13.125 units -> 13. Sum -21632 + 13 = -21619 units;
     // TC-NORM keeps 14 of its 15 bits: 21618 -> -168.890625. (Aligned to the
     // leading bit, 2^7, the small product would keep 6 units: -168.90625.)
-    assert_eq!(e4(&[(-13.0, 13.0), (0.875, 0.1171875)], 0.0), -21618.0 / 128.0);
+    assert_eq!(
+        e4(&[(-13.0, 13.0), (0.875, 0.1171875)], 0.0),
+        -21618.0 / 128.0
+    );
 }
 
 #[test]
@@ -168,6 +227,48 @@ fn tc_nan_and_inf() {
     x[1] = 0xFC;
     assert_eq!(
         mma_k32(&SM90_WGMMA, E5, &x, E5, &y, 1.0).to_bits(),
+        0x7FFF_FFFF
+    );
+}
+
+/// `d` of the lowered `mma.sync` for e4m3 operand pairs given as values
+/// at positions `k`.
+fn mma_sync_e4(pairs: &[(usize, f32, f32)], c: f32) -> f32 {
+    let (mut a, mut b) = ([0u8; MMA_K], [0u8; MMA_K]);
+    for &(k, x, y) in pairs {
+        a[k] = encode_e4m3(x, SatFinite);
+        b[k] = encode_e4m3(y, SatFinite);
+    }
+    mma_k32(&SM90_MMA_SYNC, E4, &a, E4, &b, c)
+}
+
+#[test]
+fn mma_split_pairs_k_mod_4() {
+    // k = 0, 1, 4 (k mod 4 in {0, 1}) share the first HMMA: E = 16 keeps
+    // 25 fraction bits (unit 2^-9), so 2^16 + 2^-8 - 2^16 = 2^-8 exactly.
+    let tiny = (1, 0.0625, 0.0625); // 2^-8
+    assert_eq!(
+        mma_sync_e4(&[(0, 256.0, 256.0), tiny, (4, -256.0, 256.0)], 0.0),
+        2f32.powi(-8)
+    );
+    // k = 2 goes to the second HMMA: the first's result 2^16 + 2^-8 is
+    // truncated to 24 bits (2^16), and then -2^16 cancels it.
+    assert_eq!(
+        mma_sync_e4(&[(0, 256.0, 256.0), tiny, (2, -256.0, 256.0)], 0.0),
+        0.0
+    );
+}
+
+#[test]
+fn mma_add_rounds_to_nearest_and_canonicalises_nan() {
+    // The HMMAs give exactly 1.0; c = 2^-24 + 2^-47 rounds 1 + c up to
+    // 1 + 2^-23 (round to nearest in one binary32 addition).
+    let c = 2f32.powi(-24) + 2f32.powi(-47);
+    assert_eq!(mma_sync_e4(&[(0, 1.0, 1.0)], c), 1.0 + 2f32.powi(-23));
+    // Through wgmma the same c is truncated away (TC-ALIGN).
+    assert_eq!(e4(&[(1.0, 1.0)], c), 1.0);
+    assert_eq!(
+        mma_sync_e4(&[(0, 1.0, 1.0)], f32::from_bits(0x7FC0_0001)).to_bits(),
         0x7FFF_FFFF
     );
 }

@@ -212,14 +212,22 @@ fn gdn_kernels_compile_for_sm_90_without_fma() {
 #[test]
 fn tensor_core_probes_compile() {
     require_nvrtc();
-    let src = KernelSource::builtin_named("cu/tensor_core.cu", device::cuda::BUILTIN_TENSOR_CORE_CU);
+    let src =
+        KernelSource::builtin_named("cu/tensor_core.cu", device::cuda::BUILTIN_TENSOR_CORE_CU);
     for arch in ["sm_89", ARCH, ARCH_A] {
         let c = compile(&src, arch).unwrap_or_else(|e| panic!("{e}"));
         for k in device::cuda::MMA_KERNELS {
-            assert!(c.ptx.contains(&format!(".entry {k}(")), "{k} missing for {arch}");
+            assert!(
+                c.ptx.contains(&format!(".entry {k}(")),
+                "{k} missing for {arch}"
+            );
         }
         for k in device::cuda::WGMMA_KERNELS {
-            assert_eq!(c.ptx.contains(&format!(".entry {k}(")), arch == ARCH_A, "{k} for {arch}");
+            assert_eq!(
+                c.ptx.contains(&format!(".entry {k}(")),
+                arch == ARCH_A,
+                "{k} for {arch}"
+            );
         }
         assert_clean_log(&c.log);
     }

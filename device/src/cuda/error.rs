@@ -105,6 +105,19 @@ pub enum DeviceError {
         minor: i32,
     },
 
+    /// The device cannot run this instruction (`wgmma` needs sm_90a).
+    #[error("{instruction} needs {needs}; this device is compute capability {major}.{minor}")]
+    InstructionUnavailable {
+        /// The PTX instruction (`"wgmma.mma_async"`).
+        instruction: &'static str,
+        /// What it needs (`"sm_90a"`).
+        needs: &'static str,
+        /// Major compute capability.
+        major: i32,
+        /// Minor compute capability.
+        minor: i32,
+    },
+
     /// The shape is not computable (a zero dimension or a length overflow).
     #[error("bad shape: {0}")]
     Shape(ShapeError),

@@ -78,7 +78,10 @@ pub use nvrtc::{
     compile, compile_options, nvrtc_available, nvrtc_version, Compiled, ENV_NVRTC_CACHE,
 };
 pub use source::{KernelSource, BUILTIN_FP8_MMQ_CU, ENV_FP8_MMQ_CU, REQUIRED_KERNELS};
-pub use tensor_core::{BUILTIN_TENSOR_CORE_CU, MMA_KERNELS, WGMMA_KERNELS};
+pub use tensor_core::{
+    ProbeTiles, TensorCoreEngine, BUILTIN_TENSOR_CORE_CU, MMA_KERNELS, TILE_K, TILE_M, TILE_N,
+    WGMMA_KERNELS,
+};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, PushKernelArg};
