@@ -76,9 +76,13 @@ pub fn gemm_description() -> String {
 /// What ran, for divergence reports: the kernel source and, when the GEMM
 /// is the cuBLASLt peer, the peer.
 pub fn kernel_description(engine: &Engine) -> String {
-    match peer() {
-        Ok(Some(p)) => format!("{}; GEMM: {}", engine.kernel_source(), p.describe()),
-        _ => engine.kernel_source(),
+    describe(engine, peer().ok().flatten())
+}
+
+fn describe(engine: &Engine, gemm: Option<&CublasLtFp8>) -> String {
+    match gemm {
+        Some(p) => format!("{}; GEMM: {}", engine.kernel_source(), p.describe()),
+        None => engine.kernel_source(),
     }
 }
 
@@ -114,7 +118,7 @@ pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
     }
     // The oracle refuses (rule NAN-W): no GEMM to compute, the device must
     // refuse too, with the same count.
-    match kernel_out(engine, data) {
+    match kernel_out(engine, the_peer(), data) {
         Err(DeviceError::NanWeights { count }) => {
             assert_eq!(
                 count, nan as u64,
@@ -144,8 +148,30 @@ pub fn run_case_with_reference(
     arm: Arm,
     want: &Reference,
 ) -> Outcome {
+    run_case_with_gemm(engine, the_peer(), data, arm, want)
+}
+
+/// [`peer`], or a panic with its message (the command line and the fuzzer
+/// have checked it already).
+fn the_peer() -> Option<&'static CublasLtFp8> {
+    peer().unwrap_or_else(|e| panic!("fp8_mmq: {e}"))
+}
+
+/// [`run_case_with_reference`] with the GEMM given: `None` for the kernel
+/// source's MMQ, `Some(peer)` for a cuBLASLt peer (tests run both layouts
+/// in one process this way).
+///
+/// # Panics
+/// As [`run_case_with_reference`].
+pub fn run_case_with_gemm(
+    engine: &Engine,
+    gemm: Option<&CublasLtFp8>,
+    data: &CaseData,
+    arm: Arm,
+    want: &Reference,
+) -> Outcome {
     let t0 = std::time::Instant::now();
-    let got = kernel_out(engine, data);
+    let got = kernel_out(engine, gemm, data);
     let device_time = t0.elapsed();
     match got {
         Ok(got) => {
@@ -165,12 +191,16 @@ pub fn run_case_with_reference(
         },
         Err(e) => panic!(
             "fp8_mmq: the device failed on a valid case ({}): {e}",
-            kernel_description(engine)
+            describe(engine, gemm)
         ),
     }
 }
 
-fn kernel_out(engine: &Engine, data: &CaseData) -> Result<KernelOut, DeviceError> {
+fn kernel_out(
+    engine: &Engine,
+    gemm: Option<&CublasLtFp8>,
+    data: &CaseData,
+) -> Result<KernelOut, DeviceError> {
     let s = &data.shape;
     let w = engine.upload(&data.w)?;
     let scales = engine.upload(&data.scales)?;
@@ -183,9 +213,9 @@ fn kernel_out(engine: &Engine, data: &CaseData) -> Result<KernelOut, DeviceError
         None => None,
     };
     let (gq, gd) = given.as_ref().map_or((&q, &d), |(a, b)| (a, b));
-    // The GEMM: the kernel source's MMQ, or the peer KERNEL_ORACLE_FP8_MMQ
-    // names (it refuses shapes it cannot take: DeviceError::PeerRefused).
-    let y = match peer().unwrap_or_else(|e| panic!("fp8_mmq: {e}")) {
+    // The GEMM: the kernel source's MMQ, or the peer (it refuses shapes it
+    // cannot take: DeviceError::PeerRefused).
+    let y = match gemm {
         None => engine.mmq(&checked, &scales, gq, gd, s)?,
         Some(p) => p.mmq(&checked, &scales, gq, gd, s)?,
     };
