@@ -3,7 +3,7 @@
 //! ```text
 //! kernel-oracle check fp8-mmq [IN_F OUT_F M]     the seed's battery, or one shape
 //! kernel-oracle case fp8-mmq --in-f .. --out-f .. --m .. --arm exact|fold|rand --seed 0x..
-//! kernel-oracle mutant fp8-mmq [NAME -o FILE]    planted-bug candidate kernels
+//! kernel-oracle mutant fp8-mmq [NAME -o FILE]    planted-bug candidate kernels (and the cuBLASLt peer's)
 //! kernel-oracle check moe-tables                 the MoE verify-rows tables gate
 //! kernel-oracle case moe-tables --n-expert .. --n-pairs .. --bases a,b,c --strides a,b,c --seed 0x..
 //! kernel-oracle check gdn                        the Gated DeltaNet gate (seed 003)
@@ -14,6 +14,11 @@
 //! ```
 //! Exit status: 0 all green, 1 any failure, 2 cannot run (no CUDA device,
 //! no wgpu adapter, bad arguments).
+//!
+//! `KERNEL_ORACLE_FP8_MMQ=cublaslt` runs the FP8 commands' GEMM on
+//! cuBLASLt (`device::cuda::CublasLtFp8`) instead of the kernel source's
+//! MMQ; `cublaslt-unpadded` is that peer with a planted bug; `builtin` (or
+//! unset) is the default; any other value exits 2.
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kernel_oracle::fp8_mmq::{self, gate, report, Arm, CaseSpec, Knobs, Outcome};
@@ -53,7 +58,7 @@ enum Command {
 
 #[derive(Subcommand)]
 enum MutantCmd {
-    /// A mutant of cu/fp8_mmq.cu; without NAME, list them.
+    /// A mutant of cu/fp8_mmq.cu, or the cuBLASLt peer's planted bug; without NAME, list them.
     Fp8Mmq {
         /// The mutant's name.
         name: Option<String>,
@@ -303,12 +308,18 @@ fn valid_shape(in_f: usize, out_f: usize, m: usize) -> Result<(), ExitCode> {
         })
 }
 
-/// The CUDA engine, or the message to print and exit 2 with.
+/// The CUDA engine (and the GEMM peer `KERNEL_ORACLE_FP8_MMQ` names, if
+/// any), or the message to print and exit 2 with.
 fn engine_or_exit() -> Result<&'static device::cuda::Engine, ExitCode> {
-    fp8_mmq::engine().map_err(|msg| {
+    let engine = fp8_mmq::engine().map_err(|msg| {
         eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
         ExitCode::from(2)
-    })
+    })?;
+    fp8_mmq::run::peer().map_err(|msg| {
+        eprintln!("kernel-oracle: cannot run the FP8 GEMM that KERNEL_ORACLE_FP8_MMQ names: {msg}");
+        ExitCode::from(2)
+    })?;
+    Ok(engine)
 }
 
 /// One kind of planted-bug candidates, for [`mutant`].
@@ -326,6 +337,10 @@ struct MutantKind {
     /// The builtin source with mutant `name` planted, or `None` if there
     /// is no such mutant.
     apply: fn(&str) -> Option<Result<String, String>>,
+    /// Planted bugs in a peer kernel (no source file to write): `(name,
+    /// what, environment that selects it)`. Listed after the source
+    /// mutants, each line marked `(peer; ENV=VALUE)`.
+    peers: Vec<(&'static str, &'static str, String)>,
 }
 
 /// Lists the mutants of `k` (no NAME), or writes one.
@@ -342,8 +357,25 @@ fn mutant(k: MutantKind, name: Option<String>, output: Option<std::path::PathBuf
         for (n, what) in &k.list {
             println!("{n:<26} {what}");
         }
+        for (n, what, env) in &k.peers {
+            println!("{n:<26} (peer; {env}) {what}");
+        }
         return ExitCode::SUCCESS;
     };
+    if let Some((_, what, env)) = k.peers.iter().find(|(n, _, _)| *n == name) {
+        // A planted bug of a peer is selected by the environment; there is
+        // no source file to write.
+        if let Some(o) = &output {
+            eprintln!(
+                "kernel-oracle: {name} is a planted bug of a peer kernel, selected by {env}; it has no source file to write to {}",
+                o.display()
+            );
+            return ExitCode::from(2);
+        }
+        println!("{name}: {what}");
+        println!("run: {env} kernel-oracle check {}", k.kind);
+        return ExitCode::SUCCESS;
+    }
     let text = match (k.apply)(&name) {
         Some(Ok(t)) => t,
         Some(Err(e)) => {
@@ -396,6 +428,11 @@ fn fp8_mutants() -> MutantKind {
         env: device::cuda::ENV_FP8_MMQ_CU,
         list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
         apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_FP8_MMQ_CU)),
+        peers: vec![(
+            "cublaslt-unpadded",
+            "the cuBLASLt peer with its 128x128 weight scales unpadded (leading dimension ceil(in_f/128), not a multiple of 4 blocks): output columns >= 128 read the wrong scales whenever ceil(in_f/128) % 4 != 0 (EXACT arm)",
+            format!("{}=cublaslt-unpadded", device::cuda::ENV_FP8_MMQ),
+        )],
     }
 }
 
@@ -408,6 +445,7 @@ fn moe_mutants() -> MutantKind {
         env: device::cuda::ENV_MOE_TABLES_CU,
         list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
         apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_MOE_TABLES_CU)),
+        peers: Vec::new(),
     }
 }
 
@@ -420,6 +458,7 @@ fn mul_mat_mutants() -> MutantKind {
         env: device::wgpu::ENV_MUL_MAT_WGSL,
         list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
         apply: |n| by_name(n).map(|m| apply(m, device::wgpu::BUILTIN_MUL_MAT_WGSL)),
+        peers: Vec::new(),
     }
 }
 
@@ -432,6 +471,7 @@ fn gdn_mutants() -> MutantKind {
         env: device::cuda::ENV_GDN_CU,
         list: MUTANTS.iter().map(|m| (m.name, m.what)).collect(),
         apply: |n| by_name(n).map(|m| apply(m, device::cuda::BUILTIN_GDN_CU)),
+        peers: Vec::new(),
     }
 }
 
@@ -721,6 +761,10 @@ fn main() -> ExitCode {
         eprintln!("kernel-oracle: {e}");
         return ExitCode::from(2);
     }
+    if let Err(e) = fp8_mmq::run::gemm_choice() {
+        eprintln!("kernel-oracle: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         cmd @ (Command::Check {
             gate: Gate::TensorCore,
@@ -913,6 +957,7 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             println!("kernel source: {}", engine.kernel_source());
+            println!("fp8 GEMM: {}", fp8_mmq::run::gemm_description());
             println!("{}", report::table_header());
             let t0 = std::time::Instant::now();
             let want = fp8_mmq::reference(&data);
@@ -928,12 +973,17 @@ fn main() -> ExitCode {
                             report::divergence(
                                 &spec,
                                 &v,
-                                &engine.kernel_source().to_string(),
+                                &fp8_mmq::run::kernel_description(engine),
                                 None
                             )
                         );
                         ExitCode::from(1)
                     }
+                }
+                Outcome::PeerRefused { reason } => {
+                    // A shape the peer cannot take is not a failure.
+                    println!("{reason}");
+                    ExitCode::SUCCESS
                 }
                 Outcome::Refused { count } => {
                     // run_case has checked the count against the oracle's.

@@ -1,25 +1,30 @@
 //! fp8_mmq_bench: TFLOP/s of the v2 FP8 MMQ kernel next to cuBLASLt's
-//! per-block FP8 GEMM (torch._scaled_mm, `scripts/scaled_mm_peer.py`),
-//! measured in the same run.
+//! block-scaled FP8 GEMM (`device::cuda::CublasLtFp8`, in process),
+//! measured in the same run, the same way.
 //!
 //! usage: cargo run --release -p device --example fp8_mmq_bench [m,in_f,out_f ...]
 //!
 //! Default shapes: in_f = 5120, out_f = 1536 for m = 1, 16, 64, 512, 4096,
-//! and 8192^3. Timing: CUDA events around back-to-back launches after a
-//! warm-up, the median of 5 repetitions; MMQ kernel time alone (the
-//! quantizer is timed separately; the NaN check runs once, outside). The
-//! same buffers are reused across launches, as the peer does, so for the
-//! small shapes the weights (7.5 MiB) stay in the 50 MiB L2 on both sides.
-//! The kernel source (builtin or `KERNEL_ORACLE_FP8_MMQ_CU`) is printed in
-//! the header. The peer runs when `python3 -c 'import torch'` works;
-//! `KERNEL_ORACLE_PEER_SCRIPT` overrides the script's path.
+//! and 8192^3. Timing, both sides alike: CUDA events on the engine's stream
+//! around back-to-back launches after a warm-up, the median of 5
+//! repetitions, GEMM time alone on operands prepared once (ours: the MMQ
+//! launch, the quantizer timed separately, the NaN check outside; cuBLASLt:
+//! `cublasLtMatmul` alone, its scale re-layout and token padding done once
+//! outside the timing, as a model loader and a quantizer writing the
+//! VEC128 layout would). The same buffers are reused across launches on
+//! both sides, so for the small shapes the weights (7.5 MiB) stay in the
+//! 50 MiB L2 on both. The kernel source (builtin or
+//! `KERNEL_ORACLE_FP8_MMQ_CU`) and the cuBLASLt version are printed in the
+//! header. `KERNEL_ORACLE_FP8_MMQ=cublaslt` (or `cublaslt-unpadded`) makes
+//! "ours" the peer itself (ratio about 1: a check of the timing's
+//! symmetry); any other value but `builtin` exits 2.
 //! `FP8_MMQ_BENCH_VARIANTS=all` (or a comma list, `9,10,11`) also times
-//! those MMQ variants on every shape (for tuning the plan).
+//! those MMQ variants on every shape (for tuning the plan). Needs nothing
+//! outside the binary but the CUDA libraries (libcuda, libnvrtc,
+//! libcublasLt), so it runs from the GPU bundle unpacked anywhere.
 
-use device::cuda::{Engine, Result};
+use device::cuda::{CublasLtFp8, Engine, Fp8Gemm, Result, WeightScaleLayout};
 use oracle::fp8_mmq::Shape;
-use std::path::PathBuf;
-use std::process::Command;
 
 /// splitmix64.
 struct Rng(u64);
@@ -124,11 +129,6 @@ fn time_ours(e: &Engine, p: &mut Prepared) -> Result<Ours> {
     })
 }
 
-fn run_ours(e: &Engine, shape: Shape) -> Result<Ours> {
-    let mut p = prepare(e, shape)?;
-    time_ours(e, &mut p)
-}
-
 /// The variants `FP8_MMQ_BENCH_VARIANTS` asks for: `all`, or a comma list.
 fn bench_variants(e: &Engine) -> Option<Vec<u32>> {
     let v = std::env::var("FP8_MMQ_BENCH_VARIANTS").ok()?;
@@ -143,108 +143,17 @@ fn bench_variants(e: &Engine) -> Option<Vec<u32>> {
     )
 }
 
-/// `"key": number` from one flat JSON line.
-fn json_num(line: &str, key: &str) -> Option<f64> {
-    let pat = format!("\"{key}\":");
-    let at = line.find(&pat)? + pat.len();
-    let rest = line[at..].trim_start();
-    let end = rest.find([',', '}']).unwrap_or(rest.len());
-    rest[..end].trim().parse().ok()
-}
-
-/// `"key": "string"` from one flat JSON line.
-fn json_str(line: &str, key: &str) -> Option<String> {
-    let pat = format!("\"{key}\": \"");
-    let at = line.find(&pat)? + pat.len();
-    let end = line[at..].find('"')?;
-    Some(line[at..at + end].to_string())
-}
-
-fn peer_script() -> PathBuf {
-    if let Some(p) = std::env::var_os("KERNEL_ORACLE_PEER_SCRIPT") {
-        return PathBuf::from(p);
-    }
-    let local = PathBuf::from("scripts/scaled_mm_peer.py");
-    if local.exists() {
-        return local;
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/scaled_mm_peer.py")
-}
-
-/// A peer result: ms per call, and whether it was timed by graph replay.
-type PeerResult = std::result::Result<(f64, bool), String>;
-
-/// Peer results per shape, plus the peer's header line.
-fn run_peer(shapes: &[Shape]) -> (String, Vec<PeerResult>) {
-    let none = |why: String| {
-        (
-            why.clone(),
-            shapes.iter().map(|_| Err(why.clone())).collect(),
-        )
-    };
-    let torch_ok = Command::new("python3")
-        .args(["-c", "import torch"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !torch_ok {
-        return none("no peer: `python3 -c 'import torch'` fails here".into());
-    }
-    let mut cmd = Command::new("python3");
-    cmd.arg(peer_script());
-    for s in shapes {
-        cmd.arg("--shape")
-            .arg(format!("{},{},{}", s.m(), s.in_f(), s.out_f()));
-    }
-    let out = match cmd.output() {
-        Ok(o) => o,
-        Err(e) => return none(format!("no peer: cannot run python3: {e}")),
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.stderr.is_empty() {
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    }
-    let mut header = String::from("peer printed no header");
-    let mut results: Vec<PeerResult> = shapes
-        .iter()
-        .map(|_| Err("peer printed no result".into()))
-        .collect();
-    for line in stdout.lines() {
-        if let Some(p) = json_str(line, "peer") {
-            header = format!(
-                "{p}; torch {}, CUDA {}, {}",
-                json_str(line, "torch").unwrap_or_default(),
-                json_str(line, "cuda").unwrap_or_default(),
-                json_str(line, "device").unwrap_or_default()
-            );
-            continue;
-        }
-        if let Some(err) = json_str(line, "error") {
-            if json_num(line, "m").is_none() {
-                return none(format!("peer failed: {err}"));
-            }
-        }
-        let (Some(m), Some(k), Some(n)) = (
-            json_num(line, "m"),
-            json_num(line, "in_f"),
-            json_num(line, "out_f"),
-        ) else {
-            continue;
-        };
-        for (i, s) in shapes.iter().enumerate() {
-            if (s.m(), s.in_f(), s.out_f()) == (m as usize, k as usize, n as usize) {
-                results[i] = match (json_num(line, "ms"), json_str(line, "error")) {
-                    (Some(ms), _) => Ok((
-                        ms,
-                        json_str(line, "timing").as_deref() == Some("cuda_graph"),
-                    )),
-                    (None, Some(e)) => Err(format!("torch refused: {e}")),
-                    (None, None) => Err("peer gave no time".into()),
-                };
-            }
-        }
-    }
-    (header, results)
+/// Times `peer`'s GEMM on `p`'s buffers (prepared once, then
+/// `cublasLtMatmul` alone), ms per call; `Err` with the reason when the
+/// peer refuses the shape or fails.
+fn time_peer(e: &Engine, peer: &CublasLtFp8, p: &Prepared) -> std::result::Result<f64, String> {
+    let cw = e.check_weights(&p.w).map_err(|x| x.to_string())?;
+    let mut ops = peer
+        .prepare(&cw, &p.s, &p.q, &p.d, &p.shape)
+        .map_err(|x| x.to_string())?;
+    let (ms, _) = median_ms(e, || peer.run(&mut ops)).map_err(|x| x.to_string())?;
+    e.synchronize().map_err(|x| x.to_string())?;
+    Ok(ms)
 }
 
 fn parse_shapes() -> std::result::Result<Vec<Shape>, String> {
@@ -288,6 +197,13 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let gemm = match Fp8Gemm::from_env() {
+        Ok(g) => g,
+        Err(err) => {
+            eprintln!("fp8_mmq_bench: {err}");
+            std::process::exit(2);
+        }
+    };
     let mut e = match Engine::new(0) {
         Ok(e) => e,
         Err(err) => {
@@ -295,8 +211,36 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // The peer column: cuBLASLt with the layout it needs.
+    let peer = CublasLtFp8::new(&e, WeightScaleLayout::Padded);
+    // "ours": the kernel source's MMQ, or the peer KERNEL_ORACLE_FP8_MMQ names.
+    let ours_peer = match gemm {
+        Fp8Gemm::Builtin => None,
+        Fp8Gemm::CublasLt(layout) => match CublasLtFp8::new(&e, layout) {
+            Ok(p) => Some(p),
+            Err(err) => {
+                eprintln!(
+                    "fp8_mmq_bench: KERNEL_ORACLE_FP8_MMQ={}: {err}",
+                    gemm.name()
+                );
+                std::process::exit(1);
+            }
+        },
+    };
     println!("fp8_mmq_bench");
     println!("kernel source: {}", e.kernel_source());
+    match &ours_peer {
+        None => println!("ours: the kernel source's MMQ"),
+        Some(p) => println!(
+            "ours (KERNEL_ORACLE_FP8_MMQ={}): {}",
+            gemm.name(),
+            p.describe()
+        ),
+    }
+    match &peer {
+        Ok(p) => println!("peer: {}", p.describe()),
+        Err(err) => println!("peer: none: {err}"),
+    }
     println!(
         "device: {} (sm_{}{}, {} SMs); MMQ variants exported: {}",
         e.device_name(),
@@ -305,22 +249,53 @@ fn main() {
         e.sm_count(),
         e.mmq_variants()
     );
-    let mut ours = Vec::new();
+    let mut ours: Vec<std::result::Result<Ours, String>> = Vec::new();
+    let mut theirs: Vec<std::result::Result<f64, String>> = Vec::new();
     for s in &shapes {
-        match run_ours(&e, *s) {
-            Ok(o) => ours.push(Ok(o)),
+        let name = format!("{},{},{}", s.m(), s.in_f(), s.out_f());
+        let mut p = match prepare(&e, *s) {
+            Ok(p) => p,
             Err(err) => {
-                eprintln!("shape {},{},{}: {err}", s.m(), s.in_f(), s.out_f());
+                eprintln!("shape {name}: {err}");
                 ours.push(Err(err.to_string()));
+                theirs.push(Err(err.to_string()));
+                continue;
             }
+        };
+        let o = match &ours_peer {
+            None => time_ours(&e, &mut p).map_err(|x| x.to_string()),
+            Some(op) => time_peer(&e, op, &p).and_then(|ms| {
+                let (xb, q, d) = (&p.x, &mut p.q, &mut p.d);
+                let (quant_ms, _) =
+                    median_ms(&e, || e.quantize_into(xb, s, q, d)).map_err(|x| x.to_string())?;
+                Ok(Ours {
+                    shape: *s,
+                    variant: u32::MAX,
+                    ms,
+                    quant_ms,
+                })
+            }),
+        };
+        if let Err(err) = &o {
+            eprintln!("shape {name}: ours: {err}");
         }
+        ours.push(o);
+        theirs.push(match &peer {
+            Ok(pp) => time_peer(&e, pp, &p),
+            Err(err) => Err(err.to_string()),
+        });
     }
-    let (peer_header, peer) = run_peer(&shapes);
-    println!("peer: {peer_header}");
     println!();
     println!(
-        "{:<18} {:>3} {:>10} {:>9} {:>10} {:>10} {:>9} {:>7}",
-        "shape m,in,out", "var", "ours ms", "TFLOP/s", "quant ms", "cuBLAS ms", "TFLOP/s", "ratio"
+        "{:<18} {:>3} {:>10} {:>9} {:>10} {:>12} {:>9} {:>7}",
+        "shape m,in,out",
+        "var",
+        "ours ms",
+        "TFLOP/s",
+        "quant ms",
+        "cuBLASLt ms",
+        "TFLOP/s",
+        "ratio"
     );
     for (i, s) in shapes.iter().enumerate() {
         let name = format!("{},{},{}", s.m(), s.in_f(), s.out_f());
@@ -329,7 +304,11 @@ fn main() {
             Ok(o) => {
                 debug_assert_eq!(o.shape, *s);
                 (
-                    o.variant.to_string(),
+                    if o.variant == u32::MAX {
+                        "lt".to_string()
+                    } else {
+                        o.variant.to_string()
+                    },
                     format!("{:.4}", o.ms),
                     format!("{:.1}", tf(o.ms)),
                     format!("{:.4}", o.quant_ms),
@@ -337,34 +316,31 @@ fn main() {
             }
             Err(_) => ("-".into(), "error".into(), "-".into(), "-".into()),
         };
-        let (p_ms, p_tf) = match &peer[i] {
-            Ok((ms, graph)) => (
-                format!("{ms:.4}{}", if *graph { "" } else { "*" }),
-                format!("{:.1}", tf(*ms)),
-            ),
+        let (p_ms, p_tf) = match &theirs[i] {
+            Ok(ms) => (format!("{ms:.4}"), format!("{:.1}", tf(*ms))),
             Err(_) => ("-".into(), "-".into()),
         };
-        let ratio = match (&ours[i], &peer[i]) {
-            (Ok(o), Ok((p, _))) => format!("{:.2}", p / o.ms),
+        let ratio = match (&ours[i], &theirs[i]) {
+            (Ok(o), Ok(p)) => format!("{:.2}", p / o.ms),
             _ => "-".into(),
         };
-        println!("{name:<18} {var:>3} {ours_ms:>10} {ours_tf:>9} {q_ms:>10} {p_ms:>10} {p_tf:>9} {ratio:>7}");
+        println!("{name:<18} {var:>3} {ours_ms:>10} {ours_tf:>9} {q_ms:>10} {p_ms:>12} {p_tf:>9} {ratio:>7}");
     }
     println!();
-    println!("ratio = ours TFLOP/s / cuBLASLt TFLOP/s (> 1: ours faster). TFLOP/s = 2*m*in_f*out_f / MMQ kernel time.");
-    println!("cuBLAS ms: CUDA-graph replay of back-to-back calls; * = eager Python loop (graph capture failed).");
-    println!("ours: back-to-back launches from Rust, CUDA events; quant ms is the activation quantizer alone.");
-    for (i, p) in peer.iter().enumerate() {
+    println!("ratio = ours TFLOP/s / cuBLASLt TFLOP/s (> 1: ours faster). TFLOP/s = 2*m*in_f*out_f / GEMM time.");
+    println!("both: back-to-back launches from Rust on one stream, CUDA events, median of 5; quant ms is the activation quantizer alone.");
+    println!("var: the MMQ variant the plan chose (lt: ours is cuBLASLt, KERNEL_ORACLE_FP8_MMQ).");
+    for (i, p) in theirs.iter().enumerate() {
         if let Err(why) = p {
             println!(
-                "peer {},{},{}: {why}",
+                "cuBLASLt {},{},{}: {why}",
                 shapes[i].m(),
                 shapes[i].in_f(),
                 shapes[i].out_f()
             );
         }
     }
-    if let Some(variants) = bench_variants(&e) {
+    if let (None, Some(variants)) = (&ours_peer, bench_variants(&e)) {
         println!();
         println!("variants {variants:?} (MMQ ms / TFLOP/s):");
         for s in &shapes {

@@ -1,6 +1,8 @@
 //! The CUDA FP8 MMQ kernels (or the candidate named by
-//! KERNEL_ORACLE_FP8_MMQ_CU) against the core oracle. A divergence panics
-//! with a reproduction; see `kernel_oracle::fp8_mmq::check`.
+//! KERNEL_ORACLE_FP8_MMQ_CU; with KERNEL_ORACLE_FP8_MMQ=cublaslt, cuBLASLt
+//! as the GEMM) against the core oracle. A divergence panics with a
+//! reproduction; shapes the peer refuses are counted in the stats line;
+//! see `kernel_oracle::fp8_mmq::check`.
 #![no_main]
 use kernel_oracle::fp8_mmq::{check_with_artifact, CaseSpec};
 

@@ -6,7 +6,7 @@
 use super::generate::{Arm, CaseSpec};
 use super::judge::{reference, CodeSet};
 use super::report;
-use super::run::{run_case_with_reference, Outcome};
+use super::run::{self, run_case_with_reference, Outcome};
 use device::cuda::Engine;
 
 /// The seed's default battery, `(in_f, out_f, m)`, ragged on purpose, and
@@ -52,6 +52,9 @@ pub struct GateResult {
     pub codes_exact: usize,
     /// Rows run.
     pub rows: usize,
+    /// Rows the GEMM peer (`KERNEL_ORACLE_FP8_MMQ=cublaslt`) refused:
+    /// counted, printed, not failures.
+    pub refused_by_peer: usize,
 }
 
 /// Runs every arm on every shape, printing the seed's table, the coverage
@@ -63,6 +66,7 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     let mut g = GateResult::default();
     let mut codes = CodeSet::default();
     println!("kernel source: {}", engine.kernel_source());
+    println!("fp8 GEMM: {}", run::gemm_description());
     println!("device: {}", engine.device_name());
     println!("{}", report::table_header());
     for &(in_f, out_f, m) in shapes {
@@ -90,14 +94,18 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
                         g.failures += 1;
                         print!(
                             "{}",
-                            report::divergence(
-                                &spec,
-                                &v,
-                                &engine.kernel_source().to_string(),
-                                None
-                            )
+                            report::divergence(&spec, &v, &run::kernel_description(engine), None)
                         );
                     }
+                }
+                Outcome::PeerRefused { reason } => {
+                    // The peer cannot take this shape: counted, not compared.
+                    g.refused_by_peer += 1;
+                    println!(
+                        "{:<22} {:>6} {reason}  REFUSED",
+                        format!("{in_f},{out_f},{m}"),
+                        arm.name()
+                    );
                 }
                 Outcome::Refused { count } => {
                     // The battery never draws NaN codes; a refusal is a bug
@@ -130,6 +138,12 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     );
     if gated && !codes_ok {
         g.failures += 1;
+    }
+    if g.refused_by_peer > 0 {
+        println!(
+            "{} of {} rows refused by the peer (not compared, not failures)",
+            g.refused_by_peer, g.rows
+        );
     }
     println!();
     if g.failures == 0 {

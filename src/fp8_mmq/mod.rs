@@ -34,6 +34,9 @@ pub struct Stats {
     pub refused_nan_weights: AtomicU64,
     /// Cases run on the kernel and compared.
     pub compared: AtomicU64,
+    /// Cases the GEMM peer (`KERNEL_ORACLE_FP8_MMQ=cublaslt`) refused
+    /// (never compared, not failures).
+    pub refused_by_peer: AtomicU64,
 }
 
 /// This process's counters.
@@ -41,6 +44,7 @@ pub static STATS: Stats = Stats {
     cases: AtomicU64::new(0),
     refused_nan_weights: AtomicU64::new(0),
     compared: AtomicU64::new(0),
+    refused_by_peer: AtomicU64::new(0),
 };
 
 /// How often [`check`] prints [`STATS`] (cases).
@@ -62,27 +66,34 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);
     if n.is_multiple_of(STATS_EVERY) {
         eprintln!(
-            "fp8_mmq stats: {n} cases, {} compared ({:.1}%), {} refused (NaN weight codes)",
+            "fp8_mmq stats: {n} cases, {} compared ({:.1}%), {} refused (NaN weight codes), {} refused by the peer",
             STATS.compared.load(Ordering::Relaxed),
             100.0 * STATS.compared.load(Ordering::Relaxed) as f64 / n as f64,
-            STATS.refused_nan_weights.load(Ordering::Relaxed)
+            STATS.refused_nan_weights.load(Ordering::Relaxed),
+            STATS.refused_by_peer.load(Ordering::Relaxed)
         );
     }
     let engine = match engine() {
         Ok(e) => e,
         Err(msg) => panic!("fp8_mmq: no CUDA device to check against: {msg}"),
     };
+    if let Err(msg) = run::peer() {
+        panic!("fp8_mmq: the GEMM KERNEL_ORACLE_FP8_MMQ names cannot run: {msg}");
+    }
     let data = spec.generate().expect("generators produce valid shapes");
     match run::run_case(engine, &data, spec.arm) {
         Outcome::Refused { .. } => {
             count(&STATS.refused_nan_weights);
+        }
+        Outcome::PeerRefused { .. } => {
+            count(&STATS.refused_by_peer);
         }
         Outcome::Judged(v) => {
             count(&STATS.compared);
             if !v.pass() {
                 panic!(
                     "{}",
-                    report::divergence(spec, &v, &engine.kernel_source().to_string(), artifact)
+                    report::divergence(spec, &v, &run::kernel_description(engine), artifact)
                 );
             }
         }

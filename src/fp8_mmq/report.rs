@@ -77,11 +77,22 @@ pub fn knob_flags(k: &Knobs) -> String {
     s
 }
 
+/// The environment a rerun needs to run the same kernels: the candidate
+/// source (`KERNEL_ORACLE_FP8_MMQ_CU=...`) and the GEMM
+/// (`KERNEL_ORACLE_FP8_MMQ=cublaslt`), each when set.
+pub fn repro_env() -> String {
+    format!(
+        "{}{}",
+        crate::candidate_env(device::cuda::ENV_FP8_MMQ_CU),
+        crate::candidate_env(device::cuda::ENV_FP8_MMQ)
+    )
+}
+
 /// The command that reruns one case.
 pub fn repro_command(spec: &CaseSpec) -> String {
     format!(
         "{}cargo run --release -- case fp8-mmq --in-f {} --out-f {} --m {} --arm {} --seed 0x{:016x}{}",
-        crate::candidate_env(device::cuda::ENV_FP8_MMQ_CU),
+        repro_env(),
         spec.in_f,
         spec.out_f,
         spec.m,
@@ -170,7 +181,7 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
     }
     let _ = writeln!(r, "reproduce:\n  {}", repro_command(spec));
     if let Some(a) = artifact {
-        let _ = writeln!(r, "  cargo fuzz run fp8_mmq {a}");
+        let _ = writeln!(r, "  {}cargo fuzz run fp8_mmq {a}", repro_env());
     }
     let _ = writeln!(
         r,

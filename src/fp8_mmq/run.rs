@@ -1,8 +1,10 @@
-//! The runner: one case through the CUDA kernels, and the verdict.
+//! The runner: one case through the CUDA kernels, and the verdict. The GEMM
+//! is the kernel source's MMQ, or the cuBLASLt peer when
+//! `KERNEL_ORACLE_FP8_MMQ` says so ([`gemm_choice`], [`peer`]).
 
 use super::generate::{Arm, CaseData};
 use super::judge::{reference, KernelOut, Reference, Verdict};
-use device::cuda::{DeviceError, Engine};
+use device::cuda::{CublasLtFp8, DeviceError, Engine, Fp8Gemm};
 use std::sync::OnceLock;
 
 /// The process's CUDA engine on device 0, with guard bands on every output
@@ -25,6 +27,65 @@ pub fn engine() -> Result<&'static Engine, String> {
         .map_err(Clone::clone)
 }
 
+/// The FP8 GEMM `KERNEL_ORACLE_FP8_MMQ` chooses ([`Fp8Gemm::from_env`]),
+/// read once per process.
+///
+/// # Errors
+/// The message for an unknown value (the command line exits 2 with it;
+/// the fuzzer panics with it).
+pub fn gemm_choice() -> Result<Fp8Gemm, String> {
+    static CHOICE: OnceLock<Result<Fp8Gemm, String>> = OnceLock::new();
+    CHOICE
+        .get_or_init(|| Fp8Gemm::from_env().map_err(|e| e.to_string()))
+        .clone()
+}
+
+/// The process's cuBLASLt peer on [`engine`]'s stream, guards on, when
+/// [`gemm_choice`] asks for it; `None` for the builtin MMQ. The quantizer
+/// and the NaN count stay the engine's kernels either way.
+///
+/// # Errors
+/// Why the peer cannot run (no engine, an unknown choice, no cuBLASLt, not
+/// sm_90), as a message; the same on every call.
+pub fn peer() -> Result<Option<&'static CublasLtFp8>, String> {
+    static PEER: OnceLock<Result<Option<CublasLtFp8>, String>> = OnceLock::new();
+    PEER.get_or_init(|| match gemm_choice()? {
+        Fp8Gemm::Builtin => Ok(None),
+        Fp8Gemm::CublasLt(layout) => {
+            let mut p = CublasLtFp8::new(engine()?, layout).map_err(|e| e.to_string())?;
+            p.set_guards(true);
+            Ok(Some(p))
+        }
+    })
+    .as_ref()
+    .map(Option::as_ref)
+    .map_err(Clone::clone)
+}
+
+/// The GEMM in use, for report headers: the builtin MMQ of the kernel
+/// source, or [`CublasLtFp8::describe`] (library, layout, declared
+/// schedule).
+pub fn gemm_description() -> String {
+    match peer() {
+        Ok(Some(p)) => p.describe(),
+        Ok(None) => "the kernel source's MMQ (fp8_mmq_v2_k<variant>)".to_string(),
+        Err(e) => format!("unavailable: {e}"),
+    }
+}
+
+/// What ran, for divergence reports: the kernel source and, when the GEMM
+/// is the cuBLASLt peer, the peer.
+pub fn kernel_description(engine: &Engine) -> String {
+    describe(engine, peer().ok().flatten())
+}
+
+fn describe(engine: &Engine, gemm: Option<&CublasLtFp8>) -> String {
+    match gemm {
+        Some(p) => format!("{}; GEMM: {}", engine.kernel_source(), p.describe()),
+        None => engine.kernel_source(),
+    }
+}
+
 /// How a case ended.
 #[derive(Debug)]
 pub enum Outcome {
@@ -36,6 +97,12 @@ pub enum Outcome {
     },
     /// The kernels ran; the verdict says whether they agree.
     Judged(Box<Verdict>),
+    /// The GEMM is a peer ([`peer`]) and it refuses this shape
+    /// ([`DeviceError::PeerRefused`]): not compared, not a failure.
+    PeerRefused {
+        /// The peer's reason.
+        reason: String,
+    },
 }
 
 /// Runs `data` through the NaN count, the quantizer and the MMQ, downloads
@@ -51,7 +118,7 @@ pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
     }
     // The oracle refuses (rule NAN-W): no GEMM to compute, the device must
     // refuse too, with the same count.
-    match kernel_out(engine, data) {
+    match kernel_out(engine, the_peer(), data) {
         Err(DeviceError::NanWeights { count }) => {
             assert_eq!(
                 count, nan as u64,
@@ -61,11 +128,11 @@ pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
         }
         Ok(_) => panic!(
             "fp8_mmq: the device computed a case with {nan} NaN-magnitude weight codes, which the dispatch precondition must refuse ({})",
-            engine.kernel_source()
+            kernel_description(engine)
         ),
         Err(e) => panic!(
             "fp8_mmq: the device failed on a valid case ({}): {e}",
-            engine.kernel_source()
+            kernel_description(engine)
         ),
     }
 }
@@ -81,8 +148,30 @@ pub fn run_case_with_reference(
     arm: Arm,
     want: &Reference,
 ) -> Outcome {
+    run_case_with_gemm(engine, the_peer(), data, arm, want)
+}
+
+/// [`peer`], or a panic with its message (the command line and the fuzzer
+/// have checked it already).
+fn the_peer() -> Option<&'static CublasLtFp8> {
+    peer().unwrap_or_else(|e| panic!("fp8_mmq: {e}"))
+}
+
+/// [`run_case_with_reference`] with the GEMM given: `None` for the kernel
+/// source's MMQ, `Some(peer)` for a cuBLASLt peer (tests run both layouts
+/// in one process this way).
+///
+/// # Panics
+/// As [`run_case_with_reference`].
+pub fn run_case_with_gemm(
+    engine: &Engine,
+    gemm: Option<&CublasLtFp8>,
+    data: &CaseData,
+    arm: Arm,
+    want: &Reference,
+) -> Outcome {
     let t0 = std::time::Instant::now();
-    let got = kernel_out(engine, data);
+    let got = kernel_out(engine, gemm, data);
     let device_time = t0.elapsed();
     match got {
         Ok(got) => {
@@ -97,14 +186,21 @@ pub fn run_case_with_reference(
             );
             Outcome::Refused { count }
         }
+        Err(e @ DeviceError::PeerRefused { .. }) => Outcome::PeerRefused {
+            reason: e.to_string(),
+        },
         Err(e) => panic!(
             "fp8_mmq: the device failed on a valid case ({}): {e}",
-            engine.kernel_source()
+            describe(engine, gemm)
         ),
     }
 }
 
-fn kernel_out(engine: &Engine, data: &CaseData) -> Result<KernelOut, DeviceError> {
+fn kernel_out(
+    engine: &Engine,
+    gemm: Option<&CublasLtFp8>,
+    data: &CaseData,
+) -> Result<KernelOut, DeviceError> {
     let s = &data.shape;
     let w = engine.upload(&data.w)?;
     let scales = engine.upload(&data.scales)?;
@@ -112,15 +208,16 @@ fn kernel_out(engine: &Engine, data: &CaseData) -> Result<KernelOut, DeviceError
     // The NaN-count kernel runs here; a non-zero count is the refusal.
     let checked = engine.check_weights(&w)?;
     let (q, d) = engine.quantize(&x, s)?;
-    let y = match &data.qd {
-        Some((gq, gd)) => engine.mmq(
-            &checked,
-            &scales,
-            &engine.upload(gq)?,
-            &engine.upload(gd)?,
-            s,
-        )?,
-        None => engine.mmq(&checked, &scales, &q, &d, s)?,
+    let given = match &data.qd {
+        Some((gq, gd)) => Some((engine.upload(gq)?, engine.upload(gd)?)),
+        None => None,
+    };
+    let (gq, gd) = given.as_ref().map_or((&q, &d), |(a, b)| (a, b));
+    // The GEMM: the kernel source's MMQ, or the peer (it refuses shapes it
+    // cannot take: DeviceError::PeerRefused).
+    let y = match gemm {
+        None => engine.mmq(&checked, &scales, gq, gd, s)?,
+        Some(p) => p.mmq(&checked, &scales, gq, gd, s)?,
     };
     Ok(KernelOut {
         nan: 0, // check_weights counted none

@@ -215,6 +215,51 @@ pub enum DeviceError {
     /// reports it.
     #[error("Gated DeltaNet call refused before launch: {0}")]
     Gdn(GdnError),
+
+    /// A peer kernel (a GEMM nobody here wrote, such as cuBLASLt's) refuses
+    /// this shape: its documented alignment rules, or the library itself
+    /// (no algorithm, `CUBLAS_STATUS_NOT_SUPPORTED`). Nothing was computed;
+    /// the gates count such a case as refused by the peer, not as a
+    /// failure.
+    #[error("refused by the peer {peer}: {reason}")]
+    PeerRefused {
+        /// The peer (`"cuBLASLt"`).
+        peer: &'static str,
+        /// Why, with the rule or the library's status.
+        reason: String,
+    },
+
+    /// A peer kernel cannot run on this machine at all (its library is
+    /// missing or too old, or the device lacks what it needs).
+    #[error("the peer {peer} cannot run here: {reason}")]
+    PeerUnavailable {
+        /// The peer (`"cuBLASLt"`).
+        peer: &'static str,
+        /// Why.
+        reason: String,
+    },
+
+    /// A cuBLASLt call failed for a reason other than refusing the shape;
+    /// `status` is the `cublasStatus_t` name.
+    #[error("cuBLASLt call {op} failed: {status}")]
+    CublasLt {
+        /// The call (`"cublasLtMatmul"`, `"cublasLtMatmulDescSetAttribute A_SCALE_MODE"`).
+        op: String,
+        /// `CUBLAS_STATUS_...`.
+        status: String,
+    },
+
+    /// An environment variable of the project holds a value it does not
+    /// know.
+    #[error("{var}={value:?}: expected {expected}")]
+    BadEnv {
+        /// The variable (`KERNEL_ORACLE_FP8_MMQ`).
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// The values it takes.
+        expected: &'static str,
+    },
 }
 
 impl DeviceError {

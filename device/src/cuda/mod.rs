@@ -39,6 +39,10 @@
 //!    (`fp8_mmq_plan`); the shim checks it against the device's limits and
 //!    that it covers the output: [`DeviceError::BadPlan`].
 //!
+//! cuBLASLt's block-scaled FP8 GEMM is a peer of the MMQ on the same
+//! context and stream: [`CublasLtFp8`] (module [`cublaslt`]), chosen by
+//! [`ENV_FP8_MMQ`] ([`Fp8Gemm::from_env`]).
+//!
 //! The MoE verify-rows tables kernel (`cu/moe_tables.cu`) has its own
 //! engine, [`MoeEngine`], which can share an [`Engine`]'s context and stream
 //! ([`Engine::moe_tables`]).
@@ -53,6 +57,7 @@
 
 mod buffer;
 mod check;
+pub mod cublaslt;
 mod error;
 mod gdn;
 mod moe;
@@ -64,6 +69,7 @@ mod tensor_core;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
+pub use cublaslt::{CublasLtFp8, Fp8Gemm, PeerOperands, Schedule, WeightScaleLayout, ENV_FP8_MMQ};
 pub use error::{DeviceError, Result, NVRTC_HINT};
 pub use gdn::{
     check_gdn_conv, check_gdn_limits, check_gdn_prep, check_gdn_scan, check_gdn_state, gdn_shape,
