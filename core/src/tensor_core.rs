@@ -43,7 +43,14 @@ pub const MMA_K: usize = 32;
 ///
 /// Shapes: `a` and `b` are 32 FP8 codes each (bytes), in formats `fa` and
 /// `fb`; `c` is the incoming f32 accumulator. Returns the f32 `d`.
-pub fn mma_k32(model: &Model, fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32) -> f32 {
+pub fn mma_k32(
+    model: &Model,
+    fa: Fp8Kind,
+    a: &[u8; MMA_K],
+    fb: Fp8Kind,
+    b: &[u8; MMA_K],
+    c: f32,
+) -> f32 {
     let _ = model;
     let dec = |k: Fp8Kind, x: u8| match k {
         Fp8Kind::E4m3 => crate::e4m3::decode_e4m3(x, crate::conventions::NanMagnitude::Ieee),
