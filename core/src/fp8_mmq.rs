@@ -130,8 +130,8 @@ impl Default for Schedule {
 }
 
 impl core::fmt::Display for Schedule {
-    /// A short name: `v2` and `v2, fused fold` for the f32 accumulations,
-    /// `sm90 FP8 MMA, fused fold` (or `separate fold`) for the sm_90 model,
+    /// A short name: `v2` and `v2 + fused fold` for the f32 accumulations,
+    /// `sm90 FP8 MMA + fused fold` (or `+ separate fold`) for the sm_90 model,
     /// else the model's `Debug` and the fold.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let fold = match self.fold {
@@ -140,11 +140,11 @@ impl core::fmt::Display for Schedule {
         };
         match (self.accumulation, self.fold) {
             (Accumulation::F32, Fold::Separate) => write!(f, "v2"),
-            (Accumulation::F32, Fold::Fused) => write!(f, "v2, {fold}"),
+            (Accumulation::F32, Fold::Fused) => write!(f, "v2 + {fold}"),
             (Accumulation::TensorCore(m), _) if m == crate::tensor_core::SM90_WGMMA => {
-                write!(f, "sm90 FP8 MMA, {fold}")
+                write!(f, "sm90 FP8 MMA + {fold}")
             }
-            (Accumulation::TensorCore(m), _) => write!(f, "FP8 MMA {m:?}, {fold}"),
+            (Accumulation::TensorCore(m), _) => write!(f, "FP8 MMA {m:?} + {fold}"),
         }
     }
 }
