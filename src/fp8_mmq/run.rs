@@ -78,7 +78,10 @@ pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
 /// # Panics
 /// When the plan cannot be had (a driver error, a plan the shim refuses,
 /// a schedule code the ABI does not define), with the error.
-pub fn declared_schedule(engine: &Engine, shape: &oracle::fp8_mmq::Shape) -> oracle::fp8_mmq::Schedule {
+pub fn declared_schedule(
+    engine: &Engine,
+    shape: &oracle::fp8_mmq::Shape,
+) -> oracle::fp8_mmq::Schedule {
     match engine.plan(shape) {
         Ok(p) => p.schedule,
         Err(e) => panic!(
