@@ -78,7 +78,7 @@ pub struct Reference {
     /// declares.
     pub schedule: Schedule,
     /// When the verdict identifies the kernel's schedule ([`identify`]);
-    /// [`Identify::OnFailure`] from [`reference`].
+    /// [`Identify::OnFailure`] from [`reference()`].
     pub identify: Identify,
     /// NaN-magnitude weight codes (the dispatch precondition; 0 to compute).
     pub nan: usize,
