@@ -63,7 +63,7 @@ fn codes_case(in_f: usize, out_f: usize, m: usize) -> (CaseData, Reference) {
     let data = CaseSpec::battery(in_f, out_f, m, Arm::Codes)
         .generate()
         .unwrap();
-    let want = reference(&data);
+    let want = reference(&data, oracle::fp8_mmq::Schedule::V2);
     (data, want)
 }
 
@@ -180,7 +180,7 @@ fn battery_decodes_every_observable_code_bit_exactly() {
         if in_f * out_f * m <= 1 << 24 {
             for arm in [Arm::Exact, Arm::Fold, Arm::Random] {
                 let data = CaseSpec::battery(in_f, out_f, m, arm).generate().unwrap();
-                let want = reference(&data);
+                let want = reference(&data, oracle::fp8_mmq::Schedule::V2);
                 assert_eq!(codes_decoded_exactly(arm, &data, &want, &want.y).count(), 0);
             }
         }
@@ -193,12 +193,12 @@ fn battery_decodes_every_observable_code_bit_exactly() {
 /// weight and activation codes), judged as RANDOM.
 fn random_verdict_of_flush(spec: &CaseSpec) -> Verdict {
     let data = spec.generate().unwrap();
-    let want = reference(&data);
+    let want = reference(&data, oracle::fp8_mmq::Schedule::V2);
     let flush = |c: u8| if is_subnormal(c) { c & 0x80 } else { c };
     let mut flushed = data.clone();
     flushed.w.iter_mut().for_each(|c| *c = flush(*c));
     flushed.qd = Some((want.q.iter().map(|&c| flush(c)).collect(), want.d.clone()));
-    let y = reference(&flushed).y;
+    let y = reference(&flushed, oracle::fp8_mmq::Schedule::V2).y;
     judge(&data, Arm::Random, &want, y)
 }
 
@@ -206,7 +206,7 @@ fn random_verdict_of_flush(spec: &CaseSpec) -> Verdict {
 /// whether the case's outputs reach a subnormal code at all.
 fn codes_verdict_of_flush(spec: &CaseSpec) -> (Verdict, bool) {
     let data = spec.generate().unwrap();
-    let want = reference(&data);
+    let want = reference(&data, oracle::fp8_mmq::Schedule::V2);
     let reached = codes_decoded_exactly(Arm::Codes, &data, &want, &want.y);
     let y = sparse_gemm(&data, &want.q, &want.d, flush_decode);
     let subnormal = (0..=255u8).any(|c| is_subnormal(c) && reached.contains(c));
@@ -223,7 +223,7 @@ fn on_the_battery_a_subnormal_flush_escapes_exact_and_fold_not_random() {
     for &(in_f, out_f, m) in BATTERY.iter().filter(|&&(i, o, m)| i * o * m <= 1 << 26) {
         for arm in [Arm::Exact, Arm::Fold] {
             let data = CaseSpec::battery(in_f, out_f, m, arm).generate().unwrap();
-            let want = reference(&data);
+            let want = reference(&data, oracle::fp8_mmq::Schedule::V2);
             let q = data.qd.as_ref().map_or(&want.q, |(q, _)| q);
             assert!(!data.w.iter().chain(q).any(|&c| is_subnormal(c)));
         }

@@ -5,7 +5,9 @@
 //! unpadded one run in one process whatever `KERNEL_ORACLE_FP8_MMQ` says.
 
 use device::cuda::{CublasLtFp8, DeviceError, WeightScaleLayout};
+use kernel_oracle::fp8_mmq::judge::Identify;
 use kernel_oracle::fp8_mmq::{engine, reference, report, run, Arm, CaseSpec, Outcome};
+use oracle::fp8_mmq::Schedule;
 
 fn peer(layout: WeightScaleLayout) -> CublasLtFp8 {
     let engine = engine().unwrap_or_else(|e| panic!("no CUDA device: {e}"));
@@ -20,7 +22,8 @@ fn run(p: &CublasLtFp8, (in_f, out_f, m): (usize, usize, usize), arm: Arm) -> Ou
     let engine = engine().unwrap();
     let spec = CaseSpec::battery(in_f, out_f, m, arm);
     let data = spec.generate().unwrap();
-    let want = reference(&data);
+    let mut want = reference(&data, p.schedule());
+    want.identify = Identify::Always;
     let out = run::run_case_with_gemm(engine, Some(p), &data, arm, &want);
     match &out {
         Outcome::Judged(v) => {
@@ -33,12 +36,13 @@ fn run(p: &CublasLtFp8, (in_f, out_f, m): (usize, usize, usize), arm: Arm) -> Ou
 }
 
 /// On the shapes the project measured with torch (in_f a multiple of 128)
-/// and on m = 1 and 7 (the token padding), the EXACT and CODES arms are
-/// bit-identical to the oracle: their data make every summation order and
-/// both folds exact.
+/// and on m = 1 and 7 (the token padding), every arm -- RAND included, no
+/// bound -- is bit-identical to the oracle under the schedule the peer
+/// declares (the sm_90 wgmma model in each 128-k block, fused fold), and
+/// identified as that schedule.
 #[test]
 #[ignore = "needs a CUDA device (sm_90) and libcublasLt 12.9 or later"]
-fn peer_is_bit_identical_on_the_exact_and_codes_arms() {
+fn peer_is_bit_identical_on_every_arm_under_its_schedule() {
     let p = peer(WeightScaleLayout::Padded);
     println!("{}", p.describe());
     for shape in [
@@ -51,13 +55,21 @@ fn peer_is_bit_identical_on_the_exact_and_codes_arms() {
         (256, 256, 1),
         (512, 384, 7),
     ] {
-        for arm in [Arm::Exact, Arm::Codes] {
+        for arm in [Arm::Exact, Arm::Fold, Arm::Codes, Arm::Random] {
             match run(&p, shape, arm) {
-                Outcome::Judged(v) => assert!(
-                    v.pass(),
-                    "{shape:?} {}: the peer differs from the oracle",
-                    arm.name()
-                ),
+                Outcome::Judged(v) => {
+                    assert!(
+                        v.pass(),
+                        "{shape:?} {}: the peer differs from the oracle",
+                        arm.name()
+                    );
+                    let ids = v.identified.clone().unwrap_or_default();
+                    assert!(
+                        ids.contains(&Schedule::SM90_MMA_FUSED),
+                        "{shape:?} {}: {ids:?}",
+                        arm.name()
+                    );
+                }
                 other => panic!("{shape:?} {}: {other:?}", arm.name()),
             }
         }

@@ -3,8 +3,9 @@
 //! The same properties run without bound as the `fp8_mmq_fast` and
 //! `fp8_mmq` fuzz targets.
 
-use kernel_oracle::fp8_mmq::fast::{check_raw, RawCase, Simd, SpecRun};
+use kernel_oracle::fp8_mmq::fast::{check_raw, targets_for, RawCase, Simd, SpecRun};
 use kernel_oracle::fp8_mmq::{check, fast_matches_spec, CaseSpec};
+use oracle::fp8_mmq::Schedule;
 use std::sync::Mutex;
 
 /// Runs `property` on `iterations` generated cases and fails unless every
@@ -29,25 +30,30 @@ fn run_counted(iterations: usize, property: fn(&CaseSpec)) {
     assert!(seen.iter().any(|s| s.m == 1), "no m = 1 drawn");
 }
 
-/// The fast quantizer and GEMM against the spec on generated cases, on
-/// every SIMD target this CPU has (`fast_matches_spec`).
+/// The fast quantizer and GEMM against the spec on generated cases, under
+/// every known schedule, on every SIMD target this CPU has
+/// (`fast_matches_spec`).
 #[test]
 fn fast_gemm_matches_spec_bit_for_bit() {
     run_counted(64, fast_matches_spec);
 }
 
-/// Each SIMD target forced, on generated cases: the targets this CPU has
-/// run natively, the others run their own register tile (its shape, its
-/// packing, its edges) built for the baseline, so every tile's indexing is
-/// proven here even where its instructions cannot run.
+/// Each SIMD target forced, on generated cases, under every known
+/// schedule: the targets this CPU has run natively, the others run their
+/// own register tile (its shape, its packing, its edges) built for the
+/// baseline, so every tile's indexing is proven here even where its
+/// instructions cannot run (the tensor-core accumulation has no tile: one
+/// target, `targets_for`).
 #[test]
 fn every_simd_target_matches_spec_on_cases() {
     run_counted(48, |spec| {
         let data = spec.generate().expect("generators produce valid shapes");
-        let want = SpecRun::from_case(&data);
-        for simd in Simd::ALL {
-            if let Some(diff) = want.diff(simd) {
-                panic!("target {} differs: {diff}\n  case: {spec:?}", simd.name());
+        for schedule in Schedule::KNOWN {
+            let want = SpecRun::from_case(&data, schedule);
+            for &simd in targets_for(&schedule) {
+                if let Some(diff) = want.diff(simd) {
+                    panic!("target {} differs: {diff}\n  case: {spec:?}", simd.name());
+                }
             }
         }
     });
@@ -60,7 +66,8 @@ fn every_simd_target_matches_spec_on_cases() {
 }
 
 /// Raw operands (every e4m3 code, NaN and infinite scales, activations at
-/// any exponent: see `RawCase`) on each SIMD target, forced.
+/// any exponent: see `RawCase`) on each SIMD target, forced, under every
+/// known schedule.
 #[test]
 fn every_simd_target_matches_spec_on_raw_operands() {
     let seen = Mutex::new(Vec::new());

@@ -4,6 +4,12 @@
 //! where c is the chained f32 accumulation of the block's e4m3 products.
 //! Every order and rounding is stated below; see [`mmq_v2`].
 //!
+//! The seed fixes one arithmetic; hardware and libraries fix others. A
+//! [`Schedule`] names the two choices the seed's grouping leaves open: how
+//! a block's products are accumulated ([`Accumulation`]) and how the block
+//! is folded into the sum ([`Fold`]). [`mmq`] computes any schedule;
+//! [`Schedule::V2`] is the seed's and the default.
+//!
 //! Source: seed 000 (`fp8-mmq-check`, its `host_ref` and `quantize_act_ref`),
 //! which defines the arithmetic of `cu/mmq_fp8_blk.cu` v2.
 
@@ -18,6 +24,147 @@ pub const ROW_PADDING: usize = 512;
 /// The largest finite E4M3FN magnitude, 448.0 (code `0x7E`). The activation
 /// quantizer maps each block's amax onto it.
 pub const E4M3_MAX: f32 = 448.0;
+
+/// How a 128-k block's term `(s * d) * c` enters the output's running sum
+/// (step 2.2 of [`mmq`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fold {
+    /// `sum = sum + (s * d) * c`: a multiply, a multiply, an add, each
+    /// rounded on its own (three roundings). Seed 000's `host_ref`.
+    Separate,
+    /// `sum = fma(s * d, c, sum)`: `s * d` rounded, then one fused
+    /// multiply-add ([`crate::fma::fma_f32`]), one rounding (two roundings
+    /// in all). What cuBLASLt's block-scaled FP8 GEMM was measured to do
+    /// on the H200 (torch 2.11, CUDA 13.0: every FOLD-arm output of the
+    /// battery's aligned shapes matches it bit for bit, 64% differ from
+    /// [`Fold::Separate`]); the natural choice of a kernel compiled with
+    /// FMA contraction (DeepGEMM's promotion `acc += scale * partial`).
+    Fused,
+}
+
+/// How one 128-k block's products are accumulated into `c` (step 2.1 of
+/// [`mmq`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Accumulation {
+    /// One chained binary32 accumulator from `+0.0` over the block's 128
+    /// products, each product exact, each addition rounded to nearest
+    /// even. The contract's order is increasing k; a kernel's order is
+    /// hardware-internal (the additions inside each MMA and the chaining
+    /// of the block's MMAs), so a kernel declaring this accumulation is
+    /// compared bit for bit only where every order gives the same bits
+    /// (the EXACT, FOLD and CODES arms) and by a summation bound elsewhere
+    /// (the RANDOM arm). Seed 000's v2.
+    F32,
+    /// A bit-accurate model of one FP8 tensor-core MMA instruction: the
+    /// block's four k = 32 MMAs chained through the instruction's own
+    /// accumulator, in increasing k, with nothing hidden: every arm
+    /// compares bit for bit. The promotion every 128 k into a separately
+    /// folded f32 sum is DeepSeek-V3's (technical report, section 3.3.2,
+    /// "Increasing Accumulation Precision": the tensor cores' FP8
+    /// accumulation keeps about 14 bits, so partial results are promoted
+    /// to CUDA cores at an interval of 128 k) and DeepGEMM's.
+    TensorCore(crate::tensor_core::Model),
+}
+
+/// A declared arithmetic of the per-block FP8 GEMM: the in-block
+/// accumulation and the fold. The grouping is always v2's (one accumulator
+/// per 128-k scale block, blocks folded in increasing order, no split-k).
+///
+/// The known schedules, each a constant: [`Schedule::V2`] (seed 000, the
+/// default), [`Schedule::V2_FUSED`] (cuBLASLt's fold over v2's
+/// accumulation), [`Schedule::SM90_MMA_FUSED`] and
+/// [`Schedule::SM90_MMA_SEPARATE`] (the sm_90 FP8 MMA's accumulator
+/// inside the block, either fold).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Schedule {
+    /// How a block's term enters the sum.
+    pub fold: Fold,
+    /// How a block's products are accumulated.
+    pub accumulation: Accumulation,
+}
+
+impl Schedule {
+    /// Seed 000's v2: f32 accumulation, separate fold. What [`mmq_v2`]
+    /// computes.
+    pub const V2: Schedule = Schedule {
+        fold: Fold::Separate,
+        accumulation: Accumulation::F32,
+    };
+    /// v2's accumulation with a fused fold.
+    pub const V2_FUSED: Schedule = Schedule {
+        fold: Fold::Fused,
+        accumulation: Accumulation::F32,
+    };
+    /// The sm_90 `wgmma` FP8 MMA inside each block
+    /// ([`crate::tensor_core::SM90_WGMMA`]), fused fold: the schedule
+    /// cuBLASLt's block-scaled FP8 GEMM follows on the H200 (measured bit
+    /// for bit on every arm of the FP8 gate, CUDA 13.0).
+    pub const SM90_MMA_FUSED: Schedule = Schedule {
+        fold: Fold::Fused,
+        accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_WGMMA),
+    };
+    /// The sm_90 `wgmma` FP8 MMA inside each block, separate fold.
+    pub const SM90_MMA_SEPARATE: Schedule = Schedule {
+        fold: Fold::Separate,
+        accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_WGMMA),
+    };
+    /// The sm_90 `mma.sync` FP8 MMA (as ptxas lowers it,
+    /// [`crate::tensor_core::SM90_MMA_SYNC`]) inside each block, fused fold.
+    pub const SM90_MMA_SYNC_FUSED: Schedule = Schedule {
+        fold: Fold::Fused,
+        accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_MMA_SYNC),
+    };
+    /// The sm_90 `mma.sync` FP8 MMA inside each block, separate fold.
+    pub const SM90_MMA_SYNC_SEPARATE: Schedule = Schedule {
+        fold: Fold::Separate,
+        accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_MMA_SYNC),
+    };
+    /// The known schedules, [`Schedule::V2`] first.
+    pub const KNOWN: [Schedule; 6] = [
+        Schedule::V2,
+        Schedule::V2_FUSED,
+        Schedule::SM90_MMA_FUSED,
+        Schedule::SM90_MMA_SEPARATE,
+        Schedule::SM90_MMA_SYNC_FUSED,
+        Schedule::SM90_MMA_SYNC_SEPARATE,
+    ];
+
+    /// Whether every output of every case is fixed bit for bit (the
+    /// accumulation is a model), so no arm needs a bound.
+    pub const fn bit_exact(&self) -> bool {
+        matches!(self.accumulation, Accumulation::TensorCore(_))
+    }
+}
+
+impl Default for Schedule {
+    /// [`Schedule::V2`].
+    fn default() -> Schedule {
+        Schedule::V2
+    }
+}
+
+impl core::fmt::Display for Schedule {
+    /// A short name: `v2` and `v2 + fused fold` for the f32 accumulations,
+    /// `sm90 FP8 MMA + fused fold` (or `+ separate fold`) for the sm_90 model,
+    /// else the model's `Debug` and the fold.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let fold = match self.fold {
+            Fold::Separate => "separate fold",
+            Fold::Fused => "fused fold",
+        };
+        match (self.accumulation, self.fold) {
+            (Accumulation::F32, Fold::Separate) => write!(f, "v2"),
+            (Accumulation::F32, Fold::Fused) => write!(f, "v2 + {fold}"),
+            (Accumulation::TensorCore(m), _) if m == crate::tensor_core::SM90_WGMMA => {
+                write!(f, "sm90 FP8 MMA + {fold}")
+            }
+            (Accumulation::TensorCore(m), _) if m == crate::tensor_core::SM90_MMA_SYNC => {
+                write!(f, "sm90 FP8 mma.sync + {fold}")
+            }
+            (Accumulation::TensorCore(m), _) => write!(f, "FP8 MMA {m:?} + {fold}"),
+        }
+    }
+}
 
 /// A validated problem shape: `m` activation rows (tokens), `in_f` input
 /// features (k), `out_f` output features (n).
@@ -309,7 +456,8 @@ fn abs(x: f32) -> f32 {
 }
 
 /// The v2 per-block FP8 GEMM: `y[j, i]` for `m` activation rows against
-/// `out_f` weight rows.
+/// `out_f` weight rows. Seed 000's schedule, [`Schedule::V2`]: the same
+/// as [`mmq`]`(shape, &Schedule::V2, ...)`, stated here in full.
 ///
 /// Shapes (all row-major):
 /// - `w`: `[out_f x in_f]` e4m3 codes (bytes), row stride `in_f`;
@@ -378,8 +526,73 @@ pub fn mmq_v2(
     d: &[f32],
     y: &mut [f32],
 ) -> Result<(), ShapeError> {
+    mmq(shape, &Schedule::V2, w, scales, q, d, y)
+}
+
+/// The per-block FP8 GEMM under a declared [`Schedule`]: `y[j, i]` for `m`
+/// activation rows against `out_f` weight rows.
+///
+/// Shapes as in [`mmq_v2`]: `w` `[out_f x in_f]` e4m3 codes (bytes),
+/// `scales` `[ceil(out_f/128) x ceil(in_f/128)]` f32, `q` `[m x in_f_pad]`
+/// e4m3 codes (bytes), `d` `[m x in_f_pad/128]` f32, `y` `[m x out_f]` f32
+/// (elements), all row-major.
+///
+/// For each output (j, i), in this order:
+/// 1. `sum = +0.0`.
+/// 2. For each scale block `b = 0, 1, ..., ceil(in_f/128) - 1`, in
+///    increasing order:
+///    1. `c`, the block's accumulator, by `schedule.accumulation`:
+///       - [`Accumulation::F32`]: `c = +0.0`; for `k = 128 b, ..., 128 b +
+///         127` in increasing order, `c = c + w(i, k) * a(j, k)`, one
+///         chained binary32 accumulator, each product exact, each addition
+///         rounded (rule `ACC-F32`; the order is the contract's, a
+///         kernel's is hardware-internal: see [`Accumulation::F32`]).
+///         `w(i, k)` is `decode_e4m3(w[i, k], ReadAsZero)` for `k < in_f`
+///         and `+0.0` beyond (rule `K-TAIL`); `a(j, k)` is
+///         `decode_e4m3(q[j, k], Ieee)`.
+///       - [`Accumulation::TensorCore`]`(model)`: `c = +0.0`; for `t = 0,
+///         1, 2, 3` in increasing order, `c = tensor_core::mma_k32(&model,
+///         E4m3, &w32, E4m3, &a32, c)`, where `w32` holds the 32 weight
+///         codes `w[i, k]`, `k = 128 b + 32 t, ..., 128 b + 32 t + 31`,
+///         with code `0x00` for `k >= in_f` (rule `K-TAIL`) and `0x00` for
+///         a NaN-magnitude code (`0x7F`/`0xFF`, rule `NAN-W`: refused by
+///         dispatch, read as 0.0 like [`crate::conventions::NanMagnitude::ReadAsZero`]),
+///         and `a32` the 32 activation codes `q[j, k]` at the same k, as
+///         stored (rule `ACC-MMA`: the weights are the MMA's A operand,
+///         the activations its B operand, the incoming accumulator the
+///         previous MMA's f32 output; see [`crate::tensor_core::mma_k32`]).
+///    2. The fold, by `schedule.fold`, with `sd = s[i / 128, b] * d[j, b]`
+///       rounded to binary32 first:
+///       - [`Fold::Separate`]: `sum = sum + sd * c`, the multiply and the
+///         add each rounded (rule `FOLD-SEPARATE`);
+///       - [`Fold::Fused`]: `sum = fma(sd, c, sum)`, one rounding
+///         ([`crate::fma::fma_f32`], rule `FOLD-FUSED`).
+/// 3. `y[j, i] = sum`.
+///
+/// Rules `PARTIAL-GRID`, `NAN-W` and `ACT-NAN` are [`mmq_v2`]'s, under
+/// every schedule.
+///
+/// Sources: seed 000, `host_ref`, for the grouping, [`Accumulation::F32`]
+/// and [`Fold::Separate`]; DeepSeek-V3 technical report, section 3.3.2, and
+/// DeepGEMM for the tensor-core accumulation promoted to an f32 sum every
+/// 128 k; cuBLASLt's measured behaviour on the H200 for [`Fold::Fused`]
+/// over v2's grouping.
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing is
+/// written then.
+pub fn mmq(
+    shape: &Shape,
+    schedule: &Schedule,
+    w: &[u8],
+    scales: &[f32],
+    q: &[u8],
+    d: &[f32],
+    y: &mut [f32],
+) -> Result<(), ShapeError> {
     use crate::conventions::NanMagnitude::{Ieee, ReadAsZero};
     use crate::e4m3::decode_e4m3;
+    use crate::tensor_core::{mma_k32, Fp8Kind::E4m3, MMA_K};
     check_len("w", shape.weight_len(), w.len())?;
     check_len("scales", shape.scale_len(), scales.len())?;
     check_len("q", shape.q_len(), q.len())?;
@@ -392,22 +605,56 @@ pub fn mmq_v2(
             let srow = i / BLOCK_N;
             let mut sum = 0.0f32;
             for b in 0..scols {
+                // Step 2.1.
                 let mut c = 0.0f32;
-                for k in b * BLOCK_K..(b + 1) * BLOCK_K {
-                    let wv = if k < in_f {
-                        decode_e4m3(w[i * in_f + k], ReadAsZero)
-                    } else {
-                        0.0
-                    };
-                    let av = decode_e4m3(q[j * in_f_pad + k], Ieee);
-                    c += wv * av;
+                match schedule.accumulation {
+                    Accumulation::F32 => {
+                        for k in b * BLOCK_K..(b + 1) * BLOCK_K {
+                            let wv = if k < in_f {
+                                decode_e4m3(w[i * in_f + k], ReadAsZero)
+                            } else {
+                                0.0
+                            };
+                            let av = decode_e4m3(q[j * in_f_pad + k], Ieee);
+                            c += wv * av;
+                        }
+                    }
+                    Accumulation::TensorCore(model) => {
+                        for t in 0..BLOCK_K / MMA_K {
+                            let k0 = b * BLOCK_K + t * MMA_K;
+                            let mut w32 = [0u8; MMA_K];
+                            let mut a32 = [0u8; MMA_K];
+                            for kk in 0..MMA_K {
+                                let k = k0 + kk;
+                                w32[kk] =
+                                    mma_weight_code(if k < in_f { w[i * in_f + k] } else { 0x00 });
+                                a32[kk] = q[j * in_f_pad + k];
+                            }
+                            c = mma_k32(&model, E4m3, &w32, E4m3, &a32, c);
+                        }
+                    }
                 }
-                let s_blk = scales[srow * scols + b];
-                let d_blk = d[j * blocks + b];
-                sum += (s_blk * d_blk) * c;
+                // Step 2.2.
+                let sd = scales[srow * scols + b] * d[j * blocks + b];
+                sum = match schedule.fold {
+                    Fold::Separate => sum + sd * c,
+                    Fold::Fused => crate::fma::fma_f32(sd, c, sum),
+                };
             }
             y[j * out_f + i] = sum;
         }
     }
     Ok(())
+}
+
+/// The weight code the MMA of [`Accumulation::TensorCore`] reads for a
+/// stored code: `0x00` for the NaN magnitudes `0x7F`/`0xFF` (rule `NAN-W`:
+/// refused by dispatch; read as 0.0, as [`mmq_v2`] reads them), else the
+/// code itself.
+pub const fn mma_weight_code(code: u8) -> u8 {
+    if code & 0x7F == 0x7F {
+        0x00
+    } else {
+        code
+    }
 }

@@ -16,8 +16,12 @@
 //! - [`conventions`]: the choices that differ between vendors (NaN-magnitude
 //!   decode, overflow policy), one enum each.
 //! - [`round`]: the one round-to-nearest-even-and-pack routine.
+//! - [`fma`]: the binary32 fused multiply-add, one rounding, from binary64
+//!   basic operations.
 //! - [`fp8`], [`e4m3`], [`e5m2`], [`f16`](mod@f16), [`bf16`]: the float codecs.
-//! - [`fp8_mmq`]: the v2 per-block FP8 GEMM (seed 000).
+//! - [`fp8_mmq`]: the per-block FP8 GEMM (seed 000's v2) and its declared
+//!   schedules (fold and in-block accumulation).
+//! - [`tensor_core`]: the sm_90 FP8 tensor-core MMA inner product.
 //! - [`gdn`]: Gated DeltaNet decode (seed 003): conv1d, prep, the gated
 //!   delta-rule scan, packed rows with snapshots; exp, softplus, sigmoid,
 //!   SiLU and sqrt as binary32 basic operations.
@@ -37,6 +41,7 @@ pub mod conventions;
 pub mod e4m3;
 pub mod e5m2;
 pub mod f16;
+pub mod fma;
 pub mod fp8;
 pub mod fp8_mmq;
 pub mod gdn;

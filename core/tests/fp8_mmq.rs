@@ -261,3 +261,192 @@ fn blocks_fold_in_increasing_order() {
         "(2^24 + 1) rounds to 2^24 before the third block subtracts it"
     );
 }
+
+mod schedules {
+    use oracle::e4m3::decode_e4m3;
+    use oracle::fma::fma_f32;
+    use oracle::fp8_mmq::{mma_weight_code, mmq, mmq_v2, Accumulation, Fold, Schedule, Shape};
+    use oracle::tensor_core::{mma_k32, Fp8Kind, SM90_WGMMA};
+
+    /// Deterministic operands: every weight code but the NaN magnitudes
+    /// (and a few of those, which every schedule reads as 0.0), activation
+    /// codes, scales with full significands.
+    fn operands(shape: &Shape, nan_w: bool) -> (Vec<u8>, Vec<f32>, Vec<u8>, Vec<f32>) {
+        let mut x = 0x9E37_79B9u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let w: Vec<u8> = (0..shape.weight_len())
+            .map(|_| {
+                let c = next() as u8;
+                if c & 0x7F == 0x7F && !nan_w {
+                    0x11
+                } else {
+                    c
+                }
+            })
+            .collect();
+        let frac = |v: u32| 1.0 + (v >> 9) as f32 / (1u32 << 23) as f32;
+        let scales: Vec<f32> = (0..shape.scale_len())
+            .map(|_| frac(next()) / 64.0)
+            .collect();
+        let q: Vec<u8> = (0..shape.q_len())
+            .map(|_| {
+                let c = next() as u8;
+                if c & 0x7F == 0x7F {
+                    0x22
+                } else {
+                    c
+                }
+            })
+            .collect();
+        let d: Vec<f32> = (0..shape.d_len()).map(|_| frac(next()) / 300.0).collect();
+        (w, scales, q, d)
+    }
+
+    fn run(shape: &Shape, s: &Schedule, w: &[u8], sc: &[f32], q: &[u8], d: &[f32]) -> Vec<f32> {
+        let mut y = vec![0f32; shape.out_len()];
+        mmq(shape, s, w, sc, q, d, &mut y).unwrap();
+        y
+    }
+
+    #[test]
+    fn v2_is_the_default_schedule_and_mmq_v2_computes_it() {
+        assert_eq!(Schedule::default(), Schedule::V2);
+        let shape = Shape::new(3, 300, 130).unwrap();
+        let (w, sc, q, d) = operands(&shape, true);
+        let mut y = vec![0f32; shape.out_len()];
+        mmq_v2(&shape, &w, &sc, &q, &d, &mut y).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&run(&shape, &Schedule::V2, &w, &sc, &q, &d)));
+    }
+
+    /// The fold of each schedule, restated outside the spec: per block the
+    /// f32 chain in increasing k, then `sum + sd * c` or `fma(sd, c, sum)`.
+    #[test]
+    fn fold_separate_rounds_three_times_and_fused_once() {
+        let shape = Shape::new(2, 300, 3).unwrap();
+        let (w, sc, q, d) = operands(&shape, false);
+        for fold in [Fold::Separate, Fold::Fused] {
+            let y = run(
+                &shape,
+                &Schedule {
+                    fold,
+                    accumulation: Accumulation::F32,
+                },
+                &w,
+                &sc,
+                &q,
+                &d,
+            );
+            for j in 0..2 {
+                for i in 0..3 {
+                    let mut sum = 0f32;
+                    for b in 0..3 {
+                        let mut c = 0f32;
+                        for k in b * 128..b * 128 + 128 {
+                            let wv = if k < 300 {
+                                decode_e4m3(
+                                    w[i * 300 + k],
+                                    oracle::conventions::NanMagnitude::ReadAsZero,
+                                )
+                            } else {
+                                0.0
+                            };
+                            c += wv
+                                * decode_e4m3(
+                                    q[j * 512 + k],
+                                    oracle::conventions::NanMagnitude::Ieee,
+                                );
+                        }
+                        let sd = sc[b] * d[j * 4 + b];
+                        sum = match fold {
+                            Fold::Separate => sum + sd * c,
+                            Fold::Fused => fma_f32(sd, c, sum),
+                        };
+                    }
+                    assert_eq!(
+                        y[j * 3 + i].to_bits(),
+                        sum.to_bits(),
+                        "{fold:?} y[{j}, {i}]"
+                    );
+                }
+            }
+        }
+        // The two folds differ somewhere on real scales.
+        let sep = run(&shape, &Schedule::V2, &w, &sc, &q, &d);
+        let fused = run(&shape, &Schedule::V2_FUSED, &w, &sc, &q, &d);
+        assert!(sep
+            .iter()
+            .zip(&fused)
+            .any(|(a, b)| a.to_bits() != b.to_bits()));
+    }
+
+    /// TensorCore accumulation: four chained `mma_k32` per block in
+    /// increasing k, weights as the A operand, the k tail and NaN-magnitude
+    /// weight codes read as 0x00, activation codes as stored.
+    #[test]
+    fn tensor_core_accumulation_chains_four_k32_mmas_per_block() {
+        let shape = Shape::new(2, 200, 5).unwrap(); // k tail: 200 % 128 = 72
+        let (w, sc, q, d) = operands(&shape, true);
+        assert!(w.iter().any(|&c| c & 0x7F == 0x7F));
+        for fold in [Fold::Separate, Fold::Fused] {
+            let schedule = Schedule {
+                fold,
+                accumulation: Accumulation::TensorCore(SM90_WGMMA),
+            };
+            let y = run(&shape, &schedule, &w, &sc, &q, &d);
+            for j in 0..2 {
+                for i in 0..5 {
+                    let mut sum = 0f32;
+                    for b in 0..2 {
+                        let mut c = 0f32;
+                        for t in 0..4 {
+                            let mut w32 = [0u8; 32];
+                            let mut a32 = [0u8; 32];
+                            for kk in 0..32 {
+                                let k = b * 128 + t * 32 + kk;
+                                let code = if k < 200 { w[i * 200 + k] } else { 0 };
+                                w32[kk] = if code & 0x7F == 0x7F { 0 } else { code };
+                                a32[kk] = q[j * 512 + k];
+                            }
+                            c = mma_k32(&SM90_WGMMA, Fp8Kind::E4m3, &w32, Fp8Kind::E4m3, &a32, c);
+                        }
+                        let sd = sc[b] * d[j * 4 + b];
+                        sum = match fold {
+                            Fold::Separate => sum + sd * c,
+                            Fold::Fused => fma_f32(sd, c, sum),
+                        };
+                    }
+                    assert_eq!(
+                        y[j * 5 + i].to_bits(),
+                        sum.to_bits(),
+                        "{fold:?} y[{j}, {i}]"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nan_magnitude_weight_codes_reach_the_mma_as_zero() {
+        assert_eq!(mma_weight_code(0x7F), 0x00);
+        assert_eq!(mma_weight_code(0xFF), 0x00);
+        for c in (0..=255u8).filter(|c| c & 0x7F != 0x7F) {
+            assert_eq!(mma_weight_code(c), c);
+        }
+    }
+
+    #[test]
+    fn known_schedules_have_distinct_names() {
+        let names: Vec<String> = Schedule::KNOWN.iter().map(|s| s.to_string()).collect();
+        assert_eq!(names[0], "v2");
+        assert_eq!(names[1], "v2 + fused fold");
+        assert_eq!(names[2], "sm90 FP8 MMA + fused fold");
+        assert_eq!(names[3], "sm90 FP8 MMA + separate fold");
+        assert!(!Schedule::V2.bit_exact() && Schedule::SM90_MMA_FUSED.bit_exact());
+    }
+}

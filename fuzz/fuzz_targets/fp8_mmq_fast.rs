@@ -1,5 +1,5 @@
 //! CPU only: the fast quantizer and GEMM against the spec in core, bit for
-//! bit. A generated case runs on every SIMD target this CPU has
+//! bit, under every known schedule (`Schedule::KNOWN`). A generated case runs on every SIMD target this CPU has
 //! (`fast_matches_spec`); raw operands (every e4m3 code, NaN and infinite
 //! scales, activations at any exponent) run on every target, forced, the
 //! ones this CPU lacks as their tiles built for the baseline (`check_raw`).

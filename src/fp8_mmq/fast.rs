@@ -1,6 +1,6 @@
 //! The fast paths of [`oracle::fp8_mmq::quantize_activations`] and
-//! [`oracle::fp8_mmq::mmq_v2`]: the same bits, for the gates and fuzzers at
-//! real shapes (DESIGN.md, principle 4).
+//! [`oracle::fp8_mmq::mmq`] under every [`Schedule`]: the same bits, for
+//! the gates and fuzzers at real shapes (DESIGN.md, principle 4).
 //!
 //! Only the spec in `core` is normative. These paths keep the spec's
 //! per-element order exactly and gain their speed only *across* elements:
@@ -13,6 +13,10 @@
 //! SIMD lanes and panels of outputs on all cores (module `gemm`). E4M3 codes are
 //! decoded and encoded by branch-free integer/float code (module `codec`) proven
 //! equal to core's codec for every code and every `f32`.
+//!
+//! Under [`Accumulation::TensorCore`] the GEMM is core's own `mma_k32` per
+//! output, in the spec's order, outputs split over all cores (module
+//! `mma`); SIMD targets do not apply there.
 //!
 //! SIMD comes through runtime CPU-feature dispatch (`multiversion`): one
 //! binary runs on any x86-64 host and uses AVX-512 or AVX2 where the CPU
@@ -28,13 +32,14 @@
 
 mod codec;
 mod gemm;
+mod mma;
 mod quantize;
 mod raw;
 
 pub use raw::{bounds as raw_bounds, check_raw, RawCase, RawData};
 
 use super::generate::CaseData;
-use oracle::fp8_mmq::{Shape, ShapeError};
+use oracle::fp8_mmq::{Accumulation, Fold, Schedule, Shape, ShapeError};
 
 /// A SIMD target of the fast paths. Each has its own register tile and is
 /// compiled with its target features; a target the CPU lacks runs the same
@@ -110,7 +115,7 @@ pub fn mmq_v2_fast(
     d: &[f32],
     y: &mut [f32],
 ) -> Result<(), ShapeError> {
-    mmq_v2_fast_with(Simd::detected(), shape, w, scales, q, d, y)
+    mmq_fast_with(Simd::detected(), shape, &Schedule::V2, w, scales, q, d, y)
 }
 
 /// [`mmq_v2_fast`] on the target `simd` (see [`Simd`]: one the CPU lacks
@@ -128,20 +133,134 @@ pub fn mmq_v2_fast_with(
     d: &[f32],
     y: &mut [f32],
 ) -> Result<(), ShapeError> {
+    mmq_fast_with(simd, shape, &Schedule::V2, w, scales, q, d, y)
+}
+
+/// Same contract, shapes and errors as [`oracle::fp8_mmq::mmq`] under
+/// `schedule`, and the same output bits, on the best target of this CPU.
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing
+/// is written then.
+pub fn mmq_fast(
+    shape: &Shape,
+    schedule: &Schedule,
+    w: &[u8],
+    scales: &[f32],
+    q: &[u8],
+    d: &[f32],
+    y: &mut [f32],
+) -> Result<(), ShapeError> {
+    mmq_fast_with(Simd::detected(), shape, schedule, w, scales, q, d, y)
+}
+
+fn check_gemm_lens(
+    shape: &Shape,
+    w: &[u8],
+    scales: &[f32],
+    q: &[u8],
+    d: &[f32],
+    y: &[f32],
+) -> Result<(), ShapeError> {
     check_len("w", shape.weight_len(), w.len())?;
     check_len("scales", shape.scale_len(), scales.len())?;
     check_len("q", shape.q_len(), q.len())?;
     check_len("d", shape.d_len(), d.len())?;
-    check_len("y", shape.out_len(), y.len())?;
+    check_len("y", shape.out_len(), y.len())
+}
+
+/// [`mmq_fast`] on the target `simd` (see [`Simd`]; the target matters only
+/// under [`Accumulation::F32`]).
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing
+/// is written then.
+#[allow(clippy::too_many_arguments)]
+pub fn mmq_fast_with(
+    simd: Simd,
+    shape: &Shape,
+    schedule: &Schedule,
+    w: &[u8],
+    scales: &[f32],
+    q: &[u8],
+    d: &[f32],
+    y: &mut [f32],
+) -> Result<(), ShapeError> {
+    check_gemm_lens(shape, w, scales, q, d, y)?;
     let ops = gemm::Operands {
         shape,
         w,
         scales,
         q,
         d,
+        fused: schedule.fold == Fold::Fused,
     };
-    gemm::gemm(simd, &ops, y);
+    match schedule.accumulation {
+        Accumulation::F32 => gemm::gemm(simd, &ops, y),
+        Accumulation::TensorCore(model) => {
+            let mut other = vec![0f32; y.len()];
+            match schedule.fold {
+                Fold::Separate => mma::gemm(&model, &ops, y, &mut other),
+                Fold::Fused => mma::gemm(&model, &ops, &mut other, y),
+            }
+        }
+    }
     Ok(())
+}
+
+/// The GEMM under both folds of one accumulation at once: `y_separate`
+/// gets [`oracle::fp8_mmq::mmq`] under `Schedule { fold: Separate,
+/// accumulation }`, `y_fused` under `Fold::Fused`, bit for bit, on the
+/// target `simd`. Under [`Accumulation::TensorCore`] one pass computes
+/// both (the MMAs are shared), so this costs what one fold costs.
+///
+/// Shapes as in [`oracle::fp8_mmq::mmq`]; both outputs `[m x out_f]`.
+///
+/// # Errors
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing
+/// is written then.
+#[allow(clippy::too_many_arguments)]
+pub fn mmq_fast_both_folds(
+    simd: Simd,
+    shape: &Shape,
+    accumulation: &Accumulation,
+    w: &[u8],
+    scales: &[f32],
+    q: &[u8],
+    d: &[f32],
+    y_separate: &mut [f32],
+    y_fused: &mut [f32],
+) -> Result<(), ShapeError> {
+    check_gemm_lens(shape, w, scales, q, d, y_separate)?;
+    check_len("y_fused", shape.out_len(), y_fused.len())?;
+    let mut ops = gemm::Operands {
+        shape,
+        w,
+        scales,
+        q,
+        d,
+        fused: false,
+    };
+    match accumulation {
+        Accumulation::F32 => {
+            gemm::gemm(simd, &ops, y_separate);
+            ops.fused = true;
+            gemm::gemm(simd, &ops, y_fused);
+        }
+        Accumulation::TensorCore(model) => mma::gemm(model, &ops, y_separate, y_fused),
+    }
+    Ok(())
+}
+
+/// The SIMD targets whose code differs under `schedule`: every target
+/// under [`Accumulation::F32`], only [`Simd::Generic`] under
+/// [`Accumulation::TensorCore`] (whose fast path has no SIMD tile), so
+/// proofs run each distinct code path once.
+pub fn targets_for(schedule: &Schedule) -> &'static [Simd] {
+    match schedule.accumulation {
+        Accumulation::F32 => &Simd::ALL,
+        Accumulation::TensorCore(_) => &[Simd::Generic],
+    }
 }
 
 /// Same contract, shapes and errors as
@@ -180,12 +299,14 @@ pub fn quantize_activations_fast_with(
 }
 
 /// The spec's answers for one set of operands, to compare fast targets
-/// with: the quantizer's `q` and `d` for `x`, and the GEMM's `y` for the
-/// GEMM operand (the given `(q, d)` when there is one, as in the FOLD arm
-/// and in [`super::reference`], else the quantizer's).
+/// with: the quantizer's `q` and `d` for `x`, and the GEMM's `y` under one
+/// [`Schedule`] for the GEMM operand (the given `(q, d)` when there is
+/// one, as in the FOLD arm and in [`super::reference`], else the
+/// quantizer's).
 #[derive(Clone, Debug)]
 pub struct SpecRun<'a> {
     shape: Shape,
+    schedule: Schedule,
     w: &'a [u8],
     scales: &'a [f32],
     x: &'a [f32],
@@ -196,20 +317,28 @@ pub struct SpecRun<'a> {
 }
 
 impl<'a> SpecRun<'a> {
-    /// Runs the spec on a case's data.
-    pub fn from_case(data: &'a CaseData) -> SpecRun<'a> {
+    /// Runs the spec on a case's data under `schedule`.
+    pub fn from_case(data: &'a CaseData, schedule: Schedule) -> SpecRun<'a> {
         let operand = data.qd.as_ref().map(|(q, d)| (q.as_slice(), d.as_slice()));
-        SpecRun::new(data.shape, &data.w, &data.scales, &data.x, operand)
-            .expect("case data lengths come from the shape")
+        SpecRun::new(
+            data.shape,
+            schedule,
+            &data.w,
+            &data.scales,
+            &data.x,
+            operand,
+        )
+        .expect("case data lengths come from the shape")
     }
 
-    /// Runs the spec quantizer on `x` and the spec GEMM on `operand`, or on
-    /// the quantizer's output when `operand` is `None`.
+    /// Runs the spec quantizer on `x` and the spec GEMM under `schedule`
+    /// on `operand`, or on the quantizer's output when `operand` is `None`.
     ///
     /// # Errors
     /// A length that disagrees with `shape`.
     pub fn new(
         shape: Shape,
+        schedule: Schedule,
         w: &'a [u8],
         scales: &'a [f32],
         x: &'a [f32],
@@ -220,9 +349,10 @@ impl<'a> SpecRun<'a> {
         oracle::fp8_mmq::quantize_activations(&shape, x, &mut q, &mut d)?;
         let mut y = vec![0f32; shape.out_len()];
         let (gq, gd) = operand.unwrap_or((&q, &d));
-        oracle::fp8_mmq::mmq_v2(&shape, w, scales, gq, gd, &mut y)?;
+        oracle::fp8_mmq::mmq(&shape, &schedule, w, scales, gq, gd, &mut y)?;
         Ok(SpecRun {
             shape,
+            schedule,
             w,
             scales,
             x,
@@ -233,8 +363,14 @@ impl<'a> SpecRun<'a> {
         })
     }
 
-    /// Runs target `simd`'s quantizer and GEMM on the same operands and
-    /// returns the first difference from the spec, described, or `None`
+    /// The schedule the GEMM ran under.
+    pub fn schedule(&self) -> Schedule {
+        self.schedule
+    }
+
+    /// Runs target `simd`'s quantizer and GEMM (under the same schedule) on
+    /// the same operands and returns the first difference from the spec,
+    /// described, or `None`
     /// when every code, every scale and every output has the spec's bits.
     ///
     /// Outputs that are NaN on both sides count as equal whatever their
@@ -271,13 +407,14 @@ impl<'a> SpecRun<'a> {
         }
         let (gq, gd) = self.operand.unwrap_or((&self.q, &self.d));
         let mut y = vec![0f32; s.out_len()];
-        mmq_v2_fast_with(simd, s, self.w, self.scales, gq, gd, &mut y)
+        mmq_fast_with(simd, s, &self.schedule, self.w, self.scales, gq, gd, &mut y)
             .expect("lengths come from the shape");
         let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
         let bad: Vec<usize> = (0..y.len()).filter(|&k| !same(y[k], self.y[k])).collect();
         let &first = bad.first()?;
         Some(format!(
-            "GEMM output: {} of {} differ; first at (row j={}, col i={}): fast {:e} (0x{:08X}), spec {:e} (0x{:08X})",
+            "GEMM output under {}: {} of {} differ; first at (row j={}, col i={}): fast {:e} (0x{:08X}), spec {:e} (0x{:08X})",
+            self.schedule,
             bad.len(),
             y.len(),
             first / s.out_f(),

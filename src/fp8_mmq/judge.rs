@@ -1,12 +1,21 @@
-//! The judge: the oracle's answer for a case, and the verdict on a kernel's.
+//! The judge: the oracle's answer for a case under the schedule the kernel
+//! declares, the verdict on the kernel's answer, and which known schedules
+//! the kernel's output matches bit for bit.
+//!
+//! A kernel is judged under its declared [`Schedule`] (an input: the
+//! `plan[15]` code of a `.cu` candidate, or whatever a peer engine says it
+//! computes). Under [`Accumulation::F32`] the EXACT, FOLD and CODES arms
+//! compare bit for bit with the declared fold and the RANDOM arm by the
+//! summation bound; under [`Accumulation::TensorCore`] every arm, RANDOM
+//! included, compares bit for bit.
 
-use super::fast::{mmq_v2_fast, quantize_activations_fast};
+use super::fast::{mmq_fast, mmq_fast_both_folds, mmq_v2_fast, quantize_activations_fast, Simd};
 use super::generate::{Arm, CaseData};
 use crate::use_spec_oracle;
 use oracle::compare::{compare_f32, Comparison};
 use oracle::conventions::NanMagnitude::{Ieee, ReadAsZero};
 use oracle::e4m3::decode_e4m3;
-use oracle::fp8_mmq::{count_nan_magnitude, BLOCK_K};
+use oracle::fp8_mmq::{count_nan_magnitude, Accumulation, Schedule, BLOCK_K};
 
 /// RANDOM-arm bound on `rms_rel` (seed 000): about two orders above the
 /// observed reordering noise of the hardware-internal MMA summation, and
@@ -50,9 +59,27 @@ pub fn random_bound_factor(nblk: usize) -> f64 {
 /// column i, |got - want|, allowed)`.
 pub type BoundExcess = (usize, usize, f64, f64);
 
-/// What the oracle says a case computes.
+/// When the judge computes which known schedules a kernel's output matches
+/// ([`identify`]): every known schedule's GEMM, so only where it is worth it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Identify {
+    /// Only when the case fails (the fuzzer: the cost is paid on a
+    /// divergence, never on the millions of passing cases).
+    #[default]
+    OnFailure,
+    /// On every case (the gate and `kernel-oracle case`).
+    Always,
+}
+
+/// What the oracle says a case computes under one schedule.
 #[derive(Clone, Debug)]
 pub struct Reference {
+    /// The schedule the answer was computed under: the one the kernel
+    /// declares.
+    pub schedule: Schedule,
+    /// When the verdict identifies the kernel's schedule ([`identify`]);
+    /// [`Identify::OnFailure`] from [`reference()`].
+    pub identify: Identify,
     /// NaN-magnitude weight codes (the dispatch precondition; 0 to compute).
     pub nan: usize,
     /// The quantizer's codes for `x`, `[m x in_f_pad]`.
@@ -77,10 +104,12 @@ pub struct KernelOut {
     pub y: Vec<f32>,
 }
 
-/// The oracle's answer, through the fast paths of the spec's quantizer
-/// and GEMM (bit-identical to `oracle::fp8_mmq`, see [`super::fast`]), or
-/// through the spec functions when [`crate::ENV_ORACLE`] is `spec`.
-pub fn reference(data: &CaseData) -> Reference {
+/// The oracle's answer under `schedule` (the one the kernel declares),
+/// through the fast paths of the spec's quantizer and GEMM (bit-identical
+/// to `oracle::fp8_mmq`, see [`super::fast`]), or through the spec
+/// functions when [`crate::ENV_ORACLE`] is `spec`. Identification is
+/// [`Identify::OnFailure`]; set [`Reference::identify`] to change it.
+pub fn reference(data: &CaseData, schedule: Schedule) -> Reference {
     let s = &data.shape;
     let spec = use_spec_oracle();
     let mut q = vec![0u8; s.q_len()];
@@ -97,12 +126,14 @@ pub fn reference(data: &CaseData) -> Reference {
     };
     let mut y = vec![0f32; s.out_len()];
     if spec {
-        oracle::fp8_mmq::mmq_v2(s, &data.w, &data.scales, gq, gd, &mut y)
+        oracle::fp8_mmq::mmq(s, &schedule, &data.w, &data.scales, gq, gd, &mut y)
     } else {
-        mmq_v2_fast(s, &data.w, &data.scales, gq, gd, &mut y)
+        mmq_fast(s, &schedule, &data.w, &data.scales, gq, gd, &mut y)
     }
     .expect("lengths come from the shape");
     Reference {
+        schedule,
+        identify: Identify::OnFailure,
         nan: count_nan_magnitude(&data.w),
         q,
         d,
@@ -118,6 +149,12 @@ pub type CodeMismatch = (usize, usize, u8, u8);
 pub struct Verdict {
     /// The arm judged.
     pub arm: Arm,
+    /// The schedule the kernel declared, which it was judged under.
+    pub schedule: Schedule,
+    /// The known schedules ([`Schedule::KNOWN`]) under which the kernel's
+    /// output is bit-identical to the oracle's ([`identify`]), in that
+    /// order; `None` where not computed (see [`Identify`]).
+    pub identified: Option<Vec<Schedule>>,
     /// NaN count agreement: (kernel, oracle).
     pub nan: (u64, usize),
     /// Quantized codes that differ, and the first.
@@ -140,13 +177,17 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Judges `got` against `want`. The quantizer has no hidden order, so q
-    /// and d must match bit for bit in every arm; y must be bit-identical in
-    /// the EXACT, FOLD and CODES arms ([`Arm::bit_exact`]); in the RANDOM
-    /// arm every output must be finite and within [`random_bound_factor`]
-    /// of its sum of absolute terms, and, from
-    /// [`RANDOM_RMS_REL_MIN_OUTPUTS`] outputs on, `rms_rel` below
-    /// [`RANDOM_RMS_REL_BOUND`] (seed 000); the NaN counts must agree.
+    /// Judges `got` against `want`, under `want.schedule` (the kernel's
+    /// declared schedule). The quantizer has no hidden order, so q and d
+    /// must match bit for bit in every arm; y must be bit-identical in the
+    /// EXACT, FOLD and CODES arms ([`Arm::bit_exact`]), and in the RANDOM
+    /// arm too when the schedule is bit-exact ([`Schedule::bit_exact`]:
+    /// a tensor-core model); otherwise, in the RANDOM arm every output must
+    /// be finite and within [`random_bound_factor`] of its sum of absolute
+    /// terms, and, from [`RANDOM_RMS_REL_MIN_OUTPUTS`] outputs on,
+    /// `rms_rel` below [`RANDOM_RMS_REL_BOUND`] (seed 000); the NaN counts
+    /// must agree. [`Verdict::identified`] is computed as `want.identify`
+    /// says.
     pub fn judge(data: &CaseData, arm: Arm, got: &KernelOut, want: &Reference) -> Verdict {
         let s = &data.shape;
         let mut q_mismatches = (0, None);
@@ -164,12 +205,14 @@ impl Verdict {
         let d =
             compare_f32(&got.d, &want.d, s.act_blocks()).expect("d lengths come from the shape");
         let y = compare_f32(&got.y, &want.y, s.out_f()).expect("y lengths come from the shape");
-        let over_bound = if arm == Arm::Random {
+        let over_bound = if arm == Arm::Random && !want.schedule.bit_exact() {
             per_output_bound(data, want, &got.y)
         } else {
             (0, None)
         };
-        Verdict {
+        let mut v = Verdict {
+            schedule: want.schedule,
+            identified: None,
             over_bound,
             codes: codes_decoded_exactly(arm, data, want, &got.y),
             arm,
@@ -178,13 +221,25 @@ impl Verdict {
             d,
             y,
             device_time: std::time::Duration::ZERO,
+        };
+        if want.identify == Identify::Always || !v.pass() {
+            v.identified = Some(identify(data, want, &got.y));
         }
+        v
     }
 
-    /// Whether the GEMM output passes its arm's test.
+    /// Whether the GEMM output is compared bit for bit: in the EXACT, FOLD
+    /// and CODES arms, and in every arm under a bit-exact schedule.
+    pub fn y_bit_exact(&self) -> bool {
+        self.arm.bit_exact() || self.schedule.bit_exact()
+    }
+
+    /// Whether the GEMM output passes its arm's test under the declared
+    /// schedule.
     pub fn y_ok(&self) -> bool {
         match self.arm {
-            Arm::Exact | Arm::Fold | Arm::Codes => self.y.bit_identical(),
+            _ if self.y_bit_exact() => self.y.bit_identical(),
+            Arm::Exact | Arm::Fold | Arm::Codes => unreachable!("bit-exact arms"),
             Arm::Random => {
                 self.y.non_finite == 0
                     && self.over_bound.0 == 0
@@ -201,6 +256,100 @@ impl Verdict {
             && self.d.bit_identical()
             && self.y_ok()
     }
+}
+
+/// The known schedules ([`Schedule::KNOWN`]) under which the kernel's
+/// output `got` (`[m x out_f]`) is bit-identical to the oracle's answer on
+/// the case's GEMM operand (`data.qd`, else the quantizer's `want.q`,
+/// `want.d`), in [`Schedule::KNOWN`]'s order. Outputs that are NaN on both
+/// sides count as equal whatever their payload; every other bit pattern,
+/// `-0.0` included, must match. Empty when none matches.
+///
+/// Cost: each accumulation's GEMM once, both folds from it
+/// ([`mmq_fast_both_folds`]; the spec's [`oracle::fp8_mmq::mmq`] four
+/// times when [`crate::ENV_ORACLE`] is `spec`).
+pub fn identify(data: &CaseData, want: &Reference, got: &[f32]) -> Vec<Schedule> {
+    let s = &data.shape;
+    let (q, d) = match &data.qd {
+        Some((q, d)) => (q.as_slice(), d.as_slice()),
+        None => (want.q.as_slice(), want.d.as_slice()),
+    };
+    let same = |a: &[f32], b: &[f32]| {
+        a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    };
+    let mut matched = Vec::new();
+    let mut accumulations: Vec<Accumulation> = Vec::new();
+    for k in Schedule::KNOWN {
+        if !accumulations.contains(&k.accumulation) {
+            accumulations.push(k.accumulation);
+        }
+    }
+    let mut answers: Vec<(Schedule, Vec<f32>)> = Vec::new();
+    for acc in accumulations {
+        let (mut sep, mut fused) = (vec![0f32; s.out_len()], vec![0f32; s.out_len()]);
+        if use_spec_oracle() {
+            for (fold, y) in [
+                (oracle::fp8_mmq::Fold::Separate, &mut sep),
+                (oracle::fp8_mmq::Fold::Fused, &mut fused),
+            ] {
+                let schedule = Schedule {
+                    fold,
+                    accumulation: acc,
+                };
+                oracle::fp8_mmq::mmq(s, &schedule, &data.w, &data.scales, q, d, y)
+                    .expect("lengths come from the shape");
+            }
+        } else {
+            mmq_fast_both_folds(
+                Simd::detected(),
+                s,
+                &acc,
+                &data.w,
+                &data.scales,
+                q,
+                d,
+                &mut sep,
+                &mut fused,
+            )
+            .expect("lengths come from the shape");
+        }
+        for (fold, y) in [
+            (oracle::fp8_mmq::Fold::Separate, sep),
+            (oracle::fp8_mmq::Fold::Fused, fused),
+        ] {
+            answers.push((
+                Schedule {
+                    fold,
+                    accumulation: acc,
+                },
+                y,
+            ));
+        }
+    }
+    for k in Schedule::KNOWN {
+        if let Some((_, y)) = answers.iter().find(|(s, _)| *s == k) {
+            if same(got, y) {
+                matched.push(k);
+            }
+        }
+    }
+    matched
+}
+
+/// `schedules` as the reports print them: `v2, v2 + fused fold`, or
+/// `none`.
+pub fn schedule_list(schedules: &[Schedule]) -> String {
+    if schedules.is_empty() {
+        return "none".to_string();
+    }
+    schedules
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The RANDOM arm's per-output check: `A` is the oracle's GEMM on the

@@ -102,22 +102,29 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
 
 /// Checks the fast paths against the spec in `core` on one case, bit for
 /// bit (CPU only): the quantizer's codes and scales, and the GEMM's outputs
-/// on the oracle's GEMM operand (see [`fast::SpecRun`]), on every SIMD
-/// target this CPU runs ([`fast::Simd::is_available`]).
+/// on the oracle's GEMM operand (see [`fast::SpecRun`]) under every known
+/// schedule ([`oracle::fp8_mmq::Schedule::KNOWN`]), on every SIMD target
+/// this CPU runs ([`fast::Simd::is_available`]; one target where the
+/// schedule's fast path has no SIMD tile, [`fast::targets_for`]).
 ///
 /// # Panics
-/// On any differing bit pattern, with the target and the case's
-/// reproduction.
+/// On any differing bit pattern, with the target, the schedule and the
+/// case's reproduction.
 pub fn fast_matches_spec(spec: &CaseSpec) {
     let data = spec.generate().expect("generators produce valid shapes");
-    let want = fast::SpecRun::from_case(&data);
-    for simd in fast::Simd::ALL.into_iter().filter(|s| s.is_available()) {
-        if let Some(diff) = want.diff(simd) {
-            panic!(
-                "fast path ({}) differs from the spec: {diff}\n  case: {}",
-                simd.name(),
-                report::spec_literal(spec)
-            );
+    for schedule in oracle::fp8_mmq::Schedule::KNOWN {
+        let want = fast::SpecRun::from_case(&data, schedule);
+        for &simd in fast::targets_for(&schedule)
+            .iter()
+            .filter(|s| s.is_available())
+        {
+            if let Some(diff) = want.diff(simd) {
+                panic!(
+                    "fast path ({}) differs from the spec: {diff}\n  case: {}",
+                    simd.name(),
+                    report::spec_literal(spec)
+                );
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 //! engineer can run and paste (cranelift-fuzzgen style).
 
 use super::generate::{Arm, CaseSpec, Knobs};
-use super::judge::{Verdict, RANDOM_RMS_REL_BOUND, RANDOM_RMS_REL_MIN_OUTPUTS};
+use super::judge::{schedule_list, Verdict, RANDOM_RMS_REL_BOUND, RANDOM_RMS_REL_MIN_OUTPUTS};
 use oracle::compare::Mismatch;
 use std::fmt::Write;
 
@@ -10,10 +10,11 @@ use std::fmt::Write;
 /// the oracle's answer, and the device side from first upload to last
 /// download, in milliseconds). `codes` counts the e4m3 weight codes the
 /// kernel's output decoded bit-exactly in the row ([`Verdict::codes`];
-/// shown for the CODES arm, `-` for the others).
+/// shown for the CODES arm, `-` for the others); then the verdict and the
+/// schedule ([`schedule_line`]).
 pub fn table_header() -> String {
     format!(
-        "{:<22} {:>6} {:>12} {:>12} {:>15} {:>5} {:>6} {:>9} {:>9}",
+        "{:<22} {:>6} {:>12} {:>12} {:>15} {:>5} {:>6} {:>9} {:>9}  verdict  schedule",
         "shape(in,out,m)",
         "arm",
         "max_abs",
@@ -27,10 +28,13 @@ pub fn table_header() -> String {
 }
 
 /// One table row; `oracle_time` is the time the oracle's answer took.
+/// After the verdict, the schedule the kernel declared (which the row was
+/// judged under) and, where computed ([`Verdict::identified`]), the known
+/// schedules the output matches bit for bit.
 pub fn table_row(spec: &CaseSpec, v: &Verdict, oracle_time: std::time::Duration) -> String {
     let codes = (spec.arm == Arm::Codes).then(|| v.codes.count());
     format!(
-        "{:<22} {:>6} {:>12.3e} {:>12.3e} {:>9}/{:<5} {:>5} {:>6} {:>9.2} {:>9.2}  {}",
+        "{:<22} {:>6} {:>12.3e} {:>12.3e} {:>9}/{:<5} {:>5} {:>6} {:>9.2} {:>9.2}  {}  {}",
         format!("{},{},{}", spec.in_f, spec.out_f, spec.m),
         spec.arm.name(),
         v.y.max_abs,
@@ -41,8 +45,22 @@ pub fn table_row(spec: &CaseSpec, v: &Verdict, oracle_time: std::time::Duration)
         codes.map_or("-".to_string(), |n| n.to_string()),
         oracle_time.as_secs_f64() * 1e3,
         v.device_time.as_secs_f64() * 1e3,
-        if v.pass() { "PASS" } else { "FAIL" }
+        if v.pass() { "PASS" } else { "FAIL" },
+        schedule_line(v)
     )
+}
+
+/// `declared: <schedule>; bit-identical under: <known schedules | none>`
+/// (the second part only where [`Verdict::identified`] was computed).
+pub fn schedule_line(v: &Verdict) -> String {
+    match &v.identified {
+        Some(ids) => format!(
+            "declared: {}; bit-identical under: {}",
+            v.schedule,
+            schedule_list(ids)
+        ),
+        None => format!("declared: {}", v.schedule),
+    }
 }
 
 fn value(x: f32) -> String {
@@ -129,7 +147,8 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
 pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&str>) -> String {
     let mut r = String::new();
     let bound = match spec.arm {
-        Arm::Exact | Arm::Fold | Arm::Codes => "bit-identical (0 differing bits)".to_string(),
+        _ if v.y_bit_exact() => "bit-identical (0 differing bits)".to_string(),
+        Arm::Exact | Arm::Fold | Arm::Codes => unreachable!("bit-exact arms"),
         Arm::Random => format!(
             "every |got - want| <= 3 gamma_(130+nblk) sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on"
         ),
@@ -145,6 +164,7 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
         spec.seed,
         knob_flags(&spec.knobs)
     );
+    let _ = writeln!(r, "  schedule: {}", schedule_line(v));
     if v.nan.0 != v.nan.1 as u64 {
         let _ = writeln!(r, "  nan count: kernel {} oracle {}", v.nan.0, v.nan.1);
     }

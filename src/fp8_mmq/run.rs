@@ -114,7 +114,8 @@ pub enum Outcome {
 pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
     let nan = oracle::fp8_mmq::count_nan_magnitude(&data.w);
     if nan == 0 {
-        return run_case_with_reference(engine, data, arm, &reference(data));
+        let want = reference(data, declared_schedule(engine, &data.shape));
+        return run_case_with_reference(engine, data, arm, &want);
     }
     // The oracle refuses (rule NAN-W): no GEMM to compute, the device must
     // refuse too, with the same count.
@@ -137,7 +138,36 @@ pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
     }
 }
 
-/// [`run_case`] with the oracle's answer already computed.
+/// The schedule the GEMM declares for `shape`: the cuBLASLt peer's own
+/// ([`CublasLtFp8::schedule`]) when `KERNEL_ORACLE_FP8_MMQ` selects it,
+/// else `plan[15]` of the variant the kernel source's plan picks or the
+/// engine forces. The oracle's answer for a case of this shape is computed
+/// under it.
+///
+/// # Panics
+/// When the plan cannot be had (a driver error, a plan the shim refuses,
+/// a schedule code the ABI does not define), with the error.
+pub fn declared_schedule(
+    engine: &Engine,
+    shape: &oracle::fp8_mmq::Shape,
+) -> oracle::fp8_mmq::Schedule {
+    if let Some(p) = the_peer() {
+        return p.schedule();
+    }
+    match engine.plan(shape) {
+        Ok(p) => p.schedule,
+        Err(e) => panic!(
+            "fp8_mmq: no usable plan for m={} in_f={} out_f={} ({}): {e}",
+            shape.m(),
+            shape.in_f(),
+            shape.out_f(),
+            engine.kernel_source()
+        ),
+    }
+}
+
+/// [`run_case`] with the oracle's answer already computed (under the
+/// kernel's declared schedule, [`declared_schedule`]).
 ///
 /// # Panics
 /// As [`run_case`]; also if the kernel's NaN count disagrees with the

@@ -175,6 +175,18 @@ pub enum DeviceError {
         detail: String,
     },
 
+    /// The plan declares a schedule code (`plan[15]`) the ABI does not
+    /// define (see [`super::schedule_from_code`]).
+    #[error("{source_desc}: fp8_mmq_plan declares schedule code {code} for MMQ variant {variant}; the ABI defines 0 (v2: f32 accumulation, separate fold), 1 (f32 accumulation, fused fold), 2 (sm90 FP8 MMA accumulation, separate fold), 3 (sm90 FP8 MMA accumulation, fused fold)")]
+    UnknownSchedule {
+        /// [`super::KernelSource::describe`] of the source.
+        source_desc: String,
+        /// The MMQ variant the plan picked (`plan[0]`).
+        variant: u32,
+        /// The code it declared (`plan[15]`).
+        code: u32,
+    },
+
     /// The MoE verify-rows tables were refused before any launch (a
     /// length, as `oracle::moe_tables::check_lengths` finds it).
     #[error("MoE verify-rows tables refused before launch: {0}")]

@@ -63,13 +63,14 @@ mod gdn;
 mod moe;
 mod nvrtc;
 mod open;
+mod schedule;
 mod shim;
 mod source;
 mod tensor_core;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
-pub use cublaslt::{CublasLtFp8, Fp8Gemm, PeerOperands, Schedule, WeightScaleLayout, ENV_FP8_MMQ};
+pub use cublaslt::{CublasLtFp8, Fp8Gemm, PeerOperands, WeightScaleLayout, ENV_FP8_MMQ};
 pub use error::{DeviceError, Result, NVRTC_HINT};
 pub use gdn::{
     check_gdn_conv, check_gdn_limits, check_gdn_prep, check_gdn_scan, check_gdn_state, gdn_shape,
@@ -83,6 +84,7 @@ pub use moe::{
 pub use nvrtc::{
     compile, compile_options, nvrtc_available, nvrtc_version, Compiled, ENV_NVRTC_CACHE,
 };
+pub use schedule::{schedule_code, schedule_from_code, SCHEDULE_CODES};
 pub use source::{KernelSource, BUILTIN_FP8_MMQ_CU, ENV_FP8_MMQ_CU, REQUIRED_KERNELS};
 pub use tensor_core::{
     ProbeTiles, TensorCoreEngine, BUILTIN_TENSOR_CORE_CU, MMA_KERNELS, TILE_K, TILE_M, TILE_N,
@@ -148,6 +150,9 @@ pub struct Plan {
     pub tile_rows: u32,
     /// MMQ tile: tokens per CTA.
     pub tile_cols: u32,
+    /// The arithmetic the variant declares (`plan[15]`, decoded by
+    /// [`schedule_from_code`]: 0 is seed 000's v2, [`oracle::fp8_mmq::Schedule::V2`]).
+    pub schedule: oracle::fp8_mmq::Schedule,
 }
 
 /// Weights whose NaN-magnitude count was found to be 0 by
@@ -298,6 +303,11 @@ impl Engine {
         launched("fp8_mmq_plan", unsafe { b.launch(cfg) })?;
         drop(b);
         let v = self.shim.read_back(&out, "plan")?;
+        let schedule = schedule_from_code(v[15]).ok_or_else(|| DeviceError::UnknownSchedule {
+            source_desc: self.shim.source.describe(),
+            variant: v[0],
+            code: v[15],
+        })?;
         Ok(Plan {
             variant: v[0],
             mmq_grid: (v[1], v[2], v[3]),
@@ -310,6 +320,7 @@ impl Engine {
             variants: v[12],
             tile_rows: v[13],
             tile_cols: v[14],
+            schedule,
         })
     }
 
@@ -318,7 +329,9 @@ impl Engine {
     ///
     /// # Errors
     /// [`DeviceError::IndexRange`] for grids beyond CUDA's limits;
-    /// [`DeviceError::BadPlan`] for a plan that is otherwise unusable.
+    /// [`DeviceError::UnknownSchedule`] for a schedule code the ABI does
+    /// not define; [`DeviceError::BadPlan`] for a plan that is otherwise
+    /// unusable.
     pub fn plan(&self, shape: &Shape) -> Result<Plan> {
         let force = self.force_variant.map_or(-1, |v| v as i32);
         let key = (shape.m(), shape.in_f(), shape.out_f(), force);

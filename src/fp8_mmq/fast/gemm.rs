@@ -5,7 +5,9 @@
 //! order: `sum = +0.0`; for each scale block `b` in increasing order,
 //! `c = +0.0`, then `c = c + w(i, k) * a(j, k)` for the block's 128 `k` in
 //! increasing order (zero weights past `in_f` included, rule `K-TAIL`), then
-//! `sum = sum + (s * d) * c`, each operation rounded on its own. Rust never
+//! `sum = sum + (s * d) * c`, each operation rounded on its own (or, under
+//! the fused fold, `sum = fma(s * d, c, sum)` through `f32::mul_add`, one
+//! rounding, which core's `fma_f32` is proven equal to). Rust never
 //! fuses `x * y + z` into a fused multiply-add (LLVM may contract only with
 //! the `contract` fast-math flag, which rustc never sets), so every product
 //! and sum is an IEEE binary32 basic operation, on any target. Multiplication
@@ -58,6 +60,9 @@ pub(super) struct Operands<'a> {
     pub scales: &'a [f32],
     pub q: &'a [u8],
     pub d: &'a [f32],
+    /// The fold: `false` for `sum + sd * c` ([`oracle::fp8_mmq::Fold::Separate`]),
+    /// `true` for `fma(sd, c, sum)` ([`oracle::fp8_mmq::Fold::Fused`]).
+    pub fused: bool,
 }
 
 /// `decode_e4m3(code, Ieee)` for every code: the activations' reading
@@ -75,7 +80,8 @@ fn act_table() -> &'static [f32; 256] {
 
 /// One register tile over one 128-k block: `c` from `+0.0` through the 128
 /// products in increasing `k`, then `sum = sum + sd * c` with
-/// `sd = s * d` (already rounded, as in the spec).
+/// `sd = s * d` (already rounded, as in the spec), or `sum = fma(sd, c,
+/// sum)` when `fused`.
 ///
 /// One implementation per tile height `MR`, written out row by row by
 /// [`micro_tile!`]: with the rows as straight-line code LLVM keeps the
@@ -88,6 +94,7 @@ trait Micro<const MR: usize, const NR: usize> {
         w: &[[f32; NR]; BLOCK_K],
         sd: &[f32; MR],
         sum: &mut [[f32; NR]; MR],
+        fused: bool,
     );
 }
 
@@ -103,6 +110,7 @@ macro_rules! micro_tile {
                 w: &[[f32; NR]; BLOCK_K],
                 sd: &[f32; $mr],
                 sum: &mut [[f32; NR]; $mr],
+                fused: bool,
             ) {
                 let mut c = [[0f32; NR]; $mr];
                 for (wr, ar) in w.iter().zip(a) {
@@ -114,11 +122,19 @@ macro_rules! micro_tile {
                         }
                     )+
                 }
-                $(
-                    for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
-                        *sv += sd[$jj] * cv;
-                    }
-                )+
+                if fused {
+                    $(
+                        for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
+                            *sv = sd[$jj].mul_add(cv, *sv);
+                        }
+                    )+
+                } else {
+                    $(
+                        for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
+                            *sv += sd[$jj] * cv;
+                        }
+                    )+
+                }
             }
         }
     };
@@ -202,6 +218,7 @@ fn step<const MR: usize, const NR: usize, M: Micro<MR, NR>>(
             panel,
             &sd,
             &mut out.out[g * out.np + (p - out.p0)],
+            ops.fused,
         );
     }
 }

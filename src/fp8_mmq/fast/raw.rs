@@ -8,9 +8,10 @@
 //! whole exponent range, so the quantizer meets `QUANT-TINY`, `QUANT-INF`
 //! and `QUANT-NAN`.
 
-use super::{Simd, SpecRun};
+use super::{targets_for, SpecRun};
 use crate::rng::Rng;
 use arbitrary::{Arbitrary, Unstructured};
+use oracle::fp8_mmq::Schedule;
 use oracle::fp8_mmq::{Shape, BLOCK_K};
 
 /// Generation bounds (kept small: the spec is the slow side).
@@ -183,10 +184,11 @@ impl RawCase {
 
 impl RawData {
     /// The spec's answers on these operands (the quantizer on `x`, the
-    /// GEMM on `q` and `d`).
-    pub fn spec(&self) -> SpecRun<'_> {
+    /// GEMM under `schedule` on `q` and `d`).
+    pub fn spec(&self, schedule: Schedule) -> SpecRun<'_> {
         SpecRun::new(
             self.shape,
+            schedule,
             &self.w,
             &self.scales,
             &self.x,
@@ -196,15 +198,24 @@ impl RawData {
     }
 }
 
-/// Checks every target, forced ([`Simd::ALL`]: a target this CPU lacks runs
-/// its tile compiled for the baseline), against the spec on `case`.
+/// Checks every target, forced ([`Simd::ALL`](super::Simd::ALL): a target
+/// this CPU lacks runs its tile compiled for the baseline), against the
+/// spec on `case`, under every known schedule ([`Schedule::KNOWN`]; the
+/// targets of [`targets_for`] each).
 ///
 /// # Panics
-/// On any differing bit pattern, naming the target and the case.
+/// On any differing bit pattern, naming the target, the schedule and the
+/// case.
 pub fn check_raw(case: &RawCase) {
     let data = case.generate();
-    let spec = data.spec();
-    for simd in Simd::ALL {
+    for schedule in Schedule::KNOWN {
+        check_raw_schedule(case, &data, schedule);
+    }
+}
+
+fn check_raw_schedule(case: &RawCase, data: &RawData, schedule: Schedule) {
+    let spec = data.spec(schedule);
+    for &simd in targets_for(&schedule) {
         if let Some(diff) = spec.diff(simd) {
             panic!(
                 "fast path ({}, {}) differs from the spec on raw operands: {diff}\n  case: {case:?}",
