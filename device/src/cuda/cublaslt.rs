@@ -264,6 +264,23 @@ pub fn vec128_act_scales(d: &[f32], shape: &Shape) -> Result<Vec<f32>> {
     Ok(out)
 }
 
+/// Elements `in_f` must be a multiple of for the peer ([`check_peer_shape`]).
+pub const PEER_IN_F_ALIGN: usize = 16;
+/// Elements `out_f` must be a multiple of for the peer ([`check_peer_shape`]).
+pub const PEER_OUT_F_ALIGN: usize = 4;
+
+/// `(in_f, out_f)` rounded up to the alignment the peer takes
+/// ([`PEER_IN_F_ALIGN`], [`PEER_OUT_F_ALIGN`]): still ragged against the
+/// 128-element scale blocks (k tail, partial scale row and column), so a
+/// fuzzer aimed at the peer compares its cases instead of counting them
+/// refused.
+pub fn peer_aligned(in_f: usize, out_f: usize) -> (usize, usize) {
+    (
+        in_f.div_ceil(PEER_IN_F_ALIGN) * PEER_IN_F_ALIGN,
+        out_f.div_ceil(PEER_OUT_F_ALIGN) * PEER_OUT_F_ALIGN,
+    )
+}
+
 /// Checks the alignment rules the peer knows before asking cuBLASLt:
 /// `in_f % 16 == 0` (FP8 operands need 16-byte aligned leading dimensions;
 /// `lda = in_f` bytes) and `out_f % 4 == 0` (`ldd = out_f` f32 elements,
@@ -278,13 +295,13 @@ pub fn check_peer_shape(shape: &Shape) -> Result<()> {
             reason,
         })
     };
-    if !shape.in_f().is_multiple_of(16) {
+    if !shape.in_f().is_multiple_of(PEER_IN_F_ALIGN) {
         return refuse(format!(
             "in_f = {} is not a multiple of 16: the weight rows are cuBLASLt's A with lda = in_f bytes, and FP8 operands need 16-byte aligned leading dimensions",
             shape.in_f()
         ));
     }
-    if !shape.out_f().is_multiple_of(4) {
+    if !shape.out_f().is_multiple_of(PEER_OUT_F_ALIGN) {
         return refuse(format!(
             "out_f = {} is not a multiple of 4: the output is cuBLASLt's D with ldd = out_f f32 elements, which must be 16-byte aligned",
             shape.out_f()

@@ -70,7 +70,10 @@ mod tensor_core;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
-pub use cublaslt::{CublasLtFp8, Fp8Gemm, PeerOperands, WeightScaleLayout, ENV_FP8_MMQ};
+pub use cublaslt::{
+    peer_aligned, CublasLtFp8, Fp8Gemm, PeerOperands, WeightScaleLayout, ENV_FP8_MMQ,
+    PEER_IN_F_ALIGN, PEER_OUT_F_ALIGN,
+};
 pub use error::{DeviceError, Result, NVRTC_HINT};
 pub use gdn::{
     check_gdn_conv, check_gdn_limits, check_gdn_prep, check_gdn_scan, check_gdn_state, gdn_shape,
