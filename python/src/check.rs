@@ -1,0 +1,800 @@
+//! The check drivers: any Python callable run through a contract's arms
+//! and shapes with the case library's own generators and judges (the
+//! same `CaseSpec`s, `reference`s and `Verdict`s as the CUDA and WGSL
+//! gates), never a Python re-implementation.
+//!
+//! Every driver, for each shape (ragged ones first), each arm and each
+//! seed:
+//! 1. draws fresh inputs from the case's seed (new arrays on every call);
+//! 2. hands the callable the inputs and an output array filled with NaN,
+//!    so an element it does not write fails the comparison (rule
+//!    `CMP-FINITE`: a NaN on either side fails);
+//! 3. compares the inputs after the call with copies taken before it, bit
+//!    for bit: a callable that writes its inputs fails;
+//! 4. judges the output with the contract's verdict (bit for bit in the
+//!    exact arms and under a bit-exact schedule, by the written bound
+//!    otherwise) and, for the FP8 GEMM, names the known schedules the
+//!    output matches bit for bit (`judge::identify`);
+//! 5. prints one row per case and, for every failure, what differs and a
+//!    Python line that reruns exactly that case.
+//!
+//! A callable may raise `kernel_oracle.Refused` to decline a shape: the
+//! case is counted as refused, not as a failure. Any other exception is a
+//! failure of that case (`KeyboardInterrupt` and `SystemExit` stop the
+//! check). A check in which no case was compared does not pass.
+
+use crate::arrays::{array, to_vec};
+use crate::conventions::{GgmlType, Schedule};
+use crate::fp8;
+use kernel_oracle::fp8_mmq::generate::Arm;
+use kernel_oracle::fp8_mmq::judge::{
+    reference, schedule_list, Identify, KernelOut, Verdict, RANDOM_RMS_REL_BOUND,
+    RANDOM_RMS_REL_MIN_OUTPUTS,
+};
+use kernel_oracle::fp8_mmq::report::schedule_line;
+use kernel_oracle::mul_mat;
+use numpy::{Element, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use oracle::compare::{Comparison, Mismatch};
+use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit, PyValueError};
+use pyo3::prelude::*;
+use std::fmt::Write;
+use std::time::Instant;
+
+/// The FP8 block GEMM shapes `(in_f, out_f, m)` a check runs by default,
+/// ragged first: unaligned weight rows (in_f % 16 != 0), a k tail with a
+/// ragged out_f, a partial last scale column, three k blocks with two
+/// scale rows (ceil(in_f/128) % 4 != 0 and out_f >= 256: a 128x128 scale
+/// grid read with a padded leading dimension lands on the wrong scales),
+/// a partial last scale row, m = 1, then the gate's aligned shapes and one
+/// with twelve k blocks.
+pub const FP8_SHAPES: [(usize, usize, usize); 10] = [
+    (1000, 130, 7),
+    (272, 136, 40),
+    (144, 128, 128),
+    (384, 320, 96),
+    (128, 200, 128),
+    (129, 129, 1),
+    (128, 128, 128),
+    (256, 256, 64),
+    (512, 384, 128),
+    (1536, 512, 64),
+];
+
+/// The `mul_mat` shapes `(m, k, n)` a check runs by default, ragged first
+/// (the CUDA gate's CI shapes with n cut): an f32-only k tail, m and n
+/// off 64, m = n = 1, a ragged 197 x 67, then an aligned one. Each dtype
+/// runs the shapes whose k is a multiple of its block.
+pub const MUL_MAT_SHAPES: [(usize, usize, usize); 5] = [
+    (70, 100, 9),
+    (65, 768, 63),
+    (1, 256, 1),
+    (197, 512, 67),
+    (64, 1024, 16),
+];
+
+/// What a check found. Truthy when it passed: at least one case compared
+/// and none failed.
+#[pyclass(frozen, get_all, module = "kernel_oracle")]
+#[derive(Clone, Debug, Default)]
+pub struct CheckReport {
+    /// The contract checked (`"fp8_block_gemm"`, `"mul_mat"`).
+    pub contract: String,
+    /// Cases run (compared or refused).
+    pub cases: usize,
+    /// Cases that passed.
+    pub passed: usize,
+    /// Cases that failed.
+    pub failed: usize,
+    /// Cases the callable refused (`kernel_oracle.Refused`).
+    pub refused: usize,
+    /// FP8 GEMM: the known schedules every compared case's output matched
+    /// bit for bit (empty otherwise).
+    pub identified: Vec<Schedule>,
+    /// FP8 GEMM: the known schedules every compared EXACT, FOLD and CODES
+    /// case matched (the arms where any f32 accumulation order is exact).
+    pub identified_exact_arms: Vec<Schedule>,
+    /// FP8 GEMM: the e4m3 weight codes (of the 253 observable) the
+    /// callable's outputs decoded bit-exactly in CODES cases.
+    pub codes_decoded_exactly: usize,
+    /// One Python line per failed case that reruns it.
+    pub reproductions: Vec<String>,
+    /// Every failure's report (what differs, where, both values as bits).
+    pub failures: Vec<String>,
+    /// The whole printed report.
+    pub text: String,
+}
+
+#[pymethods]
+impl CheckReport {
+    /// Passed: at least one case compared and none failed.
+    #[getter]
+    fn ok(&self) -> bool {
+        self.failed == 0 && self.passed > 0
+    }
+
+    fn __bool__(&self) -> bool {
+        self.ok()
+    }
+
+    fn __str__(&self) -> String {
+        self.text.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "CheckReport(contract={:?}, cases={}, passed={}, failed={}, refused={})",
+            self.contract, self.cases, self.passed, self.failed, self.refused
+        )
+    }
+}
+
+/// Prints through Python's `print` (so pytest and notebooks capture it)
+/// and keeps the text.
+struct Out<'py> {
+    print: Bound<'py, PyAny>,
+    verbose: bool,
+    text: String,
+}
+
+impl<'py> Out<'py> {
+    fn new(py: Python<'py>, verbose: bool) -> PyResult<Out<'py>> {
+        Ok(Out {
+            print: py.import("builtins")?.getattr("print")?,
+            verbose,
+            text: String::new(),
+        })
+    }
+
+    /// Prints `line` when verbose (rows), always keeping it.
+    fn row(&mut self, line: &str) -> PyResult<()> {
+        self.text.push_str(line);
+        self.text.push('\n');
+        if self.verbose {
+            self.print.call1((line,))?;
+        }
+        Ok(())
+    }
+
+    /// Prints `line` whatever `verbose` says (failures, the summary).
+    fn always(&mut self, line: &str) -> PyResult<()> {
+        self.text.push_str(line);
+        self.text.push('\n');
+        self.print.call1((line,))?;
+        Ok(())
+    }
+}
+
+/// What a callable did with one case, before judging its output.
+enum Called {
+    /// It returned; the output it produced (returned, or written into the
+    /// NaN-filled buffer), and the inputs it overwrote.
+    Output(Vec<f32>, Vec<String>),
+    /// It raised `kernel_oracle.Refused` (the message).
+    Refused(String),
+    /// It raised something else, or returned something that is not an
+    /// output (the message).
+    Error(String),
+}
+
+/// Calls `f(*inputs, out)` with `out` a NaN-filled float32 array of
+/// `out_shape`, then reads the output and compares each input with its
+/// copy `before`.
+fn call<'py>(
+    py: Python<'py>,
+    f: &Bound<'py, PyAny>,
+    lead: Vec<Bound<'py, PyAny>>,
+    inputs: &[(&str, Input<'_, 'py>)],
+    out_shape: &[usize],
+) -> PyResult<(Called, f64)> {
+    let n: usize = out_shape.iter().product();
+    let out = array(py, out_shape, vec![f32::NAN; n])?;
+    let mut args = lead;
+    for (_, i) in inputs {
+        args.push(i.array());
+    }
+    args.push(out.clone().into_any());
+    let args = pyo3::types::PyTuple::new(py, args)?;
+    let t0 = Instant::now();
+    let r = f.call1(args);
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let ret = match r {
+        Err(e)
+            if e.is_instance_of::<PyKeyboardInterrupt>(py)
+                || e.is_instance_of::<PySystemExit>(py) =>
+        {
+            return Err(e)
+        }
+        Err(e) if e.is_instance_of::<crate::Refused>(py) => {
+            return Ok((Called::Refused(e.value(py).to_string()), ms))
+        }
+        Err(e) => return Ok((Called::Error(format!("raised {e}")), ms)),
+        Ok(r) => r,
+    };
+    let mut written = Vec::new();
+    for (name, i) in inputs {
+        if !i.unchanged()? {
+            written.push(name.to_string());
+        }
+    }
+    let got = if ret.is_none() {
+        to_vec(&out.readonly())
+    } else {
+        match ret.extract::<PyReadonlyArrayDyn<'py, f32>>() {
+            Ok(a) if a.shape() == out_shape => to_vec(&a),
+            Ok(a) => {
+                return Ok((
+                    Called::Error(format!(
+                        "returned a float32 array of shape {:?}, expected {out_shape:?}",
+                        a.shape()
+                    )),
+                    ms,
+                ))
+            }
+            Err(_) => {
+                let what = ret
+                    .getattr("dtype")
+                    .map(|d| format!("an array of dtype {d}"))
+                    .unwrap_or_else(|_| {
+                        format!(
+                            "a {}",
+                            ret.get_type()
+                                .name()
+                                .map(|n| n.to_string())
+                                .unwrap_or_else(|_| "?".into())
+                        )
+                    });
+                return Ok((
+                    Called::Error(format!(
+                        "returned {what}: expected None (the output written into `out`) or a float32 array of shape {out_shape:?}"
+                    )),
+                    ms,
+                ));
+            }
+        }
+    };
+    Ok((Called::Output(got, written), ms))
+}
+
+/// An input array handed to a callable and the copy it is compared with.
+enum Input<'a, 'py> {
+    /// uint8 codes or bytes.
+    U8(Bound<'py, PyArrayDyn<u8>>, &'a [u8]),
+    /// float32 values (compared by bits).
+    F32(Bound<'py, PyArrayDyn<f32>>, &'a [f32]),
+}
+
+impl<'py> Input<'_, 'py> {
+    fn array(&self) -> Bound<'py, PyAny> {
+        match self {
+            Input::U8(a, _) => a.clone().into_any(),
+            Input::F32(a, _) => a.clone().into_any(),
+        }
+    }
+
+    fn unchanged(&self) -> PyResult<bool> {
+        fn same<T: Element + Copy>(
+            a: &Bound<'_, PyArrayDyn<T>>,
+            eq: impl Fn(&[T]) -> bool,
+        ) -> PyResult<bool> {
+            let r = a
+                .try_readonly()
+                .map_err(|e| PyValueError::new_err(format!("input array still borrowed: {e}")))?;
+            Ok(eq(&to_vec(&r)))
+        }
+        match self {
+            Input::U8(a, before) => same(a, |v| v == *before),
+            Input::F32(a, before) => same(a, |v| {
+                v.len() == before.len()
+                    && v.iter()
+                        .zip(before.iter())
+                        .all(|(x, y)| x.to_bits() == y.to_bits())
+            }),
+        }
+    }
+}
+
+fn value(x: f32) -> String {
+    format!("{x:e} (0x{:08X})", x.to_bits())
+}
+
+fn mismatch_line(label: &str, m: &Mismatch, row: &str, col: &str) -> String {
+    format!(
+        "  {label}: first at ({row}={}, {col}={}): got {}, want {}",
+        m.row,
+        m.col,
+        value(m.got),
+        value(m.want)
+    )
+}
+
+fn comparison_lines(r: &mut String, y: &Comparison, row: &str, col: &str) {
+    let _ = writeln!(
+        r,
+        "  out: max_abs {:e}, rms_rel {:e}, nmse {:e}, {}/{} bit patterns differ, {} non-finite",
+        y.max_abs, y.rms_rel, y.nmse, y.bit_mismatches, y.n, y.non_finite
+    );
+    if let Some(m) = y.first_non_finite {
+        let _ = writeln!(r, "{}", mismatch_line("non-finite", &m, row, col));
+    }
+    if let Some(m) = y.first_mismatch {
+        let _ = writeln!(r, "{}", mismatch_line("differing", &m, row, col));
+    }
+}
+
+/// A name for `f` in reproductions: `name` if given, else `f.__name__`
+/// when it is an identifier (not `<lambda>`), else `fn`.
+fn callable_name(f: &Bound<'_, PyAny>, name: Option<String>) -> String {
+    name.or_else(|| {
+        f.getattr("__name__")
+            .ok()
+            .and_then(|n| n.extract::<String>().ok())
+            .filter(|n| {
+                !n.is_empty()
+                    && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !n.starts_with(|c: char| c.is_ascii_digit())
+            })
+    })
+    .unwrap_or_else(|| "fn".to_string())
+}
+
+fn derive_seed(base: u64, trial: usize) -> u64 {
+    if trial == 0 {
+        base
+    } else {
+        // splitmix64's increment: trials of one case get unrelated seeds.
+        let mut z = base.wrapping_add((trial as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+fn seeds_for(base: u64, seeds: &Option<Vec<u64>>, trials: usize) -> Vec<u64> {
+    match seeds {
+        Some(s) => s.clone(),
+        None => (0..trials.max(1)).map(|t| derive_seed(base, t)).collect(),
+    }
+}
+
+/// check_fp8_block_gemm(gemm, shapes=None, arms=None, seeds=None, trials=1, schedule=Schedule.V2, verbose=True, name=None) -> CheckReport
+///
+/// Runs `gemm`, a per-block FP8 GEMM, through the FP8 MMQ gate's arms and
+/// judges it under `schedule` (the arithmetic it declares), with the case
+/// library's generator (`fp8_mmq::CaseSpec`), oracle (`judge::reference`,
+/// the fast path of `oracle::fp8_mmq::mmq`) and verdict
+/// (`judge::Verdict::judge`).
+///
+/// The callable: `gemm(w, scales, q, d, out)` with (shapes in elements)
+/// - `w`: uint8 `[out_f, in_f]`, e4m3 codes (row-major, k fastest);
+/// - `scales`: float32 `[ceil(out_f/128), ceil(in_f/128)]`, one scale per
+///   128x128 weight block;
+/// - `q`: uint8 `[m, in_f_pad]`, e4m3 activation codes, `in_f_pad` =
+///   `fp8_in_f_pad(in_f)` (a multiple of 512; the FOLD arm puts non-zero
+///   codes beyond in_f, which the weights' zero k tail must cancel);
+/// - `d`: float32 `[m, in_f_pad/128]`, one scale per 128 activations;
+/// - `out`: float32 `[m, out_f]`, filled with NaN;
+///
+/// computing `out[j, i] = sum over blocks b < ceil(in_f/128) of
+/// scales[i/128, b] * d[j, b] * (sum over the block's k < in_f of
+/// e4m3(w[i, k]) * e4m3(q[j, k]))` (see `fp8_block_gemm`), and either
+/// writing `out` and returning None, or returning a new float32
+/// `[m, out_f]` array. It must not write its inputs. torch users wrap:
+/// `torch.from_numpy(w).view(torch.float8_e4m3fn)`, ..., then
+/// `out[...] = y.cpu().numpy()`.
+///
+/// Arguments:
+/// - `shapes`: `(in_f, out_f, m)` tuples (default `FP8_SHAPES`, ragged
+///   first);
+/// - `arms`: any of `"EXACT"`, `"FOLD"`, `"CODES"`, `"RAND"` (default all,
+///   in that order; see the README for what each proves);
+/// - `seeds`: the data seeds of every (shape, arm) (default: the gate's
+///   battery seed, then `trials - 1` derived ones);
+/// - `schedule`: the declared arithmetic: EXACT, FOLD and CODES compare
+///   bit for bit under every schedule; RAND compares bit for bit under an
+///   `SM90_*` schedule and by the summation bound `3 gamma_(130 + nblk)`
+///   per output (plus `rms_rel < 1e-5` from 512 outputs) under `V2*`;
+/// - `verbose`: print a row per case (failures and the summary always
+///   print);
+/// - `name`: the callable's name in reproductions (default `__name__`).
+///
+/// Returns a `CheckReport` (truthy when every compared case passed and at
+/// least one was compared). Each row names the known schedules its output
+/// matches bit for bit.
+///
+/// Errors: `ValueError` on a zero shape or an unknown arm; exceptions of
+/// `print` and `KeyboardInterrupt` propagate.
+#[pyfunction]
+#[pyo3(signature = (gemm, shapes = None, arms = None, seeds = None, trials = 1, schedule = Schedule::V2, verbose = true, name = None))]
+#[allow(clippy::too_many_arguments)]
+fn check_fp8_block_gemm<'py>(
+    py: Python<'py>,
+    gemm: Bound<'py, PyAny>,
+    shapes: Option<Vec<(usize, usize, usize)>>,
+    arms: Option<Vec<String>>,
+    seeds: Option<Vec<u64>>,
+    trials: usize,
+    schedule: Schedule,
+    verbose: bool,
+    name: Option<String>,
+) -> PyResult<CheckReport> {
+    let shapes = shapes.unwrap_or_else(|| FP8_SHAPES.to_vec());
+    let arms: Vec<Arm> = match arms {
+        Some(a) => a.iter().map(|s| fp8::arm(s)).collect::<PyResult<_>>()?,
+        None => Arm::ALL.to_vec(),
+    };
+    let fname = callable_name(&gemm, name);
+    let mut out = Out::new(py, verbose)?;
+    let mut rep = CheckReport {
+        contract: "fp8_block_gemm".into(),
+        ..CheckReport::default()
+    };
+    let (mut all, mut exact): (Option<Vec<_>>, Option<Vec<_>>) = (None, None);
+    let mut codes = kernel_oracle::fp8_mmq::judge::CodeSet::default();
+    out.row(&format!(
+        "check_fp8_block_gemm({fname}), declared schedule: {}",
+        schedule.core()
+    ))?;
+    out.row(&format!(
+        "{:<16} {:>5} {:>18} {:>10} {:>10} {:>13} {:>5} {:>9}  verdict  schedule",
+        "in_f,out_f,m", "arm", "seed", "max_abs", "rms_rel", "bit_mismatch", "codes", "call_ms"
+    ))?;
+    for &(in_f, out_f, m) in &shapes {
+        fp8::shape(m, in_f, out_f)?;
+        for &arm in &arms {
+            let base = fp8::case_spec(in_f, out_f, m, arm, None).seed;
+            for seed in seeds_for(base, &seeds, trials) {
+                let spec = fp8::case_spec(in_f, out_f, m, arm, Some(seed));
+                let ca = fp8::case_arrays(py, &spec)?;
+                let mut want = reference(&ca.data, schedule.core());
+                want.identify = Identify::Always;
+                let inputs = [
+                    ("w", Input::U8(ca.w.clone(), &ca.data.w)),
+                    ("scales", Input::F32(ca.scales.clone(), &ca.data.scales)),
+                    ("q", Input::U8(ca.q.clone(), &ca.gq)),
+                    ("d", Input::F32(ca.d.clone(), &ca.gd)),
+                ];
+                let (called, ms) = call(py, &gemm, Vec::new(), &inputs, &[m, out_f])?;
+                rep.cases += 1;
+                let shape_s = format!("{in_f},{out_f},{m}");
+                let repro = format!(
+                    "kernel_oracle.check_fp8_block_gemm({fname}, shapes=[({in_f}, {out_f}, {m})], arms=[\"{}\"], seeds=[0x{seed:016x}], schedule=kernel_oracle.Schedule.{schedule:?})",
+                    arm.name()
+                );
+                let head = format!(
+                    "FAIL fp8_block_gemm: in_f={in_f} out_f={out_f} m={m} arm={} seed=0x{seed:016x}, declared: {}",
+                    arm.name(),
+                    schedule.core()
+                );
+                match called {
+                    Called::Refused(msg) => {
+                        rep.refused += 1;
+                        out.row(&format!(
+                            "{shape_s:<16} {:>5} 0x{seed:016x}  refused: {msg}",
+                            arm.name()
+                        ))?;
+                    }
+                    Called::Error(msg) => {
+                        rep.failed += 1;
+                        out.row(&format!(
+                            "{shape_s:<16} {:>5} 0x{seed:016x}  FAIL  {msg}",
+                            arm.name()
+                        ))?;
+                        let r = format!("{head}\n  the callable {msg}\nreproduce:\n  {repro}");
+                        out.always(&r)?;
+                        rep.failures.push(r);
+                        rep.reproductions.push(repro);
+                    }
+                    Called::Output(got, written) => {
+                        let kout = KernelOut {
+                            nan: want.nan as u64,
+                            q: want.q.clone(),
+                            d: want.d.clone(),
+                            y: got,
+                        };
+                        let v = Verdict::judge(&ca.data, arm, &kout, &want);
+                        let pass = v.pass() && written.is_empty();
+                        let ids = v.identified.clone().unwrap_or_default();
+                        let meet = |acc: &mut Option<Vec<oracle::fp8_mmq::Schedule>>| {
+                            let now = acc.take().unwrap_or_else(|| ids.clone());
+                            *acc = Some(now.into_iter().filter(|s| ids.contains(s)).collect());
+                        };
+                        meet(&mut all);
+                        if arm.bit_exact() {
+                            meet(&mut exact);
+                        }
+                        codes.union(&v.codes);
+                        out.row(&format!(
+                            "{shape_s:<16} {:>5} 0x{seed:016x} {:>10.3e} {:>10.3e} {:>7}/{:<5} {:>5} {:>9.2}  {}  {}",
+                            arm.name(),
+                            v.y.max_abs,
+                            v.y.rms_rel,
+                            v.y.bit_mismatches,
+                            v.y.n,
+                            if arm == Arm::Codes { v.codes.count().to_string() } else { "-".into() },
+                            ms,
+                            if pass { "PASS" } else { "FAIL" },
+                            schedule_line(&v)
+                        ))?;
+                        if pass {
+                            rep.passed += 1;
+                        } else {
+                            rep.failed += 1;
+                            let mut r = head.clone();
+                            r.push('\n');
+                            if !written.is_empty() {
+                                let _ = writeln!(
+                                    r,
+                                    "  the callable wrote its input(s): {} (inputs must be left as given)",
+                                    written.join(", ")
+                                );
+                            }
+                            if !v.pass() {
+                                let bound = if v.y_bit_exact() {
+                                    "bit-identical (0 differing bits)".to_string()
+                                } else {
+                                    format!("every |got - want| <= 3 gamma_(130+nblk) sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on")
+                                };
+                                let _ = writeln!(r, "  bound: {bound}");
+                                let _ = writeln!(r, "  schedule: {}", schedule_line(&v));
+                                if let (n, Some((j, i, err, allowed))) = v.over_bound {
+                                    let _ = writeln!(
+                                        r,
+                                        "  out: {n} outputs over the per-output bound; first at (row j={j}, col i={i}): |got - want| = {err:e}, allowed {allowed:e}"
+                                    );
+                                }
+                                comparison_lines(&mut r, &v.y, "row j", "col i");
+                            }
+                            let _ = write!(
+                                r,
+                                "reproduce:\n  {repro}\nthe case's arrays:\n  kernel_oracle.fp8_block_gemm_case({in_f}, {out_f}, {m}, \"{}\", seed=0x{seed:016x})",
+                                arm.name()
+                            );
+                            out.always(&r)?;
+                            rep.failures.push(r);
+                            rep.reproductions.push(repro);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let to_py = |v: Option<Vec<oracle::fp8_mmq::Schedule>>| -> Vec<Schedule> {
+        v.unwrap_or_default()
+            .into_iter()
+            .filter_map(Schedule::from_core)
+            .collect()
+    };
+    let list = |v: &Option<Vec<oracle::fp8_mmq::Schedule>>| match v {
+        Some(v) => schedule_list(v),
+        None => "(no case compared)".into(),
+    };
+    rep.codes_decoded_exactly = codes.count();
+    let summary = format!(
+        "fp8_block_gemm: {} cases, {} passed, {} FAILED, {} refused; bit-identical on every compared case under: {}; on every EXACT/FOLD/CODES case under: {}; e4m3 codes decoded bit-exactly: {} of {}; {}",
+        rep.cases,
+        rep.passed,
+        rep.failed,
+        rep.refused,
+        list(&all),
+        list(&exact),
+        rep.codes_decoded_exactly,
+        kernel_oracle::fp8_mmq::gate::OBSERVABLE_CODES,
+        if rep.failed == 0 && rep.passed > 0 { "PASS" } else { "FAIL" }
+    );
+    out.always(&summary)?;
+    rep.identified = to_py(all);
+    rep.identified_exact_arms = to_py(exact);
+    rep.text = out.text;
+    Ok(rep)
+}
+
+/// check_mul_mat(mul_mat, dtypes=None, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
+///
+/// Runs `mul_mat`, a GEMM over ggml blocks, through the WGSL gate's arms
+/// with the case library's generator (`mul_mat::CaseSpec`: EXACT data
+/// make every order and fusion exact, RAND data keep every f16 scale
+/// finite with its sign), oracle (`mul_mat::judge::reference`, the fast
+/// path of `oracle::ggml::mul_mat::mul_mat`) and verdict
+/// (`mul_mat::judge::Verdict`: EXACT bit for bit; RAND within
+/// `2 gamma_k sum|terms|` per output and an NMSE bound).
+///
+/// The callable: `mul_mat(dtype, src0, src1, dst)` with (elements)
+/// - `dtype`: a `GgmlType` (`str(dtype)` is ggml's name);
+/// - `src0`: uint8 `[m, row_bytes]`, m rows of k elements in `dtype`
+///   (`ggml_row_bytes(dtype, k)` bytes each);
+/// - `src1`: float32 `[n, k]`;
+/// - `dst`: float32 `[n, m]`, filled with NaN;
+///
+/// computing `dst[n, m] = sum_k dequantize(src0)[m, k] * src1[n, k]`
+/// (`ggml_mul_mat`), writing `dst` and returning None or returning a new
+/// float32 `[n, m]` array, inputs untouched.
+///
+/// Arguments: `dtypes` (default every `GgmlType`), `shapes` `(m, k, n)`
+/// tuples (default `MUL_MAT_SHAPES`, ragged first; a dtype runs only the
+/// shapes whose k is a multiple of its block), `arms` (`"EXACT"`, `"RAND"`),
+/// `seeds` / `trials` / `verbose` / `name` as `check_fp8_block_gemm`.
+///
+/// Errors: `ValueError` on an unknown arm or a shape the generator refuses
+/// (a buffer beyond 2^32 elements, an EXACT k too long for exactness).
+#[pyfunction]
+#[pyo3(signature = (mul_mat, dtypes = None, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
+#[allow(clippy::too_many_arguments)]
+fn check_mul_mat<'py>(
+    py: Python<'py>,
+    mul_mat: Bound<'py, PyAny>,
+    dtypes: Option<Vec<GgmlType>>,
+    shapes: Option<Vec<(usize, usize, usize)>>,
+    arms: Option<Vec<String>>,
+    seeds: Option<Vec<u64>>,
+    trials: usize,
+    verbose: bool,
+    name: Option<String>,
+) -> PyResult<CheckReport> {
+    use mul_mat::generate::Arm as MArm;
+    let dtypes = dtypes.unwrap_or_else(|| GgmlType::ALL.to_vec());
+    let shapes = shapes.unwrap_or_else(|| MUL_MAT_SHAPES.to_vec());
+    let arms: Vec<MArm> = match arms {
+        Some(a) => a
+            .iter()
+            .map(|s| match s.to_ascii_uppercase().as_str() {
+                "EXACT" => Ok(MArm::Exact),
+                "RAND" | "RANDOM" => Ok(MArm::Random),
+                _ => Err(PyValueError::new_err(format!(
+                    "arm {s:?}: expected \"EXACT\" or \"RAND\""
+                ))),
+            })
+            .collect::<PyResult<_>>()?,
+        None => vec![MArm::Exact, MArm::Random],
+    };
+    let fname = callable_name(&mul_mat, name);
+    let mut out = Out::new(py, verbose)?;
+    let mut rep = CheckReport {
+        contract: "mul_mat".into(),
+        ..CheckReport::default()
+    };
+    out.row(&format!("check_mul_mat({fname})"))?;
+    out.row(&format!(
+        "{:<6} {:<14} {:>6} {:>18} {:>10} {:>10} {:>13} {:>9}  verdict",
+        "dtype", "m,k,n", "arm", "seed", "max_abs", "nmse", "bit_mismatch", "call_ms"
+    ))?;
+    for &(m, k, n) in &shapes {
+        for &dt in &dtypes {
+            if !k.is_multiple_of(dt.core().block_elems()) {
+                continue;
+            }
+            for &arm in &arms {
+                let gshape = mul_mat::gate::Shape {
+                    label: "python",
+                    m,
+                    k,
+                    n,
+                };
+                let base = mul_mat::gate::spec(&gshape, dt.core(), arm).seed;
+                for seed in seeds_for(base, &seeds, trials) {
+                    let spec = mul_mat::CaseSpec {
+                        dtype: dt.core(),
+                        m,
+                        n,
+                        k,
+                        arm,
+                        seed,
+                    };
+                    spec.valid().map_err(PyValueError::new_err)?;
+                    let data = spec.generate();
+                    let want = mul_mat::reference(&data);
+                    let row_bytes = dt.core().row_bytes(k).map_err(crate::arrays::value_error)?;
+                    let inputs = [
+                        (
+                            "src0",
+                            Input::U8(array(py, &[m, row_bytes], data.src0.clone())?, &data.src0),
+                        ),
+                        (
+                            "src1",
+                            Input::F32(array(py, &[n, k], data.src1.clone())?, &data.src1),
+                        ),
+                    ];
+                    let dt_obj = Bound::new(py, dt)?.into_any();
+                    let (called, ms) = call(py, &mul_mat, vec![dt_obj], &inputs, &[n, m])?;
+                    rep.cases += 1;
+                    let arm_s = match arm {
+                        MArm::Exact => "EXACT",
+                        MArm::Random => "RAND",
+                    };
+                    let dname = dt.core().name();
+                    let shape_s = format!("{m},{k},{n}");
+                    let repro = format!(
+                        "kernel_oracle.check_mul_mat({fname}, dtypes=[kernel_oracle.GgmlType.{dt:?}], shapes=[({m}, {k}, {n})], arms=[\"{arm_s}\"], seeds=[0x{seed:016x}])"
+                    );
+                    let head = format!(
+                        "FAIL mul_mat: dtype={dname} m={m} k={k} n={n} arm={arm_s} seed=0x{seed:016x}"
+                    );
+                    match called {
+                        Called::Refused(msg) => {
+                            rep.refused += 1;
+                            out.row(&format!(
+                                "{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x}  refused: {msg}"
+                            ))?;
+                        }
+                        Called::Error(msg) => {
+                            rep.failed += 1;
+                            out.row(&format!(
+                                "{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x}  FAIL  {msg}"
+                            ))?;
+                            let r = format!("{head}\n  the callable {msg}\nreproduce:\n  {repro}");
+                            out.always(&r)?;
+                            rep.failures.push(r);
+                            rep.reproductions.push(repro);
+                        }
+                        Called::Output(got, written) => {
+                            let v = mul_mat::Verdict::judge(&data, &got, &want);
+                            let pass = v.pass() && written.is_empty();
+                            out.row(&format!(
+                                "{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x} {:>10.3e} {:>10.3e} {:>7}/{:<5} {:>9.2}  {}",
+                                v.cmp.max_abs,
+                                v.cmp.nmse,
+                                v.cmp.bit_mismatches,
+                                v.cmp.n,
+                                ms,
+                                if pass { "PASS" } else { "FAIL" }
+                            ))?;
+                            if pass {
+                                rep.passed += 1;
+                            } else {
+                                rep.failed += 1;
+                                let mut r = head.clone();
+                                r.push('\n');
+                                if !written.is_empty() {
+                                    let _ = writeln!(
+                                        r,
+                                        "  the callable wrote its input(s): {} (inputs must be left as given)",
+                                        written.join(", ")
+                                    );
+                                }
+                                if !v.pass() {
+                                    let bound = match arm {
+                                        MArm::Exact => "bit-identical (0 differing bits)".to_string(),
+                                        MArm::Random => format!(
+                                            "every |got - want| <= 2 gamma_k sum|terms|, nmse <= {:e}; {} outputs over",
+                                            v.nmse_bound, v.over_bound
+                                        ),
+                                    };
+                                    let _ = writeln!(r, "  bound: {bound}");
+                                    comparison_lines(&mut r, &v.cmp, "n", "m");
+                                }
+                                let _ = write!(r, "reproduce:\n  {repro}");
+                                out.always(&r)?;
+                                rep.failures.push(r);
+                                rep.reproductions.push(repro);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let summary = format!(
+        "mul_mat: {} cases, {} passed, {} FAILED, {} refused; {}",
+        rep.cases,
+        rep.passed,
+        rep.failed,
+        rep.refused,
+        if rep.failed == 0 && rep.passed > 0 {
+            "PASS"
+        } else {
+            "FAIL"
+        }
+    );
+    out.always(&summary)?;
+    rep.text = out.text;
+    Ok(rep)
+}
+
+/// Adds the check drivers and their default shapes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<CheckReport>()?;
+    m.add("FP8_SHAPES", FP8_SHAPES.to_vec())?;
+    m.add("MUL_MAT_SHAPES", MUL_MAT_SHAPES.to_vec())?;
+    m.add_function(wrap_pyfunction!(check_fp8_block_gemm, m)?)?;
+    m.add_function(wrap_pyfunction!(check_mul_mat, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! `kernel_oracle`, the Python module: core's contracts on numpy arrays,
+//! bit for bit the Rust API's (the fast paths of the case library where
+//! they exist, which are proven bit-identical to core), and `check_*`
+//! drivers that run any Python callable through a contract's arms and
+//! shapes with the case library's own generators and judges.
+//!
+//! Every function takes and returns numpy arrays of the dtypes its doc
+//! names (a wrong dtype is a `TypeError`, a wrong shape a `ValueError`
+//! whose message names the argument and both shapes); any memory layout is
+//! accepted and read in C order. Arrays returned are new, C-contiguous.
+//!
+//! - [`codecs`]: e4m3, e5m2, f16 and bf16 encode and decode, with
+//!   [`conventions`]' enums as arguments;
+//! - [`fp8`]: the activation quantizer, the per-block FP8 GEMM under a
+//!   [`conventions::Schedule`], the tensor-core MMA model, schedule
+//!   identification and a case's data;
+//! - [`ggml`]: ggml block dequantization and `mul_mat`;
+//! - [`gdn`]: Gated DeltaNet decode rows (one step or packed);
+//! - [`moe`]: the MoE verify-rows tables;
+//! - [`check`]: `check_fp8_block_gemm` and `check_mul_mat`.
+
+#![warn(missing_docs)]
+
+pub mod arrays;
+pub mod check;
+pub mod codecs;
+pub mod conventions;
+pub mod fp8;
+pub mod gdn;
+pub mod ggml;
+pub mod moe;
+
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    kernel_oracle,
+    Refused,
+    pyo3::exceptions::PyException,
+    "Raised by a callable under check to refuse a shape it does not support \
+     (for example a library that needs k to be a multiple of 128): the case \
+     is counted as refused, never as a failure, and the check's report lists it."
+);
+
+/// The module `kernel_oracle` (the Rust library is `kernel_oracle_py`, so
+/// that it does not share a name with the case library it wraps).
+#[pymodule]
+#[pyo3(name = "kernel_oracle")]
+fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("Refused", m.py().get_type::<Refused>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    conventions::register(m)?;
+    codecs::register(m)?;
+    fp8::register(m)?;
+    ggml::register(m)?;
+    gdn::register(m)?;
+    moe::register(m)?;
+    check::register(m)?;
+    Ok(())
+}

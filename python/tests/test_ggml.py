@@ -1,0 +1,70 @@
+"""ggml blocks and mul_mat: dequantization against the block layouts
+written out here from ggml-quants.c, mul_mat against numpy on exact
+data, and check_mul_mat on a numpy reference and on planted bugs."""
+
+import numpy as np
+import pytest
+
+import kernel_oracle as ko
+from kernel_oracle import GgmlType
+import numpy_reference
+
+
+def test_row_bytes_and_block_sizes():
+    assert [(t.block_elems, t.block_bytes) for t in (GgmlType.F32, GgmlType.Q4_0, GgmlType.Q8_0, GgmlType.Q4_K, GgmlType.Q6_K)] == [
+        (1, 4), (32, 18), (32, 34), (256, 144), (256, 210)]
+    assert ko.ggml_row_bytes(GgmlType.Q4_K, 512) == 288
+    assert str(GgmlType.Q6_K) == "q6_K"
+    with pytest.raises(ValueError):
+        ko.ggml_row_bytes(GgmlType.Q4_0, 33)
+
+
+def test_q8_0_is_d_times_the_signed_codes():
+    # block_q8_0: f16 d, then 32 int8 codes; x = d * q (ggml-quants.c).
+    rng = np.random.default_rng(3)
+    d = np.array([-0.375], np.float16)
+    codes = rng.integers(-128, 128, 32).astype(np.int8)
+    blk = np.concatenate([d.view(np.uint8), codes.view(np.uint8)])
+    got = ko.ggml_dequantize(GgmlType.Q8_0, blk)
+    assert (got == np.float32(d[0]) * codes.astype(np.float32)).all()
+
+
+def test_q4_0_is_d_times_nibble_minus_8():
+    # block_q4_0: f16 d, 16 bytes; element j < 16 is the low nibble of
+    # byte j, element j + 16 its high nibble; x = d * (nibble - 8).
+    rng = np.random.default_rng(4)
+    d = np.array([1.5], np.float16)
+    qs = rng.integers(0, 256, 16).astype(np.uint8)
+    blk = np.concatenate([d.view(np.uint8), qs])[None, :]
+    got = ko.ggml_dequantize(GgmlType.Q4_0, blk)
+    nib = np.concatenate([qs & 0xF, qs >> 4]).astype(np.float32) - 8
+    assert got.shape == (1, 32) and (got[0] == np.float32(1.5) * nib).all()
+
+
+def test_mul_mat_equals_numpy_on_the_exact_arm():
+    # f32 weights with small integer values: every order is exact.
+    rng = np.random.default_rng(5)
+    w = rng.integers(-8, 9, (33, 96)).astype(np.float32)
+    x = rng.integers(-4, 5, (5, 96)).astype(np.float32)
+    got = ko.ggml_mul_mat(GgmlType.F32, w.view(np.uint8), x)
+    assert got.shape == (5, 33) and (got == x @ w.T).all()
+
+
+def drops_the_last_k(dtype, src0, src1, dst):
+    w = ko.ggml_dequantize(dtype, src0)
+    dst[...] = src1[:, :-1] @ w[:, :-1].T
+
+
+def test_check_mul_mat_passes_the_numpy_reference(capsys):
+    r = ko.check_mul_mat(numpy_reference.mul_mat, shapes=[(70, 100, 9), (65, 768, 13), (1, 256, 1)])
+    assert r.ok and r.failed == 0 and r.passed == r.cases
+    # f32 on all three shapes, the 32-blocks on two, the 256-blocks on two.
+    assert r.cases == 2 * (3 + 2 * 2 + 2 * 2)
+    assert capsys.readouterr().out.rstrip().endswith("PASS")
+
+
+def test_check_mul_mat_catches_a_dropped_k_and_reruns_it():
+    r = ko.check_mul_mat(drops_the_last_k, dtypes=[GgmlType.Q4_K, GgmlType.F32], shapes=[(65, 256, 3)], verbose=False)
+    assert not r.ok and r.failed == 4
+    again = eval(r.reproductions[0], {"kernel_oracle": ko, "drops_the_last_k": drops_the_last_k})
+    assert again.cases == 1 and again.failed == 1
