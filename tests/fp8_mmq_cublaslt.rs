@@ -65,7 +65,7 @@ fn peer_is_bit_identical_on_every_arm_under_its_schedule() {
                     );
                     let ids = v.identified.clone().unwrap_or_default();
                     assert!(
-                        ids.contains(&Schedule::SM90_MMA_FUSED),
+                        ids.contains(&Schedule::SM90_WGMMA_FUSED),
                         "{shape:?} {}: {ids:?}",
                         arm.name()
                     );

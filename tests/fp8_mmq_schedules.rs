@@ -122,8 +122,8 @@ fn rand_under_a_tensor_core_schedule_is_bit_for_bit() {
             .generate()
             .unwrap();
         for (f32_made, declared) in [
-            (Schedule::V2, Schedule::SM90_MMA_SEPARATE),
-            (Schedule::V2_FUSED, Schedule::SM90_MMA_FUSED),
+            (Schedule::V2, Schedule::SM90_WGMMA_SEPARATE),
+            (Schedule::V2_FUSED, Schedule::SM90_WGMMA_FUSED),
         ] {
             let y = made_by(&data, f32_made);
             let model = made_by(&data, declared);
@@ -150,7 +150,7 @@ fn rand_tells_f32_accumulation_from_the_sm90_model() {
             .generate()
             .unwrap();
         let y = made_by(&data, Schedule::V2);
-        let v = judge(&data, Arm::Random, Schedule::SM90_MMA_SEPARATE, y);
+        let v = judge(&data, Arm::Random, Schedule::SM90_WGMMA_SEPARATE, y);
         assert!(
             !v.pass(),
             "({in_f},{out_f},{m}): f32 accumulation passed as the sm90 MMA"

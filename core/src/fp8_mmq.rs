@@ -70,11 +70,13 @@ pub enum Accumulation {
 /// accumulation and the fold. The grouping is always v2's (one accumulator
 /// per 128-k scale block, blocks folded in increasing order, no split-k).
 ///
-/// The known schedules, each a constant: [`Schedule::V2`] (seed 000, the
-/// default), [`Schedule::V2_FUSED`] (cuBLASLt's fold over v2's
-/// accumulation), [`Schedule::SM90_MMA_FUSED`] and
-/// [`Schedule::SM90_MMA_SEPARATE`] (the sm_90 FP8 MMA's accumulator
-/// inside the block, either fold).
+/// The known schedules ([`Schedule::KNOWN`]), each a constant:
+/// [`Schedule::V2`] (seed 000, the default), [`Schedule::V2_FUSED`] (a fused
+/// fold over v2's accumulation), [`Schedule::SM90_WGMMA_FUSED`] (what
+/// cuBLASLt computes on the H200) and [`Schedule::SM90_WGMMA_SEPARATE`] (the
+/// sm_90 `wgmma` FP8 MMA inside the block, either fold), and
+/// [`Schedule::SM90_MMA_SYNC_FUSED`] and [`Schedule::SM90_MMA_SYNC_SEPARATE`]
+/// (the lowered `mma.sync`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Schedule {
     /// How a block's term enters the sum.
@@ -99,12 +101,12 @@ impl Schedule {
     /// ([`crate::tensor_core::SM90_WGMMA`]), fused fold: the schedule
     /// cuBLASLt's block-scaled FP8 GEMM follows on the H200 (measured bit
     /// for bit on every arm of the FP8 gate, CUDA 13.0).
-    pub const SM90_MMA_FUSED: Schedule = Schedule {
+    pub const SM90_WGMMA_FUSED: Schedule = Schedule {
         fold: Fold::Fused,
         accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_WGMMA),
     };
     /// The sm_90 `wgmma` FP8 MMA inside each block, separate fold.
-    pub const SM90_MMA_SEPARATE: Schedule = Schedule {
+    pub const SM90_WGMMA_SEPARATE: Schedule = Schedule {
         fold: Fold::Separate,
         accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_WGMMA),
     };
@@ -123,8 +125,8 @@ impl Schedule {
     pub const KNOWN: [Schedule; 6] = [
         Schedule::V2,
         Schedule::V2_FUSED,
-        Schedule::SM90_MMA_FUSED,
-        Schedule::SM90_MMA_SEPARATE,
+        Schedule::SM90_WGMMA_FUSED,
+        Schedule::SM90_WGMMA_SEPARATE,
         Schedule::SM90_MMA_SYNC_FUSED,
         Schedule::SM90_MMA_SYNC_SEPARATE,
     ];
@@ -145,8 +147,9 @@ impl Default for Schedule {
 
 impl core::fmt::Display for Schedule {
     /// A short name: `v2` and `v2 + fused fold` for the f32 accumulations,
-    /// `sm90 FP8 MMA + fused fold` (or `+ separate fold`) for the sm_90 model,
-    /// else the model's `Debug` and the fold.
+    /// `sm90 FP8 wgmma + fused fold` (or `+ separate fold`) and
+    /// `sm90 FP8 mma.sync + ...` for the sm_90 models, else the model's
+    /// `Debug` and the fold.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let fold = match self.fold {
             Fold::Separate => "separate fold",
@@ -156,7 +159,7 @@ impl core::fmt::Display for Schedule {
             (Accumulation::F32, Fold::Separate) => write!(f, "v2"),
             (Accumulation::F32, Fold::Fused) => write!(f, "v2 + {fold}"),
             (Accumulation::TensorCore(m), _) if m == crate::tensor_core::SM90_WGMMA => {
-                write!(f, "sm90 FP8 MMA + {fold}")
+                write!(f, "sm90 FP8 wgmma + {fold}")
             }
             (Accumulation::TensorCore(m), _) if m == crate::tensor_core::SM90_MMA_SYNC => {
                 write!(f, "sm90 FP8 mma.sync + {fold}")

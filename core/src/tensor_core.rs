@@ -20,7 +20,9 @@
 //!
 //! # The rules, in order
 //!
-//! For one output, with `a[k]`, `b[k]` FP8 codes and `c` an f32:
+//! For one output, with `a[k]`, `b[k]` FP8 codes and `c` an f32 (the
+//! specials, `TC-NAN` and `TC-INF`, are decided first; the rest apply to
+//! finite terms):
 //!
 //! 1. `TC-NAN`: if `c` is NaN, or any `a[k]` or `b[k]` is a NaN code, the
 //!    result is NaN. Infinities (e5m2 codes `0x7C`/`0xFC`, and `c = ±inf`)
@@ -37,7 +39,9 @@
 //!    that are not zero (a product with a zero operand takes no part, even
 //!    though its exponent field reads as the minimum) and the exponent of
 //!    `c` when `c` is not zero (`c`'s unbiased exponent, -126 for a
-//!    subnormal). Every term -- the 32 products and `c` -- is truncated
+//!    subnormal: a subnormal `c` shows only when every product is zero,
+//!    which no recorded H200 answer has; the gate's targeted vectors
+//!    include it). Every term -- the 32 products and `c` -- is truncated
 //!    toward zero (its magnitude rounded down, its sign kept) to a multiple
 //!    of `2^(E - 13)`: 13 bits below `2^E` survive.
 //! 4. `TC-SUM`: the truncated terms are added exactly (a wide fixed-point
@@ -45,7 +49,9 @@
 //! 5. `TC-NORM`: the sum's magnitude is truncated toward zero to its 14
 //!    leading bits (counting from its own leading bit, which may lie above
 //!    `2^E` after carries or far below it after cancellation).
-//! 6. `TC-ZERO`: a zero sum gives +0.0.
+//! 6. `TC-ZERO`: a zero sum gives +0.0. (Where this differs from IEEE
+//!    addition -- every term -0 -- no H200 answer has been recorded yet;
+//!    the gate's targeted vectors include that case.)
 //! 7. `TC-INF`: (see `TC-NAN`) an infinite term makes the result that
 //!    infinity; infinities of both signs, or an infinity times zero, give
 //!    NaN. A NaN result is `0x7FFF_FFFF`.
@@ -238,8 +244,9 @@ fn truncate_to(sig: u64, lsb: i32, unit: i32) -> i64 {
         0
     } else if sh >= 0 {
         // Only small left shifts occur: a non-zero term's alignment
-        // exponent is at most E, so its lsb is at most 7 above the unit
-        // (13 - f_a - f_b for a product, 13 - 23 for c).
+        // exponent is at most E, so its lsb is at most 9 above the unit
+        // (13 - f_a - f_b for a product: 9 for e5m2 x e5m2; 25 - 20 = 5
+        // for an HMMA product; below the unit for c).
         sig << sh
     } else if sh > -64 {
         sig >> -sh

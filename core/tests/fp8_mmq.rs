@@ -445,8 +445,8 @@ mod schedules {
         let names: Vec<String> = Schedule::KNOWN.iter().map(|s| s.to_string()).collect();
         assert_eq!(names[0], "v2");
         assert_eq!(names[1], "v2 + fused fold");
-        assert_eq!(names[2], "sm90 FP8 MMA + fused fold");
-        assert_eq!(names[3], "sm90 FP8 MMA + separate fold");
-        assert!(!Schedule::V2.bit_exact() && Schedule::SM90_MMA_FUSED.bit_exact());
+        assert_eq!(names[2], "sm90 FP8 wgmma + fused fold");
+        assert_eq!(names[3], "sm90 FP8 wgmma + separate fold");
+        assert!(!Schedule::V2.bit_exact() && Schedule::SM90_WGMMA_FUSED.bit_exact());
     }
 }

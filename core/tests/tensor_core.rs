@@ -272,3 +272,41 @@ fn mma_add_rounds_to_nearest_and_canonicalises_nan() {
         0x7FFF_FFFF
     );
 }
+
+#[test]
+fn tc_align_subnormal_c_at_minus_126() {
+    // No products: E = -126, unit 2^-139. 0x007FFFFF keeps its 14 leading
+    // bits (0x007FFC00); aligned at -127 it would keep 0x007FFE00.
+    assert_eq!(e4(&[], f32::from_bits(0x007F_FFFF)).to_bits(), 0x007F_FC00);
+    assert_eq!(e4(&[], f32::from_bits(0x807F_FFFF)).to_bits(), 0x807F_FC00);
+    // The smallest negative subnormal truncates to zero, and zero is +0.
+    assert_eq!(e4(&[], f32::from_bits(0x8000_0001)).to_bits(), 0);
+}
+
+#[test]
+fn tc_zero_when_every_term_is_negative_zero() {
+    // IEEE addition of -0 terms gives -0; TC-ZERO gives +0.
+    assert_eq!(e4(&[(-0.0, 1.0); 32], -0.0).to_bits(), 0);
+}
+
+#[test]
+fn tc_align_zero_products_of_the_largest_value() {
+    // 0 * 448 has exponent sum -6 + 8 = 2 > E = 0: not counted, so 2^-13
+    // (2^-9 * 2^-4) stays; counted, the unit would be 2^-11.
+    let want = 1.0 + 2f32.powi(-13);
+    assert_eq!(
+        e4(
+            &[
+                (0.0, 448.0),
+                (448.0, 0.0),
+                (1.0, 1.0),
+                (2f32.powi(-9), 0.0625)
+            ],
+            0.0
+        ),
+        want
+    );
+    // 13 bits below E: 2^-13 kept, 2^-14 dropped.
+    assert_eq!(e4(&[(1.0, 1.0), (2f32.powi(-6), 2f32.powi(-7))], 0.0), want);
+    assert_eq!(e4(&[(1.0, 1.0), (2f32.powi(-7), 2f32.powi(-7))], 0.0), 1.0);
+}

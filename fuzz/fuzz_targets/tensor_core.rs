@@ -1,6 +1,7 @@
 //! One FP8 tensor-core MMA instruction against its bit-accurate model
 //! (`oracle::tensor_core`): every output bit for bit. The leading bytes
-//! choose class, format pair and accumulator input
+//! choose class, format pair, instruction, accumulator input and tile
+//! count
 //! (`kernel_oracle::tensor_core::CaseSpec::from_bytes`); a divergence
 //! panics with `kernel-oracle case tensor-core ...`.
 #![no_main]

@@ -9,7 +9,7 @@ block scaling for FP8"). torch passes the pointer through, so:
 - PADDED: the scales stored as [ceil(N/128), round_up(L, 4)] (zeros in the
   padding), handed to torch as the [L, ceil(N/128)] view of their
   transpose, L = ceil(K/128). Expected: every arm bit for bit under
-  "sm90 FP8 MMA + fused fold" (what the cuBLASLt peer measured in Rust).
+  "sm90 FP8 wgmma + fused fold" (what the cuBLASLt peer measured in Rust).
 - UNPADDED: the plain [ceil(N/128), L] grid transposed: the same shape,
   leading dimension L. Wrong as soon as L % 4 != 0 and there is a second
   scale row (N > 128): the check must catch it, on (384, 320, 96) at least.
@@ -90,19 +90,19 @@ def main():
     scaled_mm_padded = make_gemm(True)
     scaled_mm_unpadded = make_gemm(False)
     shapes = list(ko.FP8_SHAPES) + [(5120, 1536, 512)]
-    print("\n== PADDED weight scales (cuBLASLt's layout), declared sm90 FP8 MMA + fused fold ==")
-    padded = ko.check_fp8_block_gemm(scaled_mm_padded, shapes=shapes, schedule=ko.Schedule.SM90_MMA_FUSED)
+    print("\n== PADDED weight scales (cuBLASLt's layout), declared sm90 FP8 wgmma + fused fold ==")
+    padded = ko.check_fp8_block_gemm(scaled_mm_padded, shapes=shapes, schedule=ko.Schedule.SM90_WGMMA_FUSED)
     print("\n== PADDED, declared v2 (which schedules do the outputs match?) ==")
     v2 = ko.check_fp8_block_gemm(scaled_mm_padded, shapes=shapes, verbose=False)
     print("\n== UNPADDED weight scales (a plain (K/128, N/128) view): must be caught ==")
-    unpadded = ko.check_fp8_block_gemm(scaled_mm_unpadded, shapes=shapes, schedule=ko.Schedule.SM90_MMA_FUSED,
+    unpadded = ko.check_fp8_block_gemm(scaled_mm_unpadded, shapes=shapes, schedule=ko.Schedule.SM90_WGMMA_FUSED,
                                        verbose=False)
     caught = [f.splitlines()[0] for f in unpadded.failures]
     must = any("in_f=384 out_f=320" in c for c in caught)
     print("\nsummary:")
     for a in sorted(ACCEPTED):
         print("  torch accepted " + a)
-    print(f"  padded, declared sm90 FP8 MMA + fused fold: {'PASS' if padded.ok else 'FAIL'} "
+    print(f"  padded, declared sm90 FP8 wgmma + fused fold: {'PASS' if padded.ok else 'FAIL'} "
           f"({padded.passed} passed, {padded.failed} failed, {padded.refused} refused); "
           f"bit-identical on every case under: {', '.join(map(str, padded.identified)) or 'none'}")
     print(f"  padded, declared v2: {'PASS' if v2.ok else 'FAIL'}; EXACT/FOLD/CODES identified as: "

@@ -62,9 +62,9 @@ impl From<Overflow> for oracle::conventions::Overflow {
 ///
 /// - `V2`: f32 accumulation, separate fold `sum + (s * d) * c` (seed 000);
 /// - `V2_FUSED`: f32 accumulation, fused fold `fma(s * d, c, sum)`;
-/// - `SM90_MMA_FUSED` / `SM90_MMA_SEPARATE`: the block's four k = 32 sm_90
+/// - `SM90_WGMMA_FUSED` / `SM90_WGMMA_SEPARATE`: the block's four k = 32 sm_90
 ///   `wgmma` FP8 MMAs (core's bit-accurate model), either fold;
-///   `SM90_MMA_FUSED` is what cuBLASLt's block-scaled FP8 GEMM computes on
+///   `SM90_WGMMA_FUSED` is what cuBLASLt's block-scaled FP8 GEMM computes on
 ///   the H200;
 /// - `SM90_MMA_SYNC_FUSED` / `SM90_MMA_SYNC_SEPARATE`: the sm_90
 ///   `mma.sync` FP8 MMA as ptxas lowers it (f16 HMMAs), either fold.
@@ -80,10 +80,10 @@ pub enum Schedule {
     V2,
     /// `Schedule::V2_FUSED`.
     V2_FUSED,
-    /// `Schedule::SM90_MMA_FUSED`.
-    SM90_MMA_FUSED,
-    /// `Schedule::SM90_MMA_SEPARATE`.
-    SM90_MMA_SEPARATE,
+    /// `Schedule::SM90_WGMMA_FUSED`.
+    SM90_WGMMA_FUSED,
+    /// `Schedule::SM90_WGMMA_SEPARATE`.
+    SM90_WGMMA_SEPARATE,
     /// `Schedule::SM90_MMA_SYNC_FUSED`.
     SM90_MMA_SYNC_FUSED,
     /// `Schedule::SM90_MMA_SYNC_SEPARATE`.
@@ -95,8 +95,8 @@ impl Schedule {
     pub const ALL: [Schedule; 6] = [
         Schedule::V2,
         Schedule::V2_FUSED,
-        Schedule::SM90_MMA_FUSED,
-        Schedule::SM90_MMA_SEPARATE,
+        Schedule::SM90_WGMMA_FUSED,
+        Schedule::SM90_WGMMA_SEPARATE,
         Schedule::SM90_MMA_SYNC_FUSED,
         Schedule::SM90_MMA_SYNC_SEPARATE,
     ];
@@ -106,8 +106,8 @@ impl Schedule {
         match self {
             Schedule::V2 => CoreSchedule::V2,
             Schedule::V2_FUSED => CoreSchedule::V2_FUSED,
-            Schedule::SM90_MMA_FUSED => CoreSchedule::SM90_MMA_FUSED,
-            Schedule::SM90_MMA_SEPARATE => CoreSchedule::SM90_MMA_SEPARATE,
+            Schedule::SM90_WGMMA_FUSED => CoreSchedule::SM90_WGMMA_FUSED,
+            Schedule::SM90_WGMMA_SEPARATE => CoreSchedule::SM90_WGMMA_SEPARATE,
             Schedule::SM90_MMA_SYNC_FUSED => CoreSchedule::SM90_MMA_SYNC_FUSED,
             Schedule::SM90_MMA_SYNC_SEPARATE => CoreSchedule::SM90_MMA_SYNC_SEPARATE,
         }
@@ -122,7 +122,7 @@ impl Schedule {
 
 #[pymethods]
 impl Schedule {
-    /// The report name, e.g. `"v2"`, `"sm90 FP8 MMA + fused fold"`.
+    /// The report name, e.g. `"v2"`, `"sm90 FP8 wgmma + fused fold"`.
     fn __str__(&self) -> String {
         self.core().to_string()
     }

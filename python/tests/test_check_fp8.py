@@ -140,6 +140,6 @@ def test_a_declared_tensor_core_schedule_judges_rand_bit_for_bit():
     # The v2 reference declared as cuBLASLt's schedule: RAND now compares
     # bit for bit, and an f32 accumulation does not match the 14-bit model.
     r = ko.check_fp8_block_gemm(
-        reference_gemm, shapes=[(384, 320, 9)], arms=["RAND"], schedule=Schedule.SM90_MMA_FUSED, verbose=False
+        reference_gemm, shapes=[(384, 320, 9)], arms=["RAND"], schedule=Schedule.SM90_WGMMA_FUSED, verbose=False
     )
     assert not r.ok and "bit-identical (0 differing bits)" in r.failures[0]

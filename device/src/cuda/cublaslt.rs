@@ -570,10 +570,10 @@ impl CublasLtFp8 {
 
     /// The schedule this GEMM declares: the v2 grouping with the sm_90
     /// `wgmma` FP8 MMA inside each 128-k block and a fused fold
-    /// ([`Schedule::SM90_MMA_FUSED`]), as the project measured it (bit for
+    /// ([`Schedule::SM90_WGMMA_FUSED`]), as the project measured it (bit for
     /// bit on every arm of the FP8 gate).
     pub fn schedule(&self) -> Schedule {
-        Schedule::SM90_MMA_FUSED
+        Schedule::SM90_WGMMA_FUSED
     }
 
     /// Turns guard bands around the output on or off (see

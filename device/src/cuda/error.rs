@@ -177,7 +177,7 @@ pub enum DeviceError {
 
     /// The plan declares a schedule code (`plan[15]`) the ABI does not
     /// define (see [`super::schedule_from_code`]).
-    #[error("{source_desc}: fp8_mmq_plan declares schedule code {code} for MMQ variant {variant}; the ABI defines 0 (v2: f32 accumulation, separate fold), 1 (f32 accumulation, fused fold), 2 (sm90 FP8 MMA accumulation, separate fold), 3 (sm90 FP8 MMA accumulation, fused fold)")]
+    #[error("{source_desc}: fp8_mmq_plan declares schedule code {code} for MMQ variant {variant}; the ABI defines 0 (v2: f32 accumulation, separate fold), 1 (f32 accumulation, fused fold), 2 and 3 (sm90 FP8 wgmma accumulation, separate / fused fold), 4 and 5 (sm90 FP8 mma.sync accumulation, separate / fused fold)")]
     UnknownSchedule {
         /// [`super::KernelSource::describe`] of the source.
         source_desc: String,

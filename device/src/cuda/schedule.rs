@@ -27,8 +27,8 @@ use oracle::tensor_core::{SM90_MMA_SYNC, SM90_WGMMA};
 pub const SCHEDULE_CODES: [(u32, Schedule); 6] = [
     (0, Schedule::V2),
     (1, Schedule::V2_FUSED),
-    (2, Schedule::SM90_MMA_SEPARATE),
-    (3, Schedule::SM90_MMA_FUSED),
+    (2, Schedule::SM90_WGMMA_SEPARATE),
+    (3, Schedule::SM90_WGMMA_FUSED),
     (4, Schedule::SM90_MMA_SYNC_SEPARATE),
     (5, Schedule::SM90_MMA_SYNC_FUSED),
 ];
@@ -50,8 +50,8 @@ pub fn schedule_from_code(code: u32) -> Option<Schedule> {
     Some(Schedule { fold, accumulation })
 }
 
-/// The `plan[15]` code of `schedule`, or `None` for a schedule the ABI has
-/// no code for (a tensor-core model other than [`SM90_WGMMA`]).
+/// The `plan[15]` code of `schedule` (every schedule of the models core
+/// defines has one; `None` is for a model added to core without a code).
 pub fn schedule_code(schedule: &Schedule) -> Option<u32> {
     SCHEDULE_CODES
         .iter()

@@ -49,7 +49,9 @@ pub struct ProbeTiles<'a> {
     /// The incoming accumulators (f32 elements).
     pub c: &'a [f32],
     /// false: the instruction runs with its accumulator input disabled
-    /// (`wgmma` scale-d = 0; `mma.sync` with +0.0 registers), `c` unread.
+    /// (`wgmma` scale-d = 0, with `c` still loaded into the accumulator
+    /// registers, so a probe that ignored the predicate would show;
+    /// `mma.sync` with +0.0 registers, `c` unread).
     pub scale_d: bool,
 }
 
