@@ -281,16 +281,34 @@ pub fn mma_k32(
 const NAN: f32 = f32::from_bits(0x7FFF_FFFF);
 
 fn wgmma_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32) -> f32 {
-    // TC-NAN and TC-INF on the specials.
+    match terms_or_special::<{ MMA_K + 1 }>(unpack_fp8, fa, a, fb, b, |_| true, c) {
+        Ok(terms) => sum_truncated(&terms, ALIGN_FRACTION_BITS, SUM_BITS),
+        Err(special) => special,
+    }
+}
+
+/// `TC-PRODUCT` with `TC-NAN` and `TC-INF`: the exact products of the
+/// `N - 1` pairs `k` with `sel(k)`, operands read by `unpack`, and the
+/// accumulator `acc` as the last term; or, when a special decides the
+/// output, that output (NaN as `0x7FFF_FFFF`, or an infinity).
+fn terms_or_special<const N: usize>(
+    unpack: fn(Fp8Kind, u8) -> Operand,
+    fa: Fp8Kind,
+    a: &[u8; MMA_K],
+    fb: Fp8Kind,
+    b: &[u8; MMA_K],
+    sel: impl Fn(usize) -> bool,
+    acc: f32,
+) -> Result<[Term; N], f32> {
     let mut terms = [Term {
         neg: false,
         sig: 0,
         lsb: 0,
         align: 0,
-    }; MMA_K + 1];
-    let (mut pos_inf, mut neg_inf, mut nan) = (false, false, c.is_nan());
-    for k in 0..MMA_K {
-        match (unpack_fp8(fa, a[k]), unpack_fp8(fb, b[k])) {
+    }; N];
+    let (mut pos_inf, mut neg_inf, mut nan) = (false, false, acc.is_nan());
+    for (n, k) in (0..MMA_K).filter(|&k| sel(k)).enumerate() {
+        match (unpack(fa, a[k]), unpack(fb, b[k])) {
             (Operand::Nan, _) | (_, Operand::Nan) => nan = true,
             (Operand::Inf { neg: x }, Operand::Inf { neg: y }) => {
                 if x ^ y {
@@ -323,7 +341,7 @@ fn wgmma_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32)
                     frac: f2,
                 },
             ) => {
-                terms[k] = Term {
+                terms[n] = Term {
                     neg: n1 ^ n2,
                     sig: m1 * m2,
                     lsb: e1 + e2 - f1 - f2,
@@ -332,24 +350,24 @@ fn wgmma_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32)
             }
         }
     }
-    if c.is_infinite() {
-        if c < 0.0 {
+    if acc.is_infinite() {
+        if acc < 0.0 {
             neg_inf = true
         } else {
             pos_inf = true
         }
     }
     if nan || (pos_inf && neg_inf) {
-        return NAN;
+        return Err(NAN);
     }
     if pos_inf {
-        return f32::INFINITY;
+        return Err(f32::INFINITY);
     }
     if neg_inf {
-        return f32::NEG_INFINITY;
+        return Err(f32::NEG_INFINITY);
     }
-    terms[MMA_K] = f32_term(c);
-    sum_truncated(&terms, ALIGN_FRACTION_BITS, SUM_BITS)
+    terms[N - 1] = f32_term(acc);
+    Ok(terms)
 }
 
 /// A finite f32 as a term: its unbiased exponent (-126 for subnormals)
@@ -495,74 +513,10 @@ fn hmma_k16(
     sel: impl Fn(usize) -> bool,
     acc: f32,
 ) -> f32 {
-    let mut terms = [Term {
-        neg: false,
-        sig: 0,
-        lsb: 0,
-        align: 0,
-    }; MMA_K / 2 + 1];
-    let (mut pos_inf, mut neg_inf, mut nan) = (false, false, acc.is_nan());
-    for (n, k) in (0..MMA_K).filter(|&k| sel(k)).enumerate() {
-        match (to_f16(fa, a[k]), to_f16(fb, b[k])) {
-            (Operand::Nan, _) | (_, Operand::Nan) => nan = true,
-            (Operand::Inf { neg: x }, Operand::Inf { neg: y }) => {
-                if x ^ y {
-                    neg_inf = true
-                } else {
-                    pos_inf = true
-                }
-            }
-            (Operand::Inf { neg: x }, Operand::Finite { neg: y, sig, .. })
-            | (Operand::Finite { neg: y, sig, .. }, Operand::Inf { neg: x }) => {
-                if sig == 0 {
-                    nan = true
-                } else if x ^ y {
-                    neg_inf = true
-                } else {
-                    pos_inf = true
-                }
-            }
-            (
-                Operand::Finite {
-                    neg: n1,
-                    sig: m1,
-                    exp: e1,
-                    ..
-                },
-                Operand::Finite {
-                    neg: n2,
-                    sig: m2,
-                    exp: e2,
-                    ..
-                },
-            ) => {
-                terms[n] = Term {
-                    neg: n1 ^ n2,
-                    sig: m1 * m2,
-                    lsb: e1 + e2 - 20,
-                    align: e1 + e2,
-                };
-            }
-        }
+    match terms_or_special::<{ MMA_K / 2 + 1 }>(to_f16, fa, a, fb, b, sel, acc) {
+        Ok(terms) => sum_truncated(&terms, MMA_ALIGN_FRACTION_BITS, MMA_SUM_BITS),
+        Err(special) => special,
     }
-    if acc.is_infinite() {
-        if acc < 0.0 {
-            neg_inf = true
-        } else {
-            pos_inf = true
-        }
-    }
-    if nan || (pos_inf && neg_inf) {
-        return NAN;
-    }
-    if pos_inf {
-        return f32::INFINITY;
-    }
-    if neg_inf {
-        return f32::NEG_INFINITY;
-    }
-    terms[MMA_K / 2] = f32_term(acc);
-    sum_truncated(&terms, MMA_ALIGN_FRACTION_BITS, MMA_SUM_BITS)
 }
 
 fn mma_sync_k32(fa: Fp8Kind, a: &[u8; MMA_K], fb: Fp8Kind, b: &[u8; MMA_K], c: f32) -> f32 {
