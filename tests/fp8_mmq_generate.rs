@@ -132,3 +132,27 @@ fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
     let s = draw(&[]);
     assert_eq!((s.arm, s.in_f, s.out_f, s.m), (Arm::Exact, 1, 1, 1));
 }
+
+/// The fuzzer's stats line prints what the generator drew, each with its
+/// share: over all 2^16 values of bytes 1 and 2 (what `check` counts for
+/// each case), `nan_codes` at 1/16 and `every_code` at 1/4.
+#[test]
+fn the_stats_line_prints_each_knobs_share() {
+    use kernel_oracle::fp8_mmq::{count_drawn, stats_line, STATS};
+    for x in 0..=u16::MAX {
+        kernel_oracle::stats::count(&STATS.cases);
+        count_drawn(&draw(&[0, x as u8, (x >> 8) as u8, 0]));
+    }
+    let line = stats_line();
+    for want in [
+        "65536 cases",
+        "EXACT 65536 (100.0%)",
+        "every_code 16384 (25.0%)",
+        "zero_blocks 16384 (25.0%)",
+        "act_exp 16384 (25.0%)",
+        "nan_codes 4096 (6.2%)",
+        "m = 1 65536 (100.0%)",
+    ] {
+        assert!(line.contains(want), "{want:?} not in {line}");
+    }
+}
