@@ -112,3 +112,30 @@ fn balanced_one_output_rows_fail_when_any_product_is_dropped() {
         }
     }
 }
+
+/// The fuzzer's stats line prints what the generator drew, each with its
+/// share: over all 2^16 values of bytes 0 and 3 (what `check` counts for
+/// each case), every arm and every geometry near 1/3.
+#[test]
+fn the_stats_line_prints_each_arm_and_geometry_share() {
+    use kernel_oracle::mul_mat::{count_drawn, stats_line, STATS};
+    for x in 0..=u16::MAX {
+        kernel_oracle::stats::count(&STATS.cases);
+        count_drawn(
+            &CaseSpec::arbitrary(&mut Unstructured::new(&[x as u8, 0, 0, (x >> 8) as u8])).unwrap(),
+        );
+    }
+    let line = stats_line();
+    for want in [
+        "65536 cases",
+        "EXACT 22016 (33.6%)",
+        "RANDOM 21760 (33.2%)",
+        "BAL 21760 (33.2%)",
+        "16x16/16 22016 (33.6%)",
+        "8x4/40 21760 (33.2%)",
+        "4x8/8 21760 (33.2%)",
+        "f32 65536 (100.0%)",
+    ] {
+        assert!(line.contains(want), "{want:?} not in {line}");
+    }
+}

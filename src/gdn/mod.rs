@@ -73,6 +73,24 @@ pub static STATS: Stats = Stats {
     t_max: AtomicU64::new(0),
 };
 
+/// The stats line [`check`] prints every [`STATS_EVERY`] cases: outcomes,
+/// then what the generator drew, each with its share of the cases.
+pub fn stats_line() -> String {
+    let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}",
+        pct(&STATS.nonfinite, n),
+        pct(&STATS.graph, n),
+        pct(&STATS.specials, n),
+        pct(&STATS.zero_qk, n),
+        pct(&STATS.big_state, n),
+        pct(&STATS.eps_zero, n),
+        pct(&STATS.t1, n),
+        generate::config::MAX_T,
+        pct(&STATS.t_max, n)
+    )
+}
+
 /// Counts what the generator drew for `spec` in [`STATS`] (the graph
 /// replay is counted where it runs).
 pub fn count_drawn(spec: &CaseSpec) {
@@ -184,17 +202,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);
     count_drawn(spec);
     if n.is_multiple_of(STATS_EVERY) {
-        eprintln!(
-            "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = 16 {}",
-            pct(&STATS.nonfinite, n),
-            pct(&STATS.graph, n),
-            pct(&STATS.specials, n),
-            pct(&STATS.zero_qk, n),
-            pct(&STATS.big_state, n),
-            pct(&STATS.eps_zero, n),
-            pct(&STATS.t1, n),
-            pct(&STATS.t_max, n)
-        );
+        eprintln!("{}", stats_line());
     }
     let e = match engine() {
         Ok(e) => e,

@@ -69,6 +69,24 @@ pub static STATS: Stats = Stats {
     zero_stride: AtomicU64::new(0),
 };
 
+/// The stats line [`check`] prints every [`STATS_EVERY`] cases: outcomes,
+/// then what the generator drew, each with its share of the cases.
+pub fn stats_line() -> String {
+    let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "moe_tables stats: {n} cases, {} compared, refused alike: {} id out of range, {} pointer past 64 bits; drawn: bad ids {}, macro planes {}, special weights {}, no pairs {}, one expert {}, a zero stride {}",
+        pct(&STATS.compared, n),
+        pct(&STATS.refused_range, n),
+        pct(&STATS.refused_overflow, n),
+        pct(&STATS.bad_ids, n),
+        pct(&STATS.macros, n),
+        pct(&STATS.special, n),
+        pct(&STATS.no_pairs, n),
+        pct(&STATS.one_expert, n),
+        pct(&STATS.zero_stride, n)
+    )
+}
+
 /// Counts what the generator drew for `spec` in [`STATS`].
 pub fn count_drawn(spec: &CaseSpec) {
     for (on, c) in [
@@ -105,18 +123,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);
     count_drawn(spec);
     if n.is_multiple_of(STATS_EVERY) {
-        eprintln!(
-            "moe_tables stats: {n} cases, {} compared, refused alike: {} id out of range, {} pointer past 64 bits; drawn: bad ids {}, macro planes {}, special weights {}, no pairs {}, one expert {}, a zero stride {}",
-            pct(&STATS.compared, n),
-            pct(&STATS.refused_range, n),
-            pct(&STATS.refused_overflow, n),
-            pct(&STATS.bad_ids, n),
-            pct(&STATS.macros, n),
-            pct(&STATS.special, n),
-            pct(&STATS.no_pairs, n),
-            pct(&STATS.one_expert, n),
-            pct(&STATS.zero_stride, n)
-        );
+        eprintln!("{}", stats_line());
     }
     let engine = match engine() {
         Ok(e) => e,

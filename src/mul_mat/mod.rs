@@ -166,7 +166,7 @@ fn check_inner(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) {
 }
 
 /// Counts what the generator drew for `spec` in [`STATS`].
-fn count_drawn(spec: &CaseSpec) {
+pub fn count_drawn(spec: &CaseSpec) {
     let arm = Arm::ALL.iter().position(|&a| a == spec.arm);
     let dtype = Dtype::ALL.iter().position(|&d| d == spec.dtype);
     count(&STATS.arm[arm.expect("every arm is listed")]);
