@@ -9,7 +9,7 @@
 //! kernel-oracle check gdn                        the Gated DeltaNet gate (seed 003)
 //! kernel-oracle case gdn --num-k .. --num-v .. --d-conv .. --t .. --seed 0x.. [knobs]
 //! kernel-oracle check mul-mat [--full]           the WGSL GEMM gate (wgpu)
-//! kernel-oracle case mul-mat --dtype q4_K --m .. --n .. --k .. --arm exact|random --seed 0x.. [--wg 16,16,16]
+//! kernel-oracle case mul-mat --dtype q4_K --m .. --n .. --k .. --arm exact|random|bal --seed 0x.. [--wg 16,16,16]
 //! kernel-oracle mutant fp8-mmq|moe-tables|gdn|mul-mat [NAME -o FILE]
 //! ```
 //! Exit status: 0 all green, 1 any failure, 2 cannot run (no CUDA device,
@@ -140,6 +140,9 @@ enum ArmArg {
 enum MulArmArg {
     Exact,
     Random,
+    /// The BAL arm (its reproductions print `bal`).
+    #[value(name = "bal", alias = "balanced")]
+    Balanced,
 }
 
 #[derive(Subcommand)]
@@ -182,7 +185,8 @@ enum Case {
         /// The reduction length, a multiple of the dtype's block (32 or 256).
         #[arg(long)]
         k: usize,
-        /// The gate's arm (data that make every order exact, or random).
+        /// The gate's arm (data that make every order exact, random, or
+        /// random with balanced products).
         #[arg(long, value_enum)]
         arm: MulArmArg,
         /// The data seed, decimal or 0x-hex.
@@ -599,6 +603,7 @@ fn mul_mat_command(cmd: Command) -> ExitCode {
                 arm: match arm {
                     MulArmArg::Exact => mul_mat::Arm::Exact,
                     MulArmArg::Random => mul_mat::Arm::Random,
+                    MulArmArg::Balanced => mul_mat::Arm::Balanced,
                 },
                 seed,
             };

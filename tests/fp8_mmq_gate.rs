@@ -1,5 +1,5 @@
 //! The fp8-mmq gate as a test (seed 000's battery, every arm, the codes
-//! decoded bit-exactly).
+//! decoded bit-exactly, the NaN-weight rows).
 
 use kernel_oracle::fp8_mmq::{engine, gate, Arm};
 
@@ -8,7 +8,53 @@ use kernel_oracle::fp8_mmq::{engine, gate, Arm};
 fn fp8_mmq_gate_battery_is_all_green() {
     let engine = engine().unwrap_or_else(|e| panic!("no CUDA device: {e}"));
     let result = gate::run(engine, &gate::BATTERY);
-    assert_eq!(result.rows, Arm::ALL.len() * gate::BATTERY.len());
+    assert_eq!(
+        result.rows,
+        Arm::ALL.len() * gate::BATTERY.len() + gate::NAN_ROWS.len()
+    );
     assert_eq!(result.codes_exact, gate::OBSERVABLE_CODES);
     assert_eq!(result.failures, 0, "see the table above");
+}
+
+/// The NaN-weight rows plant what they say: five distinct positions (the
+/// first weight, the first row's k tail, the middle, the last row's first
+/// weight, the last weight), codes 0x7F only, 0xFF only, or both; the
+/// oracle counts exactly those five, and nothing else in the weights is a
+/// NaN magnitude.
+#[test]
+fn nan_rows_plant_their_codes_and_the_oracle_counts_five() {
+    use oracle::fp8_mmq::count_nan_magnitude;
+    let (in_f, out_f, _) = gate::NAN_SHAPE;
+    let at = gate::nan_positions(in_f, out_f);
+    let mut distinct = at.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 5, "{at:?}");
+    assert!(in_f % 128 != 0, "the k tail is planted");
+    for row in &gate::NAN_ROWS {
+        let data = gate::nan_case(row);
+        assert_eq!(count_nan_magnitude(&data.w), 5, "{}", row.label);
+        let planted: Vec<u8> = at.iter().map(|&i| data.w[i]).collect();
+        let mut kinds = planted.clone();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds, row.codes.to_vec(), "{}: {planted:x?}", row.label);
+    }
+    let labels: Vec<&str> = gate::NAN_ROWS.iter().map(|r| r.label).collect();
+    assert_eq!(labels, ["0x7F", "0xFF", "0x7F+0xFF"]);
+}
+
+/// Every NaN-weight row is refused by the device with the oracle's count
+/// (`fp8_nan_count` against `count_nan_magnitude`), before the quantizer
+/// and the GEMM.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn nan_rows_are_refused_with_the_oracles_count() {
+    let engine = engine().unwrap_or_else(|e| panic!("no CUDA device: {e}"));
+    for row in &gate::NAN_ROWS {
+        let data = gate::nan_case(row);
+        let got = kernel_oracle::fp8_mmq::run::device_refusal(engine, &data)
+            .unwrap_or_else(|e| panic!("{}: {e}", row.label));
+        assert_eq!(got, 5, "{}", row.label);
+    }
 }

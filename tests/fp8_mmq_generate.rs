@@ -69,3 +69,90 @@ fn short_inputs_draw_every_arm() {
         );
     }
 }
+
+/// Every path selector comes from the first four bytes (see `CaseSpec`'s
+/// `Arbitrary`), each at its designed rate over all 2^16 values of two
+/// of them (the others zero, nothing after them): every arm 1/4;
+/// `every_code`, `zero_blocks` and `act_exp` 1/4 each; `nan_codes` 1/16
+/// with each count 1 to 4 a quarter of those; each `zero_blocks` period 1
+/// to 4 a quarter of its cases; in_f, out_f and m each 1 at 1/4 or more,
+/// and m = 1 with a k tail together.
+#[test]
+fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
+    use kernel_oracle::fp8_mmq::generate::SELECTOR_BYTES;
+    use kernel_oracle::fp8_mmq::Arm;
+    assert_eq!(SELECTOR_BYTES, 4);
+    let pairs = |i: usize, j: usize| {
+        (0..=u16::MAX).map(move |x| {
+            let mut b = [0u8; 4];
+            b[i] = x as u8;
+            b[j] = (x >> 8) as u8;
+            draw(&b)
+        })
+    };
+    let (mut arm, mut every, mut zero, mut act) = ([0u32; 4], 0u32, 0u32, 0u32);
+    for s in pairs(0, 1) {
+        arm[Arm::ALL.iter().position(|&a| a == s.arm).unwrap()] += 1;
+        every += u32::from(s.knobs.every_code);
+        zero += u32::from(s.knobs.zero_blocks > 0);
+        act += u32::from(s.knobs.act_exp != 0);
+        assert_eq!(s.knobs.nan_codes, 0);
+    }
+    assert_eq!(arm, [16384; 4]);
+    assert_eq!((every, zero), (16384, 16384));
+    // The exponent itself comes after the selectors: an exhausted input
+    // gives -100, never 0.
+    assert_eq!(act, 16384);
+    let (mut nan, mut count, mut period) = (0u32, [0u32; 4], [0u32; 4]);
+    for s in pairs(1, 2) {
+        if s.knobs.nan_codes > 0 {
+            nan += 1;
+            count[usize::from(s.knobs.nan_codes - 1)] += 1;
+        }
+        if s.knobs.zero_blocks > 0 {
+            period[usize::from(s.knobs.zero_blocks - 1)] += 1;
+        }
+    }
+    assert_eq!(nan, 4096);
+    assert_eq!(count, [1024; 4]);
+    assert_eq!(period, [4096; 4]);
+    let (mut in1, mut out1, mut m1, mut tail_m1) = (0u32, 0u32, 0u32, 0u32);
+    for s in pairs(3, 0) {
+        in1 += u32::from(s.in_f == 1);
+        out1 += u32::from(s.out_f == 1);
+        m1 += u32::from(s.m == 1);
+        tail_m1 += u32::from(s.m == 1 && s.in_f % 128 != 0);
+    }
+    assert!(
+        in1 >= 16384 && out1 >= 16384 && m1 >= 16384,
+        "{in1} {out1} {m1}"
+    );
+    assert!(tail_m1 >= 16384 / 4 * 3, "{tail_m1}");
+    // An empty input is a valid EXACT case with no knob on.
+    let s = draw(&[]);
+    assert_eq!((s.arm, s.in_f, s.out_f, s.m), (Arm::Exact, 1, 1, 1));
+}
+
+/// The fuzzer's stats line prints what the generator drew, each with its
+/// share: over all 2^16 values of bytes 1 and 2 (what `check` counts for
+/// each case), `nan_codes` at 1/16 and `every_code` at 1/4.
+#[test]
+fn the_stats_line_prints_each_knobs_share() {
+    use kernel_oracle::fp8_mmq::{count_drawn, stats_line, STATS};
+    for x in 0..=u16::MAX {
+        kernel_oracle::stats::count(&STATS.cases);
+        count_drawn(&draw(&[0, x as u8, (x >> 8) as u8, 0]));
+    }
+    let line = stats_line();
+    for want in [
+        "65536 cases",
+        "EXACT 65536 (100.0%)",
+        "every_code 16384 (25.0%)",
+        "zero_blocks 16384 (25.0%)",
+        "act_exp 16384 (25.0%)",
+        "nan_codes 4096 (6.2%)",
+        "m = 1 65536 (100.0%)",
+    ] {
+        assert!(line.contains(want), "{want:?} not in {line}");
+    }
+}

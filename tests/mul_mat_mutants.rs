@@ -159,3 +159,58 @@ fn a_candidates_rerun_line_reruns_the_candidate() {
     assert_eq!(again.status.code(), Some(1), "{rerun}");
     let _ = std::fs::remove_file(&path);
 }
+
+/// Dropping the k tail: on the gate's one-output row (m = n = 1, K = 256)
+/// at TILE_K = 40 (16 products dropped) the RANDOM arm of q4_0 lets it
+/// through (its bound is dominated by one large block scale) and the BAL
+/// arm fails it for every dtype; the k-tail shape's EXACT arm fails it too.
+#[test]
+fn drop_k_tail_is_caught_by_the_one_output_row() {
+    use kernel_oracle::mul_mat::gate::CI_SHAPES;
+    let e = engine_for("drop-k-tail");
+    let geom = Geometry {
+        wg_m: 8,
+        wg_n: 4,
+        tile_k: 40,
+    };
+    let m1n1 = CI_SHAPES.iter().find(|s| s.label == "m1n1").unwrap();
+    let random = run_one(&e, &spec(m1n1, Dtype::Q4_0, Arm::Random), &geom).unwrap();
+    println!(
+        "drop-k-tail, q4_0 m1n1 RANDOM: max_abs {:e}, passes: {}",
+        random.cmp.max_abs,
+        random.pass()
+    );
+    for d in Dtype::ALL {
+        let v = run_one(&e, &spec(m1n1, d, Arm::Balanced), &geom).unwrap();
+        println!(
+            "drop-k-tail, {} m1n1 BAL: max_abs {:e}, over bound {}",
+            d.name(),
+            v.cmp.max_abs,
+            v.over_bound
+        );
+        assert!(!v.pass(), "drop-k-tail passes {} m1n1 BAL", d.name());
+    }
+    let tail = CI_SHAPES.iter().find(|s| s.label == "k-tail").unwrap();
+    let v = run_one(&e, &spec(tail, Dtype::F32, Arm::Exact), &geom).unwrap();
+    assert!(!v.pass());
+}
+
+/// A store without the column check writes past dst from a partial
+/// workgroup block in the last row: the shim's guard band reports it on
+/// the gate's n > m shapes.
+#[test]
+fn unguarded_column_reaches_the_guard_band() {
+    use device::wgpu::WgpuError;
+    use kernel_oracle::mul_mat::gate::CI_SHAPES;
+    let e = engine_for("unguarded-column");
+    let mut guard = 0;
+    for sh in CI_SHAPES.iter().filter(|s| s.n > s.m) {
+        for geom in kernel_oracle::mul_mat::gate::GEOMETRIES {
+            match run_one(&e, &spec(sh, Dtype::F32, Arm::Exact), &geom) {
+                Err(WgpuError::Guard { .. }) => guard += 1,
+                other => panic!("{} {geom:?}: {other:?}", sh.label),
+            }
+        }
+    }
+    assert!(guard >= 4, "{guard} guard-band hits");
+}

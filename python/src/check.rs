@@ -593,9 +593,10 @@ fn check_fp8_block_gemm<'py>(
 /// Runs `mul_mat`, a GEMM over ggml blocks, through the WGSL gate's arms
 /// with the case library's generator (`mul_mat::CaseSpec`: EXACT data
 /// make every order and fusion exact, RAND data keep every f16 scale
-/// finite with its sign), oracle (`mul_mat::judge::reference`, the fast
+/// finite with its sign, BAL data make every product about the same
+/// magnitude, so the bound sees one dropped product), oracle (`mul_mat::judge::reference`, the fast
 /// path of `oracle::ggml::mul_mat::mul_mat`) and verdict
-/// (`mul_mat::judge::Verdict`: EXACT bit for bit; RAND within
+/// (`mul_mat::judge::Verdict`: EXACT bit for bit; RAND and BAL within
 /// `2 gamma_k sum|terms|` per output and an NMSE bound).
 ///
 /// The callable: `mul_mat(dtype, src0, src1, dst)` with (elements)
@@ -611,7 +612,8 @@ fn check_fp8_block_gemm<'py>(
 ///
 /// Arguments: `dtypes` (default every `GgmlType`), `shapes` `(m, k, n)`
 /// tuples (default `MUL_MAT_SHAPES`, ragged first; a dtype runs only the
-/// shapes whose k is a multiple of its block), `arms` (`"EXACT"`, `"RAND"`),
+/// shapes whose k is a multiple of its block), `arms` (`"EXACT"`, `"RAND"`,
+/// `"BAL"`; default all three),
 /// `seeds` / `trials` / `verbose` / `name` as `check_fp8_block_gemm`.
 ///
 /// Errors: `ValueError` on an unknown arm or a shape the generator refuses
@@ -639,12 +641,13 @@ fn check_mul_mat<'py>(
             .map(|s| match s.to_ascii_uppercase().as_str() {
                 "EXACT" => Ok(MArm::Exact),
                 "RAND" | "RANDOM" => Ok(MArm::Random),
+                "BAL" | "BALANCED" => Ok(MArm::Balanced),
                 _ => Err(PyValueError::new_err(format!(
-                    "arm {s:?}: expected \"EXACT\" or \"RAND\""
+                    "arm {s:?}: expected \"EXACT\", \"RAND\" or \"BAL\""
                 ))),
             })
             .collect::<PyResult<_>>()?,
-        None => vec![MArm::Exact, MArm::Random],
+        None => MArm::ALL.to_vec(),
     };
     let fname = callable_name(&mul_mat, name);
     let mut out = Out::new(py, verbose)?;
@@ -699,6 +702,7 @@ fn check_mul_mat<'py>(
                     let arm_s = match arm {
                         MArm::Exact => "EXACT",
                         MArm::Random => "RAND",
+                        MArm::Balanced => "BAL",
                     };
                     let dname = dt.core().name();
                     let shape_s = format!("{m},{k},{n}");
@@ -753,7 +757,7 @@ fn check_mul_mat<'py>(
                                 if !v.pass() {
                                     let bound = match arm {
                                         MArm::Exact => "bit-identical (0 differing bits)".to_string(),
-                                        MArm::Random => format!(
+                                        MArm::Random | MArm::Balanced => format!(
                                             "every |got - want| <= 2 gamma_k sum|terms|, nmse <= {:e}; {} outputs over",
                                             v.nmse_bound, v.over_bound
                                         ),

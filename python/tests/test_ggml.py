@@ -58,13 +58,16 @@ def drops_the_last_k(dtype, src0, src1, dst):
 def test_check_mul_mat_passes_the_numpy_reference(capsys):
     r = ko.check_mul_mat(numpy_reference.mul_mat, shapes=[(70, 100, 9), (65, 768, 13), (1, 256, 1)])
     assert r.ok and r.failed == 0 and r.passed == r.cases
-    # f32 on all three shapes, the 32-blocks on two, the 256-blocks on two.
-    assert r.cases == 2 * (3 + 2 * 2 + 2 * 2)
+    # Three arms: f32 on all three shapes, the 32-blocks on two, the
+    # 256-blocks on two.
+    assert r.cases == 3 * (3 + 2 * 2 + 2 * 2)
     assert capsys.readouterr().out.rstrip().endswith("PASS")
 
 
 def test_check_mul_mat_catches_a_dropped_k_and_reruns_it():
     r = ko.check_mul_mat(drops_the_last_k, dtypes=[GgmlType.Q4_K, GgmlType.F32], shapes=[(65, 256, 3)], verbose=False)
-    assert not r.ok and r.failed == 4
+    # Every arm of both dtypes (BAL: one dropped product of K = 256 always
+    # exceeds the bound).
+    assert not r.ok and r.failed == 6
     again = eval(r.reproductions[0], {"kernel_oracle": ko, "drops_the_last_k": drops_the_last_k})
     assert again.cases == 1 and again.failed == 1

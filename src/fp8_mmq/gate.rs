@@ -3,7 +3,7 @@
 //! [`Arm::Fold`], [`Arm::Codes`]), the NaN precondition, and the e4m3 codes
 //! decoded bit-exactly, all gated by counts.
 
-use super::generate::{Arm, CaseSpec};
+use super::generate::{Arm, CaseData, CaseSpec};
 use super::judge::{reference, CodeSet, Identify};
 use super::report;
 use super::run::{self, declared_schedule, run_case_with_reference, Outcome};
@@ -25,6 +25,63 @@ pub const BATTERY: [(usize, usize, usize); 10] = [
     (5120, 1536, 1),   // m = 1, the single-token edge
     (1000, 130, 7),    // ours: in_f % 16 != 0, unaligned weight rows
 ];
+
+/// One row of the NaN-weight battery: the battery's EXACT case on
+/// [`NAN_SHAPE`] with the codes `codes` planted in turn at
+/// [`nan_positions`]. The device must refuse it (rule `NAN-W`) with the
+/// oracle's count ([`oracle::fp8_mmq::count_nan_magnitude`]), before the
+/// quantizer and the GEMM launch ([`run::device_refusal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NanRow {
+    /// The row's name in the table.
+    pub label: &'static str,
+    /// The NaN-magnitude codes planted, cycled over the positions.
+    pub codes: &'static [u8],
+}
+
+/// The NaN-weight rows: `0x7F` only, `0xFF` only, both.
+pub const NAN_ROWS: [NanRow; 3] = [
+    NanRow {
+        label: "0x7F",
+        codes: &[0x7F],
+    },
+    NanRow {
+        label: "0xFF",
+        codes: &[0xFF],
+    },
+    NanRow {
+        label: "0x7F+0xFF",
+        codes: &[0x7F, 0xFF],
+    },
+];
+
+/// The shape of the NaN-weight rows, `(in_f, out_f, m)`: the battery's
+/// ragged one (k tail, partial last scale row, unaligned weight rows), so
+/// a count kernel that skips a row's tail or the last partial row
+/// miscounts.
+pub const NAN_SHAPE: (usize, usize, usize) = (1000, 130, 7);
+
+/// The weight indices (row-major `[out_f x in_f]`) where a NaN row plants
+/// its codes: the first weight, the last of the first row (the k tail),
+/// one in the middle, the first of the last row, the last weight. Five
+/// distinct indices for any shape of at least 2 x 3 weights.
+pub fn nan_positions(in_f: usize, out_f: usize) -> [usize; 5] {
+    let len = in_f * out_f;
+    [0, in_f - 1, len / 2, (out_f - 1) * in_f, len - 1]
+}
+
+/// The data of a NaN row: the battery's EXACT case on [`NAN_SHAPE`] with
+/// `row.codes` planted at [`nan_positions`].
+pub fn nan_case(row: &NanRow) -> CaseData {
+    let (in_f, out_f, m) = NAN_SHAPE;
+    let mut data = CaseSpec::battery(in_f, out_f, m, Arm::Exact)
+        .generate()
+        .expect("the NaN shape is valid");
+    for (i, at) in nan_positions(in_f, out_f).into_iter().enumerate() {
+        data.w[at] = row.codes[i % row.codes.len()];
+    }
+    data
+}
 
 /// Legal e4m3 codes: 256 minus the two NaN magnitudes the dispatch refuses.
 pub const LEGAL_CODES: usize = 254;
@@ -50,11 +107,43 @@ pub struct GateResult {
     /// contributes nothing, a failing row only its matching outputs. At
     /// most [`OBSERVABLE_CODES`].
     pub codes_exact: usize,
-    /// Rows run.
+    /// Rows run (the NaN-weight rows included).
     pub rows: usize,
     /// Rows the GEMM peer (`KERNEL_ORACLE_FP8_MMQ=cublaslt`) refused:
     /// counted, printed, not failures.
     pub refused_by_peer: usize,
+}
+
+/// Runs one NaN-weight row and prints it: the device's refusal count
+/// against the oracle's. Returns whether it passes.
+fn nan_row(engine: &Engine, row: &NanRow) -> bool {
+    let data = nan_case(row);
+    let want = oracle::fp8_mmq::count_nan_magnitude(&data.w) as u64;
+    let (in_f, out_f, m) = NAN_SHAPE;
+    let shape = format!("{in_f},{out_f},{m}");
+    let (verdict, what) = match run::device_refusal(engine, &data) {
+        Ok(got) if got == want => (
+            "PASS",
+            format!("refused: device {got}, oracle {want} NaN weight codes; quantizer and GEMM not launched"),
+        ),
+        Ok(got) => (
+            "FAIL",
+            format!("refused with device count {got}, oracle {want} NaN weight codes"),
+        ),
+        Err(e) => ("FAIL", format!("{e}; oracle {want} NaN weight codes")),
+    };
+    println!(
+        "{shape:<22} {:>6} {:<10} {what}  {verdict}",
+        "NAN", row.label
+    );
+    if verdict == "FAIL" {
+        println!(
+            "  reproduce: the NaN row {:?} of kernel_oracle::fp8_mmq::gate::NAN_ROWS (gate::nan_case), on {}",
+            row.label,
+            run::kernel_description(engine)
+        );
+    }
+    verdict == "PASS"
 }
 
 /// Runs every arm on every shape under the schedule the kernel declares
@@ -63,8 +152,9 @@ pub struct GateResult {
 /// for bit), the coverage
 /// line (e4m3 codes the kernel decoded bit-exactly, [`codes_decoded_exactly`](super::judge::codes_decoded_exactly)
 /// on each row's kernel output, gated at [`OBSERVABLE_CODES`] on the
-/// battery) and the verdict; each failing row also prints its
-/// reproduction.
+/// battery), the NaN-weight rows ([`NAN_ROWS`]: the device must refuse
+/// with the oracle's count) and the verdict; each failing row also prints
+/// its reproduction.
 pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     let mut g = GateResult::default();
     let mut codes = CodeSet::default();
@@ -123,6 +213,12 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
                     g.failures += 1;
                 }
             }
+        }
+    }
+    for row in &NAN_ROWS {
+        g.rows += 1;
+        if !nan_row(engine, row) {
+            g.failures += 1;
         }
     }
     println!();

@@ -304,23 +304,19 @@ pub mod bounds {
     pub const MAX_M: usize = 72;
 }
 
-/// True with odds 1 in `n` (n >= 2), and false once the input is exhausted.
-///
-/// `Unstructured::ratio` answers *true* on an exhausted input (its
-/// `int_in_range` returns the lower bound), which turned every knob on for
-/// libFuzzer's many short inputs: on the H200 the first 20,000 cases of a
-/// 10-minute run all planted NaN weight codes and were refused, none
-/// reached the GEMM. An edge a case opts into must cost input bytes.
-fn one_in(u: &mut Unstructured<'_>, n: u8) -> arbitrary::Result<bool> {
-    Ok(u.arbitrary::<u8>()? % n == n - 1)
-}
-
-/// A dimension biased to the edges: a multiple of `unit` plus or minus a
-/// little (half the time), 1 (an eighth), or anything up to `max`.
-fn edge_dim(u: &mut Unstructured<'_>, unit: usize, max: usize) -> arbitrary::Result<usize> {
-    Ok(match u.int_in_range(0u8..=7)? {
+/// A dimension biased to the edges, its class chosen by a selector value
+/// (two bits): 0 gives 1, 1 and 2 a multiple of `unit` plus or minus a
+/// little, 3 anything up to `max`; the value within the class comes from
+/// the input's later bytes.
+fn edge_dim(
+    u: &mut Unstructured<'_>,
+    class: u8,
+    unit: usize,
+    max: usize,
+) -> arbitrary::Result<usize> {
+    Ok(match class & 3 {
         0 => 1,
-        1..=4 => {
+        1 | 2 => {
             let blocks = u.int_in_range(1..=max / unit)?;
             let delta = u.int_in_range(-3i32..=3)?;
             ((blocks * unit) as i64 + i64::from(delta)).clamp(1, max as i64) as usize
@@ -329,37 +325,64 @@ fn edge_dim(u: &mut Unstructured<'_>, unit: usize, max: usize) -> arbitrary::Res
     })
 }
 
+/// The number of leading bytes [`CaseSpec`]'s `Arbitrary` reads as path
+/// selectors (see there).
+pub const SELECTOR_BYTES: usize = 4;
+
 impl<'a> Arbitrary<'a> for CaseSpec {
+    /// Every choice that selects a path comes from the first
+    /// [`SELECTOR_BYTES`] bytes: libFuzzer's inputs start at a few bytes
+    /// (its `lim` grows slowly), and a field drawn from an exhausted input
+    /// takes its first value, so a knob drawn last is starved (drawn after
+    /// the shape and seed, `nan_codes` planted no NaN code in 22,813 cases
+    /// of a 2-minute H200 run; the arm, drawn after the shape, was EXACT
+    /// in nearly every case of a first minute). The layout:
+    ///
+    /// - byte 0: the arm, `b % 4` ([`Arm::ALL`]: 1/4 each);
+    /// - byte 1: bits 0-1 all set: `every_code` (1/4); bits 2-3 all set:
+    ///   `zero_blocks` on (1/4); bits 4-5 all set: `act_exp` on (1/4);
+    /// - byte 2: bits 0-3 all set: `nan_codes` on (1/16), bits 4-5 its
+    ///   count (1 to 4, 1/4 each); bits 6-7 the `zero_blocks` period (1 to
+    ///   4, 1/4 each);
+    /// - byte 3: the size classes of `edge_dim`, bits 0-1 in_f, bits 2-3
+    ///   out_f, bits 4-5 m (1: 1/4; a multiple of the unit, 128 or 16,
+    ///   plus or minus 3: 1/2; anything: 1/4);
+    /// - then the dimensions within their classes, the seed, and the
+    ///   `act_exp` exponent (`-100..=100`).
+    ///
+    /// An input whose selector bytes are all zero (the empty input
+    /// included) is an EXACT case of shape 1 x 1 x 1 with no knob on.
+    ///
+    /// (Until the selectors moved here, the arm alone led and the knobs
+    /// came last; inputs of an older fuzz corpus decode to other cases. A
+    /// printed `case` reproduction names its case and is unaffected.)
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        // The arm comes first, from one byte: libFuzzer's inputs start at
-        // a few bytes (its `lim` grows slowly), and a field drawn from an
-        // exhausted input takes its first value. Drawn after the shape, the
-        // arm was EXACT in nearly every case of a first minute on the H200,
-        // and the planted bugs only the FOLD arm sees went unfound. (The same
-        // holds for CODES, the one arm that checks every code's decode bit
-        // for bit.) Adding CODES made this `% 4` (was `% 3`) and re-mapped
-        // the first byte: inputs of an older fuzz corpus now decode to other
-        // arms (a printed `case` reproduction names its arm and is
-        // unaffected).
-        let arm = Arm::ALL[usize::from(u.arbitrary::<u8>()?) % Arm::ALL.len()];
-        let in_f = edge_dim(u, 128, bounds::MAX_IN_F)?;
-        let out_f = edge_dim(u, 128, bounds::MAX_OUT_F)?;
-        let m = edge_dim(u, 16, bounds::MAX_M)?;
+        let sel: [u8; SELECTOR_BYTES] = [
+            u.arbitrary()?,
+            u.arbitrary()?,
+            u.arbitrary()?,
+            u.arbitrary()?,
+        ];
+        let arm = Arm::ALL[usize::from(sel[0]) % Arm::ALL.len()];
+        let on = |byte: u8, mask: u8| byte & mask == mask;
+        let in_f = edge_dim(u, sel[3], 128, bounds::MAX_IN_F)?;
+        let out_f = edge_dim(u, sel[3] >> 2, 128, bounds::MAX_OUT_F)?;
+        let m = edge_dim(u, sel[3] >> 4, 16, bounds::MAX_M)?;
         let seed = u64::arbitrary(u)?;
         let knobs = Knobs {
-            every_code: one_in(u, 4)?,
-            zero_blocks: if one_in(u, 4)? {
-                u.int_in_range(1..=4)?
+            every_code: on(sel[1], 0x03),
+            zero_blocks: if on(sel[1], 0x0C) {
+                1 + (sel[2] >> 6)
             } else {
                 0
             },
-            act_exp: if one_in(u, 4)? {
+            act_exp: if on(sel[1], 0x30) {
                 u.int_in_range(-100..=100)?
             } else {
                 0
             },
-            nan_codes: if one_in(u, 16)? {
-                u.int_in_range(1..=3)?
+            nan_codes: if on(sel[2], 0x0F) {
+                1 + ((sel[2] >> 4) & 3)
             } else {
                 0
             },
@@ -374,9 +397,9 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         })
     }
 
-    /// At most 3 bytes per dimension, 4 for the arm, 8 for the seed, 7 for
-    /// the knobs (bolero sizes its inputs from this).
+    /// The selector bytes, at most 3 bytes per dimension, 8 for the seed
+    /// and 1 for the exponent (bolero sizes its inputs from this).
     fn size_hint(_depth: usize) -> (usize, Option<usize>) {
-        (3, Some(3 * 3 + 4 + 8 + 7))
+        (SELECTOR_BYTES, Some(SELECTOR_BYTES + 3 * 3 + 8 + 1))
     }
 }

@@ -21,15 +21,31 @@ pub use generate::{Arm, CaseData, CaseSpec, Knobs};
 pub use judge::{reference, KernelOut, Reference, Verdict};
 pub use run::{engine, Outcome};
 
-use crate::stats::count;
+use crate::stats::{count, pct};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of one process's checks (printed by the fuzzer every
-/// [`STATS_EVERY`] cases, so time lost to refused cases shows).
-#[derive(Debug, Default)]
+/// [`STATS_EVERY`] cases, so time lost to refused cases shows, and so
+/// does a starved knob: what the generator drew, each with its share).
+#[derive(Debug)]
 pub struct Stats {
     /// Cases generated.
     pub cases: AtomicU64,
+    /// Cases drawn per arm, in [`Arm::ALL`] order (designed: 1/4 each).
+    pub arm: [AtomicU64; 4],
+    /// Cases drawn with [`Knobs::every_code`] (designed: 1/4).
+    pub every_code: AtomicU64,
+    /// ... with [`Knobs::zero_blocks`] on (designed: 1/4).
+    pub zero_blocks: AtomicU64,
+    /// ... with [`Knobs::act_exp`] on (designed: 1/4, less the cases whose
+    /// drawn exponent is 0).
+    pub act_exp: AtomicU64,
+    /// ... with [`Knobs::nan_codes`] on (designed: 1/16).
+    pub nan_codes: AtomicU64,
+    /// ... with m = 1 (designed: at least 1/4).
+    pub m1: AtomicU64,
+    /// ... with a k tail, `in_f % 128 != 0`.
+    pub k_tail: AtomicU64,
     /// Cases refused by the dispatch precondition (never compared).
     pub refused_nan_weights: AtomicU64,
     /// Cases run on the kernel and compared.
@@ -42,6 +58,13 @@ pub struct Stats {
 /// This process's counters.
 pub static STATS: Stats = Stats {
     cases: AtomicU64::new(0),
+    arm: [const { AtomicU64::new(0) }; 4],
+    every_code: AtomicU64::new(0),
+    zero_blocks: AtomicU64::new(0),
+    act_exp: AtomicU64::new(0),
+    nan_codes: AtomicU64::new(0),
+    m1: AtomicU64::new(0),
+    k_tail: AtomicU64::new(0),
     refused_nan_weights: AtomicU64::new(0),
     compared: AtomicU64::new(0),
     refused_by_peer: AtomicU64::new(0),
@@ -49,6 +72,53 @@ pub static STATS: Stats = Stats {
 
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 10_000;
+
+/// Counts what the generator drew for `spec` in [`STATS`].
+pub fn count_drawn(spec: &CaseSpec) {
+    let arm = Arm::ALL.iter().position(|&a| a == spec.arm);
+    count(&STATS.arm[arm.expect("every arm is listed")]);
+    let k = &spec.knobs;
+    for (on, c) in [
+        (k.every_code, &STATS.every_code),
+        (k.zero_blocks > 0, &STATS.zero_blocks),
+        (k.act_exp != 0, &STATS.act_exp),
+        (k.nan_codes > 0, &STATS.nan_codes),
+        (spec.m == 1, &STATS.m1),
+        (
+            !spec.in_f.is_multiple_of(oracle::fp8_mmq::BLOCK_K),
+            &STATS.k_tail,
+        ),
+    ] {
+        if on {
+            count(c);
+        }
+    }
+}
+
+/// The stats line [`check`] prints every [`STATS_EVERY`] cases: what was
+/// compared and refused, then what the generator drew, each with its
+/// share of the cases.
+pub fn stats_line() -> String {
+    let n = STATS.cases.load(Ordering::Relaxed);
+    let arms: Vec<String> = Arm::ALL
+        .iter()
+        .zip(&STATS.arm)
+        .map(|(a, c)| format!("{} {}", a.name(), pct(c, n)))
+        .collect();
+    format!(
+        "fp8_mmq stats: {n} cases, {} compared, {} refused (NaN weight codes), {} refused by the peer; arms: {}; knobs: every_code {}, zero_blocks {}, act_exp {}, nan_codes {}; m = 1 {}, k tail {}",
+        pct(&STATS.compared, n),
+        pct(&STATS.refused_nan_weights, n),
+        pct(&STATS.refused_by_peer, n),
+        arms.join(", "),
+        pct(&STATS.every_code, n),
+        pct(&STATS.zero_blocks, n),
+        pct(&STATS.act_exp, n),
+        pct(&STATS.nan_codes, n),
+        pct(&STATS.m1, n),
+        pct(&STATS.k_tail, n)
+    )
+}
 
 /// Runs one case on the CUDA kernels and judges it against the oracle.
 ///
@@ -64,14 +134,9 @@ pub fn check(spec: &CaseSpec) {
 /// [`check`], naming the fuzz artifact in the reproduction.
 pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);
+    count_drawn(spec);
     if n.is_multiple_of(STATS_EVERY) {
-        eprintln!(
-            "fp8_mmq stats: {n} cases, {} compared ({:.1}%), {} refused (NaN weight codes), {} refused by the peer",
-            STATS.compared.load(Ordering::Relaxed),
-            100.0 * STATS.compared.load(Ordering::Relaxed) as f64 / n as f64,
-            STATS.refused_nan_weights.load(Ordering::Relaxed),
-            STATS.refused_by_peer.load(Ordering::Relaxed)
-        );
+        eprintln!("{}", stats_line());
     }
     let engine = match engine() {
         Ok(e) => e,

@@ -181,6 +181,27 @@ pub fn run_case_with_reference(
     run_case_with_gemm(engine, the_peer(), data, arm, want)
 }
 
+/// A NaN-weight case on the device: the count of NaN-magnitude weight
+/// codes its precondition kernel found (`fp8_nan_count`), with which the
+/// shim refused the case. The refusal comes from
+/// [`Engine::check_weights`], which hands out the `CheckedWeights` the
+/// GEMM takes only when the count is zero, so a refused case launches
+/// neither the quantizer nor the GEMM.
+///
+/// # Errors
+/// A message when the device computed the case instead of refusing it
+/// (with its output's length), or failed otherwise (the driver's error).
+pub fn device_refusal(engine: &Engine, data: &CaseData) -> Result<u64, String> {
+    match kernel_out(engine, the_peer(), data) {
+        Err(DeviceError::NanWeights { count }) => Ok(count),
+        Ok(out) => Err(format!(
+            "the device computed the case ({} outputs) instead of refusing it",
+            out.y.len()
+        )),
+        Err(e) => Err(format!("the device failed: {e}")),
+    }
+}
+
 /// [`peer`], or a panic with its message (the command line and the fuzzer
 /// have checked it already).
 fn the_peer() -> Option<&'static CublasLtFp8> {

@@ -35,7 +35,8 @@ use crate::stats::{count, pct};
 use device::cuda::GdnEngine;
 use std::sync::atomic::AtomicU64;
 
-/// Counters of one process's checks.
+/// Counters of one process's checks: outcomes, and what the generator
+/// drew (each printed with its share, so a starved path shows).
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Cases generated.
@@ -43,8 +44,20 @@ pub struct Stats {
     /// Cases whose outputs hold a NaN or an infinity (states near overflow,
     /// eps = 0 with a zero head): compared under the NaN rule.
     pub nonfinite: AtomicU64,
-    /// Cases also replayed through a CUDA graph.
+    /// Cases also replayed through a CUDA graph (designed: 1/4).
     pub graph: AtomicU64,
+    /// Cases drawn with specials in the inputs (designed: 1/2).
+    pub specials: AtomicU64,
+    /// ... with a zero q or k head (designed: 3/4).
+    pub zero_qk: AtomicU64,
+    /// ... with a state near overflow (designed: 2/5).
+    pub big_state: AtomicU64,
+    /// ... with eps = 0 (designed: 1/8).
+    pub eps_zero: AtomicU64,
+    /// ... with t = 1 (designed: 9/32).
+    pub t1: AtomicU64,
+    /// ... with t = `MAX_T` (designed: 5/32).
+    pub t_max: AtomicU64,
 }
 
 /// This process's counters.
@@ -52,7 +65,48 @@ pub static STATS: Stats = Stats {
     cases: AtomicU64::new(0),
     nonfinite: AtomicU64::new(0),
     graph: AtomicU64::new(0),
+    specials: AtomicU64::new(0),
+    zero_qk: AtomicU64::new(0),
+    big_state: AtomicU64::new(0),
+    eps_zero: AtomicU64::new(0),
+    t1: AtomicU64::new(0),
+    t_max: AtomicU64::new(0),
 };
+
+/// The stats line [`check`] prints every [`STATS_EVERY`] cases: outcomes,
+/// then what the generator drew, each with its share of the cases.
+pub fn stats_line() -> String {
+    let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}",
+        pct(&STATS.nonfinite, n),
+        pct(&STATS.graph, n),
+        pct(&STATS.specials, n),
+        pct(&STATS.zero_qk, n),
+        pct(&STATS.big_state, n),
+        pct(&STATS.eps_zero, n),
+        pct(&STATS.t1, n),
+        generate::config::MAX_T,
+        pct(&STATS.t_max, n)
+    )
+}
+
+/// Counts what the generator drew for `spec` in [`STATS`] (the graph
+/// replay is counted where it runs).
+pub fn count_drawn(spec: &CaseSpec) {
+    for (on, c) in [
+        (spec.specials, &STATS.specials),
+        (spec.zero_qk != 0, &STATS.zero_qk),
+        (spec.state_spread > 1.0, &STATS.big_state),
+        (spec.eps == 0.0, &STATS.eps_zero),
+        (spec.t == 1, &STATS.t1),
+        (spec.t == generate::config::MAX_T, &STATS.t_max),
+    ] {
+        if on {
+            count(c);
+        }
+    }
+}
 
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 1_000;
@@ -146,12 +200,9 @@ pub fn check(spec: &CaseSpec) {
 /// [`check`], naming the fuzz artifact in the reproduction.
 pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);
+    count_drawn(spec);
     if n.is_multiple_of(STATS_EVERY) {
-        eprintln!(
-            "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}",
-            pct(&STATS.nonfinite, n),
-            pct(&STATS.graph, n)
-        );
+        eprintln!("{}", stats_line());
     }
     let e = match engine() {
         Ok(e) => e,

@@ -93,9 +93,16 @@ impl CaseData {
     }
 }
 
-fn slab(u: &mut Unstructured<'_>) -> arbitrary::Result<Slab> {
+/// A slab whose stride and base classes a selector byte picks: bits 0-2
+/// the stride (0: up to 1 MiB; 1: 24 MiB; 2: 48 MiB; 3: a power of two up
+/// to 2^40; 4: a power of two from 2^20 plus up to 4 KiB; 5: anything up
+/// to [`config::MAX_STRIDE`]; 6, 7: zero), bits 3-5 the base (0-3: a
+/// user-space heap address; 4: zero; 5: anything; 6: within 2^44 of the
+/// top of the address space; 7: within 2^32 of it). Values within a class
+/// come from the input's later bytes.
+fn slab(u: &mut Unstructured<'_>, sel: u8) -> arbitrary::Result<Slab> {
     use config::MAX_STRIDE;
-    let stride = match u.int_in_range(0..=6u8)? {
+    let stride = match sel & 7 {
         0 => u.int_in_range(0..=1u64 << 20)?,
         1 => 24 << 20,
         2 => 48 << 20,
@@ -104,7 +111,7 @@ fn slab(u: &mut Unstructured<'_>) -> arbitrary::Result<Slab> {
         5 => u.int_in_range(0..=MAX_STRIDE)?,
         _ => 0,
     };
-    let base = match u.int_in_range(0..=7u8)? {
+    let base = match (sel >> 3) & 7 {
         0..=3 => 0x0000_7f00_0000_0000 + (u.int_in_range(0..=1u64 << 28)? << 12),
         4 => 0,
         5 => u.arbitrary()?,
@@ -114,16 +121,42 @@ fn slab(u: &mut Unstructured<'_>) -> arbitrary::Result<Slab> {
     Ok(Slab { base, stride })
 }
 
+/// The number of leading bytes [`CaseSpec`]'s `Arbitrary` reads as path
+/// selectors (see there).
+pub const SELECTOR_BYTES: usize = 5;
+
 impl<'a> Arbitrary<'a> for CaseSpec {
+    /// Every choice that selects a path comes from the first
+    /// [`SELECTOR_BYTES`] bytes: libFuzzer's inputs start at a few bytes
+    /// (its `lim` grows slowly) and a field drawn from an exhausted input
+    /// takes its first value, so a choice drawn late is starved. The
+    /// layout:
+    ///
+    /// - byte 0: bits 0-1 all set: bad ids (1/4; an all-zero input has
+    ///   none, since libFuzzer keeps many short inputs that would otherwise
+    ///   refuse every pair); bit 2: macro planes (1/2); bit 3: special
+    ///   weights ([`WeightMix::Special`], 1/2); bits 4-5: the layer id
+    ///   (1/4 each); bits 6-7: n_expert (1, 256, 1024, or anything up to
+    ///   1024, from later bytes: 1/4 each);
+    /// - byte 1: bits 0-2: n_pairs (0, 1, 8, 256, 257: 1/8 each; anything
+    ///   up to 1200: 3/8); bits 3-6: one pair in `1 + b` gets a bad id;
+    /// - bytes 2, 3, 4: the gate, up and down slabs' stride and base
+    ///   classes (see `slab`);
+    /// - then the values within the classes, and the seed.
+    ///
+    /// (The classes used to be drawn one after another with the values
+    /// between them; inputs of an older fuzz corpus decode to other cases.
+    /// A printed reproduction names its case and is unaffected.)
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<CaseSpec> {
-        use config::{LAYERS, MAX_EXPERTS, MAX_PAIRS};
-        let n_expert = match u.int_in_range(0..=4u8)? {
+        use config::{MAX_EXPERTS, MAX_PAIRS};
+        let sel: [u8; SELECTOR_BYTES] = u.arbitrary()?;
+        let n_expert = match sel[0] >> 6 {
             0 => 1,
             1 => 256,
             2 => MAX_EXPERTS,
             _ => u.int_in_range(1..=MAX_EXPERTS)?,
         };
-        let n_pairs = match u.int_in_range(0..=7u8)? {
+        let n_pairs = match sel[1] & 7 {
             0 => 0,
             1 => 1,
             2 => 8,
@@ -131,33 +164,32 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             4 => 257,
             _ => u.int_in_range(0..=MAX_PAIRS)?,
         };
-        let slabs = [slab(u)?, slab(u)?, slab(u)?];
-        let macros = u.arbitrary()?;
-        let layer = u.int_in_range(0..=LAYERS - 1)?;
-        // One case in four has bad ids. The choice that reads no bytes
-        // (an exhausted input gives the range's low end) is "none": libFuzzer
-        // keeps many short inputs, which otherwise all refuse every pair.
-        let bad_ids = if u.int_in_range(0..=3u8)? == 3 {
-            u.int_in_range(1..=16u8)?
-        } else {
-            0
-        };
+        let slabs = [slab(u, sel[2])?, slab(u, sel[3])?, slab(u, sel[4])?];
         Ok(CaseSpec {
             n_expert,
             n_pairs,
             slabs,
-            macros,
-            layer,
-            bad_ids,
-            weights: u.arbitrary()?,
+            macros: sel[0] & 4 != 0,
+            layer: u32::from((sel[0] >> 4) & 3) % config::LAYERS,
+            bad_ids: if sel[0] & 3 == 3 {
+                1 + ((sel[1] >> 3) & 15)
+            } else {
+                0
+            },
+            weights: if sel[0] & 8 != 0 {
+                WeightMix::Special
+            } else {
+                WeightMix::Routing
+            },
             seed: u.arbitrary()?,
         })
     }
 
-    /// At most 96 bytes (the widest choice of every field); bounded, so
-    /// bolero's random driver hands over enough bytes.
+    /// At most 5 selector bytes and 67 of values (the widest choice of
+    /// every field); bounded, so bolero's random driver hands over enough
+    /// bytes.
     fn size_hint(_depth: usize) -> (usize, Option<usize>) {
-        (0, Some(96))
+        (SELECTOR_BYTES, Some(SELECTOR_BYTES + 2 + 2 + 3 * 16 + 8))
     }
 }
 

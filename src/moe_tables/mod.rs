@@ -28,7 +28,8 @@ use crate::stats::{count, pct};
 use oracle::moe_tables::{Plane, TablesError, CANONICAL_NAN, PLANES};
 use std::sync::atomic::AtomicU64;
 
-/// Counters of one process's checks.
+/// Counters of one process's checks: outcomes, and what the generator
+/// drew (each printed with its share, so a starved path shows).
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Cases generated.
@@ -39,6 +40,19 @@ pub struct Stats {
     pub refused_range: AtomicU64,
     /// ... a pointer past 64 bits.
     pub refused_overflow: AtomicU64,
+    /// Cases drawn with bad ids (designed: 1/4).
+    pub bad_ids: AtomicU64,
+    /// ... with macro planes (designed: 1/2).
+    pub macros: AtomicU64,
+    /// ... with special weights (designed: 1/2).
+    pub special: AtomicU64,
+    /// ... with no pairs (designed: at least 1/8).
+    pub no_pairs: AtomicU64,
+    /// ... with one expert (designed: at least 1/4).
+    pub one_expert: AtomicU64,
+    /// ... with a zero stride in some slab (designed: at least 1/4 per
+    /// slab).
+    pub zero_stride: AtomicU64,
 }
 
 /// This process's counters.
@@ -47,7 +61,47 @@ pub static STATS: Stats = Stats {
     compared: AtomicU64::new(0),
     refused_range: AtomicU64::new(0),
     refused_overflow: AtomicU64::new(0),
+    bad_ids: AtomicU64::new(0),
+    macros: AtomicU64::new(0),
+    special: AtomicU64::new(0),
+    no_pairs: AtomicU64::new(0),
+    one_expert: AtomicU64::new(0),
+    zero_stride: AtomicU64::new(0),
 };
+
+/// The stats line [`check`] prints every [`STATS_EVERY`] cases: outcomes,
+/// then what the generator drew, each with its share of the cases.
+pub fn stats_line() -> String {
+    let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "moe_tables stats: {n} cases, {} compared, refused alike: {} id out of range, {} pointer past 64 bits; drawn: bad ids {}, macro planes {}, special weights {}, no pairs {}, one expert {}, a zero stride {}",
+        pct(&STATS.compared, n),
+        pct(&STATS.refused_range, n),
+        pct(&STATS.refused_overflow, n),
+        pct(&STATS.bad_ids, n),
+        pct(&STATS.macros, n),
+        pct(&STATS.special, n),
+        pct(&STATS.no_pairs, n),
+        pct(&STATS.one_expert, n),
+        pct(&STATS.zero_stride, n)
+    )
+}
+
+/// Counts what the generator drew for `spec` in [`STATS`].
+pub fn count_drawn(spec: &CaseSpec) {
+    for (on, c) in [
+        (spec.bad_ids > 0, &STATS.bad_ids),
+        (spec.macros, &STATS.macros),
+        (spec.weights == WeightMix::Special, &STATS.special),
+        (spec.n_pairs == 0, &STATS.no_pairs),
+        (spec.n_expert == 1, &STATS.one_expert),
+        (spec.slabs.iter().any(|s| s.stride == 0), &STATS.zero_stride),
+    ] {
+        if on {
+            count(c);
+        }
+    }
+}
 
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 10_000;
@@ -67,13 +121,9 @@ pub fn check(spec: &CaseSpec) {
 /// [`check`], naming the fuzz artifact in the reproduction.
 pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);
+    count_drawn(spec);
     if n.is_multiple_of(STATS_EVERY) {
-        eprintln!(
-            "moe_tables stats: {n} cases, {} compared, refused alike: {} id out of range, {} pointer past 64 bits",
-            pct(&STATS.compared, n),
-            pct(&STATS.refused_range, n),
-            pct(&STATS.refused_overflow, n)
-        );
+        eprintln!("{}", stats_line());
     }
     let engine = match engine() {
         Ok(e) => e,

@@ -9,7 +9,13 @@
 //!   and M of `ffn_down` and `attn_out` with N cut from 512 to 64 (the
 //!   longest K, 4608, is where the EXACT bound is tightest), and ragged
 //!   shapes (m and n off the 64-wide workgroup block, m = n = 1, f32 k
-//!   not a multiple of TILE_K).
+//!   not a multiple of TILE_K), and two with n > m (few columns, many
+//!   rows: a store that skips the column check writes from the last row's
+//!   partial workgroup block into the guard band after `dst`).
+//!
+//! Every shape runs three arms: EXACT, RANDOM, and BAL (RANDOM data with
+//! balanced products, so the one-output row fails a kernel that drops any
+//! product; see `super::judge`).
 
 use super::generate::{Arm, CaseSpec};
 use super::judge::{reference, Verdict};
@@ -43,13 +49,15 @@ pub const LFM_SHAPES: [Shape; 4] = [
 ];
 
 /// The shapes `cargo test` runs on lavapipe (see the module doc).
-pub const CI_SHAPES: [Shape; 6] = [
+pub const CI_SHAPES: [Shape; 8] = [
     shape("ffn_down/8", 1024, 4608, 64),
     shape("attn_out/8", 1024, 1024, 64),
     shape("ragged", 197, 512, 67),
     shape("m1n1", 1, 256, 1),
     shape("m-edge", 65, 768, 63),
     shape("k-tail", 70, 100, 9),
+    shape("n>m", 3, 256, 70),
+    shape("n>>m", 17, 512, 131),
 ];
 
 /// The geometries the gate runs: the seed's default and a small one with a
@@ -84,7 +92,8 @@ pub fn spec(shape: &Shape, dtype: Dtype, arm: Arm) -> CaseSpec {
         ^ ((shape.k as u64) << 16)
         ^ (shape.n as u64)
         ^ ((device::wgpu::dtype_code(dtype) as u64) << 60)
-        ^ ((arm == Arm::Exact) as u64) << 59;
+        ^ ((arm == Arm::Exact) as u64) << 59
+        ^ ((arm == Arm::Balanced) as u64) << 58;
     CaseSpec {
         dtype,
         m: shape.m,
@@ -125,7 +134,7 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
                 if !sh.k.is_multiple_of(dtype.block_elems()) {
                     continue;
                 }
-                for arm in [Arm::Exact, Arm::Random] {
+                for arm in Arm::ALL {
                     let spec = spec(sh, dtype, arm);
                     g.rows += 1;
                     match run_one(engine, &spec, geom) {
@@ -178,7 +187,7 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
     println!();
     if g.failures == 0 {
         println!(
-            "=== mul-mat-check ALL GREEN ({} rows: EXACT bit-identical, RANDOM within 2 gamma_K sum|w x| per output) ===",
+            "=== mul-mat-check ALL GREEN ({} rows: EXACT bit-identical, RANDOM and BAL within 2 gamma_K sum|w x| per output) ===",
             g.rows
         );
     } else {

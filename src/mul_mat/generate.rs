@@ -1,5 +1,7 @@
-//! Case generation for `mul_mat`: the EXACT and RANDOM arms' data and an
-//! `Arbitrary` case spec biased to the edges.
+//! Case generation for `mul_mat`: the EXACT, RANDOM and BALANCED arms'
+//! data and an `Arbitrary` case spec biased to the edges, every choice
+//! that selects a path drawn from the leading bytes (see
+//! [`CaseSpec`]'s `Arbitrary`).
 //!
 //! Rule `GEN-FINITE` (seed 004's `fill_quant_bytes`): random block bytes
 //! keep every f16 scale finite and keep its sign. A scale whose exponent
@@ -27,15 +29,38 @@ pub enum Arm {
     /// [-1, 1): compared with the rounding-error bound of
     /// [`super::judge::Verdict`].
     Random,
+    /// Random data whose products all have about the same magnitude
+    /// ([`balanced_block`]; activations `±[0.5, 1)`), compared with the
+    /// RANDOM arm's bound. In the RANDOM arm one block with a large f16
+    /// scale dominates `sum |w x|`, and with it the bound: a kernel that
+    /// drops the k tail, or any product of a small-scale block, passes
+    /// there. Here every product lies in `[p_min, 38 p_min]`, so the bound
+    /// `2 gamma_K S <= 2 gamma_K K * 38 p_min`, and a kernel that drops one
+    /// product p is off by at least `p - 2 gamma_K S` (its own rounding and
+    /// the oracle's): whatever the seed, dropping any product fails when
+    /// `4 gamma_K K * 38 < 1`, that is for K up to 256 (`K^2 u * 152 < 1`
+    /// holds to K = 332); on longer rows a dropped block or tile still
+    /// fails unless its products cancel.
+    Balanced,
 }
 
 impl Arm {
+    /// Every arm, in the gate's order.
+    pub const ALL: [Arm; 3] = [Arm::Exact, Arm::Random, Arm::Balanced];
+
     /// The name printed in tables and reproductions.
     pub fn name(self) -> &'static str {
         match self {
             Arm::Exact => "EXACT",
             Arm::Random => "RANDOM",
+            Arm::Balanced => "BAL",
         }
+    }
+
+    /// Whether the arm is judged by the rounding-error bound (RANDOM and
+    /// BALANCED) rather than bit for bit (EXACT).
+    pub fn bounded(self) -> bool {
+        self != Arm::Exact
     }
 }
 
@@ -154,6 +179,85 @@ fn put_f16(blk: &mut [u8], off: usize, bits: u16) {
     blk[off..off + 2].copy_from_slice(&bits.to_le_bytes());
 }
 
+/// `±[lo, 2 lo)`, uniform, random sign (BALANCED activations and f32
+/// weights).
+fn signed(r: &mut Rng, lo: f32) -> f32 {
+    let v = lo * (1.0 + r.f01());
+    if r.u8() & 1 == 0 {
+        v
+    } else {
+        -v
+    }
+}
+
+/// An f16 `±2^e * [1, 2)`: exponent `e`, 10 random fraction bits, sign
+/// `neg`.
+fn f16_band(r: &mut Rng, e: i32, neg: bool) -> u16 {
+    f16_pow2(e, neg) | (u16::from(r.u8()) << 2) | u16::from(r.u8() & 3)
+}
+
+/// Fills one block of `dtype` (`blk`, whole block bytes, already random)
+/// for the BALANCED arm: every dequantized weight non-zero and within a
+/// small ratio of every other of the same dtype, all codes of each field
+/// still reached where the ratio allows.
+///
+/// - f32: `±[0.5, 1)` (ratio 2).
+/// - q4_0: `d = ±[1, 2)`, every nibble but 8 (`q - 8` in `±1..=8`):
+///   `|w|` in `[1, 16)` (ratio 16).
+/// - q8_0: `d = ±[1, 2)`, codes `±32..=127`: `|w|` in `[32, 254)` (ratio
+///   8).
+/// - q4_K: `d = ±[1, 2)` and `dmin = ∓[4, 8)` (opposite signs, so
+///   `(d sc) q - dmin mn` never cancels), every 6-bit sub-block scale and
+///   min in `32..=63` (bits 5 and 7 of scale bytes 0..8 set; the
+///   `get_scale_min_k4` packing): `|w|` in `[128, 2394)` (ratio 19).
+/// - q6_K: `d = ±[1, 2)`, i8 sub-block scales `±32..=127`, every 2-bit
+///   high field 0 or 3 (`q - 32` in `-32..=-17` or `16..=31`): `|w|` in
+///   `[512, 8128]` (ratio 16).
+///
+/// With activations `±[0.5, 1)` the products span a ratio of at most 38.
+pub fn balanced_block(dtype: Dtype, blk: &mut [u8], r: &mut Rng) {
+    let neg = r.u8() & 1 == 1;
+    match dtype {
+        Dtype::F32 => blk.copy_from_slice(&signed(r, 0.5).to_le_bytes()),
+        Dtype::Q4_0 => {
+            put_f16(blk, q4_0::D_OFFSET, f16_band(r, 0, neg));
+            for b in &mut blk[q4_0::QS_OFFSET..] {
+                let mut nib = || {
+                    let v = r.below(15) as u8;
+                    v + u8::from(v >= 8)
+                };
+                *b = nib() | (nib() << 4);
+            }
+        }
+        Dtype::Q8_0 => {
+            put_f16(blk, q8_0::D_OFFSET, f16_band(r, 0, neg));
+            for b in &mut blk[q8_0::QS_OFFSET..] {
+                let mag = 32 + r.below(96) as i8;
+                *b = (if r.u8() & 1 == 0 { mag } else { -mag }) as u8;
+            }
+        }
+        Dtype::Q4K => {
+            put_f16(blk, q4_k::D_OFFSET, f16_band(r, 0, neg));
+            put_f16(blk, q4_k::DMIN_OFFSET, f16_band(r, 2, !neg));
+            for b in &mut blk[q4_k::SCALES_OFFSET..q4_k::SCALES_OFFSET + 8] {
+                *b |= 0xA0;
+            }
+        }
+        Dtype::Q6K => {
+            put_f16(blk, q6_k::D_OFFSET, f16_band(r, 0, neg));
+            for b in &mut blk[q6_k::QH_OFFSET..q6_k::SCALES_OFFSET] {
+                // Each 2-bit field 00 or 11: four random bits, doubled.
+                let h = r.u8();
+                *b = (0..4).fold(0, |acc, i| acc | ((((h >> i) & 1) * 3) << (2 * i)));
+            }
+            for b in &mut blk[q6_k::SCALES_OFFSET..q6_k::D_OFFSET] {
+                let mag = 32 + r.below(96) as i8;
+                *b = (if r.u8() & 1 == 0 { mag } else { -mag }) as u8;
+            }
+        }
+    }
+}
+
 impl CaseSpec {
     /// The case's data.
     ///
@@ -174,6 +278,12 @@ impl CaseSpec {
                     keep_scales_finite(self.dtype, &mut src0);
                 }
                 (0..self.n * self.k).map(|_| 2.0 * r.f01() - 1.0).collect()
+            }
+            Arm::Balanced => {
+                for blk in src0.chunks_exact_mut(self.dtype.block_bytes()) {
+                    balanced_block(self.dtype, blk, &mut r);
+                }
+                (0..self.n * self.k).map(|_| signed(&mut r, 0.5)).collect()
             }
             Arm::Exact => {
                 let p = exact_plan(self.dtype, self.k).expect("K within the EXACT bound");
@@ -260,11 +370,12 @@ pub mod config {
     pub const K_MAX: usize = 2048;
 }
 
-/// A size biased to the tile edges: 1, a multiple of 64 (the default
-/// workgroup's output block) plus or minus a little, or anything in
-/// `1..=max`.
-fn edge_size(u: &mut Unstructured<'_>, max: usize) -> arbitrary::Result<usize> {
-    Ok(match u.int_in_range(0u8..=3)? {
+/// The size class a selector value picks (two bits): 0 gives 1, 1 a
+/// multiple of 64 (the default workgroup's output block) plus or minus a
+/// little, 2 and 3 anything in `1..=max`; the value itself is drawn from
+/// the input's later bytes.
+fn edge_size(u: &mut Unstructured<'_>, class: u8, max: usize) -> arbitrary::Result<usize> {
+    Ok(match class & 3 {
         0 => 1,
         1 => {
             let base = 64 * u.int_in_range(1..=(max / 64).max(1))?;
@@ -275,31 +386,57 @@ fn edge_size(u: &mut Unstructured<'_>, max: usize) -> arbitrary::Result<usize> {
     })
 }
 
+/// The number of leading bytes [`CaseSpec`]'s `Arbitrary` reads as path
+/// selectors (see there).
+pub const SELECTOR_BYTES: usize = 4;
+
 impl<'a> Arbitrary<'a> for CaseSpec {
+    /// Every choice that selects a path comes from the first
+    /// [`SELECTOR_BYTES`] bytes, so that libFuzzer's short inputs (its
+    /// `lim` grows slowly, and a field drawn from an exhausted input takes
+    /// its first value) reach every arm, dtype, shape class and geometry
+    /// at its designed rate; the later bytes only pick values within the
+    /// chosen class:
+    ///
+    /// - byte 0: the arm, `b % 3` ([`Arm::ALL`]: 1/3 each);
+    /// - byte 1: the dtype, `b % 5` (`Dtype::ALL`: 1/5 each);
+    /// - byte 2: the size classes of `edge_size`, bits 0-1 m and bits 2-3
+    ///   n (1: 1/4, a multiple of 64 plus or minus 2: 1/4, any: 1/2), bits
+    ///   4-5 k (one block: 1/4, [`config::K_MAX`]: 1/4, any: 1/2);
+    /// - byte 3: the geometry, `b % 3` (the seed's top bits, which
+    ///   [`super::geometry_for`] reads: 1/3 each);
+    /// - then m, n, k within their classes, and the seed.
+    ///
+    /// (The arm and dtype used to share byte 0, with m, n, k and the seed
+    /// after it and the geometry from the seed; inputs of an older fuzz
+    /// corpus decode to other cases. A printed reproduction names its case
+    /// and is unaffected.)
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        // One byte picks the arm (low bit) and the dtype, first: libFuzzer's
-        // inputs start at a few bytes, and a field drawn from an exhausted
-        // input takes its first value. Drawn last, the arm was EXACT in 9,999
-        // of the first 10,000 cases of a 4-minute run on the H200.
-        let pick = u.arbitrary::<u8>()?;
-        let arm = if pick & 1 == 0 {
-            Arm::Exact
-        } else {
-            Arm::Random
-        };
-        let dtype = Dtype::ALL[usize::from(pick >> 1) % Dtype::ALL.len()];
+        let sel: [u8; SELECTOR_BYTES] = [
+            u.arbitrary()?,
+            u.arbitrary()?,
+            u.arbitrary()?,
+            u.arbitrary()?,
+        ];
+        let arm = Arm::ALL[usize::from(sel[0]) % Arm::ALL.len()];
+        let dtype = Dtype::ALL[usize::from(sel[1]) % Dtype::ALL.len()];
         let be = dtype.block_elems();
-        let m = edge_size(u, config::M_MAX)?;
-        let n = edge_size(u, config::N_MAX)?;
+        let m = edge_size(u, sel[2], config::M_MAX)?;
+        let n = edge_size(u, sel[2] >> 2, config::N_MAX)?;
         // K in whole blocks; f32 K is any length, so k tails inside one
         // TILE_K occur.
-        let k = be * u.int_in_range(1..=config::K_MAX / be)?;
-        let seed = u64::arbitrary(u)?;
+        let blocks = match (sel[2] >> 4) & 3 {
+            0 => 1,
+            1 => config::K_MAX / be,
+            _ => u.int_in_range(1..=config::K_MAX / be)?,
+        };
+        let geometry = u64::from(sel[3] % 3);
+        let seed = (u64::arbitrary(u)? & !(7 << 61)) | (geometry << 61);
         Ok(CaseSpec {
             dtype,
             m,
             n,
-            k,
+            k: be * blocks,
             arm,
             seed,
         })

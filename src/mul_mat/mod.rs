@@ -24,45 +24,95 @@ pub use run::engine;
 
 use crate::stats::{count, pct};
 use device::wgpu::Geometry;
-use std::sync::atomic::AtomicU64;
+use oracle::ggml::Dtype;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Counters of one process's checks.
-#[derive(Debug, Default)]
+/// Counters of one process's checks: what the generator drew (arms,
+/// dtypes, geometries, the m = 1 and n = 1 edges, each printed with its
+/// share so a starved path shows) and what was compared.
+#[derive(Debug)]
 pub struct Stats {
     /// Cases generated.
     pub cases: AtomicU64,
     /// Cases the spec refused (`CaseSpec::valid`), never run.
     pub invalid: AtomicU64,
-    /// EXACT cases compared.
-    pub exact: AtomicU64,
-    /// RANDOM cases compared.
-    pub random: AtomicU64,
+    /// Cases drawn per arm, in [`Arm::ALL`] order (designed: 1/3 each).
+    pub arm: [AtomicU64; 3],
+    /// Cases drawn per dtype, in `Dtype::ALL` order (designed: 1/5 each).
+    pub dtype: [AtomicU64; 5],
+    /// Cases drawn per geometry, in [`FUZZ_GEOMETRIES`] order (designed:
+    /// 1/3 each).
+    pub geometry: [AtomicU64; 3],
+    /// Cases with m = 1 (designed: at least 1/4).
+    pub m1: AtomicU64,
+    /// Cases with n = 1 (designed: at least 1/4).
+    pub n1: AtomicU64,
+    /// Cases run and judged.
+    pub compared: AtomicU64,
 }
 
 /// This process's counters.
 pub static STATS: Stats = Stats {
     cases: AtomicU64::new(0),
     invalid: AtomicU64::new(0),
-    exact: AtomicU64::new(0),
-    random: AtomicU64::new(0),
+    arm: [const { AtomicU64::new(0) }; 3],
+    dtype: [const { AtomicU64::new(0) }; 5],
+    geometry: [const { AtomicU64::new(0) }; 3],
+    m1: AtomicU64::new(0),
+    n1: AtomicU64::new(0),
+    compared: AtomicU64::new(0),
 };
 
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 10_000;
 
-/// The geometry a fuzz case runs with, picked by its seed among
-/// [`gate::GEOMETRIES`] and one with a TILE_K of 8 (more k tiles).
-pub fn geometry_for(spec: &CaseSpec) -> Geometry {
-    const EXTRA: Geometry = Geometry {
+/// The stats line [`check`] prints every [`STATS_EVERY`] cases: every
+/// counter of [`STATS`] with its share of the cases.
+pub fn stats_line() -> String {
+    let n = STATS.cases.load(Ordering::Relaxed);
+    let list = |names: &[String], c: &[AtomicU64]| {
+        names
+            .iter()
+            .zip(c)
+            .map(|(name, c)| format!("{name} {}", pct(c, n)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "mul_mat stats: {n} cases, {} compared, {} refused by the spec; arms: {}; dtypes: {}; geometries: {}; m = 1 {}, n = 1 {}",
+        pct(&STATS.compared, n),
+        pct(&STATS.invalid, n),
+        list(&Arm::ALL.map(|a| a.name().to_string()), &STATS.arm),
+        list(&Dtype::ALL.map(|d| d.name().to_string()), &STATS.dtype),
+        list(&FUZZ_GEOMETRIES.map(|g| report::geometry(&g)), &STATS.geometry),
+        pct(&STATS.m1, n),
+        pct(&STATS.n1, n)
+    )
+}
+
+/// The geometries of fuzz cases: [`gate::GEOMETRIES`] and one with a
+/// TILE_K of 8 (more k tiles).
+pub const FUZZ_GEOMETRIES: [Geometry; 3] = [
+    gate::GEOMETRIES[0],
+    gate::GEOMETRIES[1],
+    Geometry {
         wg_m: 4,
         wg_n: 8,
         tile_k: 8,
-    };
-    match (spec.seed >> 61) % 3 {
-        0 => gate::GEOMETRIES[0],
-        1 => gate::GEOMETRIES[1],
-        _ => EXTRA,
-    }
+    },
+];
+
+/// The index in [`FUZZ_GEOMETRIES`] a fuzz case runs with: its seed's top
+/// three bits, modulo 3 (which `CaseSpec`'s `Arbitrary` sets from a
+/// leading byte).
+pub fn geometry_index(spec: &CaseSpec) -> usize {
+    ((spec.seed >> 61) % 3) as usize
+}
+
+/// The geometry a fuzz case runs with: [`FUZZ_GEOMETRIES`] at
+/// [`geometry_index`].
+pub fn geometry_for(spec: &CaseSpec) -> Geometry {
+    FUZZ_GEOMETRIES[geometry_index(spec)]
 }
 
 /// Runs one case on the adapter and judges it against the oracle, with
@@ -89,13 +139,9 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
 
 fn check_inner(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) {
     let n = count(&STATS.cases);
+    count_drawn(spec);
     if n.is_multiple_of(STATS_EVERY) {
-        eprintln!(
-            "mul_mat stats: {n} cases, {} EXACT, {} RANDOM, {} refused by the spec",
-            pct(&STATS.exact, n),
-            pct(&STATS.random, n),
-            pct(&STATS.invalid, n)
-        );
+        eprintln!("{}", stats_line());
     }
     if spec.valid().is_err() {
         count(&STATS.invalid);
@@ -116,8 +162,20 @@ fn check_inner(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) {
     if !v.pass() {
         panic!("{}", report::divergence(spec, geom, &v, &desc, artifact));
     }
-    match spec.arm {
-        Arm::Exact => count(&STATS.exact),
-        Arm::Random => count(&STATS.random),
-    };
+    count(&STATS.compared);
+}
+
+/// Counts what the generator drew for `spec` in [`STATS`].
+pub fn count_drawn(spec: &CaseSpec) {
+    let arm = Arm::ALL.iter().position(|&a| a == spec.arm);
+    let dtype = Dtype::ALL.iter().position(|&d| d == spec.dtype);
+    count(&STATS.arm[arm.expect("every arm is listed")]);
+    count(&STATS.dtype[dtype.expect("every dtype is listed")]);
+    count(&STATS.geometry[geometry_index(spec)]);
+    if spec.m == 1 {
+        count(&STATS.m1);
+    }
+    if spec.n == 1 {
+        count(&STATS.n1);
+    }
 }

@@ -18,7 +18,7 @@ pub struct Mutant {
 }
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 3] = [
+pub const MUTANTS: [Mutant; 5] = [
     Mutant {
         name: "drop-f16-sign",
         what: "the f16 scale decode drops the sign bit: every negative scale reads as positive (seed 004's masked-sign generator let this pass)",
@@ -36,6 +36,18 @@ pub const MUTANTS: [Mutant; 3] = [
         what: "q4_K adds the sub-block min instead of subtracting it",
         find: "return dj * f32(q) - mj;",
         replace: "return dj * f32(q) + mj;",
+    },
+    Mutant {
+        name: "drop-k-tail",
+        what: "the k loop runs whole TILE_K tiles only: the last K % TILE_K products of every output are dropped (one output of K = 256 with TILE_K = 40 passed the RANDOM arm's bound; the BAL arm fails it)",
+        find: "for (var k0 = 0u; k0 < kdim; k0 += TILE_K) {",
+        replace: "for (var k0 = 0u; k0 + TILE_K <= kdim; k0 += TILE_K) {",
+    },
+    Mutant {
+        name: "unguarded-column",
+        what: "the store checks the row n but not the column m: a partial workgroup block writes columns m >= M into the next row, and from the last row past dst into the guard band",
+        find: "if (gm < m && gn < n) {",
+        replace: "if (gn < n) {",
     },
 ];
 

@@ -21,7 +21,7 @@ pub fn geometry(g: &Geometry) -> String {
 pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, v: &Verdict) -> String {
     let bound = match v.arm {
         Arm::Exact => "0 bits".to_string(),
-        Arm::Random => format!("{:.2e}", v.nmse_bound),
+        Arm::Random | Arm::Balanced => format!("{:.2e}", v.nmse_bound),
     };
     format!(
         "{:<6} {:<10} {:>5} {:>5} {:>5} {:<7} {:<11} {:>10.3e} {:>10.2e} {:>10} {:>8}  {}",
@@ -69,7 +69,7 @@ pub fn divergence(
     );
     match v.arm {
         Arm::Exact => s += "  bound: bit-identical (EXACT arm)\n",
-        Arm::Random => {
+        Arm::Random | Arm::Balanced => {
             s += &format!(
                 "  bound: |got - want| <= 2 gamma_K sum|w x| per output ({} over), NMSE {:.3e} <= {:.3e}\n",
                 v.over_bound, v.cmp.nmse, v.nmse_bound
