@@ -357,6 +357,45 @@ pub fn count_nan_magnitude(w: &[u8]) -> usize {
     count
 }
 
+/// The quantizer's argument check: `x` `[m x in_f]`, `q` `[m x in_f_pad]`,
+/// `d` `[m x in_f_pad/128]` (elements), as [`quantize_activations`] makes
+/// it first; exported so fast paths refuse exactly what the spec refuses.
+///
+/// # Errors
+/// [`ShapeError::Len`] naming the first argument whose length disagrees.
+pub fn check_quantize_operands(
+    shape: &Shape,
+    x: &[f32],
+    q: &[u8],
+    d: &[f32],
+) -> Result<(), ShapeError> {
+    check_len("x", shape.act_len(), x.len())?;
+    check_len("q", shape.q_len(), q.len())?;
+    check_len("d", shape.d_len(), d.len())
+}
+
+/// The GEMM's argument check: `w` `[out_f x in_f]`, `scales`
+/// `[ceil(out_f/128) x ceil(in_f/128)]`, `q` `[m x in_f_pad]`, `d`
+/// `[m x in_f_pad/128]`, `y` `[m x out_f]` (elements), as [`mmq`] makes it
+/// first; exported so fast paths refuse exactly what the spec refuses.
+///
+/// # Errors
+/// [`ShapeError::Len`] naming the first argument whose length disagrees.
+pub fn check_gemm_operands(
+    shape: &Shape,
+    w: &[u8],
+    scales: &[f32],
+    q: &[u8],
+    d: &[f32],
+    y: &[f32],
+) -> Result<(), ShapeError> {
+    check_len("w", shape.weight_len(), w.len())?;
+    check_len("scales", shape.scale_len(), scales.len())?;
+    check_len("q", shape.q_len(), q.len())?;
+    check_len("d", shape.d_len(), d.len())?;
+    check_len("y", shape.out_len(), y.len())
+}
+
 fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), ShapeError> {
     if want == got {
         Ok(())
@@ -413,9 +452,7 @@ pub fn quantize_activations(
     q: &mut [u8],
     d: &mut [f32],
 ) -> Result<(), ShapeError> {
-    check_len("x", shape.act_len(), x.len())?;
-    check_len("q", shape.q_len(), q.len())?;
-    check_len("d", shape.d_len(), d.len())?;
+    check_quantize_operands(shape, x, q, d)?;
     let (in_f, in_f_pad, blocks) = (shape.in_f(), shape.in_f_pad(), shape.act_blocks());
     for j in 0..shape.m() {
         for b in 0..blocks {
@@ -596,11 +633,7 @@ pub fn mmq(
     use crate::conventions::NanMagnitude::{Ieee, ReadAsZero};
     use crate::e4m3::decode_e4m3;
     use crate::tensor_core::{mma_k32, Fp8Kind::E4m3, MMA_K};
-    check_len("w", shape.weight_len(), w.len())?;
-    check_len("scales", shape.scale_len(), scales.len())?;
-    check_len("q", shape.q_len(), q.len())?;
-    check_len("d", shape.d_len(), d.len())?;
-    check_len("y", shape.out_len(), y.len())?;
+    check_gemm_operands(shape, w, scales, q, d, y)?;
     let (in_f, in_f_pad, out_f) = (shape.in_f(), shape.in_f_pad(), shape.out_f());
     let (scols, blocks) = (shape.scale_cols(), shape.act_blocks());
     for j in 0..shape.m() {

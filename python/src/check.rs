@@ -519,15 +519,7 @@ fn check_fp8_block_gemm<'py>(
                             rep.passed += 1;
                         } else {
                             rep.failed += 1;
-                            let mut r = head.clone();
-                            r.push('\n');
-                            if !written.is_empty() {
-                                let _ = writeln!(
-                                    r,
-                                    "  the callable wrote its input(s): {} (inputs must be left as given)",
-                                    written.join(", ")
-                                );
-                            }
+                            let mut r = failure_head(&head, &written);
                             if !v.pass() {
                                 let bound = if v.y_bit_exact() {
                                     "bit-identical (0 differing bits)".to_string()
@@ -745,15 +737,7 @@ fn check_mul_mat<'py>(
                                 rep.passed += 1;
                             } else {
                                 rep.failed += 1;
-                                let mut r = head.clone();
-                                r.push('\n');
-                                if !written.is_empty() {
-                                    let _ = writeln!(
-                                        r,
-                                        "  the callable wrote its input(s): {} (inputs must be left as given)",
-                                        written.join(", ")
-                                    );
-                                }
+                                let mut r = failure_head(&head, &written);
                                 if !v.pass() {
                                     let bound = match arm {
                                         MArm::Exact => "bit-identical (0 differing bits)".to_string(),
@@ -801,4 +785,18 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_fp8_block_gemm, m)?)?;
     m.add_function(wrap_pyfunction!(check_mul_mat, m)?)?;
     Ok(())
+}
+
+/// The first lines of a failure report: the row's header, then, when the
+/// callable changed any input, which ones.
+fn failure_head(head: &str, written: &[String]) -> String {
+    let mut r = format!("{head}\n");
+    if !written.is_empty() {
+        let _ = writeln!(
+            r,
+            "  the callable wrote its input(s): {} (inputs must be left as given)",
+            written.join(", ")
+        );
+    }
+    r
 }

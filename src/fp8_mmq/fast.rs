@@ -93,14 +93,6 @@ impl Simd {
     }
 }
 
-fn check_len(arg: &'static str, want: usize, got: usize) -> Result<(), ShapeError> {
-    if want == got {
-        Ok(())
-    } else {
-        Err(ShapeError::Len { arg, want, got })
-    }
-}
-
 /// Same contract, shapes and errors as [`oracle::fp8_mmq::mmq_v2`], and the
 /// same output bits, on the best target of this CPU.
 ///
@@ -154,21 +146,6 @@ pub fn mmq_fast(
     mmq_fast_with(Simd::detected(), shape, schedule, w, scales, q, d, y)
 }
 
-fn check_gemm_lens(
-    shape: &Shape,
-    w: &[u8],
-    scales: &[f32],
-    q: &[u8],
-    d: &[f32],
-    y: &[f32],
-) -> Result<(), ShapeError> {
-    check_len("w", shape.weight_len(), w.len())?;
-    check_len("scales", shape.scale_len(), scales.len())?;
-    check_len("q", shape.q_len(), q.len())?;
-    check_len("d", shape.d_len(), d.len())?;
-    check_len("y", shape.out_len(), y.len())
-}
-
 /// [`mmq_fast`] on the target `simd` (see [`Simd`]; the target matters only
 /// under [`Accumulation::F32`]).
 ///
@@ -186,7 +163,7 @@ pub fn mmq_fast_with(
     d: &[f32],
     y: &mut [f32],
 ) -> Result<(), ShapeError> {
-    check_gemm_lens(shape, w, scales, q, d, y)?;
+    oracle::fp8_mmq::check_gemm_operands(shape, w, scales, q, d, y)?;
     let ops = gemm::Operands {
         shape,
         w,
@@ -231,8 +208,14 @@ pub fn mmq_fast_both_folds(
     y_separate: &mut [f32],
     y_fused: &mut [f32],
 ) -> Result<(), ShapeError> {
-    check_gemm_lens(shape, w, scales, q, d, y_separate)?;
-    check_len("y_fused", shape.out_len(), y_fused.len())?;
+    oracle::fp8_mmq::check_gemm_operands(shape, w, scales, q, d, y_separate)?;
+    if y_fused.len() != shape.out_len() {
+        return Err(ShapeError::Len {
+            arg: "y_fused",
+            want: shape.out_len(),
+            got: y_fused.len(),
+        });
+    }
     let mut ops = gemm::Operands {
         shape,
         w,
@@ -291,9 +274,7 @@ pub fn quantize_activations_fast_with(
     q: &mut [u8],
     d: &mut [f32],
 ) -> Result<(), ShapeError> {
-    check_len("x", shape.act_len(), x.len())?;
-    check_len("q", shape.q_len(), q.len())?;
-    check_len("d", shape.d_len(), d.len())?;
+    oracle::fp8_mmq::check_quantize_operands(shape, x, q, d)?;
     quantize::quantize(simd, shape, x, q, d);
     Ok(())
 }
