@@ -71,13 +71,13 @@ fn run_peer() -> (String, HashMap<String, f64>) {
     if !torch.is_ok_and(|o| o.status.success()) {
         return ("peer: none (no python3 with CUDA torch)".into(), out);
     }
-    let script = ["scripts/sgemm_peer.py", "sgemm_peer.py"]
-        .into_iter()
-        .map(std::path::PathBuf::from)
-        .find(|p| p.exists())
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/sgemm_peer.py")
-        });
+    let script = match kernel_oracle::paths::project_file(
+        "scripts/sgemm_peer.py",
+        env!("CARGO_MANIFEST_DIR"),
+    ) {
+        Ok(p) => p,
+        Err(e) => return (format!("peer: none ({e})"), out),
+    };
     let mut cmd = Command::new("python3");
     cmd.arg(script);
     for s in &LFM_SHAPES {

@@ -16,6 +16,7 @@ pub mod ggml_fast;
 pub mod moe_tables;
 pub mod mul_mat;
 pub mod mutate;
+pub mod paths;
 pub mod rng;
 pub mod stats;
 pub mod tensor_core;

@@ -156,3 +156,20 @@ fn the_stats_line_prints_each_knobs_share() {
         assert!(line.contains(want), "{want:?} not in {line}");
     }
 }
+
+/// The raw-operand cases of the fast path's fuzzer (`RawCase`): byte 0
+/// selects the data's classes, one bit each, so over its 256 values every
+/// one of the eight combinations of NaN codes, wild scales and wild
+/// activations is drawn 32 times, from inputs of one byte.
+#[test]
+fn every_raw_data_class_is_reached_from_the_first_byte() {
+    use kernel_oracle::fp8_mmq::fast::RawCase;
+    let mut combos = [0u32; 8];
+    for b in 0..=u8::MAX {
+        let c = RawCase::arbitrary(&mut Unstructured::new(&[b])).unwrap();
+        combos[usize::from(c.nan_codes)
+            | usize::from(c.wild_scales) << 1
+            | usize::from(c.wild_x) << 2] += 1;
+    }
+    assert_eq!(combos, [32; 8]);
+}

@@ -5,7 +5,9 @@
 use std::process::Command;
 
 fn kernel_oracle(args: &[&str], switch: Option<&str>) -> std::process::Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kernel-oracle"));
+    let mut c = Command::new(kernel_oracle::paths::kernel_oracle_exe(env!(
+        "CARGO_BIN_EXE_kernel-oracle"
+    )));
     c.args(args);
     match switch {
         Some(v) => c.env("KERNEL_ORACLE_FP8_MMQ", v),

@@ -78,3 +78,20 @@ fn fast_mul_mat_errors_are_the_specs() {
     let huge = mul_mat_fast(Dtype::F32, usize::MAX, 2, 4, &[], &[], &mut []);
     assert_eq!(huge, Err(GgmlError::Overflow));
 }
+
+/// The path selectors of `FastCase` come from its first two bytes: over
+/// all 2^16 values of bytes 0 and 1, every dtype is drawn at 1/5 (52 or
+/// 51 of 256 values of byte 0) and raw (possibly non-finite) f16 scales at
+/// exactly 1/4.
+#[test]
+fn every_dtype_and_scale_class_is_reached_from_two_bytes() {
+    use arbitrary::{Arbitrary, Unstructured};
+    let (mut dtype, mut raw) = ([0u32; 5], 0u32);
+    for x in 0..=u16::MAX {
+        let c = FastCase::arbitrary(&mut Unstructured::new(&[x as u8, (x >> 8) as u8])).unwrap();
+        dtype[Dtype::ALL.iter().position(|&d| d == c.dtype).unwrap()] += 1;
+        raw += u32::from(!c.finite_scales);
+    }
+    assert_eq!(dtype, [52 * 256, 51 * 256, 51 * 256, 51 * 256, 51 * 256]);
+    assert_eq!(raw, 16384);
+}

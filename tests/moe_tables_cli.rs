@@ -3,10 +3,12 @@
 use std::process::Command;
 
 fn kernel_oracle(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kernel-oracle"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
+    Command::new(kernel_oracle::paths::kernel_oracle_exe(env!(
+        "CARGO_BIN_EXE_kernel-oracle"
+    )))
+    .args(args)
+    .output()
+    .expect("the binary runs")
 }
 
 #[test]

@@ -27,8 +27,11 @@ fn mul_mat_gate_ci_shapes() {
 /// the day someone swaps it in).
 #[test]
 fn candidate_vec4_passes_the_ci_gate() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("shaders/candidates/mul_mat_vec4.wgsl");
+    let path = kernel_oracle::paths::project_file(
+        "shaders/candidates/mul_mat_vec4.wgsl",
+        env!("CARGO_MANIFEST_DIR"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let source = device::wgpu::ShaderSource::from_file(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let engine = device::wgpu::WgpuEngine::new(source)

@@ -128,12 +128,12 @@ fn a_candidates_rerun_line_reruns_the_candidate() {
     let path =
         std::env::temp_dir().join(format!("kernel-oracle-rerun-{}.wgsl", std::process::id()));
     std::fs::write(&path, text).unwrap();
-    let bin = env!("CARGO_BIN_EXE_kernel-oracle");
+    let bin = kernel_oracle::paths::kernel_oracle_exe(env!("CARGO_BIN_EXE_kernel-oracle"));
     let case = [
         "case", "mul-mat", "--dtype", "q4_0", "--m", "4", "--n", "4", "--k", "32", "--arm",
         "exact", "--seed", "1",
     ];
-    let out = std::process::Command::new(bin)
+    let out = std::process::Command::new(&bin)
         .args(case)
         .env(device::wgpu::ENV_MUL_MAT_WGSL, &path)
         .output()
@@ -151,7 +151,7 @@ fn a_candidates_rerun_line_reruns_the_candidate() {
         .split_whitespace()
         .skip_while(|a| *a != "case")
         .collect();
-    let again = std::process::Command::new(bin)
+    let again = std::process::Command::new(&bin)
         .args(&args)
         .env(device::wgpu::ENV_MUL_MAT_WGSL, &path)
         .output()
