@@ -130,29 +130,54 @@ fn subnormal_c_flushed_changes_the_targeted_rows() {
     }
 }
 
-/// On the device, each planted bug makes `kernel-oracle check tensor-core`
-/// fail, with a failing row of each class its `caught_by` names.
+/// On the device, each planted bug fails the gate, and the gate's rows
+/// the CPU tests above name fail: the mma.sync uniform row
+/// (b-fragment-k-slip), the wgmma uniform-c row without the accumulator
+/// (scale-d-ignored), the mma.sync targeted vectors
+/// (subnormal-c-flushed), for the first format pair.
 #[test]
 #[ignore = "needs a CUDA GPU (sm_90: H100, H200)"]
 fn every_mutant_is_caught_by_the_gate() {
+    use device::cuda::TensorCoreEngine;
+    use kernel_oracle::tensor_core::{gate, mutants::by_name, run};
+    let engine = |name: &str| {
+        let text = apply(by_name(name).unwrap(), BUILTIN_TENSOR_CORE_CU).unwrap();
+        let src = KernelSource::from_file(&write_mutant(name, &text)).unwrap();
+        let mut e = TensorCoreEngine::with_source(0, src).unwrap();
+        e.set_guards(true);
+        e
+    };
     for m in &MUTANTS {
-        let text = apply(m, BUILTIN_TENSOR_CORE_CU).unwrap();
-        let path = write_mutant(m.name, &text);
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kernel-oracle"))
-            .args(["check", "tensor-core"])
-            .env(device::cuda::ENV_TENSOR_CORE_CU, &path)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(1), "{}:\n{stdout}", m.name);
-        for label in m.caught_by {
-            assert!(
-                stdout
-                    .lines()
-                    .any(|l| l.contains(label) && l.trim_end().ends_with("FAIL")),
-                "{}: no failing {label} row\n{stdout}",
-                m.name
-            );
-        }
+        println!("mutant {}: {}", m.name, m.what);
+        assert!(
+            gate(&engine(m.name)) > 0,
+            "mutant {} passed the gate",
+            m.name
+        );
+    }
+    let (fa, fb) = PAIRS[0];
+    let rows = [
+        (
+            "b-fragment-k-slip",
+            Instruction::MmaSync,
+            gate_row(Instruction::MmaSync, 0, Class::Uniform, true),
+            true,
+        ),
+        (
+            "scale-d-ignored",
+            Instruction::Wgmma,
+            gate_row(Instruction::Wgmma, 0, Class::UniformC, false),
+            false,
+        ),
+        (
+            "subnormal-c-flushed",
+            Instruction::MmaSync,
+            targeted(fa, fb).0,
+            true,
+        ),
+    ];
+    for (name, inst, tiles, scale_d) in rows {
+        let v = run(&engine(name), inst, fa, fb, &tiles, scale_d).unwrap();
+        assert!(v.mismatches > 0, "{name}: its row passes on the device");
     }
 }

@@ -138,10 +138,19 @@ impl TensorCoreEngine {
     /// [`DeviceError::KernelSource`] (an unreadable candidate),
     /// [`DeviceError::Compile`], [`DeviceError::MissingKernel`].
     pub fn new(ordinal: usize) -> Result<TensorCoreEngine> {
-        driver_available()?;
-        nvrtc_available()?;
         let source =
             KernelSource::from_env_var(ENV_TENSOR_CORE_CU, KernelSource::builtin_tensor_core)?;
+        TensorCoreEngine::with_source(ordinal, source)
+    }
+
+    /// [`TensorCoreEngine::new`] with the probes of `source` (a candidate
+    /// with the ABI of `cu/tensor_core.cu`), whatever the environment says.
+    ///
+    /// # Errors
+    /// As [`TensorCoreEngine::new`].
+    pub fn with_source(ordinal: usize, source: KernelSource) -> Result<TensorCoreEngine> {
+        driver_available()?;
+        nvrtc_available()?;
         let shim = Shim::open(ordinal, source, probe_target)?;
         let load = |names: [&str; 4]| -> Result<[CudaFunction; 4]> {
             Ok([
