@@ -206,8 +206,15 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
     }
 }
 
+/// The engine and the GEMM peer `KERNEL_ORACLE_FP8_MMQ` names, if any.
 fn runner() -> Result<String, String> {
-    super::engine().map(|e| e.kernel_source())
+    let e = super::engine()?;
+    super::run::peer()?;
+    Ok(format!(
+        "{} (fp8 GEMM: {})",
+        e.kernel_source(),
+        super::run::gemm_description()
+    ))
 }
 
 fn planted() -> Vec<Planted> {
