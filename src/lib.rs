@@ -13,11 +13,13 @@ pub mod fp8_mmq;
 pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;
+pub mod kind;
 pub mod moe_tables;
 pub mod mul_mat;
 pub mod mutate;
 pub mod paths;
 pub mod rng;
+pub mod score;
 pub mod stats;
 pub mod tensor_core;
 

@@ -10,7 +10,12 @@
 //! - [`judge`]: every output against the model, the first difference with
 //!   its operands; [`Divergence::report`] prints a runnable reproduction;
 //! - [`gate`]: targeted vectors and at least 2^20 random vectors per
-//!   operand-format pair.
+//!   operand-format pair;
+//! - [`mutants`]: planted bugs in the probes `cu/tensor_core.cu`;
+//! - [`cli`]: the kind's registry entry (`kernel_oracle::kind`).
+
+pub mod cli;
+pub mod mutants;
 
 use device::cuda::{DeviceError, ProbeTiles, TensorCoreEngine, TILE_K, TILE_M, TILE_N};
 use oracle::tensor_core::{mma_k32, Fp8Kind, Instruction, Model, MMA_K};

@@ -25,6 +25,25 @@ fn every_mutant_applies_once_and_compiles() {
     }
 }
 
+/// The gate has a case that the subnormal flush changes: the oracle's
+/// tables of `nan-subnormal-negative` hold a subnormal down scale (so a
+/// bit-exact comparison fails a kernel that flushes it).
+#[test]
+fn the_gate_has_a_subnormal_down_scale() {
+    let cases = gate::cases();
+    let c = cases
+        .iter()
+        .find(|c| c.label == "nan-subnormal-negative")
+        .unwrap();
+    let t = kernel_oracle::moe_tables::reference(&c.data).unwrap();
+    let n = c.data.experts.len();
+    let subnormal = t.scales[2 * n..]
+        .iter()
+        .filter(|s| s.is_subnormal())
+        .count();
+    assert!(subnormal > 0, "down scales {:?}", &t.scales[2 * n..]);
+}
+
 /// Each mutant fails every gate case it claims, and in particular the
 /// 32-bit stride product fails the seed's serving-stride case while the
 /// small-stride control still passes (which is why the control alone

@@ -7,8 +7,11 @@
 //! - [`judge`]: the oracle's answer and the verdict;
 //! - [`fast`]: the bit-identical fast path of the spec GEMM;
 //! - [`report`]: table rows and reproductions;
-//! - [`gate`]: the seed's battery (`kernel-oracle check fp8-mmq`).
+//! - [`gate`]: the seed's battery (`kernel-oracle check fp8-mmq`);
+//! - [`mutants`]: planted bugs in `cu/fp8_mmq.cu`;
+//! - [`cli`]: the kind's registry entry (`kernel_oracle::kind`).
 
+pub mod cli;
 pub mod fast;
 pub mod gate;
 pub mod generate;

@@ -8,7 +8,8 @@
 //! - [`judge`]: the oracle's six outputs and the comparison rules;
 //! - [`report`]: table rows, mismatch lines, reproductions;
 //! - [`gate`]: `kernel-oracle check gdn`;
-//! - [`mutants`]: planted bugs in `cu/gdn.cu`.
+//! - [`mutants`]: planted bugs in `cu/gdn.cu`;
+//! - [`cli`]: the kind's registry entry (`kernel_oracle::kind`).
 //!
 //! Two checks, as the issue states them. Gate 1 (seed 003's check): the
 //! packed twins against `t` chained per-row launches, every bit of the six
@@ -19,6 +20,7 @@
 //! `device/tests/gdn_host_emu.rs` shows the same source bit-identical to
 //! the oracle on the host.
 
+pub mod cli;
 pub mod gate;
 pub mod generate;
 pub mod judge;

@@ -12,7 +12,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 3] = [
+pub const MUTANTS: [Mutant; 5] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -51,6 +51,20 @@ pub const MUTANTS: [Mutant; 3] = [
         what: "the packed scan writes the final state to canonical for odd t and to alt for even t (rule PARITY reversed)",
         find: "f32 *fin = (t & 1) ? alt : canonical;",
         replace: "f32 *fin = (t & 1) ? canonical : alt;",
+        caught_by: &[1, 2],
+    },
+    Mutant {
+        name: "conv-window-reversed",
+        what: "the causal conv reads its window newest-first (tap i times hist[P-1-i] instead of hist[i]): the taps meet the wrong history rows, in the code the per-row and packed conv share",
+        find: "const f32 win = i < p ? hist[i] : xc;",
+        replace: "const f32 win = i < p ? hist[p - 1 - i] : xc;",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "conv-snapshot-stride",
+        what: "the packed conv's snapshot rows are conv_dim apart instead of conv_dim * (d_conv - 1): the leading dimension drops the window length, so row r's snapshot overwrites part of row r - 1's",
+        find: "const u64 rl = (u64)conv_dim * p;",
+        replace: "const u64 rl = (u64)conv_dim;",
         caught_by: &[1, 2],
     },
 ];

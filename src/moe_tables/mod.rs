@@ -7,12 +7,14 @@
 //! - [`judge`]: the oracle's tables or refusal, and the verdict;
 //! - [`report`]: table rows, the seed's mismatch lines, reproductions;
 //! - [`gate`]: `kernel-oracle check moe-tables`;
-//! - [`mutants`]: planted bugs in `cu/moe_tables.cu`.
+//! - [`mutants`]: planted bugs in `cu/moe_tables.cu`;
+//! - [`cli`]: the kind's registry entry (`kernel_oracle::kind`).
 //!
 //! A case the oracle refuses (an expert id out of range, a pointer past
 //! 64 bits) is still run: the device must refuse it with the same error.
 //! Such cases are counted apart, so time spent on refusals shows.
 
+pub mod cli;
 pub mod gate;
 pub mod generate;
 pub mod judge;

@@ -11,7 +11,7 @@
 pub type Mutant = crate::mutate::Mutant<&'static str>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 2] = [
+pub const MUTANTS: [Mutant; 3] = [
     Mutant {
         name: "stride-product-32bit",
         what: "computes expert * stride in 32 bits: pointers wrap once a slab passes 4 GiB (the overflow check still sees the 64-bit product, so nothing is flagged)",
@@ -25,6 +25,13 @@ pub const MUTANTS: [Mutant; 2] = [
         find: "g_bits = ((const u32 *)macro_g)[e];",
         replace: "g_bits = ((const u32 *)macro_u)[e];",
         caught_by: &["small-strides", "serving-strides-past-4GiB"],
+    },
+    Mutant {
+        name: "down-scale-subnormal-flushed",
+        what: "a subnormal down scale (routing weight times the down macro scale) is flushed to a signed zero, as a kernel built with flush-to-zero would",
+        find: "if (down != down) down = __uint_as_float(MOE_CANONICAL_NAN);",
+        replace: "if (down != down) down = __uint_as_float(MOE_CANONICAL_NAN); if ((__float_as_uint(down) & 0x7F800000u) == 0u) down = __uint_as_float(__float_as_uint(down) & 0x80000000u);",
+        caught_by: &["nan-subnormal-negative"],
     },
 ];
 

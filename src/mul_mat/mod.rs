@@ -9,8 +9,10 @@
 //!   the RANDOM arm's bound and its rationale;
 //! - [`report`]: table rows and reproductions;
 //! - [`gate`]: `kernel-oracle check mul-mat`;
-//! - [`mutants`]: planted bugs in the shader.
+//! - [`mutants`]: planted bugs in the shader;
+//! - [`cli`]: the kind's registry entry (`kernel_oracle::kind`).
 
+pub mod cli;
 pub mod gate;
 pub mod generate;
 pub mod judge;

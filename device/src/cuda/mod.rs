@@ -90,8 +90,8 @@ pub use nvrtc::{
 pub use schedule::{schedule_code, schedule_from_code, SCHEDULE_CODES};
 pub use source::{KernelSource, BUILTIN_FP8_MMQ_CU, ENV_FP8_MMQ_CU, REQUIRED_KERNELS};
 pub use tensor_core::{
-    ProbeTiles, TensorCoreEngine, BUILTIN_TENSOR_CORE_CU, MMA_KERNELS, TILE_K, TILE_M, TILE_N,
-    WGMMA_KERNELS,
+    ProbeTiles, TensorCoreEngine, BUILTIN_TENSOR_CORE_CU, ENV_TENSOR_CORE_CU, MMA_KERNELS, TILE_K,
+    TILE_M, TILE_N, WGMMA_KERNELS,
 };
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};

@@ -13,6 +13,19 @@ use oracle::tensor_core::{Fp8Kind, Instruction};
 /// The builtin probe source, `cu/tensor_core.cu`, embedded at build time.
 pub const BUILTIN_TENSOR_CORE_CU: &str = include_str!("../../../cu/tensor_core.cu");
 
+/// Environment variable naming a candidate `.cu` file with the ABI of
+/// `cu/tensor_core.cu`; when set (and not empty), [`TensorCoreEngine::new`]
+/// compiles it instead of the builtin probes (a planted bug, to show the
+/// gate catches a wrong probe).
+pub const ENV_TENSOR_CORE_CU: &str = "KERNEL_ORACLE_TENSOR_CORE_CU";
+
+impl KernelSource {
+    /// The builtin `cu/tensor_core.cu`.
+    pub fn builtin_tensor_core() -> KernelSource {
+        KernelSource::builtin_named("cu/tensor_core.cu", BUILTIN_TENSOR_CORE_CU)
+    }
+}
+
 /// The `mma.sync` probes (sm_89 and later), one per operand-format pair
 /// (A, B): e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3, e5m2 x e5m2.
 pub const MMA_KERNELS: [&str; 4] = [
@@ -114,18 +127,30 @@ fn probe_target(major: i32, minor: i32) -> Result<String> {
 }
 
 impl TensorCoreEngine {
-    /// Opens device `ordinal` and loads `cu/tensor_core.cu`, compiled for
+    /// Opens device `ordinal` and loads `cu/tensor_core.cu` (or the
+    /// candidate [`ENV_TENSOR_CORE_CU`] names), compiled for
     /// sm_90a on a 9.0 device (the `wgmma` probes exist only there), else
     /// for the device's own target.
     ///
     /// # Errors
     /// [`DeviceError::NoDriver`], [`DeviceError::NoNvrtc`],
     /// [`DeviceError::UnsupportedArch`] below 8.9, [`DeviceError::Driver`],
+    /// [`DeviceError::KernelSource`] (an unreadable candidate),
     /// [`DeviceError::Compile`], [`DeviceError::MissingKernel`].
     pub fn new(ordinal: usize) -> Result<TensorCoreEngine> {
+        let source =
+            KernelSource::from_env_var(ENV_TENSOR_CORE_CU, KernelSource::builtin_tensor_core)?;
+        TensorCoreEngine::with_source(ordinal, source)
+    }
+
+    /// [`TensorCoreEngine::new`] with the probes of `source` (a candidate
+    /// with the ABI of `cu/tensor_core.cu`), whatever the environment says.
+    ///
+    /// # Errors
+    /// As [`TensorCoreEngine::new`].
+    pub fn with_source(ordinal: usize, source: KernelSource) -> Result<TensorCoreEngine> {
         driver_available()?;
         nvrtc_available()?;
-        let source = KernelSource::builtin_named("cu/tensor_core.cu", BUILTIN_TENSOR_CORE_CU);
         let shim = Shim::open(ordinal, source, probe_target)?;
         let load = |names: [&str; 4]| -> Result<[CudaFunction; 4]> {
             Ok([

@@ -1,0 +1,152 @@
+//! `kernel-oracle check|case|mutant gdn`: the kind's registry entry.
+
+use super::{gate, report, CaseSpec};
+use crate::kind::{self, GateSummary, Kind};
+use clap::Args;
+use std::process::ExitCode;
+
+/// The Gated DeltaNet kind.
+pub const KIND: Kind = Kind {
+    name: "gdn",
+    module: "gdn",
+    short: "gdn",
+    builtin: "cu/gdn.cu",
+    ext: "cu",
+    env: device::cuda::ENV_GDN_CU,
+    fuzz_target: "gdn_packed",
+    backend: "cuda",
+    runner,
+    check: kind::Command {
+        about: "The Gated DeltaNet gate (seed 003): packed == chained per-row launches on all six outputs, eager and graph-replayed on rebound buffers (gate 1), and every kernel == the core oracle (gate 2).",
+        args: CheckArgs::augment_args,
+        run: check,
+    },
+    case: kind::Command {
+        about: "One Gated DeltaNet case (the fuzzer's reproduction).",
+        args: CaseArgs::augment_args,
+        run: case,
+    },
+    planted,
+    fuzz_one,
+};
+
+/// `check gdn` takes no arguments.
+#[derive(Args)]
+struct CheckArgs {}
+
+/// `case gdn`'s arguments.
+#[derive(Args)]
+struct CaseArgs {
+    #[arg(long)]
+    num_k: usize,
+    #[arg(long)]
+    num_v: usize,
+    #[arg(long, default_value_t = 4)]
+    d_conv: usize,
+    /// Rows per packed call.
+    #[arg(long)]
+    t: usize,
+    /// splitmix64 seed, decimal or 0x-hex.
+    #[arg(long, value_parser = kind::parse_u64)]
+    seed: u64,
+    /// The L2-norm epsilon (inside the square root).
+    #[arg(long, default_value_t = 1e-6)]
+    eps: f32,
+    /// alpha is uniform in [-s, s).
+    #[arg(long, default_value_t = 2.0)]
+    alpha_spread: f32,
+    /// The initial state is uniform in [-s, s).
+    #[arg(long, default_value_t = 0.3)]
+    state_spread: f32,
+    /// Bit 0: a zero q head; bit 1: a zero k head.
+    #[arg(long, default_value_t = 0)]
+    zero_qk: u8,
+    /// Do not mix transcendental specials into the inputs.
+    #[arg(long)]
+    no_specials: bool,
+    /// Also capture the packed step in a CUDA graph and replay it on rebound buffers.
+    #[arg(long)]
+    graph: bool,
+}
+
+/// The GDN engine, or the message to print and exit 2 with.
+fn engine_or_exit() -> Result<&'static device::cuda::GdnEngine, ExitCode> {
+    super::engine().map_err(|msg| {
+        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
+        ExitCode::from(2)
+    })
+}
+
+fn check(_: &clap::ArgMatches) -> Result<GateSummary, ExitCode> {
+    let engine = engine_or_exit()?;
+    let g = gate::run(engine);
+    Ok(GateSummary {
+        failures: g.failures,
+        rows: Some(g.rows),
+    })
+}
+
+fn case(m: &clap::ArgMatches) -> ExitCode {
+    let a: CaseArgs = kind::args(m);
+    let spec = CaseSpec {
+        num_k: a.num_k,
+        num_v: a.num_v,
+        d_conv: a.d_conv,
+        t: a.t,
+        eps: a.eps,
+        alpha_spread: a.alpha_spread,
+        state_spread: a.state_spread,
+        zero_qk: a.zero_qk,
+        specials: !a.no_specials,
+        graph: a.graph,
+        seed: a.seed,
+    };
+    let data = match spec.generate() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("kernel-oracle: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let engine = match engine_or_exit() {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    println!("kernel source: {}", engine.kernel_source());
+    println!("{}", report::table_header());
+    let want = super::reference(&data);
+    let rows = super::judge_case(engine, &spec, &data, &want, spec.graph);
+    for row in &rows {
+        println!("{}", report::table_row(row));
+    }
+    if rows.iter().all(super::Row::pass) {
+        ExitCode::SUCCESS
+    } else {
+        print!(
+            "{}",
+            report::divergence(&spec, &rows, &engine.kernel_source(), None)
+        );
+        ExitCode::from(1)
+    }
+}
+
+fn runner() -> Result<String, String> {
+    super::engine().map(|e| e.kernel_source())
+}
+
+fn planted() -> Vec<kind::Planted> {
+    use super::mutants::{apply, MUTANTS};
+    kind::planted_sources(
+        &MUTANTS,
+        |m| (m.name, m.what),
+        |m| apply(m, device::cuda::BUILTIN_GDN_CU),
+    )
+}
+
+/// The `gdn_packed` fuzz target's body.
+fn fuzz_one(data: &[u8]) {
+    use arbitrary::Arbitrary;
+    if let Ok(spec) = CaseSpec::arbitrary_take_rest(arbitrary::Unstructured::new(data)) {
+        super::check(&spec);
+    }
+}

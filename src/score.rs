@@ -1,0 +1,584 @@
+//! The catch-rate score: `kernel-oracle score [KIND]` runs every planted
+//! bug of a kind (of every kind without one) through its gate and through
+//! its fuzzer, each with a time budget, and prints what caught it and how
+//! fast; it exits 1 when any bug survives either, so the project measures
+//! its own detection instead of asserting it.
+//!
+//! Every run is a child process of this binary (`check KIND`, `fuzz KIND`)
+//! or a cargo-fuzz target beside it, with the kind's candidate variable
+//! naming the planted bug's source (engines are per process, chosen by the
+//! environment). The fuzzer is the libFuzzer binary `fuzz_<target>` when it
+//! sits next to `kernel-oracle` (as in the GPU bundle), else
+//! `kernel-oracle fuzz KIND`: the same generator, runner and judge in a
+//! loop over bytes from splitmix64 with a fixed seed. The table says which.
+
+use crate::kind::{self, GateSummary, Kind, Plant};
+use crate::rng::Rng;
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The prefix of the line `check KIND --score-line` prints last:
+/// `score-line: FAILURES ROWS` (`ROWS` is `-` where the gate does not
+/// count rows).
+pub const SUMMARY_PREFIX: &str = "score-line:";
+
+/// The prefix of the line `fuzz KIND` prints last: `fuzz-result: caught
+/// EXECS SECONDS` or `fuzz-result: survived EXECS SECONDS`.
+pub const FUZZ_PREFIX: &str = "fuzz-result:";
+
+/// The default time budget of each fuzzer run, seconds.
+pub const DEFAULT_SECS: u64 = 60;
+
+/// The seed of the in-process fuzz loop's byte source (splitmix64).
+pub const DEFAULT_SEED: u64 = 1;
+
+/// `summary` as the line [`SUMMARY_PREFIX`] names.
+pub fn summary_line(summary: &GateSummary) -> String {
+    match summary.rows {
+        Some(r) => format!("{SUMMARY_PREFIX} {} {r}", summary.failures),
+        None => format!("{SUMMARY_PREFIX} {} -", summary.failures),
+    }
+}
+
+/// The arguments of `kernel-oracle fuzz KIND`.
+pub fn fuzz_args() -> Vec<Arg> {
+    vec![
+        Arg::new("secs")
+            .long("secs")
+            .value_name("SECONDS")
+            .default_value("60")
+            .value_parser(clap::value_parser!(u64))
+            .help("The time budget, seconds (after the engine is open)."),
+        Arg::new("seed")
+            .long("seed")
+            .value_name("SEED")
+            .default_value("1")
+            .value_parser(kind::parse_u64)
+            .help("The splitmix64 seed of the input bytes, decimal or 0x-hex."),
+        Arg::new("max-len")
+            .long("max-len")
+            .value_name("BYTES")
+            .default_value("64")
+            .value_parser(clap::value_parser!(usize))
+            .help("Inputs are 0..=BYTES long (uniform), as a fuzzer's short inputs."),
+    ]
+}
+
+/// The in-process fuzz loop's inputs: execution `i`'s bytes, from
+/// splitmix64 seeded with `seed`: a length uniform in `0..=max_len`, then
+/// that many bytes.
+pub fn fuzz_input(rng: &mut Rng, max_len: usize) -> Vec<u8> {
+    let len = rng.below(max_len + 1);
+    (0..len).map(|_| rng.u8()).collect()
+}
+
+/// `kernel-oracle fuzz KIND`: opens the kind's engine (exit 2 if it
+/// cannot), then runs its fuzz target's body on [`fuzz_input`]s until one
+/// panics (a divergence: its report is on standard error; exit 1) or the
+/// budget is spent (exit 0). The last line is [`FUZZ_PREFIX`].
+pub fn fuzz_command(k: &Kind, m: &ArgMatches) -> ExitCode {
+    let secs = *m.get_one::<u64>("secs").expect("defaulted");
+    let seed = *m.get_one::<u64>("seed").expect("defaulted");
+    let max_len = *m.get_one::<usize>("max-len").expect("defaulted");
+    match (k.runner)() {
+        Ok(desc) => println!("kernel source: {desc}"),
+        Err(e) => {
+            eprintln!("kernel-oracle: cannot run {}: {e}", k.name);
+            return ExitCode::from(2);
+        }
+    }
+    let mut rng = Rng(seed);
+    let t0 = Instant::now();
+    let mut execs: u64 = 0;
+    while t0.elapsed() < Duration::from_secs(secs) {
+        let input = fuzz_input(&mut rng, max_len);
+        execs += 1;
+        let f = k.fuzz_one;
+        if std::panic::catch_unwind(|| f(&input)).is_err() {
+            println!(
+                "DIVERGENCE at execution {execs} (input {} bytes: {}), {:.1} s",
+                input.len(),
+                hex(&input),
+                t0.elapsed().as_secs_f64()
+            );
+            println!(
+                "{FUZZ_PREFIX} caught {execs} {:.1}",
+                t0.elapsed().as_secs_f64()
+            );
+            return ExitCode::from(1);
+        }
+    }
+    println!(
+        "{FUZZ_PREFIX} survived {execs} {:.1}",
+        t0.elapsed().as_secs_f64()
+    );
+    ExitCode::SUCCESS
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The `score` subcommand, with `kinds` as the choices of its KIND.
+pub fn command(kinds: impl Iterator<Item = &'static str>) -> Command {
+    let kinds: Vec<&'static str> = kinds.collect();
+    Command::new("score")
+        .about("Run every planted bug of KIND (of every kind without one) through its gate and its fuzzer, print what caught each and how fast; exit 1 if one survives.")
+        .arg(
+            Arg::new("kind")
+                .value_name("KIND")
+                .value_parser(clap::builder::PossibleValuesParser::new(kinds)),
+        )
+        .arg(
+            Arg::new("secs")
+                .long("secs")
+                .value_name("SECONDS")
+                .default_value("60")
+                .value_parser(clap::value_parser!(u64))
+                .help("Each fuzzer's time budget, seconds."),
+        )
+        .arg(
+            Arg::new("gate-secs")
+                .long("gate-secs")
+                .value_name("SECONDS")
+                .default_value("1800")
+                .value_parser(clap::value_parser!(u64))
+                .help("A gate still running after this long is killed (reported as a hang, which counts as caught)."),
+        )
+        .arg(
+            Arg::new("jobs")
+                .short('j')
+                .long("jobs")
+                .value_name("N")
+                .value_parser(clap::value_parser!(usize))
+                .help("Planted bugs run at once [default: the CPUs, at most 8]."),
+        )
+        .arg(
+            Arg::new("bug")
+                .long("bug")
+                .value_name("NAME")
+                .action(ArgAction::Append)
+                .help("Only this planted bug (repeatable); `--bug none` runs only the --also files."),
+        )
+        .arg(
+            Arg::new("also")
+                .long("also")
+                .value_name("FILE")
+                .action(ArgAction::Append)
+                .value_parser(clap::value_parser!(PathBuf))
+                .requires("kind")
+                .help("Score this candidate source too, named by its file stem (repeatable; needs KIND). An unchanged copy of the builtin must survive: the score can fail."),
+        )
+        .arg(
+            Arg::new("no-fuzz")
+                .long("no-fuzz")
+                .action(ArgAction::SetTrue)
+                .help("Gates only."),
+        )
+        .arg(
+            Arg::new("logs")
+                .long("logs")
+                .value_name("DIR")
+                .value_parser(clap::value_parser!(PathBuf))
+                .help("Where the candidates and every run's log go [default: a new directory under the temporary directory]."),
+        )
+}
+
+/// One planted bug to score.
+struct Entry {
+    kind: &'static Kind,
+    name: String,
+    /// The environment that plants it.
+    env: Vec<(String, String)>,
+    /// Why it cannot be planted (an anchor that moved).
+    error: Option<String>,
+}
+
+/// What one run (a gate or a fuzzer) made of a planted bug.
+#[derive(Clone, Debug)]
+enum Verdict {
+    /// The gate failed rows: `(failed, rows)`.
+    GateCaught(usize, Option<usize>),
+    /// The fuzzer diverged after `(executions, seconds)`.
+    FuzzCaught(Option<u64>, f64),
+    /// The run ended in another way that is not a pass (a crash, a hang):
+    /// the bug did not go unnoticed. The text says how.
+    Other(String),
+    /// The gate passed every row (`rows`, where it counts them).
+    GateSurvived(Option<usize>),
+    /// The fuzzer noticed nothing: `(executions, seconds)`.
+    Survived(Option<u64>, f64),
+    /// The run could not start or the kind cannot run here (exit 2).
+    CannotRun(String),
+    /// Not run (`--no-fuzz`, or the gate could not run).
+    Skipped,
+}
+
+impl Verdict {
+    fn survived(&self) -> bool {
+        matches!(self, Verdict::Survived(..) | Verdict::GateSurvived(_))
+    }
+
+    fn cannot_run(&self) -> bool {
+        matches!(self, Verdict::CannotRun(_))
+    }
+
+    fn cell(&self) -> String {
+        let execs = |e: &Option<u64>| e.map_or("? execs".to_string(), |e| format!("{e} execs"));
+        match self {
+            Verdict::GateCaught(f, Some(r)) => format!("{f}/{r} rows failed"),
+            Verdict::GateCaught(f, None) => format!("{f} rows failed"),
+            Verdict::FuzzCaught(e, s) => format!("{}, {s:.1} s", execs(e)),
+            Verdict::Other(t) => t.clone(),
+            Verdict::GateSurvived(Some(r)) => format!("SURVIVED (0/{r} rows failed)"),
+            Verdict::GateSurvived(None) => "SURVIVED (no row failed)".to_string(),
+            Verdict::Survived(e, s) => format!("SURVIVED ({}, {s:.0} s)", execs(e)),
+            Verdict::CannotRun(t) => format!("cannot run: {t}"),
+            Verdict::Skipped => "-".to_string(),
+        }
+    }
+}
+
+/// Runs `cmd` with its output to `log`, killing it after `limit`; its exit
+/// code (`None`: killed or by a signal), and the seconds it ran.
+fn run_logged(
+    mut cmd: std::process::Command,
+    log: &Path,
+    limit: Duration,
+) -> std::io::Result<(Option<i32>, bool, f64)> {
+    let out = std::fs::File::create(log)?;
+    let err = out.try_clone()?;
+    let t0 = Instant::now();
+    let mut child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn()?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok((status.code(), false, t0.elapsed().as_secs_f64()));
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok((None, true, t0.elapsed().as_secs_f64()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last line of `text` that starts with `prefix`, after it.
+fn last_line_after<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    text.lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix(prefix))
+        .map(str::trim)
+}
+
+/// The last line of `text` that is not empty (for a message).
+fn last_words(text: &str) -> String {
+    let l = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    l.trim()
+        .trim_start_matches("kernel-oracle: ")
+        .chars()
+        .take(100)
+        .collect()
+}
+
+fn gate(exe: &Path, e: &Entry, logs: &Path, limit: Duration) -> Verdict {
+    let log = logs.join(format!("{}-{}.gate.log", e.kind.short, e.name));
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["check", e.kind.name, "--score-line"]);
+    cmd.envs(e.env.iter().map(|(k, v)| (k, v)));
+    let (code, killed, secs) = match run_logged(cmd, &log, limit) {
+        Ok(r) => r,
+        Err(err) => return Verdict::CannotRun(format!("{}: {err}", exe.display())),
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    if killed {
+        return Verdict::Other(format!("hung (killed after {secs:.0} s)"));
+    }
+    let summary = last_line_after(&text, SUMMARY_PREFIX).and_then(|s| {
+        let mut w = s.split_whitespace();
+        let f: usize = w.next()?.parse().ok()?;
+        let r = w.next()?.parse::<usize>().ok();
+        Some((f, r))
+    });
+    match (code, summary) {
+        (Some(0), Some((0, rows))) => Verdict::GateSurvived(rows),
+        (Some(1), Some((f, rows))) if f > 0 => Verdict::GateCaught(f, rows),
+        (Some(2), _) => Verdict::CannotRun(last_words(&text)),
+        (Some(c), _) => Verdict::Other(format!("exit {c}: {}", last_words(&text))),
+        (None, _) => Verdict::Other(format!("killed by a signal: {}", last_words(&text))),
+    }
+}
+
+/// The libFuzzer binary of `k` beside `exe`, if there is one.
+fn libfuzzer_binary(exe: &Path, k: &Kind) -> Option<PathBuf> {
+    let p = exe.with_file_name(format!("fuzz_{}", k.fuzz_target));
+    p.is_file().then_some(p)
+}
+
+/// How the fuzzer of `k` runs next to `exe`, for the table.
+fn fuzzer_kind(exe: &Path, k: &Kind, seed: u64) -> String {
+    match libfuzzer_binary(exe, k) {
+        Some(_) => format!("libFuzzer fuzz_{} -seed={seed}", k.fuzz_target),
+        None => format!("in-process, splitmix64 seed {seed}"),
+    }
+}
+
+fn fuzz(exe: &Path, e: &Entry, logs: &Path, secs: u64, seed: u64) -> Verdict {
+    let stem = format!("{}-{}", e.kind.short, e.name);
+    let log = logs.join(format!("{stem}.fuzz.log"));
+    let limit = Duration::from_secs(secs * 2 + 300);
+    let libfuzzer = libfuzzer_binary(exe, e.kind);
+    let mut cmd = match &libfuzzer {
+        Some(bin) => {
+            let corpus = logs.join(format!("{stem}.corpus"));
+            let artifacts = logs.join(format!("{stem}.artifacts"));
+            for d in [&corpus, &artifacts] {
+                if let Err(err) = std::fs::create_dir_all(d) {
+                    return Verdict::CannotRun(format!("{}: {err}", d.display()));
+                }
+            }
+            let mut c = std::process::Command::new(bin);
+            c.arg(format!("-max_total_time={secs}"))
+                .arg(format!("-seed={seed}"))
+                .arg("-print_final_stats=1")
+                .arg(format!("-artifact_prefix={}/", artifacts.display()))
+                .arg(corpus);
+            c
+        }
+        None => {
+            let mut c = std::process::Command::new(exe);
+            c.args(["fuzz", e.kind.name, "--secs", &secs.to_string()])
+                .args(["--seed", &seed.to_string()]);
+            c
+        }
+    };
+    cmd.envs(e.env.iter().map(|(k, v)| (k, v)));
+    let (code, killed, wall) = match run_logged(cmd, &log, limit) {
+        Ok(r) => r,
+        Err(err) => return Verdict::CannotRun(format!("{err}")),
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    if killed {
+        return Verdict::Other(format!("hung (killed after {wall:.0} s)"));
+    }
+    if libfuzzer.is_some() {
+        // libFuzzer prints its final stats at the end of the budget and
+        // after a crash; else the last status line (`#N ...`).
+        let execs = last_line_after(&text, "stat::number_of_executed_units:")
+            .and_then(|s| s.parse().ok())
+            .or_else(|| {
+                text.lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix('#')?.split_whitespace().next()?.parse().ok())
+            });
+        return match code {
+            Some(0) => Verdict::Survived(execs, wall),
+            _ => Verdict::FuzzCaught(execs, wall),
+        };
+    }
+    let result = last_line_after(&text, FUZZ_PREFIX).and_then(|s| {
+        let w: Vec<&str> = s.split_whitespace().collect();
+        Some((
+            w.first()?.to_string(),
+            w.get(1)?.parse().ok()?,
+            w.get(2)?.parse().ok()?,
+        ))
+    });
+    match (code, result) {
+        (Some(0), Some((ref r, n, s))) if r == "survived" => Verdict::Survived(Some(n), s),
+        (Some(1), Some((ref r, n, s))) if r == "caught" => Verdict::FuzzCaught(Some(n), s),
+        (Some(2), _) => Verdict::CannotRun(last_words(&text)),
+        (Some(c), _) => Verdict::Other(format!("exit {c}: {}", last_words(&text))),
+        (None, _) => Verdict::Other(format!("killed by a signal: {}", last_words(&text))),
+    }
+}
+
+/// The planted bugs `score` runs: every kind's (or `only`'s), filtered by
+/// `bugs`, their candidates written under `logs`, then the `also` files.
+fn entries(
+    only: Option<&'static Kind>,
+    bugs: &[String],
+    also: &[PathBuf],
+    logs: &Path,
+) -> Result<Vec<Entry>, String> {
+    let mut v = Vec::new();
+    for k in kind::KINDS.iter().copied() {
+        if only.is_some_and(|o| o.name != k.name) {
+            continue;
+        }
+        for p in (k.planted)() {
+            if !bugs.is_empty() && !bugs.iter().any(|b| b == p.name) {
+                continue;
+            }
+            let (env, error) = match p.plant {
+                Plant::Env { var, value } => (vec![(var.to_string(), value.to_string())], None),
+                Plant::Source(Err(e)) => (Vec::new(), Some(e)),
+                Plant::Source(Ok(text)) => {
+                    let path = logs.join(format!("{}-{}.{}", k.short, p.name, k.ext));
+                    std::fs::write(&path, text)
+                        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    (vec![(k.env.to_string(), path.display().to_string())], None)
+                }
+            };
+            v.push(Entry {
+                kind: k,
+                name: p.name.to_string(),
+                env,
+                error,
+            });
+        }
+    }
+    if let Some(k) = only {
+        for f in also {
+            let path = std::fs::canonicalize(f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let name = path
+                .file_stem()
+                .map_or("candidate".into(), |s| s.to_string_lossy().into_owned());
+            v.push(Entry {
+                kind: k,
+                name,
+                env: vec![(k.env.to_string(), path.display().to_string())],
+                error: None,
+            });
+        }
+    }
+    Ok(v)
+}
+
+/// `kernel-oracle score`: see the module doc. Prints one line per planted
+/// bug as it finishes (standard error), then the table and a verdict
+/// line; exit 1 if a bug survived its gate or its fuzzer, else 2 if one
+/// could not run, else 0.
+pub fn run_command(m: &ArgMatches) -> ExitCode {
+    let only = m
+        .get_one::<String>("kind")
+        .map(|n| kind::by_name(n).expect("clap offers only registered kinds"));
+    let secs = *m.get_one::<u64>("secs").expect("defaulted");
+    let gate_limit = Duration::from_secs(*m.get_one::<u64>("gate-secs").expect("defaulted"));
+    let bugs: Vec<String> = m.get_many("bug").into_iter().flatten().cloned().collect();
+    let also: Vec<PathBuf> = m.get_many("also").into_iter().flatten().cloned().collect();
+    let no_fuzz = m.get_flag("no-fuzz");
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("kernel-oracle: cannot find this binary to run the gates: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let logs = m.get_one::<PathBuf>("logs").cloned().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("kernel-oracle-score-{}", std::process::id()))
+    });
+    if let Err(e) = std::fs::create_dir_all(&logs) {
+        eprintln!("kernel-oracle: cannot create {}: {e}", logs.display());
+        return ExitCode::from(2);
+    }
+    let entries = match entries(only, &bugs, &also, &logs) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("kernel-oracle: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if entries.is_empty() {
+        eprintln!("kernel-oracle: no planted bug matches --bug {bugs:?}");
+        return ExitCode::from(2);
+    }
+    let jobs = m
+        .get_one::<usize>("jobs")
+        .copied()
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
+        .clamp(1, entries.len());
+    println!(
+        "score: {} planted bugs, {jobs} at a time; fuzzers {secs} s each; logs and candidates in {}",
+        entries.len(),
+        logs.display()
+    );
+    let results: Mutex<Vec<Option<(Verdict, Verdict)>>> =
+        Mutex::new(entries.iter().map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(e) = entries.get(i) else { break };
+                let (g, f) = if let Some(err) = &e.error {
+                    (Verdict::CannotRun(err.clone()), Verdict::Skipped)
+                } else {
+                    let g = gate(&exe, e, &logs, gate_limit);
+                    let f = if no_fuzz || g.cannot_run() {
+                        Verdict::Skipped
+                    } else {
+                        fuzz(&exe, e, &logs, secs, DEFAULT_SEED)
+                    };
+                    (g, f)
+                };
+                eprintln!(
+                    "score: {} {}: gate {}; fuzzer {}",
+                    e.kind.name,
+                    e.name,
+                    g.cell(),
+                    f.cell()
+                );
+                results.lock().expect("no panics under the lock")[i] = Some((g, f));
+            });
+        }
+    });
+    let results = results.into_inner().expect("no panics under the lock");
+    let w = entries
+        .iter()
+        .map(|e| e.kind.name.len() + 1 + e.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(3);
+    println!();
+    println!(
+        "{:<w$}  {:<30}  {:<34}  fuzzer run",
+        "bug", "gate", "fuzzer"
+    );
+    let (mut survived, mut cannot) = (0, 0);
+    for (e, r) in entries.iter().zip(&results) {
+        let (g, f) = r.as_ref().expect("every entry ran");
+        survived += usize::from(g.survived() || f.survived());
+        cannot += usize::from(g.cannot_run() || f.cannot_run());
+        let how = if matches!(f, Verdict::Skipped) {
+            "-".to_string()
+        } else {
+            fuzzer_kind(&exe, e.kind, DEFAULT_SEED)
+        };
+        println!(
+            "{:<w$}  {:<30}  {:<34}  {how}",
+            format!("{} {}", e.kind.name, e.name),
+            g.cell(),
+            f.cell()
+        );
+    }
+    println!();
+    if survived > 0 {
+        println!(
+            "=== score: {survived} of {} planted bugs SURVIVED ===",
+            entries.len()
+        );
+        ExitCode::from(1)
+    } else if cannot > 0 {
+        println!(
+            "=== score: {cannot} of {} planted bugs could not run here ===",
+            entries.len()
+        );
+        ExitCode::from(2)
+    } else {
+        println!(
+            "=== score: all {} planted bugs caught by their gate{} ===",
+            entries.len(),
+            if no_fuzz { "" } else { " and their fuzzer" }
+        );
+        ExitCode::SUCCESS
+    }
+}
