@@ -288,6 +288,10 @@ enum Case {
         /// Also capture the packed step in a CUDA graph and replay it on rebound buffers.
         #[arg(long)]
         graph: bool,
+        /// Also run this many independent sequences in one batched fused call, each against
+        /// its own oracle (1: none).
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
     },
 }
 
@@ -817,6 +821,7 @@ fn main() -> ExitCode {
                     zero_qk,
                     no_specials,
                     graph,
+                    batch,
                 },
         } => gdn_case(&gdn::CaseSpec {
             num_k,
@@ -830,6 +835,7 @@ fn main() -> ExitCode {
             specials: !no_specials,
             graph,
             seed,
+            batch,
         }),
         Command::Check {
             gate: Gate::MoeTables,
