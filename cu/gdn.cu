@@ -446,11 +446,14 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
  * only after a cluster barrier, once every CTA of the cluster has read
  * the old ring. Each v channel and state column has exactly one owner.
  *
- * Rows are pipelined in three phases between __syncthreads: while the
- * column threads scan row r (A: decay and k.S; B: update and q.S), the q/k
- * threads convolve row r + 1 (A), take its two L2 norms (B) and write its
- * normalised q and k (C), and the column threads convolve their v channel
- * and compute beta and exp(g) for row r + 1 (C).
+ * Every global input is staged before it is needed (the q/k channels'
+ * ring, taps and rows in shared memory, a column's taps and next input in
+ * registers), so no phase waits on a global load. Rows are pipelined in
+ * three phases between __syncthreads: while the column threads scan row r
+ * (A: decay and k.S; B: update and q.S), the q/k threads convolve row
+ * r + 1 (A), take its two L2 norms and stage row r + 2's inputs (B), and
+ * write its normalised q and k and its heads' beta and exp(g) (C), while
+ * the column threads convolve their v channel of row r + 1 (C).
  *
  * Launch: grid (num_k * GDN_CS, B), blockDim.x <= 128 (the shim: 128 when
  * B = 1 and cpc is a multiple of 32 below 128, else min(cpc, 128));
@@ -526,10 +529,13 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
     f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v,
     i32 d_conv, i32 t, f32 eps, f32 scale)
 {
-    __shared__ f32 qk_hist[2 * GDN_D][3];
-    __shared__ f32 xs[2][GDN_D];
+    __shared__ f32 qk_hist[2 * GDN_D][3]; /* the q/k channels' ring */
+    __shared__ f32 qk_w[2 * GDN_D][4];    /* their taps */
+    __shared__ f32 xin[2][2 * GDN_D];     /* their inputs, rows by parity */
+    __shared__ f32 xs[2][GDN_D];          /* their conv outputs */
     __shared__ f32 qs[GDN_D], ks[GDN_D];
     __shared__ f32 inv[2];
+    __shared__ f32 heads_bd[2][2];        /* beta, exp(g) of the chunk's heads */
     const i32 tid = threadIdx.x, bd = blockDim.x;
     const i32 hk = blockIdx.x / GDN_CS, rank = blockIdx.x % GDN_CS;
     const u64 b = blockIdx.y;
@@ -553,34 +559,53 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
     f32 *scb = snap_conv + b * snaps * rl;
     f32 *ssb = snap_state + b * snaps * n;
     f32 *const fin = (t & 1) ? alt : canonical; /* rule PARITY */
-    /* The q/k threads: [h0, bd), nh of them; the norms by h0 and h0 + 1. */
+    /* The q/k threads: [h0, bd), nh of them; the norms and the heads'
+     * beta and exp(g) by h0 and h0 + 1. */
     const bool split = bd > cpc && cpc % 32 == 0;
     const i32 h0 = split ? cpc : 0, nh = bd - h0;
     const bool qk_thread = tid >= h0;
+    const i32 m = tid - h0; /* 0, 1: a norm thread */
 
     for (i32 c0 = rank * cpc; c0 < (rank + 1) * cpc; c0 += bd) {
         const i32 gc = c0 + tid; /* column in the q/k head's group */
         const bool mine = gc < (rank + 1) * cpc && (!split || tid < cpc);
         const i32 h = hk * ratio + (mine ? gc / GDN_D : 0);
         const i32 j = gc % GDN_D;
+        const i32 hfirst = hk * ratio + c0 / GDN_D; /* the chunk's first head */
+        const i32 cend = c0 + (split ? cpc : bd); /* past the chunk's last column */
+        const i32 clast = (cend < (rank + 1) * cpc ? cend : (rank + 1) * cpc) - 1;
+        const i32 nheads = hk * ratio + clast / GDN_D - hfirst + 1; /* 1 or 2 */
         const u64 base = (u64)h * GDN_D * GDN_D + j;
         const u64 vch = 2 * (u64)key_dim + (u64)h * GDN_D + j;
         const bool writes_qk = rank == 0 && c0 == rank * cpc;
         f32 col[GDN_D];
-        f32 vh[3];
-        f32 vj = 0.0f, beta = 0.0f, d = 0.0f, delta = 0.0f;
+        f32 vh[3], wv[4];
+        f32 vj = 0.0f, xv = 0.0f, delta = 0.0f;
         if (mine) {
 #pragma unroll
             for (i32 i = 0; i < GDN_D; ++i) col[i] = canonical[base + (u64)i * GDN_D];
             for (i32 i = 0; i < p; ++i) vh[i] = ring[vch * p + i];
+            for (i32 i = 0; i < d_conv; ++i) wv[i] = w[vch * d_conv + i];
+            xv = xb[vch];
         }
+        /* Stage the q/k channels' ring, taps and rows 0 and 1. */
+        if (qk_thread) {
+            for (i32 c = m; c < 2 * GDN_D; c += nh) {
+                const u64 ch = gdn_qk_channel(c, hk, key_dim);
+                for (i32 i = 0; i < p; ++i) qk_hist[c][i] = ring[ch * p + i];
+                for (i32 i = 0; i < d_conv; ++i) qk_w[c][i] = w[ch * d_conv + i];
+                xin[0][c] = xb[ch];
+                if (t > 1) xin[1][c] = xb[cd + ch];
+            }
+        }
+        __syncthreads();
         /* Row 0's q/k conv, norms and q, k; its v channel, beta and d. */
         if (qk_thread) {
-            for (i32 c = tid - h0; c < 2 * GDN_D; c += nh) {
+            for (i32 c = m; c < 2 * GDN_D; c += nh) {
                 const u64 ch = gdn_qk_channel(c, hk, key_dim);
                 f32 hist[3];
-                for (i32 i = 0; i < p; ++i) hist[i] = ring[ch * p + i];
-                const f32 y = gdn_conv_channel(hist, xb[ch], w + ch * d_conv, d_conv);
+                for (i32 i = 0; i < p; ++i) hist[i] = qk_hist[c][i];
+                const f32 y = gdn_conv_channel(hist, xin[0][c], qk_w[c], d_conv);
                 for (i32 i = 0; i < p; ++i) qk_hist[c][i] = hist[i];
                 xs[c / GDN_D][c % GDN_D] = y;
                 if (writes_qk) {
@@ -591,16 +616,19 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
             }
         }
         if (mine) {
-            vj = gdn_conv_channel(vh, xb[vch], w + vch * d_conv, d_conv);
+            vj = gdn_conv_channel(vh, xv, wv, d_conv);
             cob[vch] = vj;
             if (t > 1)
                 for (i32 i = 0; i < p; ++i) scb[vch * p + i] = vh[i];
-            gdn_beta_decay(brb[h], alb[h], dt_bias[h], a_log[h], &beta, &d);
+        }
+        if (qk_thread && m < nheads) {
+            const i32 hh = hfirst + m;
+            gdn_beta_decay(brb[hh], alb[hh], dt_bias[hh], a_log[hh], &heads_bd[m][0], &heads_bd[m][1]);
         }
         __syncthreads();
-        if (tid == h0 || tid == h0 + 1) {
-            const i32 m = tid - h0;
+        if (qk_thread && m < 2) {
             f32 ss = 0.0f;
+#pragma unroll 16
             for (i32 i = 0; i < GDN_D; ++i) ss = __fadd_rn(ss, __fmul_rn(xs[m][i], xs[m][i]));
             const f32 dd = __fadd_rn(ss, eps);
             const f32 sq = __fsqrt_rn(dd);
@@ -608,7 +636,7 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
         }
         __syncthreads();
         if (qk_thread) {
-            for (i32 i = tid - h0; i < GDN_D; i += nh) {
+            for (i32 i = m; i < GDN_D; i += nh) {
                 qs[i] = __fmul_rn(xs[0][i], inv[0]);
                 ks[i] = __fmul_rn(xs[1][i], inv[1]);
             }
@@ -616,15 +644,19 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
         __syncthreads();
         for (i32 r = 0; r < t; ++r) {
             const bool next = r + 1 < t;
-            const f32 *xn = xb + (u64)(r + 1) * cd;
             /* Phase A: scan row r, steps 1-3 | q/k conv of row r + 1. */
-            if (mine) delta = gdn_scan_decay_delta(col, ks, vj, beta, d);
+            if (mine) {
+                if (next) xv = xb[(u64)(r + 1) * cd + vch]; /* for phase C */
+                const i32 lh = h - hfirst;
+                delta = gdn_scan_decay_delta(col, ks, vj, heads_bd[lh][0], heads_bd[lh][1]);
+            }
             if (qk_thread && next) {
-                for (i32 c = tid - h0; c < 2 * GDN_D; c += nh) {
+                const i32 par = (r + 1) & 1;
+                for (i32 c = m; c < 2 * GDN_D; c += nh) {
                     const u64 ch = gdn_qk_channel(c, hk, key_dim);
                     f32 hist[3];
                     for (i32 i = 0; i < p; ++i) hist[i] = qk_hist[c][i];
-                    const f32 y = gdn_conv_channel(hist, xn[ch], w + ch * d_conv, d_conv);
+                    const f32 y = gdn_conv_channel(hist, xin[par][c], qk_w[c], d_conv);
                     for (i32 i = 0; i < p; ++i) qk_hist[c][i] = hist[i];
                     xs[c / GDN_D][c % GDN_D] = y;
                     if (writes_qk) {
@@ -636,7 +668,8 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
                 }
             }
             __syncthreads();
-            /* Phase B: scan row r, steps 4-5 | the norms of row r + 1. */
+            /* Phase B: scan row r, steps 4-5 | the norms of row r + 1; row
+             * r + 2's q/k inputs into the buffer row r used. */
             if (mine) {
                 ob[(u64)r * vd + (u64)h * GDN_D + j] = gdn_scan_update_read(col, qs, ks, delta, scale);
                 if (next) {
@@ -644,29 +677,40 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
                     for (i32 i = 0; i < GDN_D; ++i) ssb[(u64)r * n + base + (u64)i * GDN_D] = col[i];
                 }
             }
-            if (next && (tid == h0 || tid == h0 + 1)) {
-                const i32 m = tid - h0;
-                f32 ss = 0.0f;
-                for (i32 i = 0; i < GDN_D; ++i) ss = __fadd_rn(ss, __fmul_rn(xs[m][i], xs[m][i]));
-                const f32 dd = __fadd_rn(ss, eps);
-                const f32 sq = __fsqrt_rn(dd);
-                inv[m] = __fdiv_rn(1.0f, sq);
+            if (qk_thread && next) {
+                if (m < 2) {
+                    f32 ss = 0.0f;
+#pragma unroll 16
+                    for (i32 i = 0; i < GDN_D; ++i) ss = __fadd_rn(ss, __fmul_rn(xs[m][i], xs[m][i]));
+                    const f32 dd = __fadd_rn(ss, eps);
+                    const f32 sq = __fsqrt_rn(dd);
+                    inv[m] = __fdiv_rn(1.0f, sq);
+                }
+                if (r + 2 < t) {
+                    const f32 *x2 = xb + (u64)(r + 2) * cd;
+                    for (i32 c = m; c < 2 * GDN_D; c += nh)
+                        xin[r & 1][c] = x2[gdn_qk_channel(c, hk, key_dim)];
+                }
             }
             __syncthreads();
-            /* Phase C: row r + 1's v channel, beta, d | its q and k. */
+            /* Phase C: row r + 1's v channel | its q and k, the heads' beta
+             * and exp(g). */
             if (next) {
                 if (mine) {
-                    vj = gdn_conv_channel(vh, xn[vch], w + vch * d_conv, d_conv);
+                    vj = gdn_conv_channel(vh, xv, wv, d_conv);
                     cob[(u64)(r + 1) * cd + vch] = vj;
                     if (r + 2 < t)
                         for (i32 i = 0; i < p; ++i) scb[(u64)(r + 1) * rl + vch * p + i] = vh[i];
-                    const u64 bh = (u64)(r + 1) * num_v + h;
-                    gdn_beta_decay(brb[bh], alb[bh], dt_bias[h], a_log[h], &beta, &d);
                 }
                 if (qk_thread) {
-                    for (i32 i = tid - h0; i < GDN_D; i += nh) {
+                    for (i32 i = m; i < GDN_D; i += nh) {
                         qs[i] = __fmul_rn(xs[0][i], inv[0]);
                         ks[i] = __fmul_rn(xs[1][i], inv[1]);
+                    }
+                    if (m < nheads) {
+                        const u64 bh = (u64)(r + 1) * num_v + hfirst + m;
+                        gdn_beta_decay(brb[bh], alb[bh], dt_bias[hfirst + m], a_log[hfirst + m],
+                                       &heads_bd[m][0], &heads_bd[m][1]);
                     }
                 }
             }
@@ -682,7 +726,7 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
     /* Every CTA of the cluster has read the q/k ring: rank 0 may write it. */
     gdn_cluster_sync();
     if (rank == 0 && qk_thread) {
-        for (i32 c = tid - h0; c < 2 * GDN_D; c += nh) {
+        for (i32 c = m; c < 2 * GDN_D; c += nh) {
             const u64 ch = gdn_qk_channel(c, hk, key_dim);
             for (i32 i = 0; i < p; ++i) ring[ch * p + i] = qk_hist[c][i];
         }

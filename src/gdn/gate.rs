@@ -165,7 +165,7 @@ pub fn run(e: &GdnEngine) -> GateResult {
             ..CaseSpec::seed_like(num_k, num_v, d_conv, t, 31 * batch as u64 + t as u64)
         };
         let datas = spec.generate_batch().expect("the gate's shapes are valid");
-        g.add(&super::judge_batch(e, &spec, &datas));
+        g.add(&super::judge_batch(e, &spec, &datas, None));
     }
     for (label, spec) in edge_cases() {
         println!("  edge: {label}");
