@@ -49,6 +49,8 @@ static bool g_reverse = false;
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(n)
+#define __align__(n) __attribute__((aligned(n)))
+struct float4 { float x, y, z, w; };
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }

@@ -25,8 +25,11 @@ const LARGE: usize = 256 << 10;
 /// The most bytes kept at once.
 const KEPT_MAX: usize = 1 << 30;
 
-/// Kept blocks: (address, size, alignment), and their total size.
-static KEPT: Mutex<(Vec<(usize, usize, usize)>, usize)> = Mutex::new((Vec::new(), 0));
+/// One kept block: (address, size, alignment).
+type Block = (usize, usize, usize);
+
+/// Kept blocks, and their total size.
+static KEPT: Mutex<(Vec<Block>, usize)> = Mutex::new((Vec::new(), 0));
 
 // SAFETY: every block handed out was allocated by `System` with the same
 // layout, and is handed out to one owner at a time (taken from the list
