@@ -413,3 +413,322 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
 #pragma unroll
     for (i32 i = 0; i < GDN_D; ++i) fin[base + (u64)i * GDN_D] = col[i];
 }
+
+/* ------------------------ fused step, batched ---------------------------- */
+
+/* gdn_step_fused: a whole packed call (conv, prep and scan of t rows, with
+ * the snapshots) in one launch, for B independent sequences. Every output
+ * is computed with the same operations as the per-row trio, on the same
+ * operands in the same order, so it equals t chained rows bit for bit.
+ *
+ * Layout: sequence b's buffers are the b-th of B equal blocks (elements;
+ * core/src/gdn/batch.rs):
+ *   x [B][t][C], beta_raw and alpha [B][t][num_v], conv_out [B][t][C],
+ *   o [B][t][V], snap_conv [B][t-1][C][P], snap_state [B][t-1][N];
+ *   tab[0] = ring pool [B][C][P], tab[1] = canonical pool [B][N],
+ *   tab[2] = alt pool [B][N] (the shim passes its table + 0).
+ *   The weights (w, dt_bias, a_log) are the layer's, shared. snap_conv and
+ *   snap_state may be 0 when t = 1.
+ *
+ * Work split: the GDN_CS CTAs of one cluster (consecutive blockIdx.x) own
+ * q/k head hk = blockIdx.x / GDN_CS of sequence b = blockIdx.y and the
+ * ratio * 128 state columns of its v heads; CTA rank r = blockIdx.x %
+ * GDN_CS owns columns [r * cpc, (r + 1) * cpc), cpc = ratio * 128 /
+ * GDN_CS, in chunks of blockDim.x, one column per thread ("column
+ * threads"): the column stays in registers across the t rows, and the
+ * column's own v channel is convolved by the same thread. The 256 q/k
+ * channels of hk are convolved, normalised and written to shared memory by
+ * the "q/k threads": the threads past cpc when blockDim.x > cpc and cpc is
+ * a multiple of 32 (so the two groups are whole warps and run side by
+ * side), else every thread. Every CTA of the cluster convolves the q/k
+ * channels from the ring as it was before the call (identical bits);
+ * rank 0 writes their conv outputs and snapshots, and their final ring
+ * only after a cluster barrier, once every CTA of the cluster has read
+ * the old ring. Each v channel and state column has exactly one owner.
+ *
+ * Every global input is staged before it is needed (the q/k channels'
+ * ring, taps and rows in shared memory, a column's taps and next input in
+ * registers), so no phase waits on a global load. Rows are pipelined in
+ * three phases between __syncthreads: while the column threads scan row r
+ * (A: decay and k.S; B: update and q.S), the q/k threads convolve row
+ * r + 1 (A), take its two L2 norms and stage row r + 2's inputs (B), and
+ * write its normalised q and k and its heads' beta and exp(g) (C), while
+ * the column threads convolve their v channel of row r + 1 (C).
+ *
+ * Launch: grid (num_k * GDN_CS, B), blockDim.x <= 128 (the shim: 128 when
+ * B = 1 and cpc is a multiple of 32 below 128, else min(cpc, 128));
+ * GDN_CS = 8 on sm_90 and later (a compile-time cluster of 8 CTAs), 1
+ * before (one CTA per q/k head: nothing to wait for). GDN_CS may be
+ * defined before this file is compiled for a target below sm_90 (the host
+ * emulator runs the CTAs of a cluster one after another, rank 0 last).
+ */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GDN_CS 8
+#define GDN_CLUSTER_DIMS __cluster_dims__(GDN_CS, 1, 1)
+__device__ __forceinline__ void gdn_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+#else
+#ifndef GDN_CS
+#define GDN_CS 1
+#endif
+#define GDN_CLUSTER_DIMS
+__device__ __forceinline__ void gdn_cluster_sync() { __syncthreads(); }
+#endif
+
+/* q/k conv channel c (0..255) of q/k head hk: q channels first. */
+__device__ __forceinline__ i32 gdn_qk_channel(i32 c, i32 hk, i32 key_dim)
+{
+    return c < GDN_D ? hk * GDN_D + c : key_dim + hk * GDN_D + (c - GDN_D);
+}
+
+/* gdn_scan_column steps 1-3: decay, kv, delta (returned). */
+__device__ __forceinline__ f32 gdn_scan_decay_delta(f32 col[GDN_D], const f32 *ks, f32 v_j,
+                                                    f32 beta, f32 d)
+{
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fmul_rn(col[i], d);
+    f32 kv = 0.0f;
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) kv = __fadd_rn(kv, __fmul_rn(col[i], ks[i]));
+    return __fmul_rn(__fsub_rn(v_j, kv), beta);
+}
+
+/* gdn_scan_column steps 4-5: update, read. */
+__device__ __forceinline__ f32 gdn_scan_update_read(f32 col[GDN_D], const f32 *qs, const f32 *ks,
+                                                    f32 delta, f32 scale)
+{
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fadd_rn(col[i], __fmul_rn(ks[i], delta));
+    f32 acc = 0.0f;
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) acc = __fadd_rn(acc, __fmul_rn(col[i], qs[i]));
+    return __fmul_rn(acc, scale);
+}
+
+/* beta = sigmoid(beta_raw) and d = exp(g), g = -(exp(a_log) *
+ * softplus(alpha + dt_bias)), as gdn_prep_head and gdn_scan_s128. */
+__device__ __forceinline__ void gdn_beta_decay(f32 beta_raw, f32 alpha, f32 dt_bias, f32 a_log,
+                                               f32 *beta, f32 *d)
+{
+    *beta = gdn_sigmoid(beta_raw);
+    const f32 e = gdn_exp(a_log);
+    const f32 a = __fadd_rn(alpha, dt_bias);
+    const f32 sp = gdn_softplus(a);
+    const f32 pr = __fmul_rn(e, sp);
+    const f32 g = -pr;
+    *d = gdn_exp(g);
+}
+
+extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fused(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v,
+    i32 d_conv, i32 t, f32 eps, f32 scale)
+{
+    __shared__ f32 qk_hist[2 * GDN_D][3]; /* the q/k channels' ring */
+    __shared__ f32 qk_w[2 * GDN_D][4];    /* their taps */
+    __shared__ f32 xin[2][2 * GDN_D];     /* their inputs, rows by parity */
+    __shared__ f32 xs[2][GDN_D];          /* their conv outputs */
+    __shared__ f32 qs[GDN_D], ks[GDN_D];
+    __shared__ f32 inv[2];
+    __shared__ f32 heads_bd[2][2];        /* beta, exp(g) of the chunk's heads */
+    const i32 tid = threadIdx.x, bd = blockDim.x;
+    const i32 hk = blockIdx.x / GDN_CS, rank = blockIdx.x % GDN_CS;
+    const u64 b = blockIdx.y;
+    const i32 ratio = num_v / num_k;
+    const i32 cpc = ratio * GDN_D / GDN_CS;
+    const i32 p = d_conv - 1;
+    const i32 key_dim = GDN_D * num_k;
+    const u64 cd = 2 * (u64)key_dim + (u64)GDN_D * num_v;
+    const u64 vd = (u64)GDN_D * num_v;
+    const u64 n = vd * GDN_D;
+    const u64 rl = cd * p;
+    const u64 snaps = (u64)t - 1;
+    f32 *ring = (f32 *)tab[0] + b * rl;
+    f32 *canonical = (f32 *)tab[1] + b * n;
+    f32 *alt = (f32 *)tab[2] + b * n;
+    const f32 *xb = x + b * (u64)t * cd;
+    const f32 *brb = beta_raw + b * (u64)t * num_v;
+    const f32 *alb = alpha + b * (u64)t * num_v;
+    f32 *cob = conv_out + b * (u64)t * cd;
+    f32 *ob = o + b * (u64)t * vd;
+    f32 *scb = snap_conv + b * snaps * rl;
+    f32 *ssb = snap_state + b * snaps * n;
+    f32 *const fin = (t & 1) ? alt : canonical; /* rule PARITY */
+    /* The q/k threads: [h0, bd), nh of them; the norms and the heads'
+     * beta and exp(g) by h0 and h0 + 1. */
+    const bool split = bd > cpc && cpc % 32 == 0;
+    const i32 h0 = split ? cpc : 0, nh = bd - h0;
+    const bool qk_thread = tid >= h0;
+    const i32 m = tid - h0; /* 0, 1: a norm thread */
+
+    for (i32 c0 = rank * cpc; c0 < (rank + 1) * cpc; c0 += bd) {
+        const i32 gc = c0 + tid; /* column in the q/k head's group */
+        const bool mine = gc < (rank + 1) * cpc && (!split || tid < cpc);
+        const i32 h = hk * ratio + (mine ? gc / GDN_D : 0);
+        const i32 j = gc % GDN_D;
+        const i32 hfirst = hk * ratio + c0 / GDN_D; /* the chunk's first head */
+        const i32 cend = c0 + (split ? cpc : bd); /* past the chunk's last column */
+        const i32 clast = (cend < (rank + 1) * cpc ? cend : (rank + 1) * cpc) - 1;
+        const i32 nheads = hk * ratio + clast / GDN_D - hfirst + 1; /* 1 or 2 */
+        const u64 base = (u64)h * GDN_D * GDN_D + j;
+        const u64 vch = 2 * (u64)key_dim + (u64)h * GDN_D + j;
+        const bool writes_qk = rank == 0 && c0 == rank * cpc;
+        f32 col[GDN_D];
+        f32 vh[3], wv[4];
+        f32 vj = 0.0f, xv = 0.0f, delta = 0.0f;
+        if (mine) {
+#pragma unroll
+            for (i32 i = 0; i < GDN_D; ++i) col[i] = canonical[base + (u64)i * GDN_D];
+            for (i32 i = 0; i < p; ++i) vh[i] = ring[vch * p + i];
+            for (i32 i = 0; i < d_conv; ++i) wv[i] = w[vch * d_conv + i];
+            xv = xb[vch];
+        }
+        /* Stage the q/k channels' ring, taps and rows 0 and 1. */
+        if (qk_thread) {
+            for (i32 c = m; c < 2 * GDN_D; c += nh) {
+                const u64 ch = gdn_qk_channel(c, hk, key_dim);
+                for (i32 i = 0; i < p; ++i) qk_hist[c][i] = ring[ch * p + i];
+                for (i32 i = 0; i < d_conv; ++i) qk_w[c][i] = w[ch * d_conv + i];
+                xin[0][c] = xb[ch];
+                if (t > 1) xin[1][c] = xb[cd + ch];
+            }
+        }
+        __syncthreads();
+        /* Row 0's q/k conv, norms and q, k; its v channel, beta and d. */
+        if (qk_thread) {
+            for (i32 c = m; c < 2 * GDN_D; c += nh) {
+                const u64 ch = gdn_qk_channel(c, hk, key_dim);
+                f32 hist[3];
+                for (i32 i = 0; i < p; ++i) hist[i] = qk_hist[c][i];
+                const f32 y = gdn_conv_channel(hist, xin[0][c], qk_w[c], d_conv);
+                for (i32 i = 0; i < p; ++i) qk_hist[c][i] = hist[i];
+                xs[c / GDN_D][c % GDN_D] = y;
+                if (writes_qk) {
+                    cob[ch] = y;
+                    if (t > 1)
+                        for (i32 i = 0; i < p; ++i) scb[ch * p + i] = hist[i];
+                }
+            }
+        }
+        if (mine) {
+            vj = gdn_conv_channel(vh, xv, wv, d_conv);
+            cob[vch] = vj;
+            if (t > 1)
+                for (i32 i = 0; i < p; ++i) scb[vch * p + i] = vh[i];
+        }
+        if (qk_thread && m < nheads) {
+            const i32 hh = hfirst + m;
+            gdn_beta_decay(brb[hh], alb[hh], dt_bias[hh], a_log[hh], &heads_bd[m][0], &heads_bd[m][1]);
+        }
+        __syncthreads();
+        if (qk_thread && m < 2) {
+            f32 ss = 0.0f;
+#pragma unroll 16
+            for (i32 i = 0; i < GDN_D; ++i) ss = __fadd_rn(ss, __fmul_rn(xs[m][i], xs[m][i]));
+            const f32 dd = __fadd_rn(ss, eps);
+            const f32 sq = __fsqrt_rn(dd);
+            inv[m] = __fdiv_rn(1.0f, sq);
+        }
+        __syncthreads();
+        if (qk_thread) {
+            for (i32 i = m; i < GDN_D; i += nh) {
+                qs[i] = __fmul_rn(xs[0][i], inv[0]);
+                ks[i] = __fmul_rn(xs[1][i], inv[1]);
+            }
+        }
+        __syncthreads();
+        for (i32 r = 0; r < t; ++r) {
+            const bool next = r + 1 < t;
+            /* Phase A: scan row r, steps 1-3 | q/k conv of row r + 1. */
+            if (mine) {
+                if (next) xv = xb[(u64)(r + 1) * cd + vch]; /* for phase C */
+                const i32 lh = h - hfirst;
+                delta = gdn_scan_decay_delta(col, ks, vj, heads_bd[lh][0], heads_bd[lh][1]);
+            }
+            if (qk_thread && next) {
+                const i32 par = (r + 1) & 1;
+                for (i32 c = m; c < 2 * GDN_D; c += nh) {
+                    const u64 ch = gdn_qk_channel(c, hk, key_dim);
+                    f32 hist[3];
+                    for (i32 i = 0; i < p; ++i) hist[i] = qk_hist[c][i];
+                    const f32 y = gdn_conv_channel(hist, xin[par][c], qk_w[c], d_conv);
+                    for (i32 i = 0; i < p; ++i) qk_hist[c][i] = hist[i];
+                    xs[c / GDN_D][c % GDN_D] = y;
+                    if (writes_qk) {
+                        cob[(u64)(r + 1) * cd + ch] = y;
+                        if (r + 2 < t)
+                            for (i32 i = 0; i < p; ++i)
+                                scb[(u64)(r + 1) * rl + ch * p + i] = hist[i];
+                    }
+                }
+            }
+            __syncthreads();
+            /* Phase B: scan row r, steps 4-5 | the norms of row r + 1; row
+             * r + 2's q/k inputs into the buffer row r used. */
+            if (mine) {
+                ob[(u64)r * vd + (u64)h * GDN_D + j] = gdn_scan_update_read(col, qs, ks, delta, scale);
+                if (next) {
+#pragma unroll
+                    for (i32 i = 0; i < GDN_D; ++i) ssb[(u64)r * n + base + (u64)i * GDN_D] = col[i];
+                }
+            }
+            if (qk_thread && next) {
+                if (m < 2) {
+                    f32 ss = 0.0f;
+#pragma unroll 16
+                    for (i32 i = 0; i < GDN_D; ++i) ss = __fadd_rn(ss, __fmul_rn(xs[m][i], xs[m][i]));
+                    const f32 dd = __fadd_rn(ss, eps);
+                    const f32 sq = __fsqrt_rn(dd);
+                    inv[m] = __fdiv_rn(1.0f, sq);
+                }
+                if (r + 2 < t) {
+                    const f32 *x2 = xb + (u64)(r + 2) * cd;
+                    for (i32 c = m; c < 2 * GDN_D; c += nh)
+                        xin[r & 1][c] = x2[gdn_qk_channel(c, hk, key_dim)];
+                }
+            }
+            __syncthreads();
+            /* Phase C: row r + 1's v channel | its q and k, the heads' beta
+             * and exp(g). */
+            if (next) {
+                if (mine) {
+                    vj = gdn_conv_channel(vh, xv, wv, d_conv);
+                    cob[(u64)(r + 1) * cd + vch] = vj;
+                    if (r + 2 < t)
+                        for (i32 i = 0; i < p; ++i) scb[(u64)(r + 1) * rl + vch * p + i] = vh[i];
+                }
+                if (qk_thread) {
+                    for (i32 i = m; i < GDN_D; i += nh) {
+                        qs[i] = __fmul_rn(xs[0][i], inv[0]);
+                        ks[i] = __fmul_rn(xs[1][i], inv[1]);
+                    }
+                    if (m < nheads) {
+                        const u64 bh = (u64)(r + 1) * num_v + hfirst + m;
+                        gdn_beta_decay(brb[bh], alb[bh], dt_bias[hfirst + m], a_log[hfirst + m],
+                                       &heads_bd[m][0], &heads_bd[m][1]);
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        if (mine) {
+#pragma unroll
+            for (i32 i = 0; i < GDN_D; ++i) fin[base + (u64)i * GDN_D] = col[i];
+            /* Only this thread reads its v channel's ring. */
+            for (i32 i = 0; i < p; ++i) ring[vch * p + i] = vh[i];
+        }
+    }
+    /* Every CTA of the cluster has read the q/k ring: rank 0 may write it. */
+    gdn_cluster_sync();
+    if (rank == 0 && qk_thread) {
+        for (i32 c = m; c < 2 * GDN_D; c += nh) {
+            const u64 ch = gdn_qk_channel(c, hk, key_dim);
+            for (i32 i = 0; i < p; ++i) ring[ch * p + i] = qk_hist[c][i];
+        }
+    }
+}

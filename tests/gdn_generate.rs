@@ -38,11 +38,13 @@ fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
     // 256 (byte / 5 in 3, 11, .., 51, five bytes each but 51 with one).
     assert_eq!((big, eps0), (102 * 256, 31 * 256));
     let (mut num_k, mut d_conv, mut t) = ([0u32; 4], [0u32; 3], [0u32; 16]);
+    let mut batch = [0u32; config::MAX_BATCH];
     for x in 0..=u16::MAX {
         let s = draw([0, 0, x as u8, (x >> 8) as u8]);
         num_k[s.num_k - 1] += 1;
         d_conv[s.d_conv - 2] += 1;
         t[s.t - 1] += 1;
+        batch[s.batch - 1] += 1;
         assert!(s.num_v <= config::MAX_NUM_V && s.num_v % s.num_k == 0);
     }
     assert_eq!(num_k, [16384; 4]);
@@ -52,6 +54,8 @@ fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
     want[1] = 5 * 2048;
     want[config::MAX_T - 1] = 5 * 2048;
     assert_eq!(t, want);
+    // Byte 3's bits 5-7: batch 1 for 0-5, 2 for 6, 3 for 7.
+    assert_eq!(batch, [6 * 8192, 8192, 8192]);
     // The empty input is the seed's shape at t = 1, no knob on.
     let s = draw([0; 4]);
     assert_eq!(

@@ -10,7 +10,7 @@ fn write_mutant(name: &str, text: &str) -> std::path::PathBuf {
 }
 
 /// Every anchor occurs exactly once in the builtin kernel and every mutant
-/// compiles (NVRTC, sm_90, no GPU) and still exports all six kernels, so
+/// compiles (NVRTC, sm_90, no GPU) and still exports every kernel, so
 /// it reaches the gate as a wrong kernel rather than as a compile error.
 #[test]
 fn every_mutant_applies_once_and_compiles() {

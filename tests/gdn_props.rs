@@ -109,3 +109,81 @@ fn short_inputs_reach_every_knob() {
         );
     }
 }
+
+/// Where a fuzz case's time goes (GPU): 200 cases drawn as libFuzzer's
+/// short inputs are, each phase of `check` timed on its own (generation,
+/// the CPU oracle, chained per-row launches, the fused step, the packed
+/// twins, the graph replays, the batched call). Prints milliseconds per
+/// case per phase; fails only on a device error.
+#[test]
+#[ignore = "needs a CUDA GPU (prints the gdn fuzz case's time per phase)"]
+fn gdn_case_phases_timed() {
+    use arbitrary::{Arbitrary, Unstructured};
+    use kernel_oracle::gdn::{engine, run};
+    use std::time::{Duration, Instant};
+    let e = engine().expect("a CUDA device");
+    let mut rng = kernel_oracle::rng::Rng(0x9E0F);
+    // The same launches without guard bands (no check after each launch).
+    let bare = device::cuda::GdnEngine::new(0).expect("a CUDA device");
+    let names = [
+        "generate",
+        "reference",
+        "chained",
+        "fused",
+        "twins",
+        "graph",
+        "batched",
+        "chained, guards off",
+        "fused, guards off",
+    ];
+    let mut total = [Duration::ZERO; 9];
+    let n = 200;
+    let start = Instant::now();
+    for _ in 0..n {
+        let bytes: Vec<u8> = (0..12).map(|_| rng.u8()).collect();
+        let spec = CaseSpec::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
+        let mut t = Instant::now();
+        let mut lap = |i: usize, t: &mut Instant| {
+            total[i] += t.elapsed();
+            *t = Instant::now();
+        };
+        let data = spec.generate().unwrap();
+        lap(0, &mut t);
+        let _ = reference(&data);
+        lap(1, &mut t);
+        run::chained(e, &data).unwrap();
+        lap(2, &mut t);
+        run::packed(e, &data).unwrap();
+        lap(3, &mut t);
+        if spec.graph {
+            run::twins(e, &data).unwrap();
+            lap(4, &mut t);
+            run::graph(e, &data).unwrap();
+            lap(5, &mut t);
+        }
+        if spec.batch > 1 {
+            let ds = spec.generate_batch().unwrap();
+            run::batched(e, &ds).unwrap();
+            for d in &ds[1..] {
+                let _ = reference(d);
+            }
+            lap(6, &mut t);
+        }
+        run::chained(&bare, &data).unwrap();
+        lap(7, &mut t);
+        run::packed(&bare, &data).unwrap();
+        lap(8, &mut t);
+    }
+    let all = start.elapsed() - total[7] - total[8];
+    println!(
+        "gdn fuzz case phases, {n} cases, {:.2} ms per case ({:.0} cases/s):",
+        all.as_secs_f64() * 1e3 / n as f64,
+        n as f64 / all.as_secs_f64()
+    );
+    for (name, d) in names.iter().zip(total) {
+        println!(
+            "  {name:<20} {:8.3} ms per case",
+            d.as_secs_f64() * 1e3 / n as f64
+        );
+    }
+}

@@ -939,3 +939,105 @@ fn final_state_parity_odd_t_in_alt_even_t_in_canonical() {
     assert_eq!(bits(&p.canonical), bits(&c.state0));
     assert!(p.snap_conv.is_empty() && p.snap_state.is_empty());
 }
+
+/// The batch layout: sequence `b` of a [`decode_batch`] call is the
+/// `b`-th block of every pool and equals its own [`decode_rows`] call (the
+/// layer shared), bit for bit; a pool of the wrong length is refused
+/// before anything is written.
+#[test]
+fn batch_is_each_sequence_in_its_own_block() {
+    use oracle::gdn::batch::{decode_batch, BatchLayout};
+    let (nb, t) = (3usize, 3usize);
+    let seqs: Vec<Case> = (0..nb as u64)
+        .map(|b| Case::new(2, 4, 4, t, 7 + 100 * b))
+        .collect();
+    let layout = BatchLayout::new(seqs[0].shape, nb).unwrap();
+    assert_eq!(
+        BatchLayout::new(seqs[0].shape, 0),
+        Err(GdnError::Zero { dim: "batch" })
+    );
+    let cat = |f: &dyn Fn(&Case) -> &[f32]| {
+        seqs.iter()
+            .flat_map(|c| f(c).iter().copied())
+            .collect::<Vec<f32>>()
+    };
+    // Every sequence with sequence 0's weights.
+    let shared: Vec<Case> = (0..nb)
+        .map(|b| Case {
+            conv_w: seqs[0].conv_w.clone(),
+            dt_bias: seqs[0].dt_bias.clone(),
+            a_log: seqs[0].a_log.clone(),
+            ..Case::new(2, 4, 4, t, 7 + 100 * b as u64)
+        })
+        .collect();
+    let mut ring = cat(&|c| &c.ring0);
+    let mut canonical = cat(&|c| &c.state0);
+    let n = seqs[0].shape.state_len();
+    let mut alt = vec![0f32; nb * n];
+    let per = layout.lens();
+    let mut outs: Vec<Vec<f32>> = (5..9).map(|i| vec![0f32; nb * per[i]]).collect();
+    let mut scratch = vec![0f32; seqs[0].shape.scratch_len()];
+    let (qkv, br, al) = (cat(&|c| &c.qkv), cat(&|c| &c.beta_raw), cat(&|c| &c.alpha));
+    let input = RowInputs {
+        qkv: &qkv,
+        beta_raw: &br,
+        alpha: &al,
+    };
+    let [co, o, sc, ss] = &mut outs[..] else {
+        unreachable!()
+    };
+    let bad = decode_batch(
+        &layout,
+        &shared[0].params(),
+        &input,
+        &mut ring[1..],
+        StatePair {
+            canonical: &mut canonical,
+            alt: &mut alt,
+        },
+        PackedOutputs {
+            conv_out: co,
+            o,
+            snap_conv: sc,
+            snap_state: ss,
+        },
+        &mut scratch,
+    );
+    assert!(matches!(bad, Err(GdnError::Len { arg: "ring", .. })));
+    assert!(co.iter().all(|&x| x == 0.0));
+    let slot = decode_batch(
+        &layout,
+        &shared[0].params(),
+        &input,
+        &mut ring,
+        StatePair {
+            canonical: &mut canonical,
+            alt: &mut alt,
+        },
+        PackedOutputs {
+            conv_out: co,
+            o,
+            snap_conv: sc,
+            snap_state: ss,
+        },
+        &mut scratch,
+    )
+    .unwrap();
+    assert_eq!(slot, state_after_row(t - 1));
+    for (b, c) in shared.iter().enumerate() {
+        let (want, wslot) = packed(c);
+        assert_eq!(wslot, slot);
+        let fin = if slot == StateSlot::Alt {
+            &alt
+        } else {
+            &canonical
+        };
+        let cut = |v: &[f32], i: usize| bits(&v[layout.range(b, per[i])]);
+        assert_eq!(cut(co, 5), want.conv_out, "sequence {b} conv_out");
+        assert_eq!(cut(o, 6), want.o, "sequence {b} o");
+        assert_eq!(cut(sc, 7), want.snap_conv, "sequence {b} snap_conv");
+        assert_eq!(cut(ss, 8), want.snap_state, "sequence {b} snap_state");
+        assert_eq!(cut(&ring, 3), want.final_ring, "sequence {b} ring");
+        assert_eq!(cut(fin, 4), want.final_state, "sequence {b} state");
+    }
+}

@@ -1,9 +1,13 @@
 //! One Gated DeltaNet layer of Qwen3-Next (num_k = 16, num_v = 32,
 //! d_conv = 4) on the device: per-token decode (t = 1) and a t = 8 verify
-//! step, each as chained per-row launches (3 per row), as the packed step
-//! (3 launches) and as a replay of the packed step's CUDA graph, timed
-//! back to back with CUDA events; next to a device-to-device copy measured
-//! in the same run.
+//! step, each as chained per-row launches (3 per row), as the packed twins
+//! (3 launches), as the fused step (1 launch), and as replays of their CUDA
+//! graphs; then 64 sequences of one row in one batched fused launch. Timed
+//! back to back with CUDA events, next to peers measured in the same run:
+//! a device-to-device copy, and flash-linear-attention's
+//! `fused_recurrent_gated_delta_rule` (Triton) through `gdn_peer.py`,
+//! looked for beside this binary (and in `scripts/` of the working
+//! directory), when a `python3` with torch and fla runs it (PEER=0: off).
 //!
 //! Bytes per call are the packed program's useful traffic, the same figure
 //! for every mode: conv (inputs, weights, ring read and written, outputs,
@@ -13,10 +17,15 @@
 //! read and written once per row), so their GB/s is an effective rate.
 //! The copy's rate counts its bytes read plus written.
 //!
+//! The batched row's rate is its state traffic alone: every sequence's
+//! state read once and written once, `2 * B * N * 4` bytes.
+//!
 //! `cargo run --release -p device --example gdn_bench`
 
 use device::cuda::{gdn_shape, Buffer, GdnEngine, GdnStep, Result};
 use oracle::gdn::{default_scale, GdnShape};
+use std::collections::HashMap;
+use std::process::Command;
 
 /// xorshift values in `[-spread, spread)`.
 fn varied(len: usize, seed: u64, spread: f32) -> Vec<f32> {
@@ -49,7 +58,18 @@ struct Layer {
 }
 
 fn step(e: &GdnEngine, t: usize) -> Result<(Layer, GdnStep)> {
+    step_batched(e, t, 1)
+}
+
+/// `batch` sequences of `t` rows (sequence `b`'s data drawn from seeds
+/// offset by `b`; batch 1 is the single-sequence step).
+fn step_batched(e: &GdnEngine, t: usize, batch: usize) -> Result<(Layer, GdnStep)> {
     let shape = gdn_shape(16, 32, 128, 4, t)?;
+    let cat = |len: usize, seed: u64, spread: f32| -> Vec<f32> {
+        (0..batch as u64)
+            .flat_map(|b| varied(len, seed + 100 * b, spread))
+            .collect()
+    };
     let w = e.upload_weights(
         &shape,
         &varied(shape.conv_w_len(), 1, 0.5),
@@ -58,19 +78,20 @@ fn step(e: &GdnEngine, t: usize) -> Result<(Layer, GdnStep)> {
         1e-6,
         default_scale(),
     )?;
-    let st = e.new_state(
+    let st = e.new_state_batched(
         &shape,
-        &varied(shape.ring_len(), 4, 1.0),
-        &varied(shape.state_len(), 5, 0.3),
+        batch,
+        &cat(shape.ring_len(), 4, 1.0),
+        &cat(shape.state_len(), 5, 0.3),
         None,
     )?;
     let l = Layer {
-        qkv: varied(t * shape.conv_dim(), 6, 1.0),
-        beta_raw: varied(t * 32, 7, 2.0),
-        alpha: varied(t * 32, 8, 2.0),
+        qkv: cat(t * shape.conv_dim(), 6, 1.0),
+        beta_raw: cat(t * 32, 7, 2.0),
+        alpha: cat(t * 32, 8, 2.0),
         shape,
     };
-    let mut s = e.new_step(&shape, w, st)?;
+    let mut s = e.new_step_batched(&shape, batch, w, st)?;
     e.set_step_inputs(&mut s, &l.qkv, &l.beta_raw, &l.alpha)?;
     Ok((l, s))
 }
@@ -98,10 +119,70 @@ fn rows(e: &GdnEngine, l: &Layer) -> Result<Rows> {
     Ok(r)
 }
 
+/// fla's figures by `(batch, t)`: `(eager us, graph us)`.
+type Peer = HashMap<(usize, usize), (f64, Option<f64>)>;
+
+/// Runs `gdn_peer.py` (beside this binary, else `scripts/` of the working
+/// directory): its header line and its figures.
+fn run_peer() -> (String, Peer) {
+    let mut out = Peer::new();
+    if std::env::var("PEER").as_deref() == Ok("0") {
+        return ("peer fla: off (PEER=0)".into(), out);
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("gdn_peer.py")));
+    let script = beside
+        .into_iter()
+        .chain([std::path::PathBuf::from("scripts/gdn_peer.py")])
+        .find(|p| p.is_file());
+    let Some(script) = script else {
+        return (
+            "peer fla: none (no gdn_peer.py beside the binary)".into(),
+            out,
+        );
+    };
+    let o = match Command::new("python3")
+        .arg(&script)
+        .args(["--case", "1,1", "--case", "64,1", "--case", "1,8"])
+        .output()
+    {
+        Ok(o) => o,
+        Err(err) => return (format!("peer fla: cannot run python3: {err}"), out),
+    };
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut header = format!(
+        "peer fla: failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+    );
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["peer", rest @ ..] => header = format!("peer: {}", rest.join(" ")),
+            ["case", b, t, eager, graph] => {
+                if let (Ok(b), Ok(t), Ok(eager)) = (b.parse(), t.parse(), eager.parse()) {
+                    out.insert((b, t), (eager, graph.parse().ok()));
+                }
+            }
+            _ => println!("{line}"),
+        }
+    }
+    (header, out)
+}
+
+fn bits(v: Vec<f32>) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 fn main() -> Result<()> {
     let e = GdnEngine::new(0)?; // guards off: launches only, no synchronisation
     println!("device: {}", e.device_name());
     println!("kernel source: {}", e.kernel_source());
+    let (peer_header, peer) = run_peer();
+    println!("{peer_header}");
 
     // The peer: device-to-device copies, one state (2 MiB) and 256 MiB.
     let mut copy_gbs = Vec::new();
@@ -119,39 +200,61 @@ fn main() -> Result<()> {
     let peak = copy_gbs[1].2;
 
     println!(
-        "{:<28} {:>3} {:>9} {:>10} {:>12} {:>9} {:>11}",
-        "mode", "t", "launches", "us/call", "MiB/call", "GB/s", "% of copy"
+        "{:<30} {:>3} {:>3} {:>8} {:>9} {:>10} {:>9} {:>10} {:>22}",
+        "mode",
+        "B",
+        "t",
+        "launches",
+        "us/call",
+        "MiB/call",
+        "GB/s",
+        "% of copy",
+        "fla us (fla/ours)"
     );
     for (label, us, gbs) in &copy_gbs {
         println!(
-            "{:<28} {:>3} {:>9} {:>10.2} {:>12} {:>9.1} {:>10.1}%",
+            "{:<30} {:>3} {:>3} {:>8} {:>9.2} {:>10} {:>9.1} {:>9.1}% {:>22}",
             label,
+            "-",
             "-",
             1,
             us,
             "-",
             gbs,
-            100.0 * gbs / peak
+            100.0 * gbs / peak,
+            "-"
         );
     }
+    let row =
+        |mode: &str, batch: usize, t: usize, launches: usize, bytes: f64, ms: f64, graph: bool| {
+            let gbs = bytes / (ms * 1e-3) / 1e9;
+            let us = ms * 1e3;
+            let fla = match peer.get(&(batch, t)) {
+                Some(&(eager, g)) => {
+                    let p = if graph { g.unwrap_or(eager) } else { eager };
+                    format!("{p:.2} ({:.2}x)", p / us)
+                }
+                None => "-".into(),
+            };
+            println!(
+                "{:<30} {:>3} {:>3} {:>8} {:>9.2} {:>10.2} {:>9.1} {:>9.1}% {:>22}",
+                mode,
+                batch,
+                t,
+                launches,
+                us,
+                bytes / (1 << 20) as f64,
+                gbs,
+                100.0 * gbs / peak,
+                fla
+            );
+        };
     for t in [1usize, 8] {
         let (l, mut st) = step(&e, t)?;
+        let (_, mut tw) = step(&e, t)?;
         let s = l.shape;
         let bytes = useful_bytes(&s);
         let iters = 2000 / t;
-        let row = |mode: &str, launches: usize, ms: f64| {
-            let gbs = bytes / (ms * 1e-3) / 1e9;
-            println!(
-                "{:<28} {:>3} {:>9} {:>10.2} {:>12.2} {:>9.1} {:>10.1}%",
-                mode,
-                t,
-                launches,
-                ms * 1e3,
-                bytes / (1 << 20) as f64,
-                gbs,
-                100.0 * gbs / peak
-            );
-        };
 
         // Chained per-row launches on their own state (the same initial
         // data), buffers and per-row inputs, with the step's weights.
@@ -182,47 +285,108 @@ fn main() -> Result<()> {
             Ok(())
         };
         // What is timed computes the same thing: one call each from the
-        // same data, packed == chained on the last row's o, the final state
-        // and the final ring, bit for bit.
+        // same data, fused == twins == chained on the last row's o, the
+        // final state and the final ring, bit for bit.
         chain(&mut cst, &mut o)?;
         e.run_step(&mut st)?;
-        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        e.run_step_twins(&mut tw)?;
         let vd = s.value_dim();
-        let o_packed = e.download(st.o())?;
-        assert_eq!(
-            bits(e.download(&o)?),
-            bits(o_packed[(t - 1) * vd..].to_vec()),
-            "packed and chained o differ"
-        );
-        assert_eq!(
-            bits(e.download(cst.after_row(t - 1))?),
-            bits(e.download(st.final_state())?),
-            "packed and chained final states differ"
-        );
-        assert_eq!(
-            bits(e.download(cst.ring())?),
-            bits(e.download(st.state().ring())?),
-            "packed and chained final rings differ"
-        );
+        for (name, step) in [("fused", &st), ("twins", &tw)] {
+            let o_packed = e.download(step.o())?;
+            assert_eq!(
+                bits(e.download(&o)?),
+                bits(o_packed[(t - 1) * vd..].to_vec()),
+                "{name} and chained o differ"
+            );
+            assert_eq!(
+                bits(e.download(cst.after_row(t - 1))?),
+                bits(e.download(step.final_state())?),
+                "{name} and chained final states differ"
+            );
+            assert_eq!(
+                bits(e.download(cst.ring())?),
+                bits(e.download(step.state().ring())?),
+                "{name} and chained final rings differ"
+            );
+        }
         row(
             "chained per-row launches",
+            1,
+            t,
             3 * t,
+            bytes,
             e.time_ms(iters, || chain(&mut cst, &mut o))?,
+            false,
         );
         row(
-            "packed step",
+            "packed twins",
+            1,
+            t,
             3,
+            bytes,
+            e.time_ms(iters, || e.run_step_twins(&mut tw).map(|_| ()))?,
+            false,
+        );
+        let g = e.capture_step_twins(tw)?;
+        g.launch()?;
+        e.synchronize()?;
+        row(
+            "packed twins, graph replay",
+            1,
+            t,
+            3,
+            bytes,
+            e.time_ms(iters, || g.launch().map(|_| ()))?,
+            true,
+        );
+        row(
+            "fused step",
+            1,
+            t,
+            1,
+            bytes,
             e.time_ms(iters, || e.run_step(&mut st).map(|_| ()))?,
+            false,
         );
         let g = e.capture_step(st)?;
         g.launch()?;
         e.synchronize()?;
         row(
-            "packed step, graph replay",
-            3,
+            "fused step, graph replay",
+            1,
+            t,
+            1,
+            bytes,
             e.time_ms(iters, || g.launch().map(|_| ()))?,
+            true,
         );
     }
-    println!("GB/s = the packed program's useful bytes per call / time per call; % of copy: of the 256 MiB device-to-device copy's GB/s (bytes read + written) measured above");
+    // Batched decode: 64 sequences, one row each, in one launch.
+    let batch = 64;
+    let (l, mut st) = step_batched(&e, 1, batch)?;
+    let state_bytes = 2.0 * 4.0 * (batch * l.shape.state_len()) as f64;
+    e.run_step(&mut st)?;
+    row(
+        "batched fused (state bytes)",
+        batch,
+        1,
+        1,
+        state_bytes,
+        e.time_ms(100, || e.run_step(&mut st).map(|_| ()))?,
+        false,
+    );
+    let g = e.capture_step(st)?;
+    g.launch()?;
+    e.synchronize()?;
+    row(
+        "batched fused, graph replay",
+        batch,
+        1,
+        1,
+        state_bytes,
+        e.time_ms(100, || g.launch().map(|_| ()))?,
+        true,
+    );
+    println!("GB/s = the packed program's useful bytes per call / time per call (batched rows: the state read and written, 2 B N 4 bytes); % of copy: of the 256 MiB device-to-device copy's GB/s (bytes read + written) measured above; fla us: the peer's time at the same (B, t), eager for eager rows and graph-replayed for graph rows, (fla/ours) > 1 when ours is faster");
     Ok(())
 }

@@ -40,10 +40,17 @@ struct dim3 { unsigned x, y, z; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 static std::barrier<> *g_bar;
+/* Run a grid's CTAs in decreasing blockIdx.x: rank 0 of each cluster of the
+ * fused step last, after every other rank has read the ring (what the
+ * device's cluster barrier guarantees). */
+static bool g_reverse = false;
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+#define __launch_bounds__(n)
+#define __align__(n) __attribute__((aligned(n)))
+struct float4 { float x, y, z, w; };
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
@@ -56,7 +63,8 @@ inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); retu
 
 static void launch(unsigned gx, unsigned gy, unsigned threads, std::function<void()> f) {
     gridDim = {gx, gy, 1}; blockDim = {threads, 1, 1};
-    for (unsigned by = 0; by < gy; ++by) for (unsigned bx = 0; bx < gx; ++bx) {
+    for (unsigned by = 0; by < gy; ++by) for (unsigned i = 0; i < gx; ++i) {
+        const unsigned bx = g_reverse ? gx - 1 - i : i;
         std::barrier<> bar(threads); g_bar = &bar;
         std::vector<std::thread> ts;
         for (unsigned t = 0; t < threads; ++t) ts.emplace_back([&, t] { threadIdx = {t, 0, 0}; blockIdx = {bx, by, 0}; f(); });
@@ -68,8 +76,9 @@ extern "C" float emu_fn(int which, float x) {
     switch (which) { case 0: return gdn_exp(x); case 1: return gdn_softplus(x); case 2: return gdn_sigmoid(x); default: return gdn_silu(x); }
 }
 
-/* packed == 1: the twins; 0: chained per-row kernels. Outputs as the oracle's decode_rows;
- * state_out gets the final state. */
+/* packed == 1: the twins; 0: chained per-row kernels; 2: the fused step with the shim's
+ * threads for one sequence; 3: the fused step with the threads of a batch (min(cpc, 128)).
+ * Outputs as the oracle's decode_rows; state_out gets the final state. */
 extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
     const float *conv_w, const float *dt_bias, const float *a_log, float eps, float scale,
     const float *qkv, const float *beta_raw, const float *alpha,
@@ -82,7 +91,13 @@ extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
     unsigned long long tab[6] = {(unsigned long long)ring, (unsigned long long)can.data(), (unsigned long long)alt.data(),
         (unsigned long long)ring, (unsigned long long)alt.data(), (unsigned long long)can.data()};
     const unsigned cg = (C + 255) / 256;
-    if (packed) {
+    if (packed >= 2) {
+        const int cpc = (nv / nk) * 128 / GDN_CS;
+        const int threads = (packed == 2 && cpc % 32 == 0 && cpc < 128) ? 128 : (cpc < 128 ? cpc : 128);
+        g_reverse = true;
+        launch(nk * GDN_CS, 1, threads, [&] { gdn_step_fused(qkv, beta_raw, alpha, tab, conv_w, dt_bias, a_log, conv_out, o, t > 1 ? snap_conv : nullptr, t > 1 ? snap_state : nullptr, nk, nv, dc, t, eps, scale); });
+        g_reverse = false;
+    } else if (packed) {
         std::vector<float> q(t * V), k(t * V), v(t * V), b(t * nv), g(t * nv);
         launch(cg, 1, 256, [&] { gdn_conv1d_decode_tloop(qkv, tab, conv_w, conv_out, t > 1 ? snap_conv : nullptr, C, dc, t); });
         launch(nv, t, 128, [&] { gdn_prep_decode_rows(conv_out, beta_raw, alpha, dt_bias, a_log, q.data(), k.data(), v.data(), b.data(), g.data(), nk, nv, eps, t); });
@@ -133,6 +148,12 @@ int main(int argc, char **argv) {
 /// its own per test (tests run in parallel); `None` (with a
 /// note on stderr) when no usable host compiler is found.
 fn emulator(test: &str) -> PathBuf {
+    emulator_with(test, &[])
+}
+
+/// [`emulator`] with extra compiler arguments (`-DGDN_CS=8`: the fused
+/// step's cluster split of sm_90, its CTAs run one after another).
+fn emulator_with(test: &str, extra: &[&str]) -> PathBuf {
     let source = KernelSource::gdn_from_env().unwrap_or_else(|e| panic!("{e}"));
     let dir = std::env::temp_dir().join(format!("gdn-host-emu-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -148,6 +169,7 @@ fn emulator(test: &str) -> PathBuf {
             "-w",
             "-pthread",
         ])
+        .args(extra)
         .arg(dir.join("emu.cpp"))
         .arg("-o")
         .arg(&bin)
@@ -241,6 +263,17 @@ fn remove(bin: &std::path::Path) {
 }
 
 fn rows_case(bin: &PathBuf, num_k: usize, num_v: usize, d_conv: usize, t: usize) {
+    rows_case_modes(bin, num_k, num_v, d_conv, t, &[0, 1]);
+}
+
+fn rows_case_modes(
+    bin: &PathBuf,
+    num_k: usize,
+    num_v: usize,
+    d_conv: usize,
+    t: usize,
+    modes: &[usize],
+) {
     let s = GdnShape::new(num_k, num_v, 128, d_conv, t).unwrap();
     let seed = 100 * t as u64 + num_v as u64 + d_conv as u64;
     let w = varied(s.conv_w_len(), seed + 1, 0.5);
@@ -294,7 +327,7 @@ fn rows_case(bin: &PathBuf, num_k: usize, num_v: usize, d_conv: usize, t: usize)
     for v in [&w, &dt, &al, &qkv, &beta_raw, &alpha, &ring0, &state0] {
         input.extend(v.iter());
     }
-    for packed in [0, 1] {
+    for &packed in modes {
         let args: Vec<String> = ["rows".to_string(), packed.to_string()]
             .into_iter()
             .chain([num_k, num_v, d_conv, t].iter().map(|v| v.to_string()))
@@ -303,11 +336,12 @@ fn rows_case(bin: &PathBuf, num_k: usize, num_v: usize, d_conv: usize, t: usize)
         let what = format!(
             "(num_k, num_v, d_conv, t) = ({num_k}, {num_v}, {d_conv}, {t}), {} \
              (outputs: conv_out, o, snap_conv, snap_state, ring, final state, concatenated)",
-            if packed == 1 {
-                "packed twins"
-            } else {
-                "chained per-row kernels"
-            }
+            [
+                "chained per-row kernels",
+                "packed twins",
+                "fused step (one sequence's threads)",
+                "fused step (a batch's threads)"
+            ][packed]
         );
         assert_bits(&what, &got, &want);
     }
@@ -326,4 +360,28 @@ fn host_emulated_kernels_match_the_oracle_rows() {
     rows_case(&bin, 16, 32, 4, 3);
     rows_case(&bin, 1, 3, 3, 5);
     remove(&bin);
+}
+
+/// The fused step (both thread layouts) equal to the oracle's
+/// `decode_rows` on all six outputs: with one CTA per q/k head (below
+/// sm_90) and with sm_90's clusters of 8 CTAs splitting the state columns
+/// (16, 32, 48, 64, 256 and 384 columns per CTA; whole q/k warps beside the
+/// column warps, or every thread doing both).
+#[test]
+fn host_emulated_fused_step_matches_the_oracle_rows() {
+    for (name, extra) in [("fused1", &[][..]), ("fused8", &["-DGDN_CS=8"][..])] {
+        let bin = emulator_with(name, extra);
+        for d_conv in 2..=4 {
+            for t in [1, 2, 3, 8] {
+                rows_case_modes(&bin, 2, 4, d_conv, t, &[2, 3]);
+            }
+        }
+        rows_case_modes(&bin, 16, 32, 4, 3, &[2, 3]);
+        rows_case_modes(&bin, 1, 3, 3, 5, &[2, 3]);
+        rows_case_modes(&bin, 1, 1, 4, 2, &[2, 3]);
+        rows_case_modes(&bin, 1, 4, 4, 3, &[2, 3]);
+        rows_case_modes(&bin, 1, 16, 2, 2, &[2, 3]);
+        rows_case_modes(&bin, 1, 24, 4, 2, &[2, 3]);
+        remove(&bin);
+    }
 }

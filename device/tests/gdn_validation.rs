@@ -176,3 +176,28 @@ fn scan_and_state_lengths_are_checked() {
     );
     assert_eq!(len_err(check_gdn_state(&s, rl, n, 0).unwrap_err()).0, "alt");
 }
+
+#[test]
+fn batch_counts_and_pool_lengths_are_checked() {
+    use device::cuda::{check_gdn_batch, check_gdn_batch_state, GDN_MAX_BATCH};
+    let s = gdn_shape(2, 4, 128, 4, 3).unwrap();
+    let (rl, n) = (s.ring_len(), s.state_len());
+    assert_eq!(
+        gdn(check_gdn_batch(&s, 0).unwrap_err()),
+        GdnError::Zero { dim: "batch" }
+    );
+    assert!(matches!(
+        check_gdn_batch(&s, GDN_MAX_BATCH + 1),
+        Err(DeviceError::IndexRange { what: "batch", .. })
+    ));
+    check_gdn_batch(&s, GDN_MAX_BATCH).unwrap();
+    check_gdn_batch_state(&s, 5, 5 * rl, 5 * n, 5 * n).unwrap();
+    assert_eq!(
+        len_err(check_gdn_batch_state(&s, 5, 4 * rl, 5 * n, 5 * n).unwrap_err()),
+        ("ring", 5 * rl, 4 * rl)
+    );
+    assert_eq!(
+        len_err(check_gdn_batch_state(&s, 5, 5 * rl, 5 * n, n).unwrap_err()),
+        ("alt", 5 * n, n)
+    );
+}

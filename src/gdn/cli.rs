@@ -67,6 +67,10 @@ struct CaseArgs {
     /// Also capture the packed step in a CUDA graph and replay it on rebound buffers.
     #[arg(long)]
     graph: bool,
+    /// Also run this many independent sequences in one batched fused call, each against
+    /// its own oracle (1: none).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
 }
 
 /// The GDN engine, or the message to print and exit 2 with.
@@ -100,6 +104,7 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
         specials: !a.no_specials,
         graph: a.graph,
         seed: a.seed,
+        batch: a.batch,
     };
     let data = match spec.generate() {
         Ok(d) => d,

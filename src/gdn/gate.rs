@@ -1,7 +1,8 @@
 //! The gdn gate (`kernel-oracle check gdn`): seed 003's check and the
 //! kernels against the core oracle.
 //!
-//! - Gate 1, the seed's check: the packed twins against `t` chained
+//! - Gate 1, the seed's check: the packed step (fused, and the three
+//!   packed twins) against `t` chained
 //!   per-row launches, every bit of the six outputs (conv outputs, scan
 //!   outputs, final state, final ring, conv snapshots, state snapshots),
 //!   for t = 2..=8 at (num_k, num_v) = (2, 4) and (16, 32): eagerly, and
@@ -12,7 +13,8 @@
 //!   each per-row kernel on its own against its oracle function (d_conv 2,
 //!   3, 4 and three head layouts), and edge cases: |alpha| up to 1e4, zero
 //!   q/k heads with eps = 0, states near f32's overflow, a subnormal eps.
-//!   Bit for bit, any NaN equal to any NaN.
+//!   The batched fused step over ragged batches and rows against each
+//!   sequence's oracle. Bit for bit, any NaN equal to any NaN.
 
 use super::generate::CaseSpec;
 use super::judge::{reference, Bits};
@@ -23,6 +25,19 @@ use device::cuda::GdnEngine;
 /// The seed's head layouts: Qwen3-Next's 16 q/k and 32 v heads, and a
 /// small one.
 pub const SEED_HEADS: [(usize, usize); 2] = [(2, 4), (16, 32)];
+
+/// The batched rows: `(num_k, num_v, d_conv, t, batch)`.
+pub const BATCHED: [(usize, usize, usize, usize, usize); 9] = [
+    (2, 4, 4, 1, 2),
+    (2, 4, 4, 3, 5),
+    (2, 2, 3, 8, 3),
+    (1, 3, 2, 2, 7),
+    (16, 32, 4, 1, 9),
+    (16, 32, 4, 3, 3),
+    (1, 16, 4, 3, 2),
+    (1, 24, 4, 2, 2),
+    (4, 8, 4, 5, 4),
+];
 
 /// The edge cases (gate 1 and 2 rows each), with their labels.
 pub fn edge_cases() -> Vec<(&'static str, CaseSpec)> {
@@ -92,8 +107,8 @@ impl GateResult {
             self.failures += 1;
             self.failures_by_gate[usize::from(row.gate - 1)] += 1;
             self.failed.push(format!(
-                "gate {} {} ({}, {}) t={}",
-                row.gate, row.label, row.spec.num_k, row.spec.num_v, row.spec.t
+                "gate {} {} ({}, {}) t={} batch={}",
+                row.gate, row.label, row.spec.num_k, row.spec.num_v, row.spec.t, row.spec.batch
             ));
         }
     }
@@ -141,6 +156,17 @@ pub fn run(e: &GdnEngine) -> GateResult {
         }
         g.add(&row);
     }
+    // The batched fused step: ragged batches and rows, head layouts whose
+    // columns per CTA are 16, 32, 48, 256 (two chunks of 128) and 384
+    // (three), every sequence against its own oracle.
+    for (num_k, num_v, d_conv, t, batch) in BATCHED {
+        let spec = CaseSpec {
+            batch,
+            ..CaseSpec::seed_like(num_k, num_v, d_conv, t, 31 * batch as u64 + t as u64)
+        };
+        let datas = spec.generate_batch().expect("the gate's shapes are valid");
+        g.add(&super::judge_batch(e, &spec, &datas, None));
+    }
     for (label, spec) in edge_cases() {
         println!("  edge: {label}");
         let data = spec.generate().expect("the gate's shapes are valid");
@@ -152,7 +178,7 @@ pub fn run(e: &GdnEngine) -> GateResult {
     println!();
     if g.failures == 0 {
         println!(
-            "=== gdn-check ALL GREEN ({} rows: packed == chained bit for bit, eager and graph-replayed; kernels == oracle) ===",
+            "=== gdn-check ALL GREEN ({} rows: packed (fused and twins) == chained bit for bit, eager and graph-replayed; kernels and batched == oracle) ===",
             g.rows
         );
     } else {

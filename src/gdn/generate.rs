@@ -24,6 +24,8 @@ pub mod config {
     pub const MAX_NUM_V: usize = 8;
     /// Rows per packed call: 1 ..= this.
     pub const MAX_T: usize = 16;
+    /// Sequences of a batched call: 1 ..= this.
+    pub const MAX_BATCH: usize = 3;
 }
 
 /// Inputs that reach every branch of the transcendentals
@@ -61,6 +63,11 @@ pub struct CaseSpec {
     pub graph: bool,
     /// splitmix64 seed of the data.
     pub seed: u64,
+    /// Independent sequences of one batched call (1: no batched run).
+    /// Sequence 0's data are [`CaseSpec::generate`]'s; sequence `b` draws
+    /// its ring, state and inputs from the seed mixed with `b`, and shares
+    /// sequence 0's weights ([`CaseSpec::generate_batch`]).
+    pub batch: usize,
 }
 
 impl CaseSpec {
@@ -79,6 +86,7 @@ impl CaseSpec {
             specials: true,
             graph: false,
             seed,
+            batch: 1,
         }
     }
 
@@ -125,14 +133,16 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     ///   4-7, `% 3`, `4 - d_conv` (4: 6/16, 3 and 2: 5/16 each);
     /// - byte 3: `b % 32` the rows t: 0-7 give 1 (with the one below:
     ///   9/32), 8-11 give 2 (5/32), 12-15 give [`config::MAX_T`] (5/32),
-    ///   16-31 give `b - 15`, every t from 1 to 16 (1/32 each);
+    ///   16-31 give `b - 15`, every t from 1 to 16 (1/32 each); bits 5-7
+    ///   the batch: 0-5 give 1 (3/4), 6 gives 2, 7 gives
+    ///   [`config::MAX_BATCH`] (1/8 each; the gate runs larger batches);
     /// - then the seed.
     ///
     /// (The shape and t used to come from the bytes after the knobs, as
     /// ranges; inputs of an older fuzz corpus decode to other shapes. A
     /// printed reproduction names its case and is unaffected.)
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<CaseSpec> {
-        use config::{MAX_NUM_K, MAX_NUM_V, MAX_RATIO, MAX_T};
+        use config::{MAX_BATCH, MAX_NUM_K, MAX_NUM_V, MAX_RATIO, MAX_T};
         let [k0, k1, k2, k3]: [u8; SELECTOR_BYTES] = u.arbitrary()?;
         let graph = k0 & 3 == 3;
         let zero_qk = (k0 >> 2) & 3;
@@ -166,6 +176,11 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             12..=15 => MAX_T,
             v => usize::from(v - 15),
         };
+        let batch = match k3 >> 5 {
+            0..=5 => 1,
+            6 => 2,
+            _ => MAX_BATCH,
+        };
         Ok(CaseSpec {
             num_k,
             num_v: num_k * ratio,
@@ -178,6 +193,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             specials,
             graph,
             seed: u.arbitrary()?,
+            batch,
         })
     }
 
@@ -242,6 +258,36 @@ fn sprinkle(r: &mut Rng, v: &mut [f32], on: bool) {
 }
 
 impl CaseSpec {
+    /// The data of the `batch` sequences: sequence 0 is
+    /// [`CaseSpec::generate`]'s; sequence `b > 0` is generated from the
+    /// seed plus `b` times the golden-ratio constant, with sequence 0's
+    /// weights (the layer is shared).
+    ///
+    /// # Errors
+    /// As [`CaseSpec::generate`]; a batch of 0.
+    pub fn generate_batch(&self) -> Result<Vec<CaseData>, String> {
+        if self.batch == 0 {
+            return Err("batch = 0; it must be at least 1".into());
+        }
+        let first = self.generate()?;
+        let mut all = Vec::with_capacity(self.batch);
+        for b in 1..self.batch {
+            let spec = CaseSpec {
+                seed: self
+                    .seed
+                    .wrapping_add((b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                ..*self
+            };
+            let mut d = spec.generate()?;
+            d.conv_w.clone_from(&first.conv_w);
+            d.dt_bias.clone_from(&first.dt_bias);
+            d.a_log.clone_from(&first.a_log);
+            all.push(d);
+        }
+        all.insert(0, first);
+        Ok(all)
+    }
+
     /// Draws the case's data from `seed`.
     ///
     /// # Errors

@@ -60,6 +60,9 @@ pub struct Stats {
     pub t1: AtomicU64,
     /// ... with t = `MAX_T` (designed: 5/32).
     pub t_max: AtomicU64,
+    /// Cases also run as a batched call of 2 or more sequences (designed:
+    /// 1/4).
+    pub batched: AtomicU64,
 }
 
 /// This process's counters.
@@ -73,6 +76,7 @@ pub static STATS: Stats = Stats {
     eps_zero: AtomicU64::new(0),
     t1: AtomicU64::new(0),
     t_max: AtomicU64::new(0),
+    batched: AtomicU64::new(0),
 };
 
 /// The stats line [`check`] prints every [`STATS_EVERY`] cases: outcomes,
@@ -80,9 +84,10 @@ pub static STATS: Stats = Stats {
 pub fn stats_line() -> String {
     let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}",
+        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}, batched {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}",
         pct(&STATS.nonfinite, n),
         pct(&STATS.graph, n),
+        pct(&STATS.batched, n),
         pct(&STATS.specials, n),
         pct(&STATS.zero_qk, n),
         pct(&STATS.big_state, n),
@@ -125,9 +130,10 @@ fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
 }
 
 /// Runs `data` (generated from `spec`) every way and judges it: gate 2's
-/// "chained == oracle" and "packed == oracle", gate 1's "packed ==
-/// chained", and when `graph` the two graph replays against the chained
-/// launches plus the capture-time buffers left untouched. `want` is the
+/// "chained == oracle" and "packed == oracle" (the fused step), gate 1's
+/// "packed == chained", and when `graph` the packed twins (three launches)
+/// against the chained launches, and the two graph replays against them
+/// plus the capture-time buffers left untouched. `want` is the
 /// oracle's [`reference()`].
 pub fn judge_case(
     e: &GdnEngine,
@@ -140,8 +146,15 @@ pub fn judge_case(
     let mut r_chained = row(2, "chained per-row == oracle", spec, Bits::NanAny);
     let mut r_packed = row(2, "packed eager == oracle", spec, Bits::NanAny);
     let mut r_1 = row(1, "packed eager == chained", spec, Bits::Exact);
+    let mut r_twins = row(1, "packed twins == chained", spec, Bits::Exact);
     let chained = run::chained(e, data);
     let packed = run::packed(e, data);
+    if graph {
+        match (&run::twins(e, data), &chained) {
+            (Ok(p), Ok(c)) => r_twins.diffs = compare_six(p, c, Bits::Exact),
+            (Err(err), _) | (_, Err(err)) => r_twins.error = Some(err.to_string()),
+        }
+    }
     match &chained {
         Ok(c) => r_chained.diffs = compare_six(c, want, Bits::NanAny),
         Err(err) => r_chained.error = Some(err.to_string()),
@@ -155,6 +168,9 @@ pub fn judge_case(
         (Err(err), _) | (_, Err(err)) => r_1.error = Some(err.to_string()),
     }
     rows.extend([r_1, r_chained, r_packed]);
+    if graph {
+        rows.push(r_twins);
+    }
     if graph {
         let mut rebound = row(1, "graph replay, rebound == chained", spec, Bits::Exact);
         let mut swapped = row(1, "graph replay, swapped == chained", spec, Bits::Exact);
@@ -186,6 +202,40 @@ pub fn judge_case(
         rows.extend([rebound, swapped]);
     }
     rows
+}
+
+/// The batched fused step over `datas` (the sequences of
+/// [`CaseSpec::generate_batch`]) against each sequence's oracle
+/// ([`reference()`], any NaN equal to any NaN; `want0`, when given, is
+/// sequence 0's, already computed): one gate-2 row, its diffs named by
+/// sequence.
+pub fn judge_batch(e: &GdnEngine, spec: &CaseSpec, datas: &[CaseData], want0: Option<&Six>) -> Row {
+    let mut r = row(
+        2,
+        "batched fused == per-sequence oracle",
+        spec,
+        Bits::NanAny,
+    );
+    match run::batched(e, datas) {
+        Ok(got) => {
+            for (b, (g, d)) in got.iter().zip(datas).enumerate() {
+                let want = match (b, want0) {
+                    (0, Some(w)) => w.clone(),
+                    _ => reference(d),
+                };
+                for (i, (gp, wp)) in g.parts().iter().zip(want.parts()).enumerate() {
+                    r.diffs.push(judge::compare(
+                        &format!("sequence {b} {}", judge::OUTPUTS[i]),
+                        gp,
+                        wp,
+                        Bits::NanAny,
+                    ));
+                }
+            }
+        }
+        Err(err) => r.error = Some(err.to_string()),
+    }
+    r
 }
 
 /// Runs one case on the device and judges it against the oracle and
@@ -224,7 +274,14 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     if spec.graph {
         count(&STATS.graph);
     }
-    let rows = judge_case(e, spec, &data, &want, spec.graph);
+    let mut rows = judge_case(e, spec, &data, &want, spec.graph);
+    if spec.batch > 1 {
+        count(&STATS.batched);
+        let datas = spec
+            .generate_batch()
+            .unwrap_or_else(|err| panic!("gdn: the generator made a refused batch: {err}"));
+        rows.push(judge_batch(e, spec, &datas, Some(&want)));
+    }
     if !rows.iter().all(Row::pass) {
         panic!(
             "{}",

@@ -12,7 +12,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 5] = [
+pub const MUTANTS: [Mutant; 7] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -66,6 +66,20 @@ pub const MUTANTS: [Mutant; 5] = [
         find: "const u64 rl = (u64)conv_dim * p;",
         replace: "const u64 rl = (u64)conv_dim;",
         caught_by: &[1, 2],
+    },
+    Mutant {
+        name: "fused-seq-row-slip",
+        what: "the fused step finds sequence b's qkv rows at b * C instead of b * t * C (the batch stride forgets t): every sequence but the first reads another's rows when t > 1",
+        find: "const f32 *xb = x + b * (u64)t * cd;",
+        replace: "const f32 *xb = x + b * cd;",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "fused-seq-state-slip",
+        what: "the fused step writes sequence b's final state into the block of sequence b - 1 of the other pool (a sequence index slip; sequence 0 keeps its own)",
+        find: "f32 *const fin = (t & 1) ? alt : canonical; /* rule PARITY */",
+        replace: "f32 *const fin = ((t & 1) ? (f32 *)tab[2] : (f32 *)tab[1]) + (b > 0 ? b - 1 : 0) * n;",
+        caught_by: &[2],
     },
 ];
 

@@ -177,13 +177,16 @@ pub fn repro_command(spec: &CaseSpec) -> String {
     if spec.graph {
         s.push_str(" --graph");
     }
+    if spec.batch != 1 {
+        let _ = write!(s, " --batch {}", spec.batch);
+    }
     s
 }
 
 /// The `CaseSpec` as a Rust literal, for a regression test.
 pub fn spec_literal(spec: &CaseSpec) -> String {
     format!(
-        "CaseSpec {{ num_k: {}, num_v: {}, d_conv: {}, t: {}, eps: f32::from_bits(0x{:08X}), alpha_spread: {:?}, state_spread: {:?}, zero_qk: {}, specials: {}, graph: {}, seed: 0x{:016x} }}",
+        "CaseSpec {{ num_k: {}, num_v: {}, d_conv: {}, t: {}, eps: f32::from_bits(0x{:08X}), alpha_spread: {:?}, state_spread: {:?}, zero_qk: {}, specials: {}, graph: {}, seed: 0x{:016x}, batch: {} }}",
         spec.num_k,
         spec.num_v,
         spec.d_conv,
@@ -194,7 +197,8 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
         spec.zero_qk,
         spec.specials,
         spec.graph,
-        spec.seed
+        spec.seed,
+        spec.batch
     )
 }
 

@@ -52,27 +52,42 @@ pub fn chained(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
     let (t, c, nv, vd) = (s.t(), s.conv_dim(), s.num_v(), s.value_dim());
     let w = weights(e, d)?;
     let mut st = e.new_state(&s, &d.ring0, &d.state0, None)?;
-    let mut six = Six::default();
+    let (n, rl) = (s.state_len(), s.ring_len());
+    // Every row's outputs and snapshots gathered on the device (no read-back
+    // per row), read back once after the last row.
+    let mut all_conv = e.alloc_output::<f32>(t * c)?;
+    let mut all_o = e.alloc_output::<f32>(t * vd)?;
+    let mut snap_conv = e.alloc_output::<f32>((t - 1) * rl)?;
+    let mut snap_state = e.alloc_output::<f32>((t - 1) * n)?;
     let mut conv_out = e.alloc_output::<f32>(c)?;
     let mut heads = e.alloc_heads(&s, 1)?;
     let mut o = e.alloc_output::<f32>(vd)?;
+    // One buffer per input, rewritten each row (no allocation per row).
+    let mut x = e.upload(&d.qkv[..c])?;
+    let mut br = e.upload(&d.beta_raw[..nv])?;
+    let mut al = e.upload(&d.alpha[..nv])?;
     for r in 0..t {
-        let x = e.upload(&d.qkv[r * c..(r + 1) * c])?;
+        e.upload_into(&d.qkv[r * c..(r + 1) * c], &mut x)?;
         e.conv_row(&s, &x, &w, &mut st, r, &mut conv_out)?;
-        let br = e.upload(&d.beta_raw[r * nv..(r + 1) * nv])?;
-        let al = e.upload(&d.alpha[r * nv..(r + 1) * nv])?;
+        e.upload_into(&d.beta_raw[r * nv..(r + 1) * nv], &mut br)?;
+        e.upload_into(&d.alpha[r * nv..(r + 1) * nv], &mut al)?;
         e.prep_row(&s, &w, &conv_out, &br, &al, &mut heads)?;
         e.scan_row(&s, &heads, d.scale, &mut st, r, &mut o)?;
-        six.conv_out.extend(e.download(&conv_out)?);
-        six.o.extend(e.download(&o)?);
+        e.copy_at(&conv_out, &mut all_conv, r * c)?;
+        e.copy_at(&o, &mut all_o, r * vd)?;
         if r + 1 < t {
-            six.snap_conv.extend(e.download(st.ring())?);
-            six.snap_state.extend(e.download(st.after_row(r))?);
+            e.copy_at(st.ring(), &mut snap_conv, r * rl)?;
+            e.copy_at(st.after_row(r), &mut snap_state, r * n)?;
         }
     }
-    six.ring = e.download(st.ring())?;
-    six.state = e.download(st.after_row(t - 1))?;
-    Ok(six)
+    Ok(Six {
+        conv_out: e.download(&all_conv)?,
+        o: e.download(&all_o)?,
+        state: e.download(st.after_row(t - 1))?,
+        ring: e.download(st.ring())?,
+        snap_conv: e.download(&snap_conv)?,
+        snap_state: e.download(&snap_state)?,
+    })
 }
 
 /// A packed step holding `d`'s layer, initial state and inputs.
@@ -95,8 +110,7 @@ fn six_of(e: &GdnEngine, step: &GdnStep) -> Result<Six, DeviceError> {
     })
 }
 
-/// One eager packed step (`gdn_conv1d_decode_tloop`,
-/// `gdn_prep_decode_rows`, `gdn_scan_s128_tsnap`).
+/// One eager packed step, fused (`gdn_step_fused`, one launch).
 ///
 /// # Errors
 /// Every [`DeviceError`].
@@ -104,6 +118,59 @@ pub fn packed(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
     let mut st = step(e, d)?;
     e.run_step(&mut st)?;
     six_of(e, &st)
+}
+
+/// One eager packed step as the three packed twins
+/// (`gdn_conv1d_decode_tloop`, `gdn_prep_decode_rows`,
+/// `gdn_scan_s128_tsnap`).
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn twins(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
+    let mut st = step(e, d)?;
+    e.run_step_twins(&mut st)?;
+    six_of(e, &st)
+}
+
+/// The sequences of `ds` (one shape, shared weights: those of `ds[0]`) in
+/// one batched fused step (`gdn_step_fused` over `ds.len()` sequences, the
+/// layout of `oracle::gdn::batch`); each sequence's six outputs cut from
+/// the pools.
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn batched(e: &GdnEngine, ds: &[CaseData]) -> Result<Vec<Six>, DeviceError> {
+    let s = ds[0].shape;
+    let nb = ds.len();
+    let cat = |f: &dyn Fn(&CaseData) -> &[f32]| {
+        ds.iter()
+            .flat_map(|d| f(d).iter().copied())
+            .collect::<Vec<f32>>()
+    };
+    let st = e.new_state_batched(&s, nb, &cat(&|d| &d.ring0), &cat(&|d| &d.state0), None)?;
+    let mut step = e.new_step_batched(&s, nb, weights(e, &ds[0])?, st)?;
+    e.set_step_inputs(
+        &mut step,
+        &cat(&|d| &d.qkv),
+        &cat(&|d| &d.beta_raw),
+        &cat(&|d| &d.alpha),
+    )?;
+    e.run_step(&mut step)?;
+    let all = six_of(e, &step)?;
+    let cut = |v: &[f32], b: usize| -> Vec<f32> {
+        let per = v.len() / nb;
+        v[b * per..(b + 1) * per].to_vec()
+    };
+    Ok((0..nb)
+        .map(|b| Six {
+            conv_out: cut(&all.conv_out, b),
+            o: cut(&all.o, b),
+            state: cut(&all.state, b),
+            ring: cut(&all.ring, b),
+            snap_conv: cut(&all.snap_conv, b),
+            snap_state: cut(&all.snap_state, b),
+        })
+        .collect())
 }
 
 /// The outputs of [`graph`]: two replays and the capture-time buffers.

@@ -14,6 +14,8 @@
 //!    decay by `exp(g)` first, delta against the decayed state scaled by
 //!    beta, rank-1 update, then read `o = (S^T q) * scale`.
 //!
+//! [`batch`] lays out `B` independent sequences, each through [`rows`].
+//!
 //! [`rows`] chains them for one row, or for `T` rows with a snapshot of the
 //! conv ring and of the state after every row but the last (speculative
 //! decoding rolls back to the last accepted row), in the alternating state
@@ -37,6 +39,7 @@
 //! `repeat_interleave` of q and k, `g = -A_log.exp() * softplus(a +
 //! dt_bias)`, `torch_recurrent_gated_delta_rule`).
 
+pub mod batch;
 pub mod conv;
 pub mod prep;
 pub mod rows;

@@ -146,72 +146,33 @@ pub(crate) fn alloc<T: cudarc::driver::DeviceRepr>(
     Ok(Buffer { raw, front, len })
 }
 
-/// After a launch that wrote `buf`: reads its guard bands back and returns
-/// [`DeviceError::GuardClobbered`] at the first changed byte. No-op for an
-/// unguarded buffer. Synchronises the stream.
-pub(crate) fn check_guards<T>(
-    stream: &Arc<CudaStream>,
-    buf: &Buffer<T>,
-    arg: &'static str,
-) -> Result<()> {
-    if buf.front == 0 {
-        return Ok(());
-    }
-    let size = std::mem::size_of::<T>();
-    let band = buf.front * size;
-    let len_bytes = buf.len * size;
-    let (base, _rec) = buf.raw.device_ptr(stream);
-    let mut front = vec![0u8; band];
-    let mut back = vec![0u8; band];
-    let cu = stream.cu_stream();
-    // SAFETY: both bands lie inside the allocation; the host vectors outlive
-    // the synchronisation below.
-    unsafe {
-        drv::memcpy_dtoh_async(&mut front[..], base, cu)
-            .map_err(|e| DeviceError::driver("cuMemcpyDtoH (front guard band)", e))?;
-        drv::memcpy_dtoh_async(&mut back[..], base + (band + len_bytes) as u64, cu)
-            .map_err(|e| DeviceError::driver("cuMemcpyDtoH (back guard band)", e))?;
-    }
-    stream
-        .synchronize()
-        .map_err(|e| DeviceError::driver("cuStreamSynchronize (guard check)", e))?;
-    if let Some(i) = front.iter().position(|&b| b != GUARD_SENTINEL) {
-        return Err(DeviceError::GuardClobbered {
-            arg,
-            offset: i as i64 - band as i64,
-            len_bytes,
-        });
-    }
-    if let Some(i) = back.iter().position(|&b| b != GUARD_SENTINEL) {
-        return Err(DeviceError::GuardClobbered {
-            arg,
-            offset: (len_bytes + i) as i64,
-            len_bytes,
-        });
-    }
-    Ok(())
-}
-
 /// An output whose guard bands can be checked, whatever its element type
 /// (so one list can name a call's `u8`, `u64` and `f32` outputs).
 pub(crate) trait Guarded {
-    /// [`check_guards`] on this buffer, named `arg` in the error.
-    ///
-    /// # Errors
-    /// As [`check_guards`].
-    fn check_bands(&self, stream: &Arc<CudaStream>, arg: &'static str) -> Result<()>;
+    /// Where this buffer's bands lie: `(allocation base, band bytes,
+    /// element bytes)`; `None` for an unguarded buffer.
+    fn band_span(&self, stream: &Arc<CudaStream>) -> Option<(u64, usize, usize)>;
 }
 
 impl<T> Guarded for Buffer<T> {
-    fn check_bands(&self, stream: &Arc<CudaStream>, arg: &'static str) -> Result<()> {
-        check_guards(stream, self, arg)
+    fn band_span(&self, stream: &Arc<CudaStream>) -> Option<(u64, usize, usize)> {
+        if self.front == 0 {
+            return None;
+        }
+        let size = std::mem::size_of::<T>();
+        let (base, _rec) = self.raw.device_ptr(stream);
+        Some((base, self.front * size, self.len * size))
     }
 }
 
 /// After launches that wrote `outputs` (each with its argument name): when
-/// `guards` is on, synchronises the stream, then checks each output's bands
-/// in order ([`check_guards`], which synchronises again); when off, does
-/// nothing, so a launch-only call stays free of synchronisation.
+/// `guards` is on, gathers every guarded output's two bands into one
+/// device staging buffer (device-to-device copies queued after the
+/// launches), reads it back in one copy, synchronises, and checks each
+/// output's bands in order; when off, does nothing, so a launch-only call
+/// stays free of synchronisation. One read-back per call, whatever the
+/// number of outputs (the fuzzers check several outputs after every
+/// launch).
 ///
 /// # Errors
 /// [`DeviceError::Driver`] (a fault of the launches shows here);
@@ -225,11 +186,69 @@ pub(crate) fn check_outputs(
     if !guards {
         return Ok(());
     }
+    let spans: Vec<((u64, usize, usize), &'static str)> = outputs
+        .iter()
+        .filter_map(|(b, arg)| b.band_span(stream).map(|s| (s, *arg)))
+        .collect();
+    let total: usize = spans.iter().map(|((_, band, _), _)| 2 * band).sum();
+    if total == 0 {
+        return stream
+            .synchronize()
+            .map_err(|e| DeviceError::driver("cuStreamSynchronize", e));
+    }
+    // SAFETY: every byte of the staging buffer is written by the copies
+    // below before the read-back.
+    let staging: CudaSlice<u8> = unsafe { stream.alloc(total) }.map_err(|e| {
+        DeviceError::driver(format!("cuMemAlloc ({total} bytes, guard staging)"), e)
+    })?;
+    let mut host = vec![0u8; total];
+    {
+        let (dst, _rec) = staging.device_ptr(stream);
+        let cu = stream.cu_stream();
+        let mut at = 0u64;
+        for &((base, band, len_bytes), _) in &spans {
+            // SAFETY: both bands lie inside their allocation (made on
+            // `stream`), the destinations inside the staging buffer.
+            unsafe {
+                drv::memcpy_dtod_async(dst + at, base, band, cu)
+                    .map_err(|e| DeviceError::driver("cuMemcpyDtoDAsync (front guard band)", e))?;
+                drv::memcpy_dtod_async(
+                    dst + at + band as u64,
+                    base + (band + len_bytes) as u64,
+                    band,
+                    cu,
+                )
+                .map_err(|e| DeviceError::driver("cuMemcpyDtoDAsync (back guard band)", e))?;
+            }
+            at += 2 * band as u64;
+        }
+        // SAFETY: the host vector outlives the synchronisation below.
+        unsafe {
+            drv::memcpy_dtoh_async(&mut host[..], dst, cu)
+                .map_err(|e| DeviceError::driver("cuMemcpyDtoH (guard bands)", e))?;
+        }
+    }
     stream
         .synchronize()
-        .map_err(|e| DeviceError::driver("cuStreamSynchronize", e))?;
-    for (buf, arg) in outputs {
-        buf.check_bands(stream, arg)?;
+        .map_err(|e| DeviceError::driver("cuStreamSynchronize (guard check)", e))?;
+    let mut at = 0usize;
+    for &((_, band, len_bytes), arg) in &spans {
+        let (front, back) = (&host[at..at + band], &host[at + band..at + 2 * band]);
+        at += 2 * band;
+        if let Some(i) = front.iter().position(|&b| b != GUARD_SENTINEL) {
+            return Err(DeviceError::GuardClobbered {
+                arg,
+                offset: i as i64 - band as i64,
+                len_bytes,
+            });
+        }
+        if let Some(i) = back.iter().position(|&b| b != GUARD_SENTINEL) {
+            return Err(DeviceError::GuardClobbered {
+                arg,
+                offset: (len_bytes + i) as i64,
+                len_bytes,
+            });
+        }
     }
     Ok(())
 }

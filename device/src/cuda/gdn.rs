@@ -32,8 +32,11 @@
 //!
 //! [`GdnStep`] owns everything one packed call of `t` rows touches (the
 //! weights, a [`GdnState`], the inputs and every output);
-//! [`GdnEngine::run_step`] launches the three packed twins on it eagerly,
-//! and [`GdnEngine::capture_step`] records the same three launches into a
+//! [`GdnEngine::run_step`] launches it eagerly as one fused kernel
+//! (`gdn_step_fused`: conv, prep and scan of every row, the operations of
+//! the trio in their order), [`GdnEngine::run_step_twins`] as the three
+//! packed twins, and [`GdnEngine::capture_step`] (or
+//! [`GdnEngine::capture_step_twins`]) records the same launches into a
 //! CUDA graph ([`GdnGraph`]) that owns the step, so no buffer it names can
 //! be freed while it may be replayed. The graph reaches the ring and the
 //! state buffers only through the state's pointer table, so
@@ -63,15 +66,44 @@ pub const ENV_GDN_CU: &str = "KERNEL_ORACLE_GDN_CU";
 pub const BUILTIN_GDN_CU: &str = include_str!("../../../cu/gdn.cu");
 
 /// The kernels every `gdn` source must export (`extern "C"`): the per-row
-/// trio, then the packed twins.
-pub const GDN_KERNELS: [&str; 6] = [
+/// trio, the packed twins, then the fused (and batched) step.
+pub const GDN_KERNELS: [&str; 7] = [
     "gdn_conv1d_decode",
     "gdn_prep_decode",
     "gdn_scan_s128",
     "gdn_conv1d_decode_tloop",
     "gdn_prep_decode_rows",
     "gdn_scan_s128_tsnap",
+    "gdn_step_fused",
 ];
+
+/// The grid and CTA size of `gdn_step_fused` (see the ABI) for `shape`,
+/// `batch` sequences and cluster size `cs`: `(num_k * cs, batch)` CTAs;
+/// with `cpc = ratio * 128 / cs` state columns per CTA, 128 threads when
+/// `batch = 1` and `cpc` is a multiple of 32 below 128 (the threads past
+/// `cpc` convolve and normalise the next row while the column threads
+/// scan: a lone sequence is latency-bound), else `min(cpc, 128)` (many
+/// sequences fill the device with column threads alone).
+pub fn gdn_fused_launch(shape: &GdnShape, batch: usize, cs: u32) -> ((u32, u32), u32) {
+    let cpc = (shape.ratio() * shape.d_state()) as u32 / cs;
+    let threads = if batch == 1 && cpc.is_multiple_of(32) && cpc < GDN_HEAD_THREADS {
+        GDN_HEAD_THREADS
+    } else {
+        cpc.min(GDN_HEAD_THREADS)
+    };
+    ((shape.num_k() as u32 * cs, batch as u32), threads)
+}
+
+/// The cluster size of `gdn_step_fused` on a device of compute capability
+/// `major` (the ABI's `GDN_CS`): 8 CTAs per q/k head on sm_90 and later,
+/// where the kernel is compiled with `__cluster_dims__(8, 1, 1)`; 1 before.
+pub const fn gdn_fused_cluster(major: i32) -> u32 {
+    if major >= 9 {
+        8
+    } else {
+        1
+    }
+}
 
 /// Threads per CTA of the conv kernels (one channel per thread).
 pub const GDN_CONV_THREADS: u32 = 256;
@@ -264,10 +296,54 @@ fn check_weight_lens(shape: &GdnShape, conv_w: usize, dt_bias: usize, a_log: usi
 /// # Errors
 /// [`DeviceError::Gdn`]; [`DeviceError::IndexRange`].
 pub fn check_gdn_state(shape: &GdnShape, ring: usize, canonical: usize, alt: usize) -> Result<()> {
+    check_gdn_batch_state(shape, 1, ring, canonical, alt)
+}
+
+/// [`check_gdn_state`] for the pools of `batch` sequences: `ring`
+/// `batch * C * (d_conv - 1)`, `canonical` and `alt` `batch * N` (the
+/// layout of `oracle::gdn::batch`), `batch` at least 1 and within the
+/// fused kernel's grid (`grid.y <= 65535`).
+///
+/// # Errors
+/// [`DeviceError::Gdn`] (`GdnError::Zero` for `batch = 0`,
+/// `GdnError::Len`); [`DeviceError::IndexRange`].
+pub fn check_gdn_batch_state(
+    shape: &GdnShape,
+    batch: usize,
+    ring: usize,
+    canonical: usize,
+    alt: usize,
+) -> Result<()> {
+    check_gdn_batch(shape, batch)?;
+    len("ring", batch * shape.ring_len(), ring)?;
+    len("canonical", batch * shape.state_len(), canonical)?;
+    len("alt", batch * shape.state_len(), alt)
+}
+
+/// The most sequences of one batched call (the fused kernel's `grid.y`).
+pub const GDN_MAX_BATCH: usize = 65_535;
+
+/// Checks a batch of `batch` sequences of `shape`: the kernels' limits,
+/// `1 <= batch <= 65535`, and every pool (`batch` times the largest
+/// per-sequence buffer, snapshots included) within `usize` as bytes.
+///
+/// # Errors
+/// [`DeviceError::Gdn`] (`GdnError::Zero`, `GdnError::Overflow`);
+/// [`DeviceError::IndexRange`].
+pub fn check_gdn_batch(shape: &GdnShape, batch: usize) -> Result<()> {
     check_gdn_limits(shape)?;
-    len("ring", shape.ring_len(), ring)?;
-    len("canonical", shape.state_len(), canonical)?;
-    len("alt", shape.state_len(), alt)
+    if batch == 0 {
+        return Err(DeviceError::Gdn(GdnError::Zero { dim: "batch" }));
+    }
+    if batch > GDN_MAX_BATCH {
+        return Err(DeviceError::IndexRange {
+            what: "batch",
+            value: batch as u64,
+            limit: GDN_MAX_BATCH as u64,
+        });
+    }
+    oracle::gdn::batch::BatchLayout::new(*shape, batch).map_err(DeviceError::Gdn)?;
+    Ok(())
 }
 
 /// The recurrent buffers of one sequence on the device: the conv ring, the
@@ -280,11 +356,18 @@ pub struct GdnState {
     canonical: Buffer<f32>,
     alt: Buffer<f32>,
     table: Buffer<u64>,
+    batch: usize,
     ring_len: usize,
     state_len: usize,
 }
 
 impl GdnState {
+    /// The sequences whose buffers this state holds (1 unless made by
+    /// [`GdnEngine::new_state_batched`]); each buffer is `batch` equal
+    /// blocks, sequence `b` the `b`-th.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
     /// The conv ring `[C][d_conv - 1]`.
     pub fn ring(&self) -> &Buffer<f32> {
         &self.ring
@@ -311,7 +394,20 @@ impl GdnState {
     }
 
     fn fits(&self, shape: &GdnShape) -> Result<()> {
-        check_gdn_state(shape, self.ring_len, self.state_len, self.state_len)
+        check_gdn_batch_state(
+            shape,
+            self.batch,
+            self.ring_len,
+            self.state_len,
+            self.state_len,
+        )
+    }
+
+    /// [`GdnState::fits`] for the per-row and packed-twin kernels, which
+    /// handle one sequence.
+    fn fits_one(&self, shape: &GdnShape) -> Result<()> {
+        len("batch", 1, self.batch)?;
+        self.fits(shape)
     }
 
     /// Checks replacements for the state's buffers (element counts): `ring`
@@ -389,7 +485,7 @@ pub struct GdnWeights {
 /// One CUDA device with `cu/gdn.cu` compiled and loaded.
 pub struct GdnEngine {
     shim: Shim,
-    f: [CudaFunction; 6],
+    f: [CudaFunction; 7],
 }
 
 shim_methods!(GdnEngine);
@@ -441,7 +537,7 @@ impl GdnEngine {
         GdnEngine::load(engine.shim.share(source, sm_target)?)
     }
 
-    /// Looks up the six kernels ([`GDN_KERNELS`], in order) in `shim`'s
+    /// Looks up the seven kernels ([`GDN_KERNELS`], in order) in `shim`'s
     /// module.
     fn load(shim: Shim) -> Result<GdnEngine> {
         let load = |k: &str| shim.function(k);
@@ -452,6 +548,7 @@ impl GdnEngine {
             load(GDN_KERNELS[3])?,
             load(GDN_KERNELS[4])?,
             load(GDN_KERNELS[5])?,
+            load(GDN_KERNELS[6])?,
         ];
         Ok(GdnEngine { shim, f })
     }
@@ -492,22 +589,44 @@ impl GdnEngine {
         canonical: &[f32],
         alt: Option<&[f32]>,
     ) -> Result<GdnState> {
+        self.new_state_batched(shape, 1, ring, canonical, alt)
+    }
+
+    /// [`GdnEngine::new_state`] for `batch` sequences: `ring
+    /// [batch][C][P]`, `canonical` and `alt` (zeros unless given)
+    /// `[batch][N]`, sequence `b` the `b`-th block of each (the layout of
+    /// `oracle::gdn::batch`). Only the fused step
+    /// ([`GdnEngine::run_step`]) takes a state of more than one sequence.
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`]; [`DeviceError::IndexRange`];
+    /// [`DeviceError::Driver`].
+    pub fn new_state_batched(
+        &self,
+        shape: &GdnShape,
+        batch: usize,
+        ring: &[f32],
+        canonical: &[f32],
+        alt: Option<&[f32]>,
+    ) -> Result<GdnState> {
+        check_gdn_batch(shape, batch)?;
         let zeros;
         let alt = match alt {
             Some(a) => a,
             None => {
-                zeros = vec![0f32; shape.state_len()];
+                zeros = vec![0f32; batch * shape.state_len()];
                 &zeros
             }
         };
-        check_gdn_state(shape, ring.len(), canonical.len(), alt.len())?;
+        check_gdn_batch_state(shape, batch, ring.len(), canonical.len(), alt.len())?;
         let mut state = GdnState {
             ring: self.upload(ring)?,
             canonical: self.upload(canonical)?,
             alt: self.upload(alt)?,
             table: self.upload(&[0u64; 6])?,
-            ring_len: shape.ring_len(),
-            state_len: shape.state_len(),
+            batch,
+            ring_len: batch * shape.ring_len(),
+            state_len: batch * shape.state_len(),
         };
         self.write_table(&mut state)?;
         Ok(state)
@@ -550,7 +669,7 @@ impl GdnEngine {
         out: &mut Buffer<f32>,
     ) -> Result<()> {
         check_gdn_conv(shape, 1, x.len(), w.conv_w.len(), out.len(), None)?;
-        state.fits(shape)?;
+        state.fits_one(shape)?;
         let off = if row.is_multiple_of(2) { 0 } else { 3 };
         let tv = state.table.view();
         let tab = tv.slice(off..off + 3);
@@ -608,7 +727,7 @@ impl GdnEngine {
             out.len(),
             Some(snap.len()),
         )?;
-        state.fits(shape)?;
+        state.fits_one(shape)?;
         let tv = state.table.view();
         let tab = tv.slice(0..3);
         let (cd, dc, ti) = (shape.conv_dim() as i32, shape.d_conv() as i32, t as i32);
@@ -732,7 +851,7 @@ impl GdnEngine {
         o: &mut Buffer<f32>,
     ) -> Result<()> {
         check_gdn_scan(shape, 1, heads.lens(), o.len(), None)?;
-        state.fits(shape)?;
+        state.fits_one(shape)?;
         let off = if row.is_multiple_of(2) { 1 } else { 4 };
         let tv = state.table.view();
         let tab = tv.slice(off..off + 2);
@@ -785,7 +904,7 @@ impl GdnEngine {
     ) -> Result<StateSlot> {
         let t = shape.t();
         check_gdn_scan(shape, t, heads.lens(), o.len(), Some(snap.len()))?;
-        state.fits(shape)?;
+        state.fits_one(shape)?;
         let tv = state.table.view();
         let tab = tv.slice(1..3);
         let (nv, ti) = (shape.num_v() as i32, t as i32);
@@ -825,6 +944,7 @@ impl GdnEngine {
 #[derive(Debug)]
 pub struct GdnStep {
     shape: GdnShape,
+    batch: usize,
     weights: GdnWeights,
     state: GdnState,
     qkv: Buffer<f32>,
@@ -841,6 +961,12 @@ impl GdnStep {
     /// The shape (`t` rows).
     pub fn shape(&self) -> &GdnShape {
         &self.shape
+    }
+    /// The sequences of the step (1 unless made by
+    /// [`GdnEngine::new_step_batched`]); every input, output and state
+    /// buffer is `batch` equal blocks, sequence `b` the `b`-th.
+    pub fn batch(&self) -> usize {
+        self.batch
     }
     /// The layer's weights.
     pub fn weights(&self) -> &GdnWeights {
@@ -860,7 +986,8 @@ impl GdnStep {
     pub fn snap_conv(&self) -> &Buffer<f32> {
         &self.snap_conv
     }
-    /// Prep's outputs, `t` rows.
+    /// Prep's outputs, `t` rows: written by [`GdnEngine::run_step_twins`]
+    /// only (the fused step keeps them on chip).
     pub fn heads(&self) -> &GdnHeads {
         &self.heads
     }
@@ -890,7 +1017,8 @@ impl GdnStep {
     }
 }
 
-/// A captured CUDA graph of one [`GdnStep`] (the three packed launches),
+/// A captured CUDA graph of one [`GdnStep`] (the fused launch, or the
+/// three packed twins),
 /// owning the step: every buffer the graph names lives as long as the
 /// graph. The ring and state buffers are reached through the state's
 /// pointer table, so [`GdnGraph::rebind`] and [`GdnGraph::swap_slots`]
@@ -1022,6 +1150,33 @@ impl GdnEngine {
         )
     }
 
+    /// Device-to-device copy of all of `src` into `dst[at..at + src.len()]`
+    /// (stream ordered, no synchronisation): the runner gathers per-row
+    /// outputs and snapshots on the device and reads them back once.
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`] if `src` does not fit at `at`;
+    /// [`DeviceError::Driver`].
+    pub fn copy_at(&self, src: &Buffer<f32>, dst: &mut Buffer<f32>, at: usize) -> Result<()> {
+        let end = at.checked_add(src.len()).filter(|&e| e <= dst.len());
+        let Some(end) = end else {
+            return Err(DeviceError::ArgLen {
+                arg: "copy destination",
+                want: at.saturating_add(src.len()),
+                got: dst.len(),
+            });
+        };
+        if src.is_empty() {
+            return Ok(());
+        }
+        let mut dv = dst.view_mut();
+        let mut part = dv.slice_mut(at..end);
+        drv(
+            || format!("cuMemcpyDtoD ({} elements at {at})", src.len()),
+            self.shim.stream.memcpy_dtod(&src.view(), &mut part),
+        )
+    }
+
     /// Overwrites a state's buffers in place (the table is unchanged):
     /// `ring [C][P]`, `canonical [N]`, and `alt [N]` when given.
     ///
@@ -1107,32 +1262,58 @@ impl GdnEngine {
         weights: GdnWeights,
         state: GdnState,
     ) -> Result<GdnStep> {
+        self.new_step_batched(shape, 1, weights, state)
+    }
+
+    /// [`GdnEngine::new_step`] for `batch` independent sequences sharing
+    /// the layer's weights: `state` must hold `batch` sequences
+    /// ([`GdnEngine::new_state_batched`]); inputs `qkv [batch][t][C]`,
+    /// `beta_raw`, `alpha [batch][t][num_v]`; outputs `conv_out
+    /// [batch][t][C]`, `o [batch][t][V]`, `snap_conv [batch][t-1][C][P]`,
+    /// `snap_state [batch][t-1][N]` (the layout of `oracle::gdn::batch`).
+    /// Prep's [`GdnHeads`] are allocated for one sequence (the packed twins
+    /// run on a step of one sequence only).
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`] if `weights` or `state` do not fit `shape` and
+    /// `batch`; [`DeviceError::IndexRange`]; [`DeviceError::Driver`].
+    pub fn new_step_batched(
+        &self,
+        shape: &GdnShape,
+        batch: usize,
+        weights: GdnWeights,
+        state: GdnState,
+    ) -> Result<GdnStep> {
         check_weight_lens(
             shape,
             weights.conv_w.len(),
             weights.dt_bias.len(),
             weights.a_log.len(),
         )?;
+        check_gdn_batch(shape, batch)?;
+        len("state batch", batch, state.batch)?;
         state.fits(shape)?;
         let (t, c, nv) = (shape.t(), shape.conv_dim(), shape.num_v());
         let zeros = |n: usize| self.upload(&vec![0f32; n]);
         Ok(GdnStep {
             shape: *shape,
-            qkv: zeros(t * c)?,
-            beta_raw: zeros(t * nv)?,
-            alpha: zeros(t * nv)?,
-            conv_out: self.alloc_output(t * c)?,
-            snap_conv: self.alloc_output(shape.snapshots() * shape.ring_len())?,
+            batch,
+            qkv: zeros(batch * t * c)?,
+            beta_raw: zeros(batch * t * nv)?,
+            alpha: zeros(batch * t * nv)?,
+            conv_out: self.alloc_output(batch * t * c)?,
+            snap_conv: self.alloc_output(batch * shape.snapshots() * shape.ring_len())?,
             heads: self.alloc_heads(shape, t)?,
-            o: self.alloc_output(t * shape.value_dim())?,
-            snap_state: self.alloc_output(shape.snapshots() * shape.state_len())?,
+            o: self.alloc_output(batch * t * shape.value_dim())?,
+            snap_state: self.alloc_output(batch * shape.snapshots() * shape.state_len())?,
             weights,
             state,
         })
     }
 
-    /// Copies `t` rows of inputs into `step`: `qkv [t][C]`,
-    /// `beta_raw [t][num_v]`, `alpha [t][num_v]`.
+    /// Copies `t` rows of inputs (of each of the step's `batch` sequences)
+    /// into `step`: `qkv [batch][t][C]`, `beta_raw [batch][t][num_v]`,
+    /// `alpha [batch][t][num_v]`.
     ///
     /// # Errors
     /// [`DeviceError::Gdn`] (`GdnError::Len`, the oracle's argument names)
@@ -1144,17 +1325,111 @@ impl GdnEngine {
         beta_raw: &[f32],
         alpha: &[f32],
     ) -> Result<()> {
-        let s = step.shape;
-        len("qkv", s.t() * s.conv_dim(), qkv.len())?;
-        len("beta_raw", s.t() * s.num_v(), beta_raw.len())?;
-        len("alpha", s.t() * s.num_v(), alpha.len())?;
+        let (s, bt) = (step.shape, step.batch * step.shape.t());
+        len("qkv", bt * s.conv_dim(), qkv.len())?;
+        len("beta_raw", bt * s.num_v(), beta_raw.len())?;
+        len("alpha", bt * s.num_v(), alpha.len())?;
         self.upload_into(qkv, &mut step.qkv)?;
         self.upload_into(beta_raw, &mut step.beta_raw)?;
         self.upload_into(alpha, &mut step.alpha)
     }
 
-    /// The three packed launches on `step`, no synchronisation.
-    fn launch_step(&self, step: &mut GdnStep) -> Result<StateSlot> {
+    /// The launches of a step, no synchronisation: the fused kernel, or
+    /// the three packed twins (one sequence only).
+    fn launch_step(&self, step: &mut GdnStep, fused: bool) -> Result<StateSlot> {
+        if fused {
+            self.launch_fused(step)
+        } else {
+            len("batch", 1, step.batch)?;
+            self.launch_twins(step)
+        }
+    }
+
+    /// The grid and CTA size of `gdn_step_fused` for `shape` and `batch`
+    /// on this device: [`gdn_fused_launch`] with this device's cluster
+    /// size.
+    pub fn fused_launch(&self, shape: &GdnShape, batch: usize) -> ((u32, u32), u32) {
+        gdn_fused_launch(shape, batch, gdn_fused_cluster(self.arch().0))
+    }
+
+    /// `gdn_step_fused` on `step`, no synchronisation.
+    fn launch_fused(&self, step: &mut GdnStep) -> Result<StateSlot> {
+        let (s, batch) = (step.shape, step.batch);
+        check_weight_lens(
+            &s,
+            step.weights.conv_w.len(),
+            step.weights.dt_bias.len(),
+            step.weights.a_log.len(),
+        )?;
+        check_gdn_batch(&s, batch)?;
+        step.state.fits(&s)?;
+        let grid_x = s.num_k() as u64 * u64::from(gdn_fused_cluster(self.arch().0));
+        if grid_x > I32_LIMIT {
+            return Err(DeviceError::IndexRange {
+                what: "num_k * cluster",
+                value: grid_x,
+                limit: I32_LIMIT,
+            });
+        }
+        let GdnStep {
+            weights: w,
+            state,
+            qkv,
+            beta_raw,
+            alpha,
+            conv_out,
+            snap_conv,
+            o,
+            snap_state,
+            ..
+        } = step;
+        let (t, nk, nv, dc) = (
+            s.t() as i32,
+            s.num_k() as i32,
+            s.num_v() as i32,
+            s.d_conv() as i32,
+        );
+        let tv = state.table.view();
+        let tab = tv.slice(0..3);
+        let (xv, bv, av) = (qkv.view(), beta_raw.view(), alpha.view());
+        let (wv, dv, lv) = (w.conv_w.view(), w.dt_bias.view(), w.a_log.view());
+        let null = 0u64;
+        let mut cv = conv_out.view_mut();
+        let mut ov = o.view_mut();
+        let mut scv = snap_conv.view_mut();
+        let mut ssv = snap_state.view_mut();
+        let mut b = self.shim.stream.launch_builder(&self.f[6]);
+        b.arg(&xv)
+            .arg(&bv)
+            .arg(&av)
+            .arg(&tab)
+            .arg(&wv)
+            .arg(&dv)
+            .arg(&lv);
+        b.arg(&mut cv).arg(&mut ov);
+        if s.t() > 1 {
+            b.arg(&mut scv).arg(&mut ssv);
+        } else {
+            b.arg(&null).arg(&null);
+        }
+        b.arg(&nk)
+            .arg(&nv)
+            .arg(&dc)
+            .arg(&t)
+            .arg(&w.eps)
+            .arg(&w.scale);
+        let (grid, threads) = self.fused_launch(&s, batch);
+        // SAFETY: the ABI's argument types and order; every length checked
+        // (new_step_batched, set_step_inputs, the state's fits); the table
+        // points at the state's own checked pools; the snapshots are null
+        // only when t = 1 (never written).
+        launched(GDN_KERNELS[6], unsafe { b.launch(cfg(grid, threads)) })?;
+        Ok(state_after_row(s.t() - 1))
+    }
+
+    /// The three packed twins on `step` (one sequence), no
+    /// synchronisation.
+    fn launch_twins(&self, step: &mut GdnStep) -> Result<StateSlot> {
         let s = step.shape;
         let GdnStep {
             weights: w,
@@ -1174,27 +1449,54 @@ impl GdnEngine {
         self.launch_scan_rows(&s, heads, w.scale, state, o, snap_state)
     }
 
-    /// Runs `step` eagerly: `gdn_conv1d_decode_tloop`, then
-    /// `gdn_prep_decode_rows` (`gdn_prep_decode` when `t = 1`), then
-    /// `gdn_scan_s128_tsnap`, on the step's inputs and state. Returns the
-    /// slot of the final state (rule `PARITY`).
+    /// Runs `step` eagerly in one launch of `gdn_step_fused` (conv, prep
+    /// and scan of every row of every sequence) on the step's inputs and
+    /// state. Returns the slot of the final state (rule `PARITY`, every
+    /// sequence alike).
     ///
     /// # Errors
     /// [`DeviceError::Driver`]; [`DeviceError::GuardClobbered`].
     pub fn run_step(&self, step: &mut GdnStep) -> Result<StateSlot> {
-        let slot = self.launch_step(step)?;
+        let slot = self.launch_step(step, true)?;
         self.shim.check_outputs(&step.outputs())?;
         Ok(slot)
     }
 
-    /// Captures the three launches of [`GdnEngine::run_step`] into a CUDA
-    /// graph (stream capture, thread-local mode); nothing runs until
+    /// Runs `step` (one sequence) eagerly as the three packed twins:
+    /// `gdn_conv1d_decode_tloop`, then `gdn_prep_decode_rows`
+    /// (`gdn_prep_decode` when `t = 1`), then `gdn_scan_s128_tsnap`.
+    /// Returns the slot of the final state (rule `PARITY`).
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`] (`GdnError::Len` "batch") for a batched step;
+    /// [`DeviceError::Driver`]; [`DeviceError::GuardClobbered`].
+    pub fn run_step_twins(&self, step: &mut GdnStep) -> Result<StateSlot> {
+        let slot = self.launch_step(step, false)?;
+        self.shim.check_outputs(&step.outputs())?;
+        Ok(slot)
+    }
+
+    /// Captures the launch of [`GdnEngine::run_step`] into a CUDA graph
+    /// (stream capture, thread-local mode); nothing runs until
     /// [`GdnGraph::launch`]. The graph takes `step`.
     ///
     /// # Errors
     /// [`DeviceError::Driver`] (capture, instantiation);
     /// [`DeviceError::GraphEmpty`].
-    pub fn capture_step(&self, mut step: GdnStep) -> Result<GdnGraph> {
+    pub fn capture_step(&self, step: GdnStep) -> Result<GdnGraph> {
+        self.capture(step, true)
+    }
+
+    /// Captures the three launches of [`GdnEngine::run_step_twins`].
+    ///
+    /// # Errors
+    /// As [`GdnEngine::capture_step`]; [`DeviceError::Gdn`] for a batched
+    /// step.
+    pub fn capture_step_twins(&self, step: GdnStep) -> Result<GdnGraph> {
+        self.capture(step, false)
+    }
+
+    fn capture(&self, mut step: GdnStep, fused: bool) -> Result<GdnGraph> {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         self.synchronize()?;
         drv(
@@ -1203,7 +1505,7 @@ impl GdnEngine {
                 .stream
                 .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
         )?;
-        let launched = self.launch_step(&mut step);
+        let launched = self.launch_step(&mut step, fused);
         // End the capture whatever happened, so the stream is usable again.
         let ended = self.shim.stream.end_capture(CUgraphInstantiate_flags(0));
         launched?;
