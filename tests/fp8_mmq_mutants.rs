@@ -2,7 +2,9 @@
 
 use device::cuda::{compile, Engine, KernelSource, BUILTIN_FP8_MMQ_CU};
 use kernel_oracle::fp8_mmq::gate::BATTERY;
-use kernel_oracle::fp8_mmq::mutants::{apply, subnormal_flush_f16_bits, MUTANTS};
+use kernel_oracle::fp8_mmq::mutants::{
+    apply, native_only, reaches_native, subnormal_flush_f16_bits, MUTANTS,
+};
 use kernel_oracle::fp8_mmq::{run, CaseSpec, Outcome};
 use oracle::conventions::NanMagnitude::Ieee;
 use oracle::e4m3::decode_e4m3;
@@ -29,6 +31,41 @@ fn every_mutant_applies_and_compiles() {
             .unwrap_or_else(|e| panic!("mutant {} does not compile: {e}", m.name));
         if m.find.contains(CVT) {
             assert!(!c.ptx.contains(CVT), "{}: {CVT} left in the PTX", m.name);
+        }
+    }
+}
+
+/// The section of the builtin source holding the native e4m3 wgmma
+/// variants (k15 ..).
+fn native_section(text: &str) -> &str {
+    let start = text
+        .find("4c. MMQ on the native FP8 wgmma")
+        .expect("section 4c in cu/fp8_mmq.cu");
+    let end = text[start..]
+        .find("#endif /* HAVE_WGMMA */")
+        .expect("section 4c ends");
+    &text[start..start + end]
+}
+
+/// Each mutant changes the native variants' code exactly when
+/// [`reaches_native`] says so, and a native-only mutant changes nothing
+/// else.
+#[test]
+fn mutants_reach_the_native_variants_as_declared() {
+    let before = native_section(BUILTIN_FP8_MMQ_CU);
+    for m in &MUTANTS {
+        let text = apply(m, BUILTIN_FP8_MMQ_CU).unwrap();
+        let after = native_section(&text);
+        assert_eq!(
+            before != after,
+            reaches_native(m),
+            "mutant {}: native section changed = {}",
+            m.name,
+            before != after
+        );
+        if native_only(m) {
+            let outside = |t: &str| t.replace(native_section(t), "");
+            assert_eq!(outside(&text), outside(BUILTIN_FP8_MMQ_CU), "{}", m.name);
         }
     }
 }
@@ -82,6 +119,29 @@ fn every_mutant_is_caught_by_the_gate() {
         let src = KernelSource::from_file(&write_mutant(m.name, &text)).unwrap();
         let mut engine = Engine::with_source(0, src).unwrap();
         engine.set_guards(true);
+        // The native e4m3 wgmma variants (sm_90a: k15 ..), each forced:
+        // every mutant that reaches them must be caught there too.
+        let natives: Vec<u32> = (NATIVE_FIRST..engine.mmq_variants()).collect();
+        if reaches_native(m) {
+            for &v in &natives {
+                engine.set_mmq_variant(Some(v)).unwrap();
+                for &arm in m.caught_by {
+                    assert!(
+                        caught(&engine, &shapes, arm),
+                        "mutant {} ({}) passed every {} shape with native variant k{v} forced",
+                        m.name,
+                        m.what,
+                        arm.name()
+                    );
+                }
+            }
+            engine.set_mmq_variant(None).unwrap();
+        }
+        if native_only(m) {
+            // Checked above with the native variants forced; the plan's own
+            // choice may be another family, which the mutant leaves alone.
+            continue;
+        }
         if m.name == "subnormal-flush" && engine.arch() < (9, 0) {
             // Only sm_90's f16 variants (CV = 1) convert e4m3 -> f16
             // (e4m3x4_to_f16, the mutant's anchor); below sm_90 only the
@@ -94,15 +154,8 @@ fn every_mutant_is_caught_by_the_gate() {
             continue;
         }
         for &arm in m.caught_by {
-            let failed = shapes.iter().any(|&(in_f, out_f, mm)| {
-                let data = CaseSpec::battery(in_f, out_f, mm, arm).generate().unwrap();
-                match run::run_case(&engine, &data, arm) {
-                    Outcome::Judged(v) => !v.pass(),
-                    Outcome::Refused { .. } | Outcome::PeerRefused { .. } => false,
-                }
-            });
             assert!(
-                failed,
+                caught(&engine, &shapes, arm),
                 "mutant {} ({}) passed every {} shape",
                 m.name,
                 m.what,
@@ -110,4 +163,22 @@ fn every_mutant_is_caught_by_the_gate() {
             );
         }
     }
+}
+
+/// The first native e4m3 wgmma variant of the builtin source (sm_90a).
+const NATIVE_FIRST: u32 = 15;
+
+/// Whether some shape of `shapes` fails in `arm` on `engine`.
+fn caught(
+    engine: &Engine,
+    shapes: &[(usize, usize, usize)],
+    arm: kernel_oracle::fp8_mmq::Arm,
+) -> bool {
+    shapes.iter().any(|&(in_f, out_f, mm)| {
+        let data = CaseSpec::battery(in_f, out_f, mm, arm).generate().unwrap();
+        match run::run_case(engine, &data, arm) {
+            Outcome::Judged(v) => !v.pass(),
+            Outcome::Refused { .. } | Outcome::PeerRefused { .. } => false,
+        }
+    })
 }

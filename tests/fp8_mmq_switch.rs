@@ -99,4 +99,17 @@ fn reproductions_carry_the_switch() {
         "{cmd}"
     );
     assert!(report::repro_env().contains("KERNEL_ORACLE_FP8_MMQ=cublaslt-unpadded"));
+    // A forced MMQ variant and a requested schedule travel too.
+    std::env::set_var("KERNEL_ORACLE_FP8_MMQ_VARIANT", "15");
+    std::env::set_var("KERNEL_ORACLE_FP8_MMQ_SCHEDULE", "3");
+    let env = report::repro_env();
+    assert!(env.contains("KERNEL_ORACLE_FP8_MMQ_VARIANT=15 "), "{env}");
+    assert!(env.contains("KERNEL_ORACLE_FP8_MMQ_SCHEDULE=3 "), "{env}");
+    assert_eq!(kernel_oracle::fp8_mmq::run::forced_variant(), Ok(Some(15)));
+    assert_eq!(
+        kernel_oracle::fp8_mmq::run::requested_schedule(),
+        Ok(Some(oracle::fp8_mmq::Schedule::SM90_WGMMA_FUSED))
+    );
+    std::env::set_var("KERNEL_ORACLE_FP8_MMQ_SCHEDULE", "9");
+    assert!(kernel_oracle::fp8_mmq::run::requested_schedule().is_err());
 }

@@ -342,8 +342,15 @@ fn main() {
     }
     if let (None, Some(variants)) = (&ours_peer, bench_variants(&e)) {
         println!();
-        println!("variants {variants:?} (MMQ ms / TFLOP/s):");
-        for s in &shapes {
+        println!("variants {variants:?} (MMQ ms / TFLOP/s / ratio to cuBLASLt's TFLOP/s in the table above):");
+        for &v in &variants {
+            let declared = e
+                .set_mmq_variant(Some(v))
+                .and_then(|_| e.plan(&shapes[0]))
+                .map_or_else(|err| format!("error: {err}"), |p| p.schedule.to_string());
+            println!("  k{v} declares: {declared}");
+        }
+        for (i, s) in shapes.iter().enumerate() {
             let mut line = format!("{:<18}", format!("{},{},{}", s.m(), s.in_f(), s.out_f()));
             let mut p = match prepare(&e, *s) {
                 Ok(p) => p,
@@ -358,8 +365,12 @@ fn main() {
                     .and_then(|_| time_ours(&e, &mut p));
                 match r {
                     Ok(o) => {
+                        let ratio = match &theirs[i] {
+                            Ok(p) => format!("{:.2}", p / o.ms),
+                            Err(_) => "-".into(),
+                        };
                         line += &format!(
-                            "  k{v} {:.4} ms {:>6.1}",
+                            "  k{v} {:.4} ms {:>6.1} {ratio:>5}",
                             o.ms,
                             s.flops() / (o.ms * 1e-3) / 1e12
                         )

@@ -14,7 +14,7 @@
 
 use device::cuda::{DeviceError, Engine, KernelSource, ENV_FP8_MMQ_CU};
 use oracle::compare::compare_f32;
-use oracle::fp8_mmq::{count_nan_magnitude, mmq_v2, quantize_activations, Shape};
+use oracle::fp8_mmq::{count_nan_magnitude, mmq, quantize_activations, Schedule, Shape};
 
 /// splitmix64.
 struct Rng(u64);
@@ -67,8 +67,16 @@ fn engine() -> Engine {
     e
 }
 
-/// The oracle's MMQ, rows of m split over threads (rows are independent).
-fn oracle_mmq(shape: &Shape, w: &[u8], s: &[f32], q: &[u8], d: &[f32]) -> Vec<f32> {
+/// The oracle's MMQ under `schedule`, rows of m split over threads (rows
+/// are independent).
+fn oracle_mmq_under(
+    schedule: &Schedule,
+    shape: &Shape,
+    w: &[u8],
+    s: &[f32],
+    q: &[u8],
+    d: &[f32],
+) -> Vec<f32> {
     let (m, out_f, pad, blocks) = (
         shape.m(),
         shape.out_f(),
@@ -84,8 +92,9 @@ fn oracle_mmq(shape: &Shape, w: &[u8], s: &[f32], q: &[u8], d: &[f32]) -> Vec<f3
             let r = yc.len() / out_f;
             sc.spawn(move || {
                 let sub = Shape::new(r, shape.in_f(), out_f).unwrap();
-                mmq_v2(
+                mmq(
                     &sub,
+                    schedule,
                     w,
                     s,
                     &q[j0 * pad..(j0 + r) * pad],
@@ -295,7 +304,7 @@ fn mmq_matches_oracle_on_ragged_shapes() {
     );
     if e.arch() == (9, 0) && std::env::var_os(ENV_FP8_MMQ_CU).is_none() {
         // sm_90a: the builtin source exports its wgmma variants too.
-        assert_eq!(e.mmq_variants(), 15, "builtin source on sm_90a");
+        assert_eq!(e.mmq_variants(), 18, "builtin source on sm_90a");
     }
     for (n, &(in_f, out_f, m)) in SHAPES.iter().enumerate() {
         if small && in_f * out_f * m > 100_000_000 {
@@ -304,7 +313,9 @@ fn mmq_matches_oracle_on_ragged_shapes() {
         for exact in [true, false] {
             let mut rng = Rng(0xC0FF_EE00 ^ (n as u64) << 8 ^ u64::from(exact));
             let c = make_case(&mut rng, m, in_f, out_f, exact);
-            let want = oracle_mmq(&c.shape, &c.w, &c.s, &c.q, &c.d);
+            // The oracle's answer under each schedule the variants declare,
+            // computed once per schedule.
+            let mut wants: Vec<(Schedule, Vec<f32>)> = Vec::new();
             let (wb, sb, qb, db) = (
                 e.upload(&c.w).unwrap(),
                 e.upload(&c.s).unwrap(),
@@ -313,12 +324,19 @@ fn mmq_matches_oracle_on_ragged_shapes() {
             );
             for &v in &variants {
                 e.set_mmq_variant(Some(v)).unwrap();
+                let schedule = e.plan(&c.shape).unwrap().schedule;
+                if !wants.iter().any(|(s, _)| *s == schedule) {
+                    let y = oracle_mmq_under(&schedule, &c.shape, &c.w, &c.s, &c.q, &c.d);
+                    wants.push((schedule, y));
+                }
+                let want = &wants.iter().find(|(s, _)| *s == schedule).unwrap().1;
                 let cw = e.check_weights(&wb).unwrap();
                 let got = e
                     .download(&e.mmq(&cw, &sb, &qb, &db, &c.shape).unwrap())
                     .unwrap();
-                let r = compare_f32(&got, &want, out_f).unwrap();
-                let ok = if exact {
+                let r = compare_f32(&got, want, out_f).unwrap();
+                // A tensor-core schedule fixes every bit, in both arms.
+                let ok = if exact || schedule.bit_exact() {
                     r.bit_identical()
                 } else {
                     r.within_rms_rel(1e-5)
@@ -383,7 +401,9 @@ fn pipeline_matches_oracle_and_refuses_nan_weights() {
         let mut q = vec![0u8; shape.q_len()];
         let mut d = vec![0f32; shape.d_len()];
         quantize_activations(&shape, &x, &mut q, &mut d).unwrap();
-        let want = oracle_mmq(&shape, &w, &s, &q, &d);
+        // Under the schedule the plan's variant declares for this shape.
+        let schedule = e.plan(&shape).unwrap().schedule;
+        let want = oracle_mmq_under(&schedule, &shape, &w, &s, &q, &d);
         let (wb, sb, xb) = (
             e.upload(&w).unwrap(),
             e.upload(&s).unwrap(),

@@ -19,7 +19,10 @@ const ARCH: &str = "sm_90";
 const ARCH_A: &str = "sm_90a";
 /// MMQ variants of the builtin source without / with the sm_90a features.
 const PLAIN_VARIANTS: usize = 9;
-const SM90A_VARIANTS: usize = 15;
+const SM90A_VARIANTS: usize = 18;
+/// The first variant on the native e4m3 wgmma (schedule code 3, fused
+/// fold); k0 .. k14 convert to f16 and declare v2.
+const FIRST_NATIVE: usize = 15;
 
 fn require_nvrtc() {
     if let Err(e) = nvrtc_available() {
@@ -104,14 +107,49 @@ fn builtin_kernels_compile_for_sm_90a_with_wgmma() {
     assert_abi(&source, ARCH_A);
     let c = compile(&source, ARCH_A).unwrap_or_else(|e| panic!("{e}"));
     assert_variants(&c.ptx, SM90A_VARIANTS);
-    // f16 operands with f32 accumulation, never the e4m3 wgmma (whose
-    // accumulation is not f32).
-    assert!(c.ptx.contains("wgmma.mma_async.sync.aligned.m64n"));
-    assert!(c.ptx.contains(".f32.f16.f16"));
-    assert!(!c.ptx.contains(".f32.e4m3.e4m3 "), "e4m3 wgmma in the PTX");
+    // k0 .. k14 (schedule v2): f16 operands with f32 accumulation, never
+    // the e4m3 wgmma (whose accumulation is not f32), no FMA (separate
+    // fold). k15 ..: the e4m3 wgmma on unconverted codes (schedule
+    // SM90_WGMMA_FUSED: its accumulation, a fused fold).
+    for v in 0..SM90A_VARIANTS {
+        let body = entry_ptx(&c.ptx, &format!("fp8_mmq_v2_k{v}"));
+        if v < FIRST_NATIVE {
+            assert!(!body.contains(".e4m3.e4m3 "), "k{v}: e4m3 wgmma");
+            assert!(!body.contains("fma.rn.f32"), "k{v}: an f32 FMA");
+            if v >= PLAIN_VARIANTS {
+                assert!(body.contains(".f32.f16.f16"), "k{v}: no f16 wgmma");
+            }
+        } else {
+            assert!(
+                body.contains("wgmma.mma_async.sync.aligned.m64n")
+                    && body.contains("k32.f32.e4m3.e4m3"),
+                "k{v}: no e4m3 wgmma"
+            );
+            assert!(!body.contains(".f16.f16"), "k{v}: an f16 MMA");
+            assert!(!body.contains("cvt.rn.f16x2.e4m3x2"), "k{v}: a conversion");
+            assert!(body.contains("fma.rn.f32"), "k{v}: no fused fold");
+        }
+    }
     assert!(c.ptx.contains("cvt.rn.f16x2.e4m3x2"));
-    assert!(!c.ptx.contains("fma.rn.f32"), "the PTX holds an f32 FMA");
+    for k in ["fp8_mmq_plan", "fp8_quantize_act", "fp8_nan_count"] {
+        assert!(
+            !entry_ptx(&c.ptx, k).contains("fma.rn.f32"),
+            "{k}: an f32 FMA"
+        );
+    }
     assert_clean_log(&c.log);
+}
+
+/// The PTX of entry `name`, from its `.entry` line to the next entry's.
+fn entry_ptx<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let start = ptx
+        .find(&format!(".entry {name}("))
+        .unwrap_or_else(|| panic!("{name} is not in the PTX"));
+    let rest = &ptx[start + 1..];
+    match rest.find(".entry ") {
+        Some(end) => &rest[..end],
+        None => rest,
+    }
 }
 
 #[test]

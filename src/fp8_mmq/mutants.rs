@@ -16,8 +16,14 @@ use super::generate::Arm;
 /// least one).
 pub type Mutant = crate::mutate::Mutant<Arm>;
 
-/// The planted bugs.
-pub const MUTANTS: [Mutant; 5] = [
+/// The planted bugs. The first five plant their bug in every variant
+/// family that has the code they change (the anchors of `drop-k-tail`,
+/// `k-tail-not-zero-filled` and `first-scale-row` occur in the native
+/// e4m3 wgmma variants too; `fold-association` reaches them through
+/// [`NATIVE_PLANTS`]; `subnormal-flush` has no counterpart there, since
+/// those variants convert nothing); the last two exist only in the native
+/// variants ([`native_only`]).
+pub const MUTANTS: [Mutant; 7] = [
     Mutant {
         name: "drop-k-tail",
         what: "iterates over floor(in_f/128) scale blocks: the partial last block (the k tail) is dropped",
@@ -72,7 +78,56 @@ pub const MUTANTS: [Mutant; 5] = [
         // shapes under 512 outputs it mostly passes RANDOM.
         caught_by: &[Arm::Codes, Arm::Random],
     },
+    Mutant {
+        name: "fold-unfused",
+        what: "the native e4m3 wgmma variants fold one output of four as sum + (s*d)*c (two roundings) while declaring the fused fold fma(s*d, c, sum)",
+        find: "sum[4 * ni + 1] = __fmaf_rn(sd1, acc[4 * ni + 1], sum[4 * ni + 1]);",
+        replace: "sum[4 * ni + 1] = __fadd_rn(sum[4 * ni + 1], __fmul_rn(sd1, acc[4 * ni + 1]));",
+        caught_by: &[Arm::Fold],
+    },
+    Mutant {
+        name: "mma-chain-across-blocks",
+        what: "the native e4m3 wgmma variants start each block's MMA chain from the previous block's accumulator (scale-d = 1) instead of +0",
+        find: "wgmma_e4m3<BN, 0>(acc, adesc, bdesc);",
+        replace: "wgmma_e4m3<BN, 1>(acc, adesc, bdesc);",
+        caught_by: &[Arm::Exact, Arm::Fold, Arm::Random],
+    },
 ];
+
+/// A mutant's second anchor, in the native e4m3 wgmma variants (section
+/// 4c of `cu/fp8_mmq.cu`), where its own anchor does not occur: planted
+/// together with it by [`apply`].
+#[derive(Clone, Copy, Debug)]
+pub struct NativePlant {
+    /// The mutant's name.
+    pub name: &'static str,
+    /// The text replaced (every occurrence, at least one).
+    pub find: &'static str,
+    /// Its replacement.
+    pub replace: &'static str,
+}
+
+/// The native variants' counterparts of the planted bugs whose anchor is
+/// elsewhere.
+pub const NATIVE_PLANTS: [NativePlant; 1] = [NativePlant {
+    name: "fold-association",
+    find: "sum[4 * ni + 0] = __fmaf_rn(sd0, acc[4 * ni + 0], sum[4 * ni + 0]);",
+    replace:
+        "sum[4 * ni + 0] = __fmaf_rn(s_blk, __fmul_rn(dd.x, acc[4 * ni + 0]), sum[4 * ni + 0]);",
+}];
+
+/// Whether the mutant changes only the native e4m3 wgmma variants, so
+/// that a gate run reaches it only when the plan picks (or the engine
+/// forces) one of them.
+pub fn native_only(m: &Mutant) -> bool {
+    matches!(m.name, "fold-unfused" | "mma-chain-across-blocks")
+}
+
+/// Whether the mutant plants its bug in the native e4m3 wgmma variants
+/// (every mutant but `subnormal-flush`, whose conversion they do not run).
+pub fn reaches_native(m: &Mutant) -> bool {
+    m.name != "subnormal-flush"
+}
 
 /// What `subnormal-flush` computes for one e4m3 code, as f16 bits: the
 /// model of its CUDA (same expression, per byte), for CPU tests;
@@ -99,17 +154,27 @@ pub fn by_name(name: &str) -> Option<&'static Mutant> {
     MUTANTS.iter().find(|m| m.name == name)
 }
 
-/// `source` with `mutant` planted at every occurrence of its anchor.
+/// `source` with `mutant` planted at every occurrence of its anchor, and
+/// of its native-variant anchor ([`NATIVE_PLANTS`]) if it has one.
 ///
 /// # Errors
 /// A message if the anchor does not occur in `source`.
 pub fn apply(mutant: &Mutant, source: &str) -> Result<String, String> {
-    if source.contains(mutant.find) {
-        Ok(source.replace(mutant.find, mutant.replace))
-    } else {
-        Err(format!(
+    if !source.contains(mutant.find) {
+        return Err(format!(
             "mutant {}: its anchor no longer occurs in the source: {:?}",
             mutant.name, mutant.find
-        ))
+        ));
     }
+    let mut text = source.replace(mutant.find, mutant.replace);
+    for p in NATIVE_PLANTS.iter().filter(|p| p.name == mutant.name) {
+        if !text.contains(p.find) {
+            return Err(format!(
+                "mutant {}: its native-variant anchor no longer occurs in the source: {:?}",
+                mutant.name, p.find
+            ));
+        }
+        text = text.replace(p.find, p.replace);
+    }
+    Ok(text)
 }

@@ -96,13 +96,17 @@ pub fn knob_flags(k: &Knobs) -> String {
 }
 
 /// The environment a rerun needs to run the same kernels: the candidate
-/// source (`KERNEL_ORACLE_FP8_MMQ_CU=...`) and the GEMM
-/// (`KERNEL_ORACLE_FP8_MMQ=cublaslt`), each when set.
+/// source (`KERNEL_ORACLE_FP8_MMQ_CU=...`), the GEMM
+/// (`KERNEL_ORACLE_FP8_MMQ=cublaslt`), the forced MMQ variant
+/// (`KERNEL_ORACLE_FP8_MMQ_VARIANT=...`) and the requested schedule
+/// (`KERNEL_ORACLE_FP8_MMQ_SCHEDULE=...`), each when set.
 pub fn repro_env() -> String {
     format!(
-        "{}{}",
+        "{}{}{}{}",
         crate::candidate_env(device::cuda::ENV_FP8_MMQ_CU),
-        crate::candidate_env(device::cuda::ENV_FP8_MMQ)
+        crate::candidate_env(device::cuda::ENV_FP8_MMQ),
+        crate::candidate_env(super::run::ENV_FP8_MMQ_VARIANT),
+        crate::candidate_env(super::run::ENV_FP8_MMQ_SCHEDULE)
     )
 }
 

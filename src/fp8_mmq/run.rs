@@ -7,20 +7,76 @@ use super::judge::{reference, KernelOut, Reference, Verdict};
 use device::cuda::{CublasLtFp8, DeviceError, Engine, Fp8Gemm};
 use std::sync::OnceLock;
 
+/// Environment variable forcing one MMQ variant (`fp8_mmq_v2_k<v>`, a
+/// decimal `v`) for every shape in this process, in place of the plan's
+/// choice: the gate, the case command and the fuzzer then check that
+/// variant under its own declared schedule (`plan[15]`). Unset or empty:
+/// the plan chooses.
+pub const ENV_FP8_MMQ_VARIANT: &str = "KERNEL_ORACLE_FP8_MMQ_VARIANT";
+
+/// Environment variable requesting a schedule of the plan's automatic
+/// choice: a `plan[15]` code (`device::cuda::SCHEDULE_CODES`: 0 v2, 3 the
+/// sm90 e4m3 wgmma with a fused fold, ...); the plan then picks among the
+/// variants declaring it ([`Engine::set_mmq_schedule`]). Unset or empty:
+/// any schedule. A forced variant ([`ENV_FP8_MMQ_VARIANT`]) takes
+/// precedence.
+pub const ENV_FP8_MMQ_SCHEDULE: &str = "KERNEL_ORACLE_FP8_MMQ_SCHEDULE";
+
+/// The schedule [`ENV_FP8_MMQ_SCHEDULE`] requests, `None` when unset or
+/// empty.
+///
+/// # Errors
+/// A message naming the value when it is not a defined code.
+pub fn requested_schedule() -> Result<Option<oracle::fp8_mmq::Schedule>, String> {
+    match std::env::var(ENV_FP8_MMQ_SCHEDULE) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .and_then(device::cuda::schedule_from_code)
+            .map(Some)
+            .ok_or_else(|| {
+                format!("{ENV_FP8_MMQ_SCHEDULE}={v:?}: not a schedule code (0 .. 5, see cu/fp8_mmq.cu, plan[15])")
+            }),
+        _ => Ok(None),
+    }
+}
+
+/// The variant [`ENV_FP8_MMQ_VARIANT`] forces, `None` when unset or empty.
+///
+/// # Errors
+/// A message naming the value when it is not a decimal `u32`.
+pub fn forced_variant() -> Result<Option<u32>, String> {
+    match std::env::var(ENV_FP8_MMQ_VARIANT) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map(Some).map_err(|_| {
+            format!("{ENV_FP8_MMQ_VARIANT}={v:?}: not a variant number (a decimal integer)")
+        }),
+        _ => Ok(None),
+    }
+}
+
 /// The process's CUDA engine on device 0, with guard bands on every output
 /// (an out-of-bounds write fails the case even when the values look
 /// right). The kernel source is the candidate named by
-/// `KERNEL_ORACLE_FP8_MMQ_CU`, else the builtin `cu/fp8_mmq.cu`.
+/// `KERNEL_ORACLE_FP8_MMQ_CU`, else the builtin `cu/fp8_mmq.cu`; the MMQ
+/// variant is the one [`ENV_FP8_MMQ_VARIANT`] forces, else the plan's.
 ///
 /// # Errors
 /// Why no engine could be made (no driver, no NVRTC, no device, the source
-/// does not compile), as a message; the same message on every call.
+/// does not compile, a forced variant the source does not export), as a
+/// message; the same message on every call.
 pub fn engine() -> Result<&'static Engine, String> {
     static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
             let mut e = Engine::new(0).map_err(|e| e.to_string())?;
             e.set_guards(true);
+            if let Some(v) = forced_variant()? {
+                e.set_mmq_variant(Some(v)).map_err(|e| e.to_string())?;
+            }
+            if let Some(s) = requested_schedule()? {
+                e.set_mmq_schedule(Some(s)).map_err(|e| e.to_string())?;
+            }
             Ok(e)
         })
         .as_ref()
@@ -68,7 +124,18 @@ pub fn peer() -> Result<Option<&'static CublasLtFp8>, String> {
 pub fn gemm_description() -> String {
     match peer() {
         Ok(Some(p)) => p.describe(),
-        Ok(None) => "the kernel source's MMQ (fp8_mmq_v2_k<variant>)".to_string(),
+        Ok(None) => match forced_variant() {
+            Ok(Some(v)) => format!(
+                "the kernel source's MMQ, variant fp8_mmq_v2_k{v} forced ({ENV_FP8_MMQ_VARIANT})"
+            ),
+            _ => match requested_schedule() {
+                Ok(Some(s)) => format!(
+                    "the kernel source's MMQ (fp8_mmq_v2_k<variant>, the plan's choice among the variants declaring {s}, {ENV_FP8_MMQ_SCHEDULE})"
+                ),
+                _ => "the kernel source's MMQ (fp8_mmq_v2_k<variant>, the plan's choice)"
+                    .to_string(),
+            },
+        },
         Err(e) => format!("unavailable: {e}"),
     }
 }
@@ -82,7 +149,13 @@ pub fn kernel_description(engine: &Engine) -> String {
 fn describe(engine: &Engine, gemm: Option<&CublasLtFp8>) -> String {
     match gemm {
         Some(p) => format!("{}; GEMM: {}", engine.kernel_source(), p.describe()),
-        None => engine.kernel_source(),
+        None => match engine.mmq_variant() {
+            Some(v) => format!(
+                "{}; MMQ variant k{v} forced ({ENV_FP8_MMQ_VARIANT}={v})",
+                engine.kernel_source()
+            ),
+            None => engine.kernel_source(),
+        },
     }
 }
 

@@ -188,6 +188,7 @@ pub struct Engine {
     f_mmq: Vec<CudaFunction>,
     plans: Mutex<HashMap<(usize, usize, usize, i32), Plan>>,
     force_variant: Option<u32>,
+    request: Option<oracle::fp8_mmq::Schedule>,
 }
 
 shim_methods!(Engine);
@@ -242,6 +243,7 @@ impl Engine {
             f_mmq: Vec::new(),
             plans: Mutex::new(HashMap::new()),
             force_variant: None,
+            request: None,
         };
         let probe = engine.plan_uncached(&Shape::new(1, 1, 1)?, -1)?;
         if probe.variants == 0 || probe.variants > 64 {
@@ -270,6 +272,40 @@ impl Engine {
         }
         self.force_variant = v;
         Ok(())
+    }
+
+    /// Requests that the plan's automatic choice compute `schedule` (its
+    /// `plan[15]` code, [`schedule_code`], passed to `fp8_mmq_plan` as
+    /// `force_variant = -2 - code`), or `None` for any schedule (the
+    /// plan's fastest). A forced variant ([`Engine::set_mmq_variant`])
+    /// takes precedence. A source whose plan ignores the request (any
+    /// `force_variant < 0` meant "automatic" before requests existed) is
+    /// refused by [`Engine::plan`] when its variant declares another
+    /// schedule.
+    ///
+    /// # Errors
+    /// [`DeviceError::BadPlan`] for a schedule with no code.
+    pub fn set_mmq_schedule(&mut self, schedule: Option<oracle::fp8_mmq::Schedule>) -> Result<()> {
+        if let Some(s) = schedule {
+            if schedule_code(&s).is_none() {
+                return Err(
+                    self.bad_plan(format!("schedule {s} requested: it has no plan[15] code"))
+                );
+            }
+        }
+        self.request = schedule;
+        Ok(())
+    }
+
+    /// The schedule requested by [`Engine::set_mmq_schedule`].
+    pub fn mmq_schedule_request(&self) -> Option<oracle::fp8_mmq::Schedule> {
+        self.request
+    }
+
+    /// The MMQ variant forced by [`Engine::set_mmq_variant`], `None` when
+    /// the plan chooses.
+    pub fn mmq_variant(&self) -> Option<u32> {
+        self.force_variant
     }
 
     /// How many MMQ variants the kernel source exports.
@@ -337,7 +373,11 @@ impl Engine {
     /// not define; [`DeviceError::BadPlan`] for a plan that is otherwise
     /// unusable.
     pub fn plan(&self, shape: &Shape) -> Result<Plan> {
-        let force = self.force_variant.map_or(-1, |v| v as i32);
+        let requested = self
+            .request
+            .and_then(|s| schedule_code(&s))
+            .map_or(-1, |c| -2 - c as i32);
+        let force = self.force_variant.map_or(requested, |v| v as i32);
         let key = (shape.m(), shape.in_f(), shape.out_f(), force);
         if let Some(p) = self
             .plans
@@ -358,6 +398,13 @@ impl Engine {
         if let Some(v) = self.force_variant {
             if p.variant != v {
                 return Err(self.bad_plan(format!("variant {v} forced, plan chose {}", p.variant)));
+            }
+        } else if let Some(s) = self.request {
+            if p.schedule != s {
+                return Err(self.bad_plan(format!(
+                    "schedule {s} requested, the plan chose variant {} declaring {}",
+                    p.variant, p.schedule
+                )));
             }
         }
         let zero = |g: (u32, u32, u32)| g.0 == 0 || g.1 == 0 || g.2 == 0;
