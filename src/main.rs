@@ -226,6 +226,9 @@ enum Case {
         /// Weight codes overwritten with a NaN magnitude (must be refused).
         #[arg(long, default_value_t = 0)]
         nan_codes: u8,
+        /// Force MMQ variant N (fp8_mmq_v2_kN) instead of the plan's pick.
+        #[arg(long)]
+        variant: Option<u8>,
     },
     /// One MoE verify-rows tables case (the fuzzer's reproduction).
     MoeTables {
@@ -316,8 +319,12 @@ fn valid_shape(in_f: usize, out_f: usize, m: usize) -> Result<(), ExitCode> {
 /// any), or the message to print and exit 2 with.
 fn engine_or_exit() -> Result<&'static device::cuda::Engine, ExitCode> {
     let engine = fp8_mmq::engine().map_err(|msg| {
-        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
-        ExitCode::from(2)
+        engine_failure(
+            fp8_mmq::run::engine_source_fault(),
+            "fp8-mmq",
+            device::cuda::ENV_FP8_MMQ_CU,
+            &msg,
+        )
     })?;
     fp8_mmq::run::peer().map_err(|msg| {
         eprintln!("kernel-oracle: cannot run the FP8 GEMM that KERNEL_ORACLE_FP8_MMQ names: {msg}");
@@ -482,16 +489,37 @@ fn gdn_mutants() -> MutantKind {
 /// The MoE tables engine, or the message to print and exit 2 with.
 fn moe_engine_or_exit() -> Result<&'static device::cuda::MoeEngine, ExitCode> {
     moe_tables::engine().map_err(|msg| {
+        engine_failure(
+            moe_tables::run::engine_source_fault(),
+            "moe-tables",
+            device::cuda::ENV_MOE_TABLES_CU,
+            &msg,
+        )
+    })
+}
+
+/// Why an engine could not be made, printed: a kernel source that does not
+/// compile or load is a failing row (exit 1, with its rerun line); a
+/// machine that cannot run kernels exits 2.
+fn engine_failure(source_fault: bool, gate: &str, env: &str, msg: &str) -> ExitCode {
+    if source_fault {
+        print!("{}", kernel_oracle::source_fault_report(gate, env, msg));
+        ExitCode::from(1)
+    } else {
         eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
         ExitCode::from(2)
-    })
+    }
 }
 
 /// The GDN engine, or the message to print and exit 2 with.
 fn gdn_engine_or_exit() -> Result<&'static device::cuda::GdnEngine, ExitCode> {
     gdn::engine().map_err(|msg| {
-        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
-        ExitCode::from(2)
+        engine_failure(
+            gdn::run::engine_source_fault(),
+            "gdn",
+            device::cuda::ENV_GDN_CU,
+            &msg,
+        )
     })
 }
 
@@ -760,7 +788,24 @@ fn tensor_core_command(cmd: Command) -> ExitCode {
     }
 }
 
+/// Runs the command line; when a launch was left running (a deadline
+/// passed), ends the process without waiting on the device
+/// (`device::cuda::exit_process`).
 fn main() -> ExitCode {
+    let code = run_cli();
+    if let Some(lost) = device::cuda::context_lost() {
+        if lost.running {
+            eprintln!(
+                "kernel-oracle: a launch is still running ({}); exiting without waiting for it",
+                lost.what
+            );
+            device::cuda::exit_process(1);
+        }
+    }
+    code
+}
+
+fn run_cli() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = kernel_oracle::oracle_choice() {
         eprintln!("kernel-oracle: {e}");
@@ -926,6 +971,7 @@ fn main() -> ExitCode {
                     zero_blocks,
                     act_exp,
                     nan_codes,
+                    variant,
                 },
         } => {
             let arm = match arm {
@@ -945,6 +991,7 @@ fn main() -> ExitCode {
                     zero_blocks,
                     act_exp,
                     nan_codes,
+                    variant,
                 },
             };
             if let Err(code) = valid_shape(in_f, out_f, m) {
@@ -964,12 +1011,28 @@ fn main() -> ExitCode {
             println!("kernel source: {}", engine.kernel_source());
             println!("fp8 GEMM: {}", fp8_mmq::run::gemm_description());
             println!("{}", report::table_header());
-            let schedule = fp8_mmq::run::declared_schedule(engine, &data.shape);
-            let t0 = std::time::Instant::now();
-            let mut want = fp8_mmq::reference(&data, schedule);
-            let oracle_time = t0.elapsed();
-            want.identify = fp8_mmq::judge::Identify::Always;
-            match fp8_mmq::run::run_case_with_reference(engine, &data, arm, &want) {
+            let forced = variant.map(u32::from);
+            let run = || {
+                let schedule = fp8_mmq::run::declared_schedule(engine, &data.shape)?;
+                let t0 = std::time::Instant::now();
+                let mut want = fp8_mmq::reference(&data, schedule);
+                let oracle_time = t0.elapsed();
+                want.identify = fp8_mmq::judge::Identify::Always;
+                Ok((
+                    fp8_mmq::run::run_case_with_reference(engine, &data, arm, &want),
+                    oracle_time,
+                ))
+            };
+            let (outcome, oracle_time) =
+                match fp8_mmq::run::with_variant(engine, forced, run).and_then(|r| r) {
+                    Ok(r) => r,
+                    Err(message) => (Outcome::Failed { message }, std::time::Duration::ZERO),
+                };
+            match outcome {
+                Outcome::Failed { message } => {
+                    print!("{}", report::failure(&spec, &message));
+                    ExitCode::from(1)
+                }
                 Outcome::Judged(v) => {
                     println!("{}", report::table_row(&spec, &v, oracle_time));
                     if v.pass() {

@@ -719,9 +719,10 @@ pub fn gate(engine: &TensorCoreEngine) -> usize {
                 if let Some(d) = v.first {
                     failures += 1;
                     println!("{}", d.report(fa, fb, &Model { instruction: inst }));
-                    if let Some(r) = rerun {
-                        println!("  rerun: {r}");
-                    }
+                    println!(
+                        "  rerun: {}",
+                        rerun.unwrap_or_else(|| "kernel-oracle check tensor-core".to_string())
+                    );
                 }
             }
             Err(e) => {
@@ -733,6 +734,11 @@ pub fn gate(engine: &TensorCoreEngine) -> usize {
                     what,
                     "-",
                     "-"
+                );
+                // Targeted rows are fixed vectors: the gate reruns them.
+                println!(
+                    "  rerun: {}",
+                    rerun.unwrap_or_else(|| "kernel-oracle check tensor-core".to_string())
                 );
             }
         }

@@ -98,6 +98,8 @@ fn every_mutant_is_caught_by_the_gate() {
                 let data = CaseSpec::battery(in_f, out_f, mm, arm).generate().unwrap();
                 match run::run_case(&engine, &data, arm) {
                     Outcome::Judged(v) => !v.pass(),
+                    // A device failure is a failing gate row: caught.
+                    Outcome::Failed { .. } => true,
                     Outcome::Refused { .. } | Outcome::PeerRefused { .. } => false,
                 }
             });

@@ -1,5 +1,6 @@
 //! [`Buffer`]: a device array, optionally inside a guard band.
 
+use super::deadline::{alive, settle};
 use super::error::{DeviceError, Result};
 use cudarc::driver::{
     result as drv, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr,
@@ -61,6 +62,7 @@ impl<T> Buffer<T> {
 /// one-element allocation of length 0 (CUDA refuses zero-byte
 /// allocations; nothing reads it).
 pub(crate) fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Result<Buffer<T>> {
+    alive()?;
     if data.is_empty() {
         return alloc(stream, 0, false);
     }
@@ -89,6 +91,7 @@ pub(crate) fn upload_into<T: DeviceRepr>(
     if data.is_empty() {
         return Ok(());
     }
+    alive()?;
     stream
         .memcpy_htod(data, &mut buf.view_mut())
         .map_err(|e| DeviceError::driver(format!("cuMemcpyHtoD ({} elements)", data.len()), e))
@@ -103,14 +106,13 @@ pub(crate) fn download<T: DeviceRepr + Default + Clone>(
     buf: &Buffer<T>,
 ) -> Result<Vec<T>> {
     let mut out = vec![T::default(); buf.len()];
+    settle(stream, "cuStreamSynchronize (before cuMemcpyDtoH)")?;
     if !out.is_empty() {
         stream.memcpy_dtoh(&buf.view(), &mut out).map_err(|e| {
             DeviceError::driver(format!("cuMemcpyDtoH ({} elements)", buf.len()), e)
         })?;
     }
-    stream
-        .synchronize()
-        .map_err(|e| DeviceError::driver("cuStreamSynchronize", e))?;
+    settle(stream, "cuStreamSynchronize (after cuMemcpyDtoH)")?;
     Ok(out)
 }
 
@@ -125,6 +127,7 @@ pub(crate) fn alloc<T: cudarc::driver::DeviceRepr>(
     len: usize,
     guarded: bool,
 ) -> Result<Buffer<T>> {
+    alive()?;
     let size = std::mem::size_of::<T>();
     let front = if guarded { guard_elems::<T>() } else { 0 };
     let total = len + 2 * front;
@@ -160,6 +163,7 @@ pub(crate) fn check_guards<T>(
     let size = std::mem::size_of::<T>();
     let band = buf.front * size;
     let len_bytes = buf.len * size;
+    settle(stream, "cuStreamSynchronize (guard check)")?;
     let (base, _rec) = buf.raw.device_ptr(stream);
     let mut front = vec![0u8; band];
     let mut back = vec![0u8; band];
@@ -172,9 +176,7 @@ pub(crate) fn check_guards<T>(
         drv::memcpy_dtoh_async(&mut back[..], base + (band + len_bytes) as u64, cu)
             .map_err(|e| DeviceError::driver("cuMemcpyDtoH (back guard band)", e))?;
     }
-    stream
-        .synchronize()
-        .map_err(|e| DeviceError::driver("cuStreamSynchronize (guard check)", e))?;
+    settle(stream, "cuStreamSynchronize (guard bands read back)")?;
     if let Some(i) = front.iter().position(|&b| b != GUARD_SENTINEL) {
         return Err(DeviceError::GuardClobbered {
             arg,
@@ -225,9 +227,7 @@ pub(crate) fn check_outputs(
     if !guards {
         return Ok(());
     }
-    stream
-        .synchronize()
-        .map_err(|e| DeviceError::driver("cuStreamSynchronize", e))?;
+    settle(stream, "cuStreamSynchronize")?;
     for (buf, arg) in outputs {
         buf.check_bands(stream, arg)?;
     }
