@@ -53,15 +53,26 @@ pub const DEFAULT_LAUNCH_TIMEOUT_S: f64 = 10.0;
 /// # Errors
 /// [`DeviceError::BadEnv`] for a value that is not a non-negative decimal.
 pub fn launch_timeout() -> Result<Option<Duration>> {
-    let Some(v) = std::env::var_os(ENV_LAUNCH_TIMEOUT) else {
+    parse_launch_timeout(
+        std::env::var_os(ENV_LAUNCH_TIMEOUT)
+            .map(|v| v.to_string_lossy().into_owned())
+            .as_deref(),
+    )
+}
+
+/// [`launch_timeout`] of the variable's value (`None`: unset).
+///
+/// # Errors
+/// As [`launch_timeout`].
+pub fn parse_launch_timeout(value: Option<&str>) -> Result<Option<Duration>> {
+    let Some(s) = value else {
         return Ok(Some(Duration::from_secs_f64(DEFAULT_LAUNCH_TIMEOUT_S)));
     };
-    let s = v.to_string_lossy().into_owned();
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && x >= 0.0 => Ok((x > 0.0).then(|| Duration::from_secs_f64(x))),
         _ => Err(DeviceError::BadEnv {
             var: ENV_LAUNCH_TIMEOUT,
-            value: s,
+            value: s.to_string(),
             expected: "seconds, a non-negative decimal (0: no deadline)",
         }),
     }
@@ -144,7 +155,11 @@ pub(crate) fn settle(stream: &Arc<CudaStream>, op: &str) -> Result<()> {
     let deadline = launch_timeout()?;
     super::drv(|| op.to_string(), stream.context().bind_to_thread())?;
     let t0 = Instant::now();
-    let mut pause = Duration::from_micros(2);
+    // The first millisecond polls without sleeping (a sleep lasts at least
+    // the timer slack, ~50 us, which would slow the fuzzers' short
+    // launches); then sleeps growing to 1 ms between polls.
+    let spin = Duration::from_millis(1);
+    let mut pause = Duration::from_micros(50);
     loop {
         // SAFETY: the stream is alive (held by `stream`) and current.
         let r = unsafe { cudarc::driver::sys::cuStreamQuery(stream.cu_stream()) };
@@ -163,8 +178,12 @@ pub(crate) fn settle(stream: &Arc<CudaStream>, op: &str) -> Result<()> {
                 return Err(e);
             }
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
+        if t0.elapsed() < spin {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
     }
 }
 
@@ -190,6 +209,18 @@ pub fn exit_process(code: u8) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_deadline_defaults_to_ten_seconds_and_zero_means_none() {
+        let secs = |v| parse_launch_timeout(v).map(|d| d.map(|d| d.as_secs_f64()));
+        assert_eq!(secs(None).unwrap(), Some(10.0));
+        assert_eq!(secs(Some("2.5")).unwrap(), Some(2.5));
+        assert_eq!(secs(Some(" 0 ")).unwrap(), None);
+        for bad in ["-1", "ten", "inf", "NaN", ""] {
+            let e = parse_launch_timeout(Some(bad)).expect_err(bad);
+            assert!(e.to_string().contains(ENV_LAUNCH_TIMEOUT), "{e}");
+        }
+    }
 
     #[test]
     fn kernel_faults_are_sticky_and_argument_errors_are_not() {

@@ -76,8 +76,8 @@ pub use cublaslt::{
     PEER_IN_F_ALIGN, PEER_OUT_F_ALIGN,
 };
 pub use deadline::{
-    context_lost, exit_process, is_sticky, launch_timeout, Lost, DEFAULT_LAUNCH_TIMEOUT_S,
-    ENV_LAUNCH_TIMEOUT,
+    context_lost, exit_process, is_sticky, launch_timeout, parse_launch_timeout, Lost,
+    DEFAULT_LAUNCH_TIMEOUT_S, ENV_LAUNCH_TIMEOUT,
 };
 pub use error::{DeviceError, Result, NVRTC_HINT};
 pub use gdn::{
