@@ -149,11 +149,12 @@ fn nan_row(engine: &Engine, row: &NanRow, variant: Option<u32>) -> bool {
         variant_note(variant)
     );
     if verdict == "FAIL" {
+        // The one-shape gate runs every NaN row (each variant's too).
         println!(
-            "  rerun: the NaN row {:?} of kernel_oracle::fp8_mmq::gate::NAN_ROWS (gate::nan_case){}, on {}",
+            "  rerun: {}kernel-oracle check fp8-mmq {in_f} {out_f} {m} (its NaN row {:?}{})",
+            report::repro_env(),
             row.label,
-            variant.map_or(String::new(), |v| format!(" with MMQ variant {v} forced")),
-            run::kernel_description(engine)
+            variant.map_or(String::new(), |v| format!(", variant {v} forced"))
         );
     }
     verdict == "PASS"
@@ -308,12 +309,14 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     }
     for row in &NAN_ROWS {
         g.rows += 1;
+        g.not_run += usize::from(device::cuda::context_lost().is_some());
         if !nan_row(engine, row, None) {
             g.failures += 1;
         }
     }
     // Every exported variant, forced (the peer has no variants).
-    if matches!(run::peer(), Ok(None)) {
+    let forced_variants = matches!(run::peer(), Ok(None));
+    if forced_variants {
         let variant_shapes: &[(usize, usize, usize)] = if shapes.len() == 1 {
             shapes
         } else {
@@ -333,6 +336,7 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
                 }
             }
             g.rows += 1;
+            g.not_run += usize::from(device::cuda::context_lost().is_some());
             if !nan_row(engine, &NAN_ROWS[2], Some(v)) {
                 g.failures += 1;
             }
@@ -374,8 +378,14 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     println!();
     if g.failures == 0 {
         println!(
-            "=== fp8-mmq-check ALL GREEN under the declared schedules (EXACT, FOLD and CODES arms bit-identical, {}/{OBSERVABLE_CODES} observable e4m3 codes decoded bit-exactly, RAND arm bit-identical under a tensor-core schedule, else within the bound and < 1e-5 of RMS) ===",
-            g.codes_exact
+            "=== fp8-mmq-check ALL GREEN under the declared schedules (EXACT, FOLD and CODES arms bit-identical, {}/{OBSERVABLE_CODES} observable e4m3 codes decoded bit-exactly, RAND arm bit-identical under a tensor-core schedule, else within the bound and < 1e-5 of RMS; {} rows{}) ===",
+            g.codes_exact,
+            g.rows,
+            if forced_variants {
+                ", every exported MMQ variant forced among them"
+            } else {
+                ""
+            }
         );
     } else {
         println!("=== fp8-mmq-check {} FAILURES ===", g.failures);
