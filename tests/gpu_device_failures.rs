@@ -9,9 +9,12 @@
 //! The candidates are the builtin sources with one statement planted at
 //! the top of a kernel's body ([`plant`]). That each compiles (and the
 //! broken one does not) is checked here with NVRTC alone; running them
-//! needs a CUDA GPU (the tests marked ignored), each in its own process,
-//! since a fault or a hang ends the process's CUDA context:
-//! `cargo test --release --test device_failures -- --ignored --test-threads=1`.
+//! needs a CUDA GPU (the tests marked ignored), each gate in its own
+//! process, since a fault or a hang ends the process's CUDA context:
+//! `cargo test --release --test gpu_device_failures -- --ignored --test-threads=1`
+//! (from the GPU bundle: `./gpu_device_failures --ignored --test-threads=1`;
+//! the `kernel-oracle` binary is found beside the test binary there, or
+//! through `KERNEL_ORACLE_BIN`).
 
 use device::cuda::{
     compile, KernelSource, BUILTIN_FP8_MMQ_CU, BUILTIN_GDN_CU, BUILTIN_MOE_TABLES_CU,
@@ -132,6 +135,21 @@ fn planted_candidates_compile_and_the_broken_one_is_the_sources_fault() {
     assert!(row.contains("=== fp8-mmq-check 1 FAILURES"));
 }
 
+/// The `kernel-oracle` binary: `KERNEL_ORACLE_BIN` if set, else the one
+/// beside this test binary (the GPU bundle's layout), else cargo's.
+fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("KERNEL_ORACLE_BIN") {
+        return p.into();
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("kernel-oracle")));
+    match beside {
+        Some(p) if p.is_file() => p,
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_kernel-oracle")),
+    }
+}
+
 /// How one gate run ended.
 struct Ran {
     code: Option<i32>,
@@ -144,7 +162,7 @@ struct Ran {
 /// it runs past `limit`.
 fn kernel_oracle(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Ran {
     let t0 = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kernel-oracle"))
+    let mut child = Command::new(binary())
         .args(args)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
@@ -255,7 +273,7 @@ fn fp8_illegal_address_fails_its_row_and_marks_the_rest_not_run() {
 /// FAIL naming the deadline, the rest are not run, and the process ends
 /// (exit 1) instead of hanging.
 #[test]
-#[ignore = "needs a CUDA GPU (sm_89 or later); run with --test-threads=1, last (it leaves a kernel spinning until its process exits)"]
+#[ignore = "needs a CUDA GPU (sm_89 or later); run with --test-threads=1 (its gate leaves a kernel spinning until that process exits)"]
 fn fp8_hang_is_a_failing_row_after_the_deadline_and_the_process_ends() {
     let path = candidate("fp8-hang", &fp8_hang());
     let r = kernel_oracle(
