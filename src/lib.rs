@@ -87,3 +87,17 @@ pub fn source_fault_report(gate: &str, env: &str, message: &str) -> String {
         candidate_env(env)
     )
 }
+
+/// The line a gate prints after its rows when a failure lost the process's
+/// CUDA context (`device::cuda::context_lost`: a sticky fault, a launch
+/// past its deadline): every row after it failed as not run, and each
+/// rerun line runs its row alone in a fresh process. `None` while the
+/// context is usable.
+pub fn lost_context_line() -> Option<String> {
+    device::cuda::context_lost().map(|l| {
+        format!(
+            "the CUDA context was lost ({}): the rows after it failed as not run; each rerun line runs its row alone in a fresh process",
+            l.what
+        )
+    })
+}

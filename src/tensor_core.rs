@@ -812,6 +812,9 @@ pub fn gate(engine: &TensorCoreEngine) -> usize {
         }
     }
     failures += unchecked;
+    if let Some(line) = crate::lost_context_line() {
+        println!("{line}");
+    }
     if failures == 0 {
         println!("ALL GREEN");
     } else {

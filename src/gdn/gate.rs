@@ -166,6 +166,9 @@ pub fn run(e: &GdnEngine) -> GateResult {
             g.add(&row, &rerun);
         }
     }
+    if let Some(line) = crate::lost_context_line() {
+        println!("\n{line}");
+    }
     println!();
     if g.failures == 0 {
         println!(

@@ -250,6 +250,9 @@ pub fn run(engine: &MoeEngine, cases: &[GateCase]) -> GateResult {
             );
         }
     }
+    if let Some(line) = crate::lost_context_line() {
+        println!("\n{line}");
+    }
     println!();
     if g.failures == 0 {
         println!(
