@@ -78,3 +78,29 @@ fn shell_quote(s: &str) -> String {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
+
+/// The gate's row for a kernel source the engine cannot load (it does not
+/// compile, lacks a kernel the ABI requires, or plans a launch the shim
+/// refuses): the message, the rerun line and the gate's failure line. The
+/// gate exits 1 with it, as for any failing row (a machine that cannot
+/// run kernels at all exits 2 instead).
+pub fn source_fault_report(gate: &str, env: &str, message: &str) -> String {
+    format!(
+        "{gate}: the kernel source cannot be loaded: {message}  FAIL\n  rerun: {}kernel-oracle check {gate}\n\n=== {gate}-check 1 FAILURES (the kernel source) ===\n",
+        candidate_env(env)
+    )
+}
+
+/// The line a gate prints after its rows when a failure lost the process's
+/// CUDA context (`device::cuda::context_lost`: a sticky fault, a launch
+/// past its deadline): every row after it failed as not run, and each
+/// rerun line runs its row alone in a fresh process. `None` while the
+/// context is usable.
+pub fn lost_context_line() -> Option<String> {
+    device::cuda::context_lost().map(|l| {
+        format!(
+            "the CUDA context was lost ({}): the rows after it failed as not run; each rerun line runs its row alone in a fresh process",
+            l.what
+        )
+    })
+}

@@ -206,7 +206,24 @@ fn mutant(k: &Kind, m: &ArgMatches) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Runs the command line; when a launch was left running (a deadline
+/// passed), ends the process without waiting on the device
+/// (`device::cuda::exit_process`).
 fn main() -> ExitCode {
+    let code = run_cli();
+    if let Some(lost) = device::cuda::context_lost() {
+        if lost.running {
+            eprintln!(
+                "kernel-oracle: a launch is still running ({}); exiting without waiting for it",
+                lost.what
+            );
+            device::cuda::exit_process(1);
+        }
+    }
+    code
+}
+
+fn run_cli() -> ExitCode {
     let matches = cli().get_matches();
     if let Err(e) = kernel_oracle::oracle_choice() {
         eprintln!("kernel-oracle: {e}");

@@ -724,9 +724,10 @@ pub fn gate(engine: &TensorCoreEngine) -> usize {
                 if let Some(d) = v.first {
                     failures += 1;
                     println!("{}", d.report(fa, fb, &Model { instruction: inst }));
-                    if let Some(r) = rerun {
-                        println!("  rerun: {r}");
-                    }
+                    println!(
+                        "  rerun: {}",
+                        rerun.unwrap_or_else(|| "kernel-oracle check tensor-core".to_string())
+                    );
                 }
             }
             Err(e) => {
@@ -738,6 +739,11 @@ pub fn gate(engine: &TensorCoreEngine) -> usize {
                     what,
                     "-",
                     "-"
+                );
+                // Targeted rows are fixed vectors: the gate reruns them.
+                println!(
+                    "  rerun: {}",
+                    rerun.unwrap_or_else(|| "kernel-oracle check tensor-core".to_string())
                 );
             }
         }
@@ -811,6 +817,9 @@ pub fn gate(engine: &TensorCoreEngine) -> usize {
         }
     }
     failures += unchecked;
+    if let Some(line) = crate::lost_context_line() {
+        println!("{line}");
+    }
     if failures == 0 {
         println!("ALL GREEN");
     } else {

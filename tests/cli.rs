@@ -125,6 +125,7 @@ fn case_fp8_mmq_accepts_the_printed_reproduction_for_every_arm() {
                 zero_blocks: 2,
                 act_exp: -3,
                 nan_codes: 1,
+                variant: Some(3),
             },
             ..CaseSpec::battery(130, 3, 2, arm)
         };

@@ -31,6 +31,7 @@ fn run(p: &CublasLtFp8, (in_f, out_f, m): (usize, usize, usize), arm: Arm) -> Ou
         }
         Outcome::PeerRefused { reason } => println!("{in_f},{out_f},{m} {}: {reason}", arm.name()),
         Outcome::Refused { count } => println!("{in_f},{out_f},{m}: {count} NaN codes"),
+        Outcome::Failed { message } => println!("{in_f},{out_f},{m} {}: {message}", arm.name()),
     }
     out
 }

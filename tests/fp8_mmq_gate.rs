@@ -1,5 +1,6 @@
 //! The fp8-mmq gate as a test (seed 000's battery, every arm, the codes
-//! decoded bit-exactly, the NaN-weight rows).
+//! decoded bit-exactly, the NaN-weight rows, every exported MMQ variant
+//! forced on every arm).
 
 use kernel_oracle::fp8_mmq::{engine, gate, Arm};
 
@@ -8,10 +9,17 @@ use kernel_oracle::fp8_mmq::{engine, gate, Arm};
 fn fp8_mmq_gate_battery_is_all_green() {
     let engine = engine().unwrap_or_else(|e| panic!("no CUDA device: {e}"));
     let result = gate::run(engine, &gate::BATTERY);
+    // Every variant the source exports (plan[12]) runs every arm on the
+    // reduced battery, and the NaN row with both codes.
+    let variants = engine.mmq_variants() as usize;
+    assert!(variants >= 1);
     assert_eq!(
         result.rows,
-        Arm::ALL.len() * gate::BATTERY.len() + gate::NAN_ROWS.len()
+        Arm::ALL.len() * gate::BATTERY.len()
+            + gate::NAN_ROWS.len()
+            + variants * (Arm::ALL.len() * gate::VARIANT_SHAPES.len() + 1)
     );
+    assert_eq!(result.not_run, 0);
     assert_eq!(result.codes_exact, gate::OBSERVABLE_CODES);
     assert_eq!(result.failures, 0, "see the table above");
 }

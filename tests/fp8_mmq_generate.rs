@@ -70,9 +70,10 @@ fn short_inputs_draw_every_arm() {
     }
 }
 
-/// Every path selector comes from the first four bytes (see `CaseSpec`'s
-/// `Arbitrary`), each at its designed rate over all 2^16 values of two
-/// of them (the others zero, nothing after them): every arm 1/4;
+/// Every path selector of the arm, the knobs and the sizes comes from the
+/// first four bytes (see `CaseSpec`'s `Arbitrary`; the fifth forces a
+/// variant, tested below), each at its designed rate over all 2^16 values
+/// of two of them (the others zero, nothing after them): every arm 1/4;
 /// `every_code`, `zero_blocks` and `act_exp` 1/4 each; `nan_codes` 1/16
 /// with each count 1 to 4 a quarter of those; each `zero_blocks` period 1
 /// to 4 a quarter of its cases; in_f, out_f and m each 1 at 1/4 or more,
@@ -81,7 +82,7 @@ fn short_inputs_draw_every_arm() {
 fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
     use kernel_oracle::fp8_mmq::generate::SELECTOR_BYTES;
     use kernel_oracle::fp8_mmq::Arm;
-    assert_eq!(SELECTOR_BYTES, 4);
+    assert_eq!(SELECTOR_BYTES, 5);
     let pairs = |i: usize, j: usize| {
         (0..=u16::MAX).map(move |x| {
             let mut b = [0u8; 4];
@@ -135,13 +136,14 @@ fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
 
 /// The fuzzer's stats line prints what the generator drew, each with its
 /// share: over all 2^16 values of bytes 1 and 2 (what `check` counts for
-/// each case), `nan_codes` at 1/16 and `every_code` at 1/4.
+/// each case), `nan_codes` at 1/16 and `every_code` at 1/4; with byte 4
+/// the low byte again, a forced variant at 1/2.
 #[test]
 fn the_stats_line_prints_each_knobs_share() {
     use kernel_oracle::fp8_mmq::{count_drawn, stats_line, STATS};
     for x in 0..=u16::MAX {
         kernel_oracle::stats::count(&STATS.cases);
-        count_drawn(&draw(&[0, x as u8, (x >> 8) as u8, 0]));
+        count_drawn(&draw(&[0, x as u8, (x >> 8) as u8, 0, x as u8]));
     }
     let line = stats_line();
     for want in [
@@ -151,6 +153,7 @@ fn the_stats_line_prints_each_knobs_share() {
         "zero_blocks 16384 (25.0%)",
         "act_exp 16384 (25.0%)",
         "nan_codes 4096 (6.2%)",
+        "variant forced 32768 (50.0%)",
         "m = 1 65536 (100.0%)",
     ] {
         assert!(line.contains(want), "{want:?} not in {line}");
@@ -172,4 +175,50 @@ fn every_raw_data_class_is_reached_from_the_first_byte() {
             | usize::from(c.wild_x) << 2] += 1;
     }
     assert_eq!(combos, [32; 8]);
+}
+
+/// The fifth selector byte forces an MMQ variant in half of its values
+/// (bit 7), and each of n exported variants (`plan[12]`, any n from 1 to
+/// the shim's 64) is forced in `floor(128 / n)` or `ceil(128 / n)` of the
+/// 256 values (bits 0-6 taken modulo n): a variant added to the kernel
+/// source is fuzzed forced without a change to the generator.
+#[test]
+fn a_forced_variant_is_drawn_from_the_fifth_byte_for_every_variant_count() {
+    use kernel_oracle::fp8_mmq::resolve_variant;
+    let drawn: Vec<Option<u8>> = (0..=u8::MAX)
+        .map(|b| draw(&[0, 0, 0, 0, b]).knobs.variant)
+        .collect();
+    assert_eq!(drawn.iter().filter(|v| v.is_some()).count(), 128);
+    for n in 1..=64u32 {
+        let mut per = vec![0u32; n as usize];
+        for &v in &drawn {
+            if let Some(r) = resolve_variant(v, n) {
+                per[r as usize] += 1;
+            }
+        }
+        assert_eq!(per.iter().sum::<u32>(), 128, "n = {n}");
+        let (lo, hi) = (128 / n, 128_u32.div_ceil(n));
+        assert!(per.iter().all(|&c| c == lo || c == hi), "n = {n}: {per:?}");
+    }
+    // The plan's pick when nothing is forced or nothing is exported.
+    assert_eq!(resolve_variant(None, 15), None);
+    assert_eq!(resolve_variant(Some(3), 0), None);
+    assert_eq!(resolve_variant(Some(17), 15), Some(2));
+}
+
+/// From random inputs of 5 to 12 bytes, about half the cases force a
+/// variant.
+#[test]
+fn short_inputs_force_a_variant_in_half_the_cases() {
+    let mut rng = Rng(0x7A7A);
+    let (mut n, mut forced) = (0u32, 0u32);
+    for len in 5..=12 {
+        for _ in 0..500 {
+            let bytes: Vec<u8> = (0..len).map(|_| rng.u8()).collect();
+            forced += u32::from(draw(&bytes).knobs.variant.is_some());
+            n += 1;
+        }
+    }
+    let share = f64::from(forced) / f64::from(n);
+    assert!((0.45..0.55).contains(&share), "forced share {share:.3}");
 }

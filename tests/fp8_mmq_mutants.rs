@@ -178,6 +178,8 @@ fn caught(
         let data = CaseSpec::battery(in_f, out_f, mm, arm).generate().unwrap();
         match run::run_case(engine, &data, arm) {
             Outcome::Judged(v) => !v.pass(),
+            // A device failure is a failing gate row: caught.
+            Outcome::Failed { .. } => true,
             Outcome::Refused { .. } | Outcome::PeerRefused { .. } => false,
         }
     })

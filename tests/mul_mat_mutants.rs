@@ -214,3 +214,51 @@ fn unguarded_column_reaches_the_guard_band() {
     }
     assert!(guard >= 4, "{guard} guard-band hits");
 }
+
+/// A write past `dst` is a failing gate row with the shim's message and
+/// its rerun line, and the gate goes on to its next rows (every row of the
+/// n > m shape is run and counted); the fuzzer's failure on the same case
+/// is a panic that carries the artifact's and the case's rerun lines.
+#[test]
+fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
+    use kernel_oracle::mul_mat::gate::{self, CI_SHAPES, GEOMETRIES};
+    let e = engine_for("unguarded-column");
+    let sh = *CI_SHAPES.iter().find(|s| s.label == "n>m").unwrap();
+    let geom = GEOMETRIES[0];
+    let sp = spec(&sh, Dtype::F32, Arm::Exact);
+    let (pass, lines) = gate::row(&e, sh.label, &sp, &geom, &mut Vec::new());
+    assert!(!pass, "{lines}");
+    assert!(
+        lines.contains("wrote past dst") && lines.contains("FAIL"),
+        "{lines}"
+    );
+    let case = format!(
+        "case mul-mat --dtype f32 --m {} --n {} --k {} --arm exact --seed {:#x} --wg 16,16,16",
+        sh.m, sh.n, sh.k, sp.seed
+    );
+    assert!(
+        lines.contains("  rerun: ") && lines.contains(&case),
+        "{lines}"
+    );
+    // The whole gate on that shape: every row run, the failing ones counted.
+    let g = gate::run(&e, &[sh], &[geom]);
+    let rows = Dtype::ALL
+        .iter()
+        .filter(|d| sh.k % d.block_elems() == 0)
+        .count()
+        * Arm::ALL.len();
+    assert_eq!(g.rows, rows);
+    assert!(g.failures >= 1 && g.failures <= rows, "{g:?}");
+    // The fuzzer: a panic with both rerun lines.
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        kernel_oracle::mul_mat::check_on(&e, &sp, &geom, Some("crash-planted"))
+    }))
+    .expect_err("a guard-band hit must fail the fuzz case");
+    let msg = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("wrote past dst"), "{msg}");
+    assert!(
+        msg.contains("rerun: ") && msg.contains("fuzz run mul_mat crash-planted"),
+        "{msg}"
+    );
+    assert!(msg.contains(&case), "{msg}");
+}

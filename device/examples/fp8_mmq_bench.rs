@@ -204,7 +204,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let mut e = match Engine::new(0) {
+    let e = match Engine::new(0) {
         Ok(e) => e,
         Err(err) => {
             eprintln!("fp8_mmq_bench: {err}");

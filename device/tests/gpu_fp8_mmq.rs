@@ -277,7 +277,7 @@ const SHAPES: [(usize, usize, usize); 17] = [
 #[test]
 #[ignore = "needs a CUDA device"]
 fn mmq_matches_oracle_on_ragged_shapes() {
-    let mut e = engine();
+    let e = engine();
     let mut fails = Vec::new();
     eprintln!(
         "{:<18} {:>3} {:>6} {:>11} {:>11} {:>17}",

@@ -85,6 +85,9 @@ struct CaseArgs {
     /// Weight codes overwritten with a NaN magnitude (must be refused).
     #[arg(long, default_value_t = 0)]
     nan_codes: u8,
+    /// Force MMQ variant N (fp8_mmq_v2_kN) instead of the plan's pick.
+    #[arg(long)]
+    variant: Option<u8>,
 }
 
 /// Validates a shape for the kernels (`Shape::new`, then the kernels' i32
@@ -104,8 +107,12 @@ fn valid_shape(in_f: usize, out_f: usize, m: usize) -> Result<(), ExitCode> {
 /// any), or the message to print and exit 2 with.
 fn engine_or_exit() -> Result<&'static device::cuda::Engine, ExitCode> {
     let engine = super::engine().map_err(|msg| {
-        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
-        ExitCode::from(2)
+        kind::engine_failure(
+            super::run::engine_source_fault(),
+            "fp8-mmq",
+            device::cuda::ENV_FP8_MMQ_CU,
+            &msg,
+        )
     })?;
     super::run::peer().map_err(|msg| {
         eprintln!("kernel-oracle: cannot run the FP8 GEMM that KERNEL_ORACLE_FP8_MMQ names: {msg}");
@@ -154,6 +161,7 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
             zero_blocks: a.zero_blocks,
             act_exp: a.act_exp,
             nan_codes: a.nan_codes,
+            variant: a.variant,
         },
     };
     if let Err(code) = valid_shape(a.in_f, a.out_f, a.m) {
@@ -173,12 +181,28 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
     println!("kernel source: {}", engine.kernel_source());
     println!("fp8 GEMM: {}", super::run::gemm_description());
     println!("{}", report::table_header());
-    let schedule = super::run::declared_schedule(engine, &data.shape);
-    let t0 = std::time::Instant::now();
-    let mut want = super::reference(&data, schedule);
-    let oracle_time = t0.elapsed();
-    want.identify = super::judge::Identify::Always;
-    match super::run::run_case_with_reference(engine, &data, arm, &want) {
+    let forced = a.variant.map(u32::from);
+    let run = || {
+        let schedule = super::run::declared_schedule(engine, &data.shape)?;
+        let t0 = std::time::Instant::now();
+        let mut want = super::reference(&data, schedule);
+        let oracle_time = t0.elapsed();
+        want.identify = super::judge::Identify::Always;
+        Ok((
+            super::run::run_case_with_reference(engine, &data, arm, &want),
+            oracle_time,
+        ))
+    };
+    let (outcome, oracle_time) = match super::run::with_variant(engine, forced, run).and_then(|r| r)
+    {
+        Ok(r) => r,
+        Err(message) => (Outcome::Failed { message }, std::time::Duration::ZERO),
+    };
+    match outcome {
+        Outcome::Failed { message } => {
+            print!("{}", report::failure(&spec, &message));
+            ExitCode::from(1)
+        }
         Outcome::Judged(v) => {
             println!("{}", report::table_row(&spec, &v, oracle_time));
             if v.pass() {

@@ -112,16 +112,26 @@ pub struct GateResult {
     /// Rows the GEMM peer (`KERNEL_ORACLE_FP8_MMQ=cublaslt`) refused:
     /// counted, printed, not failures.
     pub refused_by_peer: usize,
+    /// Rows not run because an earlier row lost the CUDA context (counted
+    /// in `failures` too).
+    pub not_run: usize,
 }
 
 /// Runs one NaN-weight row and prints it: the device's refusal count
-/// against the oracle's. Returns whether it passes.
-fn nan_row(engine: &Engine, row: &NanRow) -> bool {
+/// against the oracle's. `variant` is the MMQ variant forced (its plan
+/// sizes the count kernel's grid), `None` for the plan's pick. Returns
+/// whether it passes.
+fn nan_row(engine: &Engine, row: &NanRow, variant: Option<u32>) -> bool {
     let data = nan_case(row);
     let want = oracle::fp8_mmq::count_nan_magnitude(&data.w) as u64;
     let (in_f, out_f, m) = NAN_SHAPE;
     let shape = format!("{in_f},{out_f},{m}");
-    let (verdict, what) = match run::device_refusal(engine, &data) {
+    let got = if let Some(lost) = device::cuda::context_lost() {
+        Err(not_run(&lost))
+    } else {
+        run::with_variant(engine, variant, || run::device_refusal(engine, &data)).and_then(|r| r)
+    };
+    let (verdict, what) = match got {
         Ok(got) if got == want => (
             "PASS",
             format!("refused: device {got}, oracle {want} NaN weight codes; quantizer and GEMM not launched"),
@@ -133,17 +143,134 @@ fn nan_row(engine: &Engine, row: &NanRow) -> bool {
         Err(e) => ("FAIL", format!("{e}; oracle {want} NaN weight codes")),
     };
     println!(
-        "{shape:<22} {:>6} {:<10} {what}  {verdict}",
-        "NAN", row.label
+        "{shape:<22} {:>6} {:<10} {what}  {verdict}{}",
+        "NAN",
+        row.label,
+        variant_note(variant)
     );
     if verdict == "FAIL" {
+        // The one-shape gate runs every NaN row (each variant's too).
         println!(
-            "  reproduce: the NaN row {:?} of kernel_oracle::fp8_mmq::gate::NAN_ROWS (gate::nan_case), on {}",
+            "  rerun: {}kernel-oracle check fp8-mmq {in_f} {out_f} {m} (its NaN row {:?}{})",
+            report::repro_env(),
             row.label,
-            run::kernel_description(engine)
+            variant.map_or(String::new(), |v| format!(", variant {v} forced"))
         );
     }
     verdict == "PASS"
+}
+
+/// The shapes every exported MMQ variant runs forced, `(in_f, out_f, m)`
+/// (the battery runs only the variant the plan picks per shape): the
+/// unaligned weight rows, k tail and partial scale row of the battery's
+/// own shape, a small m off every tile, and several tiles each way with
+/// both axes ragged.
+pub const VARIANT_SHAPES: [(usize, usize, usize); 3] =
+    [(1000, 130, 7), (272, 200, 17), (384, 320, 96)];
+
+/// The message of a row not run because the context was lost.
+fn not_run(lost: &device::cuda::Lost) -> String {
+    format!(
+        "not run: the CUDA context was lost at an earlier row ({}); the rerun line runs this row alone",
+        lost.what
+    )
+}
+
+fn variant_note(variant: Option<u32>) -> String {
+    variant.map_or(String::new(), |v| format!("  (variant {v} forced)"))
+}
+
+/// The rows one arm of one shape adds to the gate: runs the case (with
+/// `variant` forced, or the plan's pick) and prints its row, and its
+/// reproduction when it fails. A device failure is a failing row with the
+/// message and the rerun line, never a panic; a row after a lost context
+/// is a failing row that says it was not run.
+fn arm_row(
+    engine: &Engine,
+    g: &mut GateResult,
+    codes: &mut CodeSet,
+    spec: &CaseSpec,
+    variant: Option<u32>,
+) {
+    let (in_f, out_f, m) = (spec.in_f, spec.out_f, spec.m);
+    g.rows += 1;
+    let fail = |g: &mut GateResult, message: String| {
+        g.failures += 1;
+        println!(
+            "{:<22} {:>6} {message}  FAIL{}",
+            format!("{in_f},{out_f},{m}"),
+            spec.arm.name(),
+            variant_note(variant)
+        );
+        println!("  rerun: {}", report::repro_command(spec));
+    };
+    if let Some(lost) = device::cuda::context_lost() {
+        g.not_run += 1;
+        return fail(g, not_run(&lost));
+    }
+    let data = match spec.generate() {
+        Ok(d) => d,
+        Err(e) => return fail(g, format!("bad shape: {e}")),
+    };
+    let outcome = run::with_variant(engine, variant, || {
+        let schedule = match declared_schedule(engine, &data.shape) {
+            Ok(s) => s,
+            Err(message) => return (Outcome::Failed { message }, Default::default()),
+        };
+        let t0 = std::time::Instant::now();
+        let mut want = reference(&data, schedule);
+        let oracle_time = t0.elapsed();
+        // Every row says which known schedules its output matches.
+        want.identify = Identify::Always;
+        (
+            run_case_with_reference(engine, &data, spec.arm, &want),
+            oracle_time,
+        )
+    });
+    let (outcome, oracle_time) = match outcome {
+        Ok(o) => o,
+        Err(message) => return fail(g, message),
+    };
+    match outcome {
+        Outcome::Judged(v) => {
+            // The codes the plan's picks decoded bit-exactly, whether or
+            // not the row passes (a forced variant's CODES rows are judged
+            // bit for bit on their own).
+            if variant.is_none() {
+                codes.union(&v.codes);
+            }
+            println!(
+                "{}{}",
+                report::table_row(spec, &v, oracle_time),
+                variant_note(variant)
+            );
+            if !v.pass() {
+                g.failures += 1;
+                print!(
+                    "{}",
+                    report::divergence(spec, &v, &run::kernel_description(engine), None)
+                );
+            }
+        }
+        Outcome::PeerRefused { reason } => {
+            // The peer cannot take this shape: counted, not compared.
+            g.refused_by_peer += 1;
+            println!(
+                "{:<22} {:>6} {reason}  REFUSED",
+                format!("{in_f},{out_f},{m}"),
+                spec.arm.name()
+            );
+        }
+        Outcome::Refused { count } => {
+            // The battery never draws NaN codes; a refusal is a bug here.
+            // No outputs: the row's codes do not count.
+            fail(
+                g,
+                format!("refused, {count} NaN weight codes, on weights with none"),
+            );
+        }
+        Outcome::Failed { message } => fail(g, message),
+    }
 }
 
 /// Runs every arm on every shape under the schedule the kernel declares
@@ -155,6 +282,18 @@ fn nan_row(engine: &Engine, row: &NanRow) -> bool {
 /// battery), the NaN-weight rows ([`NAN_ROWS`]: the device must refuse
 /// with the oracle's count) and the verdict; each failing row also prints
 /// its reproduction.
+///
+/// Then every MMQ variant the source exports (`plan[12]`, so a variant
+/// added to the source is run without a change here) runs forced, every
+/// arm on [`VARIANT_SHAPES`] (on `shapes` itself when it is one shape, not
+/// the battery) and the NaN row with both codes, each judged under the
+/// schedule that variant declares.
+///
+/// A device failure (a launch error, a write past an output, a fault, a
+/// launch past the deadline `KERNEL_ORACLE_LAUNCH_TIMEOUT`) is a failing
+/// row with its message and rerun line, and the gate goes on; after a
+/// failure that loses the CUDA context (a sticky fault, a deadline), the
+/// remaining rows are failing rows marked not run, each with its rerun line.
 pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     let mut g = GateResult::default();
     let mut codes = CodeSet::default();
@@ -165,61 +304,50 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     for &(in_f, out_f, m) in shapes {
         for arm in Arm::ALL {
             let spec = CaseSpec::battery(in_f, out_f, m, arm);
-            g.rows += 1;
-            let data = match spec.generate() {
-                Ok(d) => d,
-                Err(e) => {
-                    println!("{in_f},{out_f},{m} {}: bad shape: {e}  FAIL", arm.name());
-                    g.failures += 1;
-                    continue;
-                }
-            };
-            let schedule = declared_schedule(engine, &data.shape);
-            let t0 = std::time::Instant::now();
-            let mut want = reference(&data, schedule);
-            let oracle_time = t0.elapsed();
-            // Every row says which known schedules its output matches.
-            want.identify = Identify::Always;
-            match run_case_with_reference(engine, &data, arm, &want) {
-                Outcome::Judged(v) => {
-                    // The codes this kernel's outputs decoded bit-exactly,
-                    // whether or not the row passes.
-                    codes.union(&v.codes);
-                    println!("{}", report::table_row(&spec, &v, oracle_time));
-                    if !v.pass() {
-                        g.failures += 1;
-                        print!(
-                            "{}",
-                            report::divergence(&spec, &v, &run::kernel_description(engine), None)
-                        );
-                    }
-                }
-                Outcome::PeerRefused { reason } => {
-                    // The peer cannot take this shape: counted, not compared.
-                    g.refused_by_peer += 1;
-                    println!(
-                        "{:<22} {:>6} {reason}  REFUSED",
-                        format!("{in_f},{out_f},{m}"),
-                        arm.name()
-                    );
-                }
-                Outcome::Refused { count } => {
-                    // The battery never draws NaN codes; a refusal is a bug
-                    // here. No outputs: the row's codes do not count.
-                    println!(
-                        "{in_f},{out_f},{m} {}: refused, {count} NaN weight codes  FAIL",
-                        arm.name()
-                    );
-                    g.failures += 1;
-                }
-            }
+            arm_row(engine, &mut g, &mut codes, &spec, None);
         }
     }
     for row in &NAN_ROWS {
         g.rows += 1;
-        if !nan_row(engine, row) {
+        g.not_run += usize::from(device::cuda::context_lost().is_some());
+        if !nan_row(engine, row, None) {
             g.failures += 1;
         }
+    }
+    // Every exported variant, forced (the peer has no variants).
+    let forced_variants = matches!(run::peer(), Ok(None));
+    if forced_variants {
+        let variant_shapes: &[(usize, usize, usize)] = if shapes.len() == 1 {
+            shapes
+        } else {
+            &VARIANT_SHAPES
+        };
+        println!();
+        println!(
+            "every exported MMQ variant forced ({} of plan[12]), every arm on {variant_shapes:?}:",
+            engine.mmq_variants()
+        );
+        for v in 0..engine.mmq_variants() {
+            for &(in_f, out_f, m) in variant_shapes {
+                for arm in Arm::ALL {
+                    let mut spec = CaseSpec::battery(in_f, out_f, m, arm);
+                    spec.knobs.variant = Some(v as u8);
+                    arm_row(engine, &mut g, &mut codes, &spec, Some(v));
+                }
+            }
+            g.rows += 1;
+            g.not_run += usize::from(device::cuda::context_lost().is_some());
+            if !nan_row(engine, &NAN_ROWS[2], Some(v)) {
+                g.failures += 1;
+            }
+        }
+    }
+    if let Some(lost) = device::cuda::context_lost() {
+        println!();
+        println!(
+            "the CUDA context was lost ({}); {} later row(s) were not run and count as failures; each rerun line runs its row alone in a fresh process",
+            lost.what, g.not_run
+        );
     }
     println!();
     // Coverage is gated on the battery, whose every shape reaches all the
@@ -250,8 +378,14 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
     println!();
     if g.failures == 0 {
         println!(
-            "=== fp8-mmq-check ALL GREEN under the declared schedules (EXACT, FOLD and CODES arms bit-identical, {}/{OBSERVABLE_CODES} observable e4m3 codes decoded bit-exactly, RAND arm bit-identical under a tensor-core schedule, else within the bound and < 1e-5 of RMS) ===",
-            g.codes_exact
+            "=== fp8-mmq-check ALL GREEN under the declared schedules (EXACT, FOLD and CODES arms bit-identical, {}/{OBSERVABLE_CODES} observable e4m3 codes decoded bit-exactly, RAND arm bit-identical under a tensor-core schedule, else within the bound and < 1e-5 of RMS; {} rows{}) ===",
+            g.codes_exact,
+            g.rows,
+            if forced_variants {
+                ", every exported MMQ variant forced among them"
+            } else {
+                ""
+            }
         );
     } else {
         println!("=== fp8-mmq-check {} FAILURES ===", g.failures);

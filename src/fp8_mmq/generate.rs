@@ -95,6 +95,22 @@ pub struct Knobs {
     /// random places, possibly the same place twice): the dispatch
     /// precondition must refuse the case with the exact count (rule NAN-W).
     pub nan_codes: u8,
+    /// The MMQ variant the case forces (`fp8_mmq_v2_k<variant>`), `None`
+    /// for the one the kernel source's plan picks. The generator draws it
+    /// before it can know how many variants the source exports
+    /// (`plan[12]`); the runner takes it modulo that count
+    /// ([`resolve_variant`]) and reports the variant run.
+    pub variant: Option<u8>,
+}
+
+/// The MMQ variant a case with `knob` runs when the source exports
+/// `exported` variants: `None` (the plan's pick) for `None` or no variant
+/// exported, else `knob % exported`.
+pub fn resolve_variant(knob: Option<u8>, exported: u32) -> Option<u32> {
+    match (knob, exported) {
+        (Some(v), n) if n > 0 => Some(u32::from(v) % n),
+        _ => None,
+    }
 }
 
 /// One FP8 MMQ case: a shape, an arm, a seed for the data, and knobs.
@@ -327,7 +343,7 @@ fn edge_dim(
 
 /// The number of leading bytes [`CaseSpec`]'s `Arbitrary` reads as path
 /// selectors (see there).
-pub const SELECTOR_BYTES: usize = 4;
+pub const SELECTOR_BYTES: usize = 5;
 
 impl<'a> Arbitrary<'a> for CaseSpec {
     /// Every choice that selects a path comes from the first
@@ -347,6 +363,10 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     /// - byte 3: the size classes of `edge_dim`, bits 0-1 in_f, bits 2-3
     ///   out_f, bits 4-5 m (1: 1/4; a multiple of the unit, 128 or 16,
     ///   plus or minus 3: 1/2; anything: 1/4);
+    /// - byte 4: bit 7 set: a forced MMQ variant (1/2), bits 0-6 the
+    ///   variant before [`resolve_variant`] (so each of n exported variants
+    ///   is forced in `floor(128 / n)` or `ceil(128 / n)` of 256 byte
+    ///   values);
     /// - then the dimensions within their classes, the seed, and the
     ///   `act_exp` exponent (`-100..=100`).
     ///
@@ -358,6 +378,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     /// printed `case` reproduction names its case and is unaffected.)
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
         let sel: [u8; SELECTOR_BYTES] = [
+            u.arbitrary()?,
             u.arbitrary()?,
             u.arbitrary()?,
             u.arbitrary()?,
@@ -386,6 +407,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             } else {
                 0
             },
+            variant: on(sel[4], 0x80).then_some(sel[4] & 0x7F),
         };
         Ok(CaseSpec {
             in_f,

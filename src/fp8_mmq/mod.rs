@@ -20,7 +20,7 @@ pub mod mutants;
 pub mod report;
 pub mod run;
 
-pub use generate::{Arm, CaseData, CaseSpec, Knobs};
+pub use generate::{resolve_variant, Arm, CaseData, CaseSpec, Knobs};
 pub use judge::{reference, KernelOut, Reference, Verdict};
 pub use run::{engine, Outcome};
 
@@ -47,6 +47,9 @@ pub struct Stats {
     pub nan_codes: AtomicU64,
     /// ... with m = 1 (designed: at least 1/4).
     pub m1: AtomicU64,
+    /// ... with an MMQ variant forced ([`Knobs::variant`]; designed: 1/2;
+    /// not forced when the GEMM is a peer).
+    pub forced_variant: AtomicU64,
     /// ... with a k tail, `in_f % 128 != 0`.
     pub k_tail: AtomicU64,
     /// Cases refused by the dispatch precondition (never compared).
@@ -67,6 +70,7 @@ pub static STATS: Stats = Stats {
     act_exp: AtomicU64::new(0),
     nan_codes: AtomicU64::new(0),
     m1: AtomicU64::new(0),
+    forced_variant: AtomicU64::new(0),
     k_tail: AtomicU64::new(0),
     refused_nan_weights: AtomicU64::new(0),
     compared: AtomicU64::new(0),
@@ -86,6 +90,7 @@ pub fn count_drawn(spec: &CaseSpec) {
         (k.zero_blocks > 0, &STATS.zero_blocks),
         (k.act_exp != 0, &STATS.act_exp),
         (k.nan_codes > 0, &STATS.nan_codes),
+        (k.variant.is_some(), &STATS.forced_variant),
         (spec.m == 1, &STATS.m1),
         (
             !spec.in_f.is_multiple_of(oracle::fp8_mmq::BLOCK_K),
@@ -109,7 +114,7 @@ pub fn stats_line() -> String {
         .map(|(a, c)| format!("{} {}", a.name(), pct(c, n)))
         .collect();
     format!(
-        "fp8_mmq stats: {n} cases, {} compared, {} refused (NaN weight codes), {} refused by the peer; arms: {}; knobs: every_code {}, zero_blocks {}, act_exp {}, nan_codes {}; m = 1 {}, k tail {}",
+        "fp8_mmq stats: {n} cases, {} compared, {} refused (NaN weight codes), {} refused by the peer; arms: {}; knobs: every_code {}, zero_blocks {}, act_exp {}, nan_codes {}, variant forced {}; m = 1 {}, k tail {}",
         pct(&STATS.compared, n),
         pct(&STATS.refused_nan_weights, n),
         pct(&STATS.refused_by_peer, n),
@@ -118,6 +123,7 @@ pub fn stats_line() -> String {
         pct(&STATS.zero_blocks, n),
         pct(&STATS.act_exp, n),
         pct(&STATS.nan_codes, n),
+        pct(&STATS.forced_variant, n),
         pct(&STATS.m1, n),
         pct(&STATS.k_tail, n)
     )
@@ -151,22 +157,23 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     };
     // A peer with alignment rules gets the nearest shape it takes (still
     // ragged against the scale blocks), so its cases are compared, not
-    // counted refused; the reproduction names the shape actually run.
-    let aligned;
-    let spec = match peer {
-        Some(_) => {
-            let (in_f, out_f) = device::cuda::peer_aligned(spec.in_f, spec.out_f);
-            aligned = CaseSpec {
-                in_f,
-                out_f,
-                ..*spec
-            };
-            &aligned
-        }
-        None => spec,
-    };
+    // counted refused; the reproduction names the shape actually run. A
+    // forced variant is taken modulo the variants the source exports (the
+    // peer has none to force), and the reproduction names the one run.
+    let mut run_spec = *spec;
+    if peer.is_some() {
+        let (in_f, out_f) = device::cuda::peer_aligned(spec.in_f, spec.out_f);
+        run_spec.in_f = in_f;
+        run_spec.out_f = out_f;
+        run_spec.knobs.variant = None;
+    }
+    let variant = generate::resolve_variant(run_spec.knobs.variant, engine.mmq_variants());
+    run_spec.knobs.variant = variant.map(|v| v as u8);
+    let spec = &run_spec;
     let data = spec.generate().expect("generators produce valid shapes");
-    match run::run_case(engine, &data, spec.arm) {
+    let outcome = run::with_variant(engine, variant, || run::run_case(engine, &data, spec.arm))
+        .unwrap_or_else(|message| Outcome::Failed { message });
+    match outcome {
         Outcome::Refused { .. } => {
             count(&STATS.refused_nan_weights);
         }
@@ -181,6 +188,13 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
                     report::divergence(spec, &v, &run::kernel_description(engine), artifact)
                 );
             }
+        }
+        Outcome::Failed { message } => {
+            let mut r = report::failure(spec, &message);
+            if let Some(a) = artifact {
+                r += &format!("  {}cargo fuzz run fp8_mmq {a}\n", report::repro_env());
+            }
+            panic!("{r}");
         }
     }
 }

@@ -92,6 +92,9 @@ pub fn knob_flags(k: &Knobs) -> String {
     if k.nan_codes != 0 {
         let _ = write!(s, " --nan-codes {}", k.nan_codes);
     }
+    if let Some(v) = k.variant {
+        let _ = write!(s, " --variant {v}");
+    }
     s
 }
 
@@ -107,6 +110,22 @@ pub fn repro_env() -> String {
         crate::candidate_env(device::cuda::ENV_FP8_MMQ),
         crate::candidate_env(super::run::ENV_FP8_MMQ_VARIANT),
         crate::candidate_env(super::run::ENV_FP8_MMQ_SCHEDULE)
+    )
+}
+
+/// A failure no verdict covers ([`super::Outcome::Failed`]: a device
+/// error, a launch past the deadline, a refusal count other than the
+/// oracle's): the case, the message, and the line that reruns it.
+pub fn failure(spec: &CaseSpec, message: &str) -> String {
+    format!(
+        "fp8_mmq FAILURE: in_f={} out_f={} m={} arm={} seed=0x{:016x}{}\n  {message}\nrerun: {}\n",
+        spec.in_f,
+        spec.out_f,
+        spec.m,
+        spec.arm.name(),
+        spec.seed,
+        knob_flags(&spec.knobs),
+        repro_command(spec)
     )
 }
 
@@ -139,6 +158,9 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
     }
     if k.nan_codes != 0 {
         let _ = write!(knobs, "nan_codes: {}, ", k.nan_codes);
+    }
+    if let Some(v) = k.variant {
+        let _ = write!(knobs, "variant: Some({v}), ");
     }
     format!(
         "kernel_oracle::fp8_mmq::CaseSpec {{ in_f: {}, out_f: {}, m: {}, arm: kernel_oracle::fp8_mmq::Arm::{:?}, seed: 0x{:016x}, knobs: kernel_oracle::fp8_mmq::Knobs {{ {knobs}..Default::default() }} }}",
@@ -203,7 +225,7 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
     if let Some(m) = y.first_mismatch {
         r.push_str(&mismatch("y", &m, "row j", "col i"));
     }
-    let _ = writeln!(r, "reproduce:\n  {}", repro_command(spec));
+    let _ = writeln!(r, "rerun: {}", repro_command(spec));
     if let Some(a) = artifact {
         let _ = writeln!(r, "  {}cargo fuzz run fp8_mmq {a}", repro_env());
     }

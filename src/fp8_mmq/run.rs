@@ -66,21 +66,32 @@ pub fn forced_variant() -> Result<Option<u32>, String> {
 /// does not compile, a forced variant the source does not export), as a
 /// message; the same message on every call.
 pub fn engine() -> Result<&'static Engine, String> {
-    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            let mut e = Engine::new(0).map_err(|e| e.to_string())?;
-            e.set_guards(true);
-            if let Some(v) = forced_variant()? {
-                e.set_mmq_variant(Some(v)).map_err(|e| e.to_string())?;
-            }
-            if let Some(s) = requested_schedule()? {
-                e.set_mmq_schedule(Some(s)).map_err(|e| e.to_string())?;
-            }
-            Ok(e)
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+    engine_cell().as_ref().map_err(|(msg, _)| msg.clone())
+}
+
+/// Whether [`engine`] failed because of the kernel source (it does not
+/// compile, lacks a kernel, plans a launch the shim refuses:
+/// [`DeviceError::is_source_fault`]) rather than the machine: the gate
+/// reports that as a failing row.
+pub fn engine_source_fault() -> bool {
+    matches!(engine_cell(), Err((_, true)))
+}
+
+fn engine_cell() -> &'static Result<Engine, (String, bool)> {
+    static ENGINE: OnceLock<Result<Engine, (String, bool)>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut e = Engine::new(0).map_err(|e| (e.to_string(), e.is_source_fault()))?;
+        e.set_guards(true);
+        if let Some(v) = forced_variant().map_err(|m| (m, false))? {
+            e.set_mmq_variant(Some(v))
+                .map_err(|e| (e.to_string(), e.is_source_fault()))?;
+        }
+        if let Some(s) = requested_schedule().map_err(|m| (m, false))? {
+            e.set_mmq_schedule(Some(s))
+                .map_err(|e| (e.to_string(), e.is_source_fault()))?;
+        }
+        Ok(e)
+    })
 }
 
 /// The FP8 GEMM `KERNEL_ORACLE_FP8_MMQ` chooses ([`Fp8Gemm::from_env`]),
@@ -149,7 +160,7 @@ pub fn kernel_description(engine: &Engine) -> String {
 fn describe(engine: &Engine, gemm: Option<&CublasLtFp8>) -> String {
     match gemm {
         Some(p) => format!("{}; GEMM: {}", engine.kernel_source(), p.describe()),
-        None => match engine.mmq_variant() {
+        None => match engine.mmq_variant_forced() {
             Some(v) => format!(
                 "{}; MMQ variant k{v} forced ({ENV_FP8_MMQ_VARIANT}={v})",
                 engine.kernel_source()
@@ -157,6 +168,26 @@ fn describe(engine: &Engine, gemm: Option<&CublasLtFp8>) -> String {
             None => engine.kernel_source(),
         },
     }
+}
+
+/// Runs `f` with MMQ variant `variant` forced on `engine`
+/// ([`Engine::set_mmq_variant`]; `None`: the plan's pick), then restores
+/// the setting it found.
+///
+/// # Errors
+/// The message when the source exports no such variant (`f` not run).
+pub fn with_variant<R>(
+    engine: &Engine,
+    variant: Option<u32>,
+    f: impl FnOnce() -> R,
+) -> Result<R, String> {
+    let before = engine.mmq_variant_forced();
+    engine.set_mmq_variant(variant).map_err(|e| e.to_string())?;
+    let r = f();
+    engine
+        .set_mmq_variant(before)
+        .expect("the variant forced before was exported");
+    Ok(r)
 }
 
 /// How a case ended.
@@ -176,38 +207,70 @@ pub enum Outcome {
         /// The peer's reason.
         reason: String,
     },
+    /// The device failed on a valid case, or answered in a way no verdict
+    /// covers: a launch error, a write past an output (a guard band
+    /// changed), a fault, a launch past the deadline, a plan the shim
+    /// refuses, a NaN count other than the oracle's, a NaN-weight case
+    /// computed instead of refused, or a case not run because an earlier
+    /// failure lost the CUDA context. Always a failure.
+    Failed {
+        /// What happened, with the kernel source.
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// [`Outcome::Failed`] for device error `e` on the GEMM `gemm`.
+    fn device_failed(engine: &Engine, gemm: Option<&CublasLtFp8>, e: &DeviceError) -> Outcome {
+        Outcome::Failed {
+            message: format!(
+                "the device failed on a valid case ({}): {e}",
+                describe(engine, gemm)
+            ),
+        }
+    }
 }
 
 /// Runs `data` through the NaN count, the quantizer and the MMQ, downloads
-/// everything and judges it against the oracle.
-///
-/// # Panics
-/// On a driver error, an argument the shim refuses (the case library only
-/// makes valid ones) or a clobbered guard band: each is a bug.
+/// everything and judges it against the oracle. A device error (a driver
+/// error, a clobbered guard band, a deadline) is [`Outcome::Failed`], never
+/// a panic, so a gate goes on with its next row.
 pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
     let nan = oracle::fp8_mmq::count_nan_magnitude(&data.w);
     if nan == 0 {
-        let want = reference(data, declared_schedule(engine, &data.shape));
+        let schedule = match declared_schedule(engine, &data.shape) {
+            Ok(s) => s,
+            Err(message) => return Outcome::Failed { message },
+        };
+        let want = reference(data, schedule);
         return run_case_with_reference(engine, data, arm, &want);
     }
     // The oracle refuses (rule NAN-W): no GEMM to compute, the device must
     // refuse too, with the same count.
     match kernel_out(engine, the_peer(), data) {
-        Err(DeviceError::NanWeights { count }) => {
-            assert_eq!(
-                count, nan as u64,
-                "the device and the oracle count NaN weight codes differently"
-            );
-            Outcome::Refused { count }
+        Err(DeviceError::NanWeights { count }) => nan_refusal(engine, count, nan),
+        Ok(_) => Outcome::Failed {
+            message: format!(
+                "the device computed a case with {nan} NaN-magnitude weight codes, which the dispatch precondition must refuse ({})",
+                kernel_description(engine)
+            ),
+        },
+        Err(e) => Outcome::device_failed(engine, the_peer(), &e),
+    }
+}
+
+/// The device refused with `count` NaN weight codes, the oracle counts
+/// `want`: [`Outcome::Refused`] when they agree, else [`Outcome::Failed`].
+fn nan_refusal(engine: &Engine, count: u64, want: usize) -> Outcome {
+    if count == want as u64 {
+        Outcome::Refused { count }
+    } else {
+        Outcome::Failed {
+            message: format!(
+                "the device refused with {count} NaN weight codes, the oracle counts {want} ({})",
+                kernel_description(engine)
+            ),
         }
-        Ok(_) => panic!(
-            "fp8_mmq: the device computed a case with {nan} NaN-magnitude weight codes, which the dispatch precondition must refuse ({})",
-            kernel_description(engine)
-        ),
-        Err(e) => panic!(
-            "fp8_mmq: the device failed on a valid case ({}): {e}",
-            kernel_description(engine)
-        ),
     }
 }
 
@@ -217,34 +280,32 @@ pub fn run_case(engine: &Engine, data: &CaseData, arm: Arm) -> Outcome {
 /// engine forces. The oracle's answer for a case of this shape is computed
 /// under it.
 ///
-/// # Panics
+/// # Errors
 /// When the plan cannot be had (a driver error, a plan the shim refuses,
-/// a schedule code the ABI does not define), with the error.
+/// a schedule code the ABI does not define), the message.
 pub fn declared_schedule(
     engine: &Engine,
     shape: &oracle::fp8_mmq::Shape,
-) -> oracle::fp8_mmq::Schedule {
+) -> Result<oracle::fp8_mmq::Schedule, String> {
     if let Some(p) = the_peer() {
-        return p.schedule();
+        return Ok(p.schedule());
     }
-    match engine.plan(shape) {
-        Ok(p) => p.schedule,
-        Err(e) => panic!(
-            "fp8_mmq: no usable plan for m={} in_f={} out_f={} ({}): {e}",
+    engine.plan(shape).map(|p| p.schedule).map_err(|e| {
+        format!(
+            "no usable plan for m={} in_f={} out_f={}{} ({}): {e}",
             shape.m(),
             shape.in_f(),
             shape.out_f(),
+            engine
+                .mmq_variant_forced()
+                .map_or(String::new(), |v| format!(", variant {v} forced")),
             engine.kernel_source()
-        ),
-    }
+        )
+    })
 }
 
 /// [`run_case`] with the oracle's answer already computed (under the
 /// kernel's declared schedule, [`declared_schedule`]).
-///
-/// # Panics
-/// As [`run_case`]; also if the kernel's NaN count disagrees with the
-/// oracle's on a refused case.
 pub fn run_case_with_reference(
     engine: &Engine,
     data: &CaseData,
@@ -284,9 +345,6 @@ fn the_peer() -> Option<&'static CublasLtFp8> {
 /// [`run_case_with_reference`] with the GEMM given: `None` for the kernel
 /// source's MMQ, `Some(peer)` for a cuBLASLt peer (tests run both layouts
 /// in one process this way).
-///
-/// # Panics
-/// As [`run_case_with_reference`].
 pub fn run_case_with_gemm(
     engine: &Engine,
     gemm: Option<&CublasLtFp8>,
@@ -303,20 +361,11 @@ pub fn run_case_with_gemm(
             v.device_time = device_time;
             Outcome::Judged(Box::new(v))
         }
-        Err(DeviceError::NanWeights { count }) => {
-            assert_eq!(
-                count, want.nan as u64,
-                "the device and the oracle count NaN weight codes differently"
-            );
-            Outcome::Refused { count }
-        }
+        Err(DeviceError::NanWeights { count }) => nan_refusal(engine, count, want.nan),
         Err(e @ DeviceError::PeerRefused { .. }) => Outcome::PeerRefused {
             reason: e.to_string(),
         },
-        Err(e) => panic!(
-            "fp8_mmq: the device failed on a valid case ({}): {e}",
-            describe(engine, gemm)
-        ),
+        Err(e) => Outcome::device_failed(engine, gemm, &e),
     }
 }
 

@@ -76,8 +76,12 @@ struct CaseArgs {
 /// The GDN engine, or the message to print and exit 2 with.
 fn engine_or_exit() -> Result<&'static device::cuda::GdnEngine, ExitCode> {
     super::engine().map_err(|msg| {
-        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
-        ExitCode::from(2)
+        kind::engine_failure(
+            super::run::engine_source_fault(),
+            "gdn",
+            device::cuda::ENV_GDN_CU,
+            &msg,
+        )
     })
 }
 

@@ -100,10 +100,14 @@ pub struct GateResult {
 }
 
 impl GateResult {
-    fn add(&mut self, row: &Row) {
+    /// Prints `row` and counts it; a failing row also prints `rerun`, the
+    /// command that reruns it (a device failure is a failing row with its
+    /// message, [`Row::error`]).
+    fn add(&mut self, row: &Row, rerun: &str) {
         println!("{}", report::table_row(row));
         self.rows += 1;
         if !row.pass() {
+            println!("  rerun: {rerun}");
             self.failures += 1;
             self.failures_by_gate[usize::from(row.gate - 1)] += 1;
             self.failed.push(format!(
@@ -131,9 +135,13 @@ pub fn run(e: &GdnEngine) -> GateResult {
             let data = spec.generate().expect("the gate's shapes are valid");
             let want = reference(&data);
             // The seed's check is t = 2..=8; t = 1 runs against the oracle only.
+            let rerun = report::repro_command(&CaseSpec {
+                graph: t >= 2,
+                ..spec
+            });
             for row in judge_case(e, &spec, &data, &want, t >= 2) {
                 if t >= 2 || row.gate == 2 {
-                    g.add(&row);
+                    g.add(&row, &rerun);
                 }
             }
         }
@@ -154,7 +162,12 @@ pub fn run(e: &GdnEngine) -> GateResult {
             Ok(d) => row.diffs = d,
             Err(err) => row.error = Some(err.to_string()),
         }
-        g.add(&row);
+        // The per-row kernels alone run only in the gate.
+        let rerun = format!(
+            "{}kernel-oracle check gdn (the row \"per-row kernels alone == oracle\" of ({num_k}, {num_v}), d_conv {d_conv})",
+            crate::candidate_env(device::cuda::ENV_GDN_CU)
+        );
+        g.add(&row, &rerun);
     }
     // The batched fused step: ragged batches and rows, head layouts whose
     // columns per CTA are 16, 32, 48, 256 (two chunks of 128) and 384
@@ -165,15 +178,23 @@ pub fn run(e: &GdnEngine) -> GateResult {
             ..CaseSpec::seed_like(num_k, num_v, d_conv, t, 31 * batch as u64 + t as u64)
         };
         let datas = spec.generate_batch().expect("the gate's shapes are valid");
-        g.add(&super::judge_batch(e, &spec, &datas, None));
+        let rerun = report::repro_command(&spec);
+        g.add(&super::judge_batch(e, &spec, &datas, None), &rerun);
     }
     for (label, spec) in edge_cases() {
         println!("  edge: {label}");
         let data = spec.generate().expect("the gate's shapes are valid");
         let want = reference(&data);
+        let rerun = report::repro_command(&CaseSpec {
+            graph: true,
+            ..spec
+        });
         for row in judge_case(e, &spec, &data, &want, true) {
-            g.add(&row);
+            g.add(&row, &rerun);
         }
+    }
+    if let Some(line) = crate::lost_context_line() {
+        println!("\n{line}");
     }
     println!();
     if g.failures == 0 {

@@ -211,7 +211,7 @@ pub fn divergence(spec: &CaseSpec, rows: &[Row], source: &str, artifact: Option<
     for row in rows.iter().filter(|row| !row.pass()) {
         let _ = writeln!(r, "{}", table_row(row));
     }
-    let _ = writeln!(r, "reproduce:\n  {}", repro_command(spec));
+    let _ = writeln!(r, "rerun: {}", repro_command(spec));
     if let Some(a) = artifact {
         let _ = writeln!(r, "  cargo fuzz run gdn_packed {a}");
     }

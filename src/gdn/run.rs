@@ -25,15 +25,23 @@ pub const ALT_POISON: f32 = f32::from_bits(0x7FFF_FFFF);
 /// Why no engine could be made (no driver, no NVRTC, no device, the source
 /// does not compile), as a message; the same message on every call.
 pub fn engine() -> Result<&'static GdnEngine, String> {
-    static ENGINE: OnceLock<Result<GdnEngine, String>> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            let mut e = GdnEngine::new(0).map_err(|e| e.to_string())?;
-            e.set_guards(true);
-            Ok(e)
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+    engine_cell().as_ref().map_err(|(msg, _)| msg.clone())
+}
+
+/// Whether [`engine`] failed because of the kernel source (it does not
+/// compile or lacks a kernel: `DeviceError::is_source_fault`) rather
+/// than the machine: the gate reports that as a failing row.
+pub fn engine_source_fault() -> bool {
+    matches!(engine_cell(), Err((_, true)))
+}
+
+fn engine_cell() -> &'static Result<GdnEngine, (String, bool)> {
+    static ENGINE: OnceLock<Result<GdnEngine, (String, bool)>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut e = GdnEngine::new(0).map_err(|e| (e.to_string(), e.is_source_fault()))?;
+        e.set_guards(true);
+        Ok(e)
+    })
 }
 
 fn weights(e: &GdnEngine, d: &CaseData) -> Result<GdnWeights, DeviceError> {

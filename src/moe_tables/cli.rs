@@ -68,8 +68,12 @@ struct CaseArgs {
 /// The MoE tables engine, or the message to print and exit 2 with.
 fn engine_or_exit() -> Result<&'static device::cuda::MoeEngine, ExitCode> {
     super::engine().map_err(|msg| {
-        eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");
-        ExitCode::from(2)
+        kind::engine_failure(
+            super::run::engine_source_fault(),
+            "moe-tables",
+            device::cuda::ENV_MOE_TABLES_CU,
+            &msg,
+        )
     })
 }
 

@@ -241,7 +241,17 @@ pub fn run(engine: &MoeEngine, cases: &[GateCase]) -> GateResult {
         if !ok {
             g.failures += 1;
             g.failed.push(c.label);
+            // Gate rows are fixed data, not generated cases: the gate
+            // (about a second) reruns them.
+            println!(
+                "  rerun: {}kernel-oracle check moe-tables (row {})",
+                crate::candidate_env(device::cuda::ENV_MOE_TABLES_CU),
+                c.label
+            );
         }
+    }
+    if let Some(line) = crate::lost_context_line() {
+        println!("\n{line}");
     }
     println!();
     if g.failures == 0 {

@@ -165,7 +165,7 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
         );
         r.push_str(&mismatch_lines("fuzz", v));
     }
-    let _ = writeln!(r, "reproduce:\n  {}", repro_command(spec));
+    let _ = writeln!(r, "rerun: {}", repro_command(spec));
     if let Some(a) = artifact {
         let _ = writeln!(r, "  cargo fuzz run moe_tables {a}");
     }

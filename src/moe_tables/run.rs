@@ -13,15 +13,23 @@ use std::sync::OnceLock;
 /// Why no engine could be made (no driver, no NVRTC, no device, the source
 /// does not compile), as a message; the same message on every call.
 pub fn engine() -> Result<&'static MoeEngine, String> {
-    static ENGINE: OnceLock<Result<MoeEngine, String>> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            let mut e = MoeEngine::new(0).map_err(|e| e.to_string())?;
-            e.set_guards(true);
-            Ok(e)
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+    engine_cell().as_ref().map_err(|(msg, _)| msg.clone())
+}
+
+/// Whether [`engine`] failed because of the kernel source (it does not
+/// compile or lacks a kernel: `DeviceError::is_source_fault`) rather
+/// than the machine: the gate reports that as a failing row.
+pub fn engine_source_fault() -> bool {
+    matches!(engine_cell(), Err((_, true)))
+}
+
+fn engine_cell() -> &'static Result<MoeEngine, (String, bool)> {
+    static ENGINE: OnceLock<Result<MoeEngine, (String, bool)>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut e = MoeEngine::new(0).map_err(|e| (e.to_string(), e.is_source_fault()))?;
+        e.set_guards(true);
+        Ok(e)
+    })
 }
 
 /// Uploads the selections, builds the tables on the device and downloads

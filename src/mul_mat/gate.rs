@@ -119,6 +119,55 @@ pub fn run_one(
     Ok(Verdict::judge(&data, &got, &reference(&data)))
 }
 
+/// One gate row: runs `spec` with `geom` and returns whether it passes and
+/// the lines to print: the table row, and for a failing row its
+/// divergence report, or the shim's error (a write past `dst` into the
+/// guard band, a device error, a shader that does not compile) with its
+/// rerun lines. A shim failure is a failing row, never a panic. A compile
+/// error already in `compile_errors` is referred to rather than
+/// repeated; a new one is added there.
+pub fn row(
+    engine: &WgpuEngine,
+    label: &str,
+    spec: &CaseSpec,
+    geom: &Geometry,
+    compile_errors: &mut Vec<String>,
+) -> (bool, String) {
+    let dtype = spec.dtype;
+    match run_one(engine, spec, geom) {
+        Ok(v) => {
+            let mut s = format!("{}\n", report::table_row(label, spec, geom, &v));
+            if !v.pass() {
+                s += &report::divergence(spec, geom, &v, &engine.source().describe(), None);
+            }
+            (v.pass(), s)
+        }
+        // A shader that does not compile fails every row the same way:
+        // its log once, then one line a row.
+        Err(WgpuError::Compile { ref message, .. }) if compile_errors.contains(message) => (
+            false,
+            format!(
+                "{} {label} {}: the shader does not compile (the error above)  FAIL\n{}",
+                dtype.name(),
+                spec.arm.name(),
+                report::rerun_lines(spec, geom, None)
+            ),
+        ),
+        Err(e) => {
+            let s = format!(
+                "{} {label} {}: the shim failed: {e}  FAIL\n{}",
+                dtype.name(),
+                spec.arm.name(),
+                report::rerun_lines(spec, geom, None)
+            );
+            if let WgpuError::Compile { message, .. } = e {
+                compile_errors.push(message);
+            }
+            (false, s)
+        }
+    }
+}
+
 /// Runs every dtype x shape x arm x geometry (shapes whose k is not whole
 /// blocks of a dtype skip that dtype), printing the table, each failure's
 /// reproduction and the verdict line.
@@ -137,48 +186,10 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
                 for arm in Arm::ALL {
                     let spec = spec(sh, dtype, arm);
                     g.rows += 1;
-                    match run_one(engine, &spec, geom) {
-                        Ok(v) => {
-                            println!("{}", report::table_row(sh.label, &spec, geom, &v));
-                            if !v.pass() {
-                                g.failures += 1;
-                                print!(
-                                    "{}",
-                                    report::divergence(
-                                        &spec,
-                                        geom,
-                                        &v,
-                                        &engine.source().describe(),
-                                        None
-                                    )
-                                );
-                            }
-                        }
-                        // A shader that does not compile fails every row the
-                        // same way: its log once, then one line a row.
-                        Err(WgpuError::Compile { ref message, .. })
-                            if compile_errors.contains(message) =>
-                        {
-                            g.failures += 1;
-                            println!(
-                                "{} {} {}: the shader does not compile (the error above)  FAIL",
-                                dtype.name(),
-                                sh.label,
-                                arm.name()
-                            );
-                        }
-                        Err(e) => {
-                            g.failures += 1;
-                            println!(
-                                "{} {} {}: the shim failed: {e}  FAIL",
-                                dtype.name(),
-                                sh.label,
-                                arm.name()
-                            );
-                            if let WgpuError::Compile { message, .. } = e {
-                                compile_errors.push(message);
-                            }
-                        }
+                    let (pass, lines) = row(engine, sh.label, &spec, geom, &mut compile_errors);
+                    print!("{lines}");
+                    if !pass {
+                        g.failures += 1;
                     }
                 }
             }

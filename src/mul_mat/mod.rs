@@ -153,12 +153,27 @@ fn check_inner(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) {
         Ok(e) => e,
         Err(msg) => panic!("mul_mat: no wgpu adapter to check against: {msg}"),
     };
+    check_on(engine, spec, geom, artifact);
+}
+
+/// [`check`] on `engine` with `geom`, naming the fuzz artifact (if any) in
+/// the reproduction; counts the case compared when it passes.
+///
+/// # Panics
+/// As [`check`]: a divergence ([`report::divergence`]) or a shim failure
+/// on a valid case ([`report::shim_failure`]), each with its rerun lines.
+pub fn check_on(
+    engine: &device::wgpu::WgpuEngine,
+    spec: &CaseSpec,
+    geom: &Geometry,
+    artifact: Option<&str>,
+) {
     let desc = engine.source().describe();
     let v = match gate::run_one(engine, spec, geom) {
         Ok(v) => v,
         Err(e) => panic!(
-            "mul_mat: the shim failed on a valid case ({desc}): {e}\n  {}",
-            report::spec_literal(spec)
+            "{}",
+            report::shim_failure(spec, geom, &desc, &e.to_string(), artifact)
         ),
     };
     if !v.pass() {

@@ -48,6 +48,52 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
     )
 }
 
+/// The lines that rerun one case: the fuzz artifact's (when there is one),
+/// then the `case` command, each `  rerun: ...\n`.
+pub fn rerun_lines(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) -> String {
+    let env = crate::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL);
+    let mut s = String::new();
+    if let Some(a) = artifact {
+        s += &format!("  rerun: {env}cargo +nightly fuzz run mul_mat {a}\n");
+    }
+    s += &format!(
+        "  rerun: {env}cargo run --release -- case mul-mat --dtype {} --m {} --n {} --k {} --arm {} --seed {:#x} --wg {},{},{}\n",
+        spec.dtype.name(),
+        spec.m,
+        spec.n,
+        spec.k,
+        spec.arm.name().to_lowercase(),
+        spec.seed,
+        geom.wg_m,
+        geom.wg_n,
+        geom.tile_k
+    );
+    s
+}
+
+/// A failure of the shim on a valid case (a write past `dst` into the
+/// guard band, a device error, a candidate that does not compile): the
+/// case, the error, and the lines that rerun it.
+pub fn shim_failure(
+    spec: &CaseSpec,
+    geom: &Geometry,
+    source: &str,
+    error: &str,
+    artifact: Option<&str>,
+) -> String {
+    format!(
+        "MUL_MAT FAILURE ({source}): {} {} m={} n={} k={} geometry {}\n  the shim failed on a valid case: {error}\n{}  {}\n",
+        spec.dtype.name(),
+        spec.arm.name(),
+        spec.m,
+        spec.n,
+        spec.k,
+        geometry(geom),
+        rerun_lines(spec, geom, artifact),
+        spec_literal(spec)
+    )
+}
+
 /// A divergence: the arm and bound, the first mismatch as bits and
 /// decimals with its (n, m), a command that reruns the case and a `#[test]`
 /// to paste into `tests/`.
@@ -90,22 +136,7 @@ pub fn divergence(
             v.cmp.non_finite
         );
     }
-    let env = crate::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL);
-    if let Some(a) = artifact {
-        s += &format!("  rerun: {env}cargo +nightly fuzz run mul_mat {a}\n");
-    }
-    s += &format!(
-        "  rerun: {env}cargo run --release -- case mul-mat --dtype {} --m {} --n {} --k {} --arm {} --seed {:#x} --wg {},{},{}\n",
-        spec.dtype.name(),
-        spec.m,
-        spec.n,
-        spec.k,
-        spec.arm.name().to_lowercase(),
-        spec.seed,
-        geom.wg_m,
-        geom.wg_n,
-        geom.tile_k
-    );
+    s += &rerun_lines(spec, geom, artifact);
     s += &format!(
         "  #[test]\n  fn mul_mat_regression_{:x}() {{\n      kernel_oracle::mul_mat::check_geometry(&{}, &device::wgpu::Geometry {{ wg_m: {}, wg_n: {}, tile_k: {} }});\n  }}\n",
         spec.seed,

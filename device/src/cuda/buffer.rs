@@ -1,5 +1,6 @@
 //! [`Buffer`]: a device array, optionally inside a guard band.
 
+use super::deadline::{alive, settle};
 use super::error::{DeviceError, Result};
 use cudarc::driver::{
     result as drv, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr,
@@ -61,6 +62,7 @@ impl<T> Buffer<T> {
 /// one-element allocation of length 0 (CUDA refuses zero-byte
 /// allocations; nothing reads it).
 pub(crate) fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Result<Buffer<T>> {
+    alive()?;
     if data.is_empty() {
         return alloc(stream, 0, false);
     }
@@ -89,6 +91,7 @@ pub(crate) fn upload_into<T: DeviceRepr>(
     if data.is_empty() {
         return Ok(());
     }
+    alive()?;
     stream
         .memcpy_htod(data, &mut buf.view_mut())
         .map_err(|e| DeviceError::driver(format!("cuMemcpyHtoD ({} elements)", data.len()), e))
@@ -103,14 +106,13 @@ pub(crate) fn download<T: DeviceRepr + Default + Clone>(
     buf: &Buffer<T>,
 ) -> Result<Vec<T>> {
     let mut out = vec![T::default(); buf.len()];
+    settle(stream, "cuStreamSynchronize (before cuMemcpyDtoH)")?;
     if !out.is_empty() {
         stream.memcpy_dtoh(&buf.view(), &mut out).map_err(|e| {
             DeviceError::driver(format!("cuMemcpyDtoH ({} elements)", buf.len()), e)
         })?;
     }
-    stream
-        .synchronize()
-        .map_err(|e| DeviceError::driver("cuStreamSynchronize", e))?;
+    settle(stream, "cuStreamSynchronize (after cuMemcpyDtoH)")?;
     Ok(out)
 }
 
@@ -125,6 +127,7 @@ pub(crate) fn alloc<T: cudarc::driver::DeviceRepr>(
     len: usize,
     guarded: bool,
 ) -> Result<Buffer<T>> {
+    alive()?;
     let size = std::mem::size_of::<T>();
     let front = if guarded { guard_elems::<T>() } else { 0 };
     let total = len + 2 * front;
@@ -192,9 +195,7 @@ pub(crate) fn check_outputs(
         .collect();
     let total: usize = spans.iter().map(|((_, band, _), _)| 2 * band).sum();
     if total == 0 {
-        return stream
-            .synchronize()
-            .map_err(|e| DeviceError::driver("cuStreamSynchronize", e));
+        return settle(stream, "cuStreamSynchronize");
     }
     // SAFETY: every byte of the staging buffer is written by the copies
     // below before the read-back.
@@ -228,9 +229,7 @@ pub(crate) fn check_outputs(
                 .map_err(|e| DeviceError::driver("cuMemcpyDtoH (guard bands)", e))?;
         }
     }
-    stream
-        .synchronize()
-        .map_err(|e| DeviceError::driver("cuStreamSynchronize (guard check)", e))?;
+    settle(stream, "cuStreamSynchronize (guard check)")?;
     let mut at = 0usize;
     for &((_, band, len_bytes), arg) in &spans {
         let (front, back) = (&host[at..at + band], &host[at + band..at + 2 * band]);

@@ -845,7 +845,7 @@ impl CublasLtFp8 {
             buffer::check_outputs(s, self.guards, &[(&y, "y")])?;
             y
         };
-        drv(|| "cuStreamSynchronize".into(), s.synchronize())?;
+        super::deadline::settle(s, "cuStreamSynchronize")?;
         Ok(y)
     }
 }

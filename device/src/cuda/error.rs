@@ -261,6 +261,28 @@ pub enum DeviceError {
         status: String,
     },
 
+    /// A host wait on the device did not end within the deadline
+    /// ([`super::launch_timeout`]): a launch is still running (a kernel
+    /// that does not terminate, or one far slower than any correct one).
+    /// The context is lost for the rest of the process
+    /// ([`super::context_lost`]).
+    #[error("{op}: the device did not finish within {seconds} s ({var}); a launch is still running, the CUDA context is lost for the rest of this process", var = super::ENV_LAUNCH_TIMEOUT)]
+    Timeout {
+        /// The wait (`"cuStreamSynchronize (guard check)"`).
+        op: String,
+        /// The deadline, seconds.
+        seconds: f64,
+    },
+
+    /// Not run: an earlier failure (a sticky driver error, a deadline)
+    /// lost the process's CUDA context ([`super::context_lost`]); no call
+    /// reaches the device any more.
+    #[error("not run: the CUDA context was lost earlier in this process ({first})")]
+    ContextLost {
+        /// The failure that lost it.
+        first: String,
+    },
+
     /// An environment variable of the project holds a value it does not
     /// know.
     #[error("{var}={value:?}: expected {expected}")]
@@ -275,7 +297,8 @@ pub enum DeviceError {
 }
 
 impl DeviceError {
-    /// Wraps a driver error with what the shim was doing.
+    /// Wraps a driver error with what the shim was doing. A sticky error
+    /// ([`super::is_sticky`]) marks the process's context lost.
     pub fn driver(op: impl Into<String>, source: DriverError) -> DeviceError {
         let name = source
             .error_name()
@@ -285,12 +308,32 @@ impl DeviceError {
             .error_string()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        DeviceError::Driver {
+        let sticky = super::is_sticky(source.0);
+        let e = DeviceError::Driver {
             op: op.into(),
             name,
             text,
             source,
+        };
+        if sticky {
+            super::deadline::mark_lost(e.to_string(), false);
         }
+        e
+    }
+
+    /// Whether the error is the kernel source's fault rather than the
+    /// machine's: it does not compile, lacks a kernel the ABI requires, or
+    /// plans a launch the shim refuses. A gate reports such an engine as a
+    /// failing row (exit 1), where a machine that cannot run kernels at all
+    /// exits 2.
+    pub fn is_source_fault(&self) -> bool {
+        matches!(
+            self,
+            DeviceError::Compile { .. }
+                | DeviceError::MissingKernel { .. }
+                | DeviceError::BadPlan { .. }
+                | DeviceError::UnknownSchedule { .. }
+        )
     }
 }
 

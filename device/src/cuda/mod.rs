@@ -58,6 +58,7 @@
 mod buffer;
 mod check;
 pub mod cublaslt;
+mod deadline;
 mod error;
 mod gdn;
 mod moe;
@@ -73,6 +74,10 @@ pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LI
 pub use cublaslt::{
     peer_aligned, CublasLtFp8, Fp8Gemm, PeerOperands, WeightScaleLayout, ENV_FP8_MMQ,
     PEER_IN_F_ALIGN, PEER_OUT_F_ALIGN,
+};
+pub use deadline::{
+    context_lost, exit_process, is_sticky, launch_timeout, parse_launch_timeout, Lost,
+    DEFAULT_LAUNCH_TIMEOUT_S, ENV_LAUNCH_TIMEOUT,
 };
 pub use error::{DeviceError, Result, NVRTC_HINT};
 pub use gdn::{
@@ -187,7 +192,8 @@ pub struct Engine {
     f_nan: CudaFunction,
     f_mmq: Vec<CudaFunction>,
     plans: Mutex<HashMap<(usize, usize, usize, i32), Plan>>,
-    force_variant: Option<u32>,
+    /// The forced MMQ variant, or -1 for the plan's choice.
+    force_variant: std::sync::atomic::AtomicI64,
     request: Option<oracle::fp8_mmq::Schedule>,
 }
 
@@ -242,7 +248,7 @@ impl Engine {
             f_nan,
             f_mmq: Vec::new(),
             plans: Mutex::new(HashMap::new()),
-            force_variant: None,
+            force_variant: std::sync::atomic::AtomicI64::new(-1),
             request: None,
         };
         let probe = engine.plan_uncached(&Shape::new(1, 1, 1)?, -1)?;
@@ -257,11 +263,13 @@ impl Engine {
     }
 
     /// Forces MMQ variant `v` (`fp8_mmq_v2_k<v>`) for every shape, or `None`
-    /// for the plan's automatic choice. Tests run every variant.
+    /// for the plan's automatic choice. Tests and the gate run every
+    /// variant; the setting is the engine's (a shared engine switches for
+    /// every user), so a caller that forces one sets `None` again after.
     ///
     /// # Errors
     /// [`DeviceError::BadPlan`] if the source exports no such variant.
-    pub fn set_mmq_variant(&mut self, v: Option<u32>) -> Result<()> {
+    pub fn set_mmq_variant(&self, v: Option<u32>) -> Result<()> {
         if let Some(v) = v {
             if v as usize >= self.f_mmq.len() {
                 return Err(self.bad_plan(format!(
@@ -270,7 +278,10 @@ impl Engine {
                 )));
             }
         }
-        self.force_variant = v;
+        self.force_variant.store(
+            v.map_or(-1, i64::from),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Ok(())
     }
 
@@ -302,10 +313,14 @@ impl Engine {
         self.request
     }
 
-    /// The MMQ variant forced by [`Engine::set_mmq_variant`], `None` when
-    /// the plan chooses.
-    pub fn mmq_variant(&self) -> Option<u32> {
-        self.force_variant
+    /// The variant [`Engine::set_mmq_variant`] forces, `None` for the
+    /// plan's choice.
+    pub fn mmq_variant_forced(&self) -> Option<u32> {
+        u32::try_from(
+            self.force_variant
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .ok()
     }
 
     /// How many MMQ variants the kernel source exports.
@@ -377,7 +392,8 @@ impl Engine {
             .request
             .and_then(|s| schedule_code(&s))
             .map_or(-1, |c| -2 - c as i32);
-        let force = self.force_variant.map_or(requested, |v| v as i32);
+        let forced = self.mmq_variant_forced();
+        let force = forced.map_or(requested, |v| v as i32);
         let key = (shape.m(), shape.in_f(), shape.out_f(), force);
         if let Some(p) = self
             .plans
@@ -395,7 +411,7 @@ impl Engine {
                 self.f_mmq.len()
             )));
         }
-        if let Some(v) = self.force_variant {
+        if let Some(v) = forced {
             if p.variant != v {
                 return Err(self.bad_plan(format!("variant {v} forced, plan chose {}", p.variant)));
             }

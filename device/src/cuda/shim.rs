@@ -8,6 +8,7 @@
 //! each is defined once; each engine keeps its own kernels and launches.
 
 use super::buffer::{self, Buffer, Guarded};
+use super::deadline::{alive, settle};
 use super::drv;
 use super::error::{DeviceError, Result};
 use super::nvrtc::{compile, Compiled};
@@ -173,12 +174,14 @@ impl Shim {
             })
     }
 
-    /// Waits for all work on the stream.
+    /// Waits for all work on the stream, for at most the launch deadline
+    /// ([`super::deadline::settle`]).
     ///
     /// # Errors
-    /// [`DeviceError::Driver`] with the fault of any earlier launch.
+    /// [`DeviceError::Driver`] with the fault of any earlier launch;
+    /// [`DeviceError::Timeout`]; [`DeviceError::ContextLost`].
     pub(crate) fn synchronize(&self) -> Result<()> {
-        drv(|| "cuStreamSynchronize".into(), self.stream.synchronize())
+        settle(&self.stream, "cuStreamSynchronize")
     }
 
     /// A new plain buffer of `len` zeroed elements (result words a kernel
@@ -192,6 +195,7 @@ impl Shim {
         len: usize,
         what: &str,
     ) -> Result<Buffer<T>> {
+        alive()?;
         let raw = drv(
             || format!("cuMemAlloc ({what})"),
             self.stream.alloc_zeros::<T>(len),
@@ -205,6 +209,7 @@ impl Shim {
     /// # Errors
     /// [`DeviceError::Driver`], including a fault of an earlier launch.
     pub(crate) fn read_back<T: DeviceRepr>(&self, buf: &Buffer<T>, what: &str) -> Result<Vec<T>> {
+        settle(&self.stream, "cuStreamSynchronize (before cuMemcpyDtoH)")?;
         let v = drv(
             || format!("cuMemcpyDtoH ({what})"),
             self.stream.clone_dtoh(&buf.view()),
