@@ -38,7 +38,9 @@ pub enum Class {
     BandC,
     /// Each operand non-zero with probability 1/4 (two non-zero products
     /// expected per output: `TC-ALIGN` read directly); `c` random, half of
-    /// them ±0.
+    /// them ±0, one in eight subnormal (about one output in eight has no
+    /// non-zero product, so a subnormal accumulator alone reaches it: a
+    /// probe that flushes subnormal inputs shows there).
     Sparse,
     /// The largest codes (e4m3 up to 448; for e5m2 these are infinities
     /// and NaNs: `TC-INF`, `TC-NAN`).
@@ -270,6 +272,10 @@ fn fill_tile(t: &mut Tiles, tile: usize, class: Class, r: &mut Rng) {
             Class::Uniform | Class::Band => 0.0,
             Class::UniformC => rand_c(r, -40, 40, 0.0),
             Class::BandC => rand_c(r, -12, 20, 0.25),
+            Class::Sparse if r.below(8) == 0 => {
+                let bits = 1 + r.below(0x7F_FFFF) as u32;
+                f32::from_bits(bits | (u32::from(r.u8() & 1) << 31))
+            }
             Class::Sparse | Class::Specials => rand_c(r, -30, 30, 0.5),
             Class::Large => rand_c(r, -10, 30, 0.3),
             Class::Dominant => rand_c(r, -60, 60, 0.0),

@@ -130,6 +130,42 @@ fn subnormal_c_flushed_changes_the_targeted_rows() {
     }
 }
 
+/// subnormal-c-flushed is in the fuzzer's reach too: every one-tile
+/// mma.sync case of the sparse class that the fuzz target draws
+/// (`CaseSpec::from_bytes`, byte 0 = the class, byte 1 = the instruction
+/// and pair; 1 input in 16) has outputs whose only term is a subnormal
+/// accumulator, so flushing them changes the answer, for 64 seeds of each
+/// format pair.
+#[test]
+fn subnormal_c_flushed_is_reached_by_the_fuzzers_sparse_class() {
+    let sparse = Class::ALL.iter().position(|&c| c == Class::Sparse).unwrap() as u8;
+    for pair in 0..4u8 {
+        for seed in 0..64u8 {
+            let spec = CaseSpec::from_bytes(&[sparse, 4 | pair, 0, seed, 0x5A]);
+            assert_eq!(
+                (spec.instruction, spec.class, spec.tiles),
+                (Instruction::MmaSync, Class::Sparse, 1)
+            );
+            let t = spec.generate();
+            let mut bent = t.clone();
+            for c in &mut bent.c {
+                if c.is_subnormal() {
+                    *c = if c.is_sign_negative() { -0.0 } else { 0.0 };
+                }
+            }
+            let n = caught(
+                Instruction::MmaSync,
+                usize::from(pair),
+                &t,
+                true,
+                &bent,
+                true,
+            );
+            assert!(n > 0, "pair {pair} seed {seed}: no output differs");
+        }
+    }
+}
+
 /// On the device, each planted bug fails the gate, and the gate's rows
 /// the CPU tests above name fail: the mma.sync uniform row
 /// (b-fragment-k-slip), the wgmma uniform-c row without the accumulator
