@@ -147,6 +147,29 @@ pub fn planted_sources<M>(
         .collect()
 }
 
+/// Planted bugs that are textual edits of `builtin`
+/// ([`crate::mutate::Mutant`], each applied exactly once by
+/// [`crate::mutate::apply_once`]).
+pub fn planted_mutants<C>(
+    list: &'static [crate::mutate::Mutant<C>],
+    builtin: &'static str,
+) -> Vec<Planted> {
+    planted_sources(
+        list,
+        |m| (m.name, m.what),
+        |m| crate::mutate::apply_once(m.name, m.find, m.replace, builtin),
+    )
+}
+
+/// A fuzz target's body for a kind whose case is `Arbitrary`: `data` as a
+/// `T` (`arbitrary_take_rest`), then `check` on it; bytes that make no
+/// case are skipped.
+pub fn fuzz_arbitrary<'a, T: arbitrary::Arbitrary<'a>>(data: &'a [u8], check: impl FnOnce(&T)) {
+    if let Ok(case) = T::arbitrary_take_rest(arbitrary::Unstructured::new(data)) {
+        check(&case);
+    }
+}
+
 /// The header of [`table`].
 pub const TABLE_HEADER: &str = "#kind\tshort\tenv\tfuzz_target\text\tbackend\tbuiltin\tplanted";
 

@@ -261,8 +261,5 @@ fn planted() -> Vec<Planted> {
 
 /// The `fp8_mmq` fuzz target's body.
 fn fuzz_one(data: &[u8]) {
-    use arbitrary::Arbitrary;
-    if let Ok(spec) = CaseSpec::arbitrary_take_rest(arbitrary::Unstructured::new(data)) {
-        super::check(&spec);
-    }
+    kind::fuzz_arbitrary::<CaseSpec>(data, super::check);
 }

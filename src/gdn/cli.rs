@@ -144,18 +144,10 @@ fn runner() -> Result<String, String> {
 }
 
 fn planted() -> Vec<kind::Planted> {
-    use super::mutants::{apply, MUTANTS};
-    kind::planted_sources(
-        &MUTANTS,
-        |m| (m.name, m.what),
-        |m| apply(m, device::cuda::BUILTIN_GDN_CU),
-    )
+    kind::planted_mutants(&super::mutants::MUTANTS, device::cuda::BUILTIN_GDN_CU)
 }
 
 /// The `gdn_packed` fuzz target's body.
 fn fuzz_one(data: &[u8]) {
-    use arbitrary::Arbitrary;
-    if let Ok(spec) = CaseSpec::arbitrary_take_rest(arbitrary::Unstructured::new(data)) {
-        super::check(&spec);
-    }
+    kind::fuzz_arbitrary::<CaseSpec>(data, super::check);
 }

@@ -164,11 +164,9 @@ fn runner() -> Result<String, String> {
 }
 
 fn planted() -> Vec<kind::Planted> {
-    use super::mutants::{apply, MUTANTS};
-    kind::planted_sources(
-        &MUTANTS,
-        |m| (m.name, m.what),
-        |m| apply(m, device::cuda::BUILTIN_TENSOR_CORE_CU),
+    kind::planted_mutants(
+        &super::mutants::MUTANTS,
+        device::cuda::BUILTIN_TENSOR_CORE_CU,
     )
 }
 
