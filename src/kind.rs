@@ -233,13 +233,14 @@ pub fn args<T: clap::FromArgMatches>(m: &clap::ArgMatches) -> T {
     T::from_arg_matches(m).unwrap_or_else(|e| panic!("a kind's arguments: {e}"))
 }
 
-/// Why a kind's engine could not be made, printed: a kernel source that
+/// Why `kind`'s engine could not be made, printed: a kernel source that
 /// does not compile or load (`source_fault`) is a failing gate row, exit 1,
-/// with its rerun line ([`crate::source_fault_report`]); a machine that
-/// cannot run kernels prints the message and exits 2.
-pub fn engine_failure(source_fault: bool, gate: &str, env: &str, msg: &str) -> ExitCode {
+/// with its rerun line naming the kind's gate and candidate variable
+/// ([`crate::source_fault_report`]); a machine that cannot run kernels
+/// prints the message and exits 2.
+pub fn engine_failure(kind: &Kind, source_fault: bool, msg: &str) -> ExitCode {
     if source_fault {
-        print!("{}", crate::source_fault_report(gate, env, msg));
+        print!("{}", crate::source_fault_report(kind.name, kind.env, msg));
         ExitCode::from(1)
     } else {
         eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");

@@ -106,14 +106,8 @@ fn valid_shape(in_f: usize, out_f: usize, m: usize) -> Result<(), ExitCode> {
 /// The CUDA engine (and the GEMM peer `KERNEL_ORACLE_FP8_MMQ` names, if
 /// any), or the message to print and exit 2 with.
 fn engine_or_exit() -> Result<&'static device::cuda::Engine, ExitCode> {
-    let engine = super::engine().map_err(|msg| {
-        kind::engine_failure(
-            super::run::engine_source_fault(),
-            "fp8-mmq",
-            device::cuda::ENV_FP8_MMQ_CU,
-            &msg,
-        )
-    })?;
+    let engine = super::engine()
+        .map_err(|msg| kind::engine_failure(&KIND, super::run::engine_source_fault(), &msg))?;
     super::run::peer().map_err(|msg| {
         eprintln!("kernel-oracle: cannot run the FP8 GEMM that KERNEL_ORACLE_FP8_MMQ names: {msg}");
         ExitCode::from(2)

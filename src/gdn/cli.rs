@@ -75,14 +75,8 @@ struct CaseArgs {
 
 /// The GDN engine, or the message to print and exit 2 with.
 fn engine_or_exit() -> Result<&'static device::cuda::GdnEngine, ExitCode> {
-    super::engine().map_err(|msg| {
-        kind::engine_failure(
-            super::run::engine_source_fault(),
-            "gdn",
-            device::cuda::ENV_GDN_CU,
-            &msg,
-        )
-    })
+    super::engine()
+        .map_err(|msg| kind::engine_failure(&KIND, super::run::engine_source_fault(), &msg))
 }
 
 fn check(_: &clap::ArgMatches) -> Result<GateSummary, ExitCode> {

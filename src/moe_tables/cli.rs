@@ -67,14 +67,8 @@ struct CaseArgs {
 
 /// The MoE tables engine, or the message to print and exit 2 with.
 fn engine_or_exit() -> Result<&'static device::cuda::MoeEngine, ExitCode> {
-    super::engine().map_err(|msg| {
-        kind::engine_failure(
-            super::run::engine_source_fault(),
-            "moe-tables",
-            device::cuda::ENV_MOE_TABLES_CU,
-            &msg,
-        )
-    })
+    super::engine()
+        .map_err(|msg| kind::engine_failure(&KIND, super::run::engine_source_fault(), &msg))
 }
 
 fn check(_: &clap::ArgMatches) -> Result<GateSummary, ExitCode> {
