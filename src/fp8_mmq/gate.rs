@@ -83,6 +83,16 @@ pub fn nan_case(row: &NanRow) -> CaseData {
     data
 }
 
+/// The largest row (`in_f * out_f * m` multiply-adds) whose table line
+/// says under which known schedules its output is bit-identical even when
+/// it passes ([`Identify::Always`]): identification computes the GEMM once
+/// per known accumulation on top of the declared one, which on the
+/// battery's projection shape (5120 x 1536 x 512, 4.0e9) quadruples the
+/// row's oracle time and dominates a `score` of the planted bugs. Larger
+/// rows identify only when they fail ([`Identify::OnFailure`]); the
+/// verdict is under the declared schedule either way.
+pub const IDENTIFY_ALWAYS_MACS: usize = 1 << 28;
+
 /// Legal e4m3 codes: 256 minus the two NaN magnitudes the dispatch refuses.
 pub const LEGAL_CODES: usize = 254;
 
@@ -220,8 +230,11 @@ fn arm_row(
         let t0 = std::time::Instant::now();
         let mut want = reference(&data, schedule);
         let oracle_time = t0.elapsed();
-        // Every row says which known schedules its output matches.
-        want.identify = Identify::Always;
+        // Every row up to IDENTIFY_ALWAYS_MACS says which known schedules
+        // its output matches; a larger one only when it fails.
+        if in_f * out_f * m <= IDENTIFY_ALWAYS_MACS {
+            want.identify = Identify::Always;
+        }
         (
             run_case_with_reference(engine, &data, spec.arm, &want),
             oracle_time,
