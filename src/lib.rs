@@ -18,6 +18,7 @@ pub mod moe_tables;
 pub mod mul_mat;
 pub mod mutate;
 pub mod paths;
+pub mod refcache;
 pub mod rng;
 pub mod score;
 pub mod stats;

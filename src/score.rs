@@ -33,6 +33,12 @@ pub const FUZZ_PREFIX: &str = "fuzz-result:";
 /// The default time budget of each fuzzer run, seconds.
 pub const DEFAULT_SECS: u64 = 60;
 
+/// The directory under the logs where the gates share their oracle
+/// answers ([`crate::refcache`]): the planted bugs of a kind run the same
+/// battery, so each row's answer is computed once per score. Emptied when
+/// a score starts.
+pub const REFERENCE_CACHE_DIR: &str = "reference-cache";
+
 /// The seed of the in-process fuzz loop's byte source (splitmix64).
 pub const DEFAULT_SEED: u64 = 1;
 
@@ -293,6 +299,10 @@ fn gate(exe: &Path, e: &Entry, logs: &Path, limit: Duration) -> Verdict {
     let log = logs.join(format!("{}-{}.gate.log", e.kind.short, e.name));
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["check", e.kind.name, "--score-line"]);
+    cmd.env(
+        crate::refcache::ENV_REFERENCE_CACHE,
+        logs.join(REFERENCE_CACHE_DIR),
+    );
     cmd.envs(e.env.iter().map(|(k, v)| (k, v)));
     let (code, killed, secs) = match run_logged(cmd, &log, limit) {
         Ok(r) => r,
@@ -476,6 +486,8 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
     let logs = m.get_one::<PathBuf>("logs").cloned().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("kernel-oracle-score-{}", std::process::id()))
     });
+    // A fresh reference cache: its answers are this binary's.
+    let _ = std::fs::remove_dir_all(logs.join(REFERENCE_CACHE_DIR));
     if let Err(e) = std::fs::create_dir_all(&logs) {
         eprintln!("kernel-oracle: cannot create {}: {e}", logs.display());
         return ExitCode::from(2);
