@@ -155,15 +155,28 @@ fn disk_load(stem: &std::path::Path, arch: &str) -> Option<Compiled> {
     })
 }
 
+/// Stores `c` under `stem`. Processes share the directory (a score's
+/// gates compile the same planted bugs at once), so each file is written
+/// under a name of its own (process id, serial) and renamed into place: a reader sees a
+/// whole file or none, never one being written.
 fn disk_store(stem: &std::path::Path, c: &Compiled) {
     let with = |ext: &str| stem.with_extension(format!("{}.{ext}", c.arch));
     if let Some(dir) = stem.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let _ = std::fs::write(with("ptx"), &c.ptx);
-    let _ = std::fs::write(with("log"), &c.log);
+    let put = |ext: &str, bytes: &[u8]| {
+        let to = with(ext);
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = to.with_extension(format!("{ext}.{}-{n}.tmp", std::process::id()));
+        if std::fs::write(&tmp, bytes).is_err() || std::fs::rename(&tmp, &to).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    };
+    put("ptx", c.ptx.as_bytes());
+    put("log", c.log.as_bytes());
     // The cubin last: its presence marks a complete entry.
-    let _ = std::fs::write(with("cubin"), &c.cubin);
+    put("cubin", &c.cubin);
 }
 
 /// Destroys the program on every path out of [`compile_uncached`].
@@ -240,4 +253,47 @@ fn compile_uncached(source: &KernelSource, arch: &str) -> Result<Compiled> {
         log,
         options,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entries round-trip, and writers racing on one entry (threads here,
+    /// processes in a score) leave whole files and no temporary ones.
+    #[test]
+    fn disk_cache_entries_are_whole_under_racing_writers() {
+        let dir = std::env::temp_dir().join(format!("nvrtc-cache-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let stem = dir.join("0123456789abcdef.sm_90a");
+        let c = Compiled {
+            arch: "sm_90a".into(),
+            ptx: "ptx text".into(),
+            cubin: vec![7u8; 1 << 20],
+            log: "log".into(),
+            options: compile_options("sm_90a"),
+        };
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| disk_store(&stem, &c));
+            }
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        if let Some(got) = disk_load(&stem, "sm_90a") {
+                            assert_eq!(got.cubin.len(), c.cubin.len(), "a cubin being written");
+                        }
+                    }
+                });
+            }
+        });
+        let got = disk_load(&stem, "sm_90a").expect("stored");
+        assert_eq!((got.ptx, got.cubin, got.log), (c.ptx, c.cubin, c.log));
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
