@@ -1,5 +1,26 @@
-// mul_mat_quad: register-tiled GEMM over ggml blocks, staged in 4 x 4 quads
-// and double-buffered (seed 004).
+// mul_mat_quad: a CANDIDATE for shaders/mul_mat_reg_tile.wgsl, not the
+// production shader: the same contract, ABI and order of operations, with
+// vec4 staged tiles, two staging buffers, and the quantized rows decoded a
+// quad (four consecutive k) at a time. Judge and time it with
+//   KERNEL_ORACLE_MUL_MAT_WGSL=shaders/candidates/mul_mat_quad.wgsl kernel-oracle check mul-mat
+//   SHADER=shaders/candidates/mul_mat_quad.wgsl target/release/examples/wgpu_gemm_bench
+// Status (2026-12-02): CI gate green on lavapipe (`cargo test` runs it);
+// this form has not run on the H200. Its predecessor (every staging unit a
+// quad, f32 included, with the four rows' loaders written out by name and
+// the next tile's quads prefetched into registers) did, bit-identical to
+// production on every LFM2.5 shape and dtype (SHADER= exit 0), WG 16x16,
+// TILE_K 16, cuBLAS SGEMM (TF32 off) in the same run:
+//   f32   ffn_gate 0.417 ms 0.343x, ffn_down 0.593 ms 0.192x,
+//         conv_in 0.245 ms 0.376x, attn_out 0.156 ms 0.226x
+//         (production 0.592 / 1.000 / 0.386 / 0.247 ms);
+//   q4_0  0.423 / 0.651 / 0.255 / 0.171 ms; q8_0 0.429 / 0.684 / 0.544 / 0.326;
+//   q4_K  4.656 / 4.077 / 2.425 / 0.657 ms, q6_K 2.490 / 2.809 / 1.723 / 0.664
+//         (production q4_K 0.707 / 1.058 / 0.463 / 0.266 ms): 3.5x to 6.6x
+//         slower, as the earlier vec4 candidate's K-quant loaders were.
+// The two slow forms shared four inlined copies of a K-quant loader per
+// staging unit; here the rows of a quad are a loop with one loader call,
+// as in the production shader's one-element loop. Whether that is the
+// cause is what its first H200 run will show.
 //
 //   dst[n * stride_dst + m] = sum over k of src0[m, k] * src1[n * stride_src1 + k]
 //
@@ -22,31 +43,38 @@
 // Geometry: a WG_M x WG_N workgroup computes a (4 WG_M) x (4 WG_N) block of
 // dst, each thread a 4 x 4 register tile (TILE_M = TILE_N = 4, unrolled by
 // hand below, hence not overridable). k advances TILE_K at a time through
-// two staging buffers in workgroup memory (2 x 16 TILE_K (WG_M + WG_N)
-// bytes): while the threads multiply out of one, the next k tile's first
-// share is already in flight from global memory into registers, and goes to
-// the other buffer after the products; one barrier per tile.
+// two staging buffers in workgroup memory, 2 x 16 TILE_K (WG_M + WG_N)
+// bytes (twice what `device::wgpu::Geometry::workgroup_bytes` counts for
+// the production shader: before this replaces it, that count and its
+// limit check must double). A thread's four rows (columns) at one k sit in
+// one vec4, so each k is two 16-byte workgroup loads for 16 multiply-adds.
 //
-// Staging unit: a quad, four rows (of src0) or four columns (of src1) by
-// four consecutive k, k a multiple of 4 (so a quad never straddles a ggml
-// block or sub-block: 4 divides 32 and 16). One thread loads a whole quad:
-// the block header (f16 scales, packed 6-bit scales) is decoded once per
-// row for four elements, and the four quantized values of a row come from
-// one 32-bit word (two where the block starts on an odd half-word). The
-// thread then writes the quad as four whole vec4 (four rows at one k) to
-// workgroup memory, so no two invocations store parts of one vector (WGSL
-// lets a component store touch the whole vector, gpuweb #2112). Quads of a
-// tile whose k lies outside it (TILE_K or k0 not a multiple of 4) are loaded
+// Staging: each vec4 of the staged tiles has exactly one writer, and a
+// thread writes either the whole vector or all four of its components
+// (WGSL lets a component store touch the whole vector, gpuweb #2112, so
+// four threads storing the four components of one vector would race).
+// src1, and src0 when it is f32, are staged as vector units (four rows at
+// one k, consecutive threads along k so that global reads coalesce); each
+// thread's first two units of the next tile are loaded into registers
+// before this tile's products and stored to the other buffer after them,
+// so their global latency hides behind the products; one barrier per tile.
+// src0 of a quantized dtype is staged after the products, one thread per
+// quad (four rows by four consecutive k, k a multiple of 4, so a quad never
+// straddles a ggml block or sub-block: 4 divides 32 and 16): the block
+// header (f16 scales, packed 6-bit scales) is decoded once per row for four
+// elements, and the four quantized values of a row come from one 32-bit
+// word (two where the block starts on an odd half-word). The thread writes
+// all four components of each of the quad's vec4 (rows past M as 0); the
+// quad's k outside the tile (TILE_K or k0 not a multiple of 4) are loaded
 // and not stored.
 //
 // Arithmetic order: each output is one f32 accumulator that starts at +0.0
 // and adds w[m, k] * x[n, k] for k = 0, 1, .., K - 1 in order, exactly the
-// contract's order (rule MM-ORDER); every dequantized value is the same
-// expression as in the loaders of ggml (and of the previous production
-// shader), so a driver that fuses one multiply-add fuses it in both. WGSL
-// allows the compiler to fuse the multiply-add, so the gate's EXACT arm
-// makes every order and fusion give the same bits and its RANDOM arm bounds
-// the rest.
+// contract's order (rule MM-ORDER), and every dequantized value is the
+// expression of the production shader's loader, so the bench's SHADER=
+// diff against it is expected to be bit-identical. WGSL allows the compiler
+// to fuse the multiply-add, so the gate's EXACT arm makes every order and
+// fusion give the same bits and its RANDOM arm bounds the rest.
 
 struct MulMatParams {
     m: u32,
@@ -79,15 +107,6 @@ const TILE_N: u32 = 4u;
 // thread's four rows (columns) at one k are then one 16-byte load.
 var<workgroup> sh0: array<vec4<f32>, 2u * TILE_K * WG_M>;
 var<workgroup> sh1: array<vec4<f32>, 2u * TILE_K * WG_N>;
-
-// Four rows (or columns) by four consecutive k: r0 is the first row's k,
-// k + 1, k + 2, k + 3, and so on.
-struct Quad {
-    r0: vec4<f32>,
-    r1: vec4<f32>,
-    r2: vec4<f32>,
-    r3: vec4<f32>,
-}
 
 // Byte `off` of src0 (little-endian words).
 fn src0_byte(off: u32) -> u32 {
@@ -139,19 +158,6 @@ fn i8_of(w: u32, c: u32) -> i32 {
 
 // Each loader below returns elements k .. k + 3 of row `row` (k a multiple
 // of 4, k < K).
-
-// f32: element (row, k) is word row * K + k; elements at k >= K (f32 rows
-// have any length) read as 0.
-fn quad_f32(row: u32, k: u32) -> vec4<f32> {
-    let kdim = params.k;
-    let base = row * kdim + k;
-    var v = vec4<f32>(0.0);
-    v.x = bitcast<f32>(src0[base]);
-    if (k + 1u < kdim) { v.y = bitcast<f32>(src0[base + 1u]); }
-    if (k + 2u < kdim) { v.z = bitcast<f32>(src0[base + 2u]); }
-    if (k + 3u < kdim) { v.w = bitcast<f32>(src0[base + 3u]); }
-    return v;
-}
 
 // q4_0 (18-byte blocks of 32): (q - 8) * d.
 fn q4_0_of(w: u32, c: u32, hi: bool, d: f32) -> f32 {
@@ -232,7 +238,8 @@ fn quad_q6_k(row: u32, k: u32) -> vec4<f32> {
     return vec4<f32>(q6_k_of(lo_w, hi_w, 0u, t, d, sc), q6_k_of(lo_w, hi_w, 1u, t, d, sc), q6_k_of(lo_w, hi_w, 2u, t, d, sc), q6_k_of(lo_w, hi_w, 3u, t, d, sc));
 }
 
-// Row `row` of src0 at k .. k + 3, zero past the last row.
+// Row `row` of src0 at k .. k + 3, zero past the last row (quantized
+// dtypes; f32 is staged as vector units).
 fn quad_src0(row: u32, k: u32) -> vec4<f32> {
     if (row >= params.m) {
         return vec4<f32>(0.0);
@@ -242,93 +249,110 @@ fn quad_src0(row: u32, k: u32) -> vec4<f32> {
         case 2u: { return quad_q8_0(row, k); }
         case 3u: { return quad_q4_k(row, k); }
         case 4u: { return quad_q6_k(row, k); }
-        default: { return quad_f32(row, k); }
+        default: { return vec4<f32>(0.0); }
     }
 }
 
-// Row `col` of src1 at k .. k + 3, zero past the last row or past K.
-fn quad_src1(col: u32, k: u32) -> vec4<f32> {
+// Rows row .. row + 3 of src0 at one k (f32 only), zero past the last row.
+fn col4_src0_f32(row: u32, k: u32) -> vec4<f32> {
+    let m = params.m;
     let kdim = params.k;
     var v = vec4<f32>(0.0);
-    if (col < params.n) {
-        let base = col * params.stride_src1 + k;
-        v.x = src1[base];
-        if (k + 1u < kdim) { v.y = src1[base + 1u]; }
-        if (k + 2u < kdim) { v.z = src1[base + 2u]; }
-        if (k + 3u < kdim) { v.w = src1[base + 3u]; }
-    }
+    if (row < m) { v.x = bitcast<f32>(src0[row * kdim + k]); }
+    if (row + 1u < m) { v.y = bitcast<f32>(src0[(row + 1u) * kdim + k]); }
+    if (row + 2u < m) { v.z = bitcast<f32>(src0[(row + 2u) * kdim + k]); }
+    if (row + 3u < m) { v.w = bitcast<f32>(src0[(row + 3u) * kdim + k]); }
     return v;
 }
 
-// Quads the tile at k0 touches, per row quad: the quads from k0 rounded
-// down to a multiple of 4 to k0 + TILE_K, and none past K.
+// Rows col .. col + 3 of src1 at one k, zero past the last row.
+fn col4_src1(col: u32, k: u32) -> vec4<f32> {
+    let n = params.n;
+    let s = params.stride_src1;
+    var v = vec4<f32>(0.0);
+    if (col < n) { v.x = src1[col * s + k]; }
+    if (col + 1u < n) { v.y = src1[(col + 1u) * s + k]; }
+    if (col + 2u < n) { v.z = src1[(col + 2u) * s + k]; }
+    if (col + 3u < n) { v.w = src1[(col + 3u) * s + k]; }
+    return v;
+}
+
+// k elements of the tile at k0: TILE_K, less in the last tile.
+fn tile_len(k0: u32) -> u32 {
+    return min(TILE_K, params.k - k0);
+}
+
+// Vector units of the tile at k0 (each four rows or columns at one k,
+// consecutive units along k, so consecutive threads read consecutive
+// words): src1's WG_N * len, after them src0's WG_M * len when src0 is f32.
+fn vec_units(k0: u32) -> u32 {
+    let len = tile_len(k0);
+    if (SRC0_DTYPE == 0u) {
+        return (WG_N + WG_M) * len;
+    }
+    return WG_N * len;
+}
+
+// Vector unit u of the tile at k0.
+fn load_vec_unit(u: u32, k0: u32, m0: u32, n0: u32) -> vec4<f32> {
+    let len = tile_len(k0);
+    let units1 = WG_N * len;
+    if (u < units1) {
+        return col4_src1(n0 + 4u * (u / len), k0 + u % len);
+    }
+    let v = u - units1;
+    return col4_src0_f32(m0 + 4u * (v / len), k0 + v % len);
+}
+
+// Stores vector unit u of the tile at k0, as loaded by `load_vec_unit`, to
+// buffer `buf`: one whole vec4.
+fn store_vec_unit(u: u32, k0: u32, buf: u32, x: vec4<f32>) {
+    let len = tile_len(k0);
+    let units1 = WG_N * len;
+    if (u < units1) {
+        sh1[buf * TILE_K * WG_N + (u % len) * WG_N + u / len] = x;
+    } else {
+        let v = u - units1;
+        sh0[buf * TILE_K * WG_M + (v % len) * WG_M + v / len] = x;
+    }
+}
+
+// Quads of src0 (quantized dtypes) in the tile at k0, per row quad: those
+// from k0 rounded down to a multiple of 4 to the tile's end.
 fn quads_in_tile(k0: u32) -> u32 {
-    let kend = min(k0 + TILE_K, params.k);
+    let kend = k0 + tile_len(k0);
     return (kend + 3u) / 4u - k0 / 4u;
 }
 
-// Unit u of the tile at k0 (units 0 .. WG_M * nq are src0's row quads, then
-// WG_N * nq of src1's column quads; consecutive units run along k, so
-// consecutive threads read consecutive words): loads it.
-fn load_unit(u: u32, k0: u32, m0: u32, n0: u32) -> Quad {
+// Stages src0's quads of the tile at k0 (quantized dtypes) into buffer
+// `buf`, one thread per quad. The rows are a loop with one loader call;
+// the thread stores all four components of each vec4 it touches (rows
+// past M as 0), so every vec4 has one writer.
+fn stage_quads(li: u32, k0: u32, buf: u32, m0: u32) {
     let nq = quads_in_tile(k0);
-    let units0 = WG_M * nq;
-    var q: Quad;
-    if (u < units0) {
-        let row = m0 + 4u * (u / nq);
-        let k = 4u * (k0 / 4u + u % nq);
-        q.r0 = quad_src0(row, k);
-        q.r1 = quad_src0(row + 1u, k);
-        q.r2 = quad_src0(row + 2u, k);
-        q.r3 = quad_src0(row + 3u, k);
-    } else {
-        let v = u - units0;
-        let col = n0 + 4u * (v / nq);
-        let k = 4u * (k0 / 4u + v % nq);
-        q.r0 = quad_src1(col, k);
-        q.r1 = quad_src1(col + 1u, k);
-        q.r2 = quad_src1(col + 2u, k);
-        q.r3 = quad_src1(col + 3u, k);
-    }
-    return q;
-}
-
-// The vec4 `v` (four rows at absolute k) into buffer `buf` of sh0 at row
-// quad i, if k lies in the tile at k0.
-fn store0(buf: u32, i: u32, k0: u32, k: u32, v: vec4<f32>) {
-    if (k >= k0 && k < k0 + TILE_K) {
-        sh0[buf * TILE_K * WG_M + (k - k0) * WG_M + i] = v;
-    }
-}
-
-// As `store0`, for sh1 at column quad j.
-fn store1(buf: u32, j: u32, k0: u32, k: u32, v: vec4<f32>) {
-    if (k >= k0 && k < k0 + TILE_K) {
-        sh1[buf * TILE_K * WG_N + (k - k0) * WG_N + j] = v;
-    }
-}
-
-// Stores unit u of the tile at k0 (as loaded by `load_unit`) into buffer
-// `buf`: one whole vec4 (the four rows at one k) for each of its k that
-// lies in the tile.
-fn store_unit(u: u32, k0: u32, buf: u32, q: Quad) {
-    let nq = quads_in_tile(k0);
-    let units0 = WG_M * nq;
-    if (u < units0) {
+    let m = params.m;
+    for (var u = li; u < WG_M * nq; u += WG_M * WG_N) {
         let i = u / nq;
         let k = 4u * (k0 / 4u + u % nq);
-        store0(buf, i, k0, k, vec4<f32>(q.r0.x, q.r1.x, q.r2.x, q.r3.x));
-        store0(buf, i, k0, k + 1u, vec4<f32>(q.r0.y, q.r1.y, q.r2.y, q.r3.y));
-        store0(buf, i, k0, k + 2u, vec4<f32>(q.r0.z, q.r1.z, q.r2.z, q.r3.z));
-        store0(buf, i, k0, k + 3u, vec4<f32>(q.r0.w, q.r1.w, q.r2.w, q.r3.w));
-    } else {
-        let v = u - units0;
-        let j = v / nq;
-        let k = 4u * (k0 / 4u + v % nq);
-        store1(buf, j, k0, k, vec4<f32>(q.r0.x, q.r1.x, q.r2.x, q.r3.x));
-        store1(buf, j, k0, k + 1u, vec4<f32>(q.r0.y, q.r1.y, q.r2.y, q.r3.y));
-        store1(buf, j, k0, k + 2u, vec4<f32>(q.r0.z, q.r1.z, q.r2.z, q.r3.z));
-        store1(buf, j, k0, k + 3u, vec4<f32>(q.r0.w, q.r1.w, q.r2.w, q.r3.w));
+        let row0 = m0 + 4u * i;
+        let base = buf * TILE_K * WG_M + i;
+        // Rows in range, then zeros.
+        var rows = 0u;
+        if (row0 < m) {
+            rows = min(4u, m - row0);
+        }
+        for (var r = 0u; r < rows; r++) {
+            let v = quad_src0(row0 + r, k);
+            if (k >= k0 && k < k0 + TILE_K) { sh0[base + (k - k0) * WG_M][r] = v.x; }
+            if (k + 1u >= k0 && k + 1u < k0 + TILE_K) { sh0[base + (k + 1u - k0) * WG_M][r] = v.y; }
+            if (k + 2u >= k0 && k + 2u < k0 + TILE_K) { sh0[base + (k + 2u - k0) * WG_M][r] = v.z; }
+            if (k + 3u >= k0 && k + 3u < k0 + TILE_K) { sh0[base + (k + 3u - k0) * WG_M][r] = v.w; }
+        }
+        for (var r = rows; r < 4u; r++) {
+            for (var c = 0u; c < 4u; c++) {
+                if (k + c >= k0 && k + c < k0 + TILE_K) { sh0[base + (k + c - k0) * WG_M][r] = 0.0; }
+            }
+        }
     }
 }
 
@@ -373,26 +397,32 @@ fn main(
 
     // The first tile, straight to buffer 0.
     if (kdim > 0u) {
-        let units = (WG_M + WG_N) * quads_in_tile(0u);
+        let units = vec_units(0u);
         for (var u = li; u < units; u += threads) {
-            store_unit(u, 0u, 0u, load_unit(u, 0u, m0, n0));
+            store_vec_unit(u, 0u, 0u, load_vec_unit(u, 0u, m0, n0));
+        }
+        if (SRC0_DTYPE != 0u) {
+            stage_quads(li, 0u, 0u, m0);
         }
     }
     workgroupBarrier(); // the first tile staged
 
     var buf = 0u;
     for (var k0 = 0u; k0 < kdim; k0 += TILE_K) {
-        // The next tile's first unit per thread, in flight while this
-        // tile's products run.
+        // The next tile's first two vector units per thread, in flight
+        // while this tile's products run.
         let k1 = k0 + TILE_K;
-        let more = k1 < kdim;
         var units1 = 0u;
-        if (more) {
-            units1 = (WG_M + WG_N) * quads_in_tile(k1);
+        if (k1 < kdim) {
+            units1 = vec_units(k1);
         }
-        var pre: Quad;
+        var pre0 = vec4<f32>(0.0);
+        var pre1 = vec4<f32>(0.0);
         if (li < units1) {
-            pre = load_unit(li, k1, m0, n0);
+            pre0 = load_vec_unit(li, k1, m0, n0);
+        }
+        if (li + threads < units1) {
+            pre1 = load_vec_unit(li + threads, k1, m0, n0);
         }
 
         let a0 = buf * TILE_K * WG_M + lid.x;
@@ -411,10 +441,16 @@ fn main(
         // previous iteration's barrier, so nobody reads it any more.
         let nbuf = 1u - buf;
         if (li < units1) {
-            store_unit(li, k1, nbuf, pre);
+            store_vec_unit(li, k1, nbuf, pre0);
         }
-        for (var u = li + threads; u < units1; u += threads) {
-            store_unit(u, k1, nbuf, load_unit(u, k1, m0, n0));
+        if (li + threads < units1) {
+            store_vec_unit(li + threads, k1, nbuf, pre1);
+        }
+        for (var u = li + 2u * threads; u < units1; u += threads) {
+            store_vec_unit(u, k1, nbuf, load_vec_unit(u, k1, m0, n0));
+        }
+        if (SRC0_DTYPE != 0u && k1 < kdim) {
+            stage_quads(li, k1, nbuf, m0);
         }
         workgroupBarrier(); // staged tiles complete before anyone reads them
         buf = nbuf;
