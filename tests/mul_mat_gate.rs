@@ -22,16 +22,12 @@ fn mul_mat_gate_ci_shapes() {
     );
 }
 
-/// The candidate shader kept in `shaders/candidates/` passes the same gate
-/// (a candidate that has fallen behind the contract is caught here, not on
-/// the day someone swaps it in).
-#[test]
-fn candidate_vec4_passes_the_ci_gate() {
-    let path = kernel_oracle::paths::project_file(
-        "shaders/candidates/mul_mat_vec4.wgsl",
-        env!("CARGO_MANIFEST_DIR"),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+/// `path` (a candidate shader in `shaders/candidates/`) passes the CI gate:
+/// a candidate that has fallen behind the contract is caught here, not on
+/// the day someone swaps it in.
+fn candidate_passes_the_ci_gate(path: &str) {
+    let path = kernel_oracle::paths::project_file(path, env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let source = device::wgpu::ShaderSource::from_file(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let engine = device::wgpu::WgpuEngine::new(source)
@@ -45,6 +41,20 @@ fn candidate_vec4_passes_the_ci_gate() {
         g.rows,
         path.display()
     );
+}
+
+/// The vec4 candidate (vec4 tiles, double-buffered, one element per loader
+/// call) passes the CI gate.
+#[test]
+fn candidate_vec4_passes_the_ci_gate() {
+    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_vec4.wgsl");
+}
+
+/// The quad candidate (as vec4, quantized rows decoded four k at a time)
+/// passes the CI gate.
+#[test]
+fn candidate_quad_passes_the_ci_gate() {
+    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_quad.wgsl");
 }
 
 /// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).

@@ -1,17 +1,22 @@
 // mul_mat_vec4: a CANDIDATE for shaders/mul_mat_reg_tile.wgsl, not the
-// production shader. The same contract, ABI and arithmetic; the difference is
-// the layout of the staged tiles (vec4, below). Swap it in to judge it:
+// production shader: the same contract, ABI and order of operations, with
+// vec4 staged tiles and two staging buffers; the quantized rows are decoded
+// one element at a time by the production shader's own loaders. Judge and
+// time it with
 //   KERNEL_ORACLE_MUL_MAT_WGSL=shaders/candidates/mul_mat_vec4.wgsl kernel-oracle check mul-mat
 //   SHADER=shaders/candidates/mul_mat_vec4.wgsl target/release/examples/wgpu_gemm_bench
-// Status (2026-11-29): the CI gate passes on lavapipe (tests/mul_mat_gate.rs
-// runs it). On the H200 two earlier forms of it were measured, both
-// bit-identical to the production shader on every LFM2.5 shape and dtype:
-// (a) each thread stored one component of a shared vec4: 1.03x-1.34x the
-// production shader, but a race under WGSL's memory model (a component
-// store may touch the whole vector, gpuweb #2112), so not shipped; (b) the
-// race fixed with a loop-indexed component store: gates green and 92 s of
-// fuzzing clean, but the quantized dtypes ran 6x slower. This form names
-// the components instead of indexing them; it has not run on the H200 yet.
+// Status (2026-12-02): CI gate green on lavapipe (`cargo test` runs it);
+// this form has not run on the H200. Earlier forms of it did, all
+// bit-identical to production: (a) each thread stored one component of a
+// shared vec4: 1.03x-1.34x the production shader, but a race under WGSL's
+// memory model; (b) one thread per vec4 with a loop-indexed component of a
+// private vec4: quantized dtypes 6x slower (the vector went to memory);
+// (c) the components by name (four inlined loader calls): f32 0.354 /
+// 0.588 / 0.235 / 0.147 ms on ffn_gate / ffn_down / conv_in / attn_out
+// (0.40x / 0.19x / 0.39x / 0.23x cuBLAS SGEMM), q4_K and q6_K 4.5x slower
+// than production. This form adds the double buffer and the register
+// prefetch, and writes a quantized vec4's components from a loop with one
+// loader call (the production shader's one-element loop, in shape).
 //
 //   dst[n * stride_dst + m] = sum over k of src0[m, k] * src1[n * stride_src1 + k]
 //
@@ -33,20 +38,33 @@
 //
 // Geometry: a WG_M x WG_N workgroup computes a (4 WG_M) x (4 WG_N) block of
 // dst, each thread a 4 x 4 register tile (TILE_M = TILE_N = 4, unrolled by
-// hand below, hence not overridable). k advances TILE_K at a time: all
-// threads stage a (4 WG_M) x TILE_K tile of dequantized src0 and a
-// (4 WG_N) x TILE_K tile of src1 in workgroup memory, synchronise, and
-// accumulate from there. A thread's four rows (columns) at one k sit in one
-// vec4, so each k step is two 16-byte workgroup loads for 16 multiply-adds
-// (scalar tiles read at a 4-word stride took eight loads, with bank
-// conflicts; the vec4 layout measured 1.03x to 1.34x faster on the H200,
-// bit-identical outputs, in the racy form (a) above).
+// hand below, hence not overridable). k advances TILE_K at a time through
+// two staging buffers in workgroup memory, 2 x 16 TILE_K (WG_M + WG_N)
+// bytes (twice what `device::wgpu::Geometry::workgroup_bytes` counts for
+// the production shader: before this replaces it, that count and its
+// limit check must double). A thread's four rows (columns) at one k sit in
+// one vec4, so each k is two 16-byte workgroup loads for 16 multiply-adds.
+//
+// Staging: each vec4 of the staged tiles has exactly one writer, and a
+// thread writes either the whole vector or all four of its components
+// (WGSL lets a component store touch the whole vector, gpuweb #2112, so
+// four threads storing the four components of one vector would race).
+// src1, and src0 when it is f32, are staged as vector units (four rows at
+// one k, consecutive threads along k so that global reads coalesce); each
+// thread's first two units of the next tile are loaded into registers
+// before this tile's products and stored to the other buffer after them,
+// so their global latency hides behind the products; one barrier per tile.
+// src0 of a quantized dtype is staged after the products, one thread per
+// vec4 (four rows at one k), the rows a loop over the production loader;
+// the thread writes all four components (rows past M as 0).
 //
 // Arithmetic order: each output is one f32 accumulator that starts at +0.0
 // and adds w[m, k] * x[n, k] for k = 0, 1, .., K - 1 in order, exactly the
-// contract's order (rule MM-ORDER). WGSL allows the compiler to fuse the
-// multiply-add, so the gate's EXACT arm makes every order and fusion give
-// the same bits and its RANDOM arm bounds the rest.
+// contract's order (rule MM-ORDER), and every dequantized value is the
+// expression of the production shader's loader, so the bench's SHADER=
+// diff against it is expected to be bit-identical. WGSL allows the compiler
+// to fuse the multiply-add, so the gate's EXACT arm makes every order and
+// fusion give the same bits and its RANDOM arm bounds the rest.
 
 struct MulMatParams {
     m: u32,
@@ -73,12 +91,12 @@ override TILE_K: u32 = 16u;
 const TILE_M: u32 = 4u;
 const TILE_N: u32 = 4u;
 
-// Staged tiles, k-major, four consecutive rows to a vector:
-// sh0[kk * WG_M + i][c] is src0 row m0 + 4 i + c at k0 + kk, and
-// sh1[kk * WG_N + j][c] is src1 row n0 + 4 j + c at k0 + kk. A thread's
-// four rows (columns) at one k are then one 16-byte load.
-var<workgroup> sh0: array<vec4<f32>, TILE_K * WG_M>;
-var<workgroup> sh1: array<vec4<f32>, TILE_K * WG_N>;
+// Staged tiles, two buffers, k-major, four consecutive rows to a vector:
+// sh0[b * TILE_K * WG_M + kk * WG_M + i][c] is src0 row m0 + 4 i + c at
+// k0 + kk in buffer b, and likewise sh1 with src1 row n0 + 4 j + c. A
+// thread's four rows (columns) at one k are then one 16-byte load.
+var<workgroup> sh0: array<vec4<f32>, 2u * TILE_K * WG_M>;
+var<workgroup> sh1: array<vec4<f32>, 2u * TILE_K * WG_N>;
 
 // Byte `off` of src0 (little-endian words).
 fn src0_byte(off: u32) -> u32 {
@@ -114,6 +132,7 @@ fn src0_i8(off: u32) -> i32 {
     return bitcast<i32>(src0_byte(off) << 24u) >> 24u;
 }
 
+// The loaders of one element (the previous production shader's).
 // f32: element (row, k) is word row * K + k.
 fn load_f32(row: u32, k: u32) -> f32 {
     return bitcast<f32>(src0[row * params.k + k]);
@@ -188,6 +207,116 @@ fn load_src0(row: u32, k: u32) -> f32 {
     }
 }
 
+// Rows row .. row + 3 of src0 at one k (f32 only), zero past the last row.
+fn col4_src0_f32(row: u32, k: u32) -> vec4<f32> {
+    let m = params.m;
+    let kdim = params.k;
+    var v = vec4<f32>(0.0);
+    if (row < m) { v.x = bitcast<f32>(src0[row * kdim + k]); }
+    if (row + 1u < m) { v.y = bitcast<f32>(src0[(row + 1u) * kdim + k]); }
+    if (row + 2u < m) { v.z = bitcast<f32>(src0[(row + 2u) * kdim + k]); }
+    if (row + 3u < m) { v.w = bitcast<f32>(src0[(row + 3u) * kdim + k]); }
+    return v;
+}
+
+// Rows col .. col + 3 of src1 at one k, zero past the last row.
+fn col4_src1(col: u32, k: u32) -> vec4<f32> {
+    let n = params.n;
+    let s = params.stride_src1;
+    var v = vec4<f32>(0.0);
+    if (col < n) { v.x = src1[col * s + k]; }
+    if (col + 1u < n) { v.y = src1[(col + 1u) * s + k]; }
+    if (col + 2u < n) { v.z = src1[(col + 2u) * s + k]; }
+    if (col + 3u < n) { v.w = src1[(col + 3u) * s + k]; }
+    return v;
+}
+
+// k elements of the tile at k0: TILE_K, less in the last tile.
+fn tile_len(k0: u32) -> u32 {
+    return min(TILE_K, params.k - k0);
+}
+
+// Vector units of the tile at k0 (each four rows or columns at one k,
+// consecutive units along k, so consecutive threads read consecutive
+// words): src1's WG_N * len, after them src0's WG_M * len when src0 is f32.
+fn vec_units(k0: u32) -> u32 {
+    let len = tile_len(k0);
+    if (SRC0_DTYPE == 0u) {
+        return (WG_N + WG_M) * len;
+    }
+    return WG_N * len;
+}
+
+// Vector unit u of the tile at k0.
+fn load_vec_unit(u: u32, k0: u32, m0: u32, n0: u32) -> vec4<f32> {
+    let len = tile_len(k0);
+    let units1 = WG_N * len;
+    if (u < units1) {
+        return col4_src1(n0 + 4u * (u / len), k0 + u % len);
+    }
+    let v = u - units1;
+    return col4_src0_f32(m0 + 4u * (v / len), k0 + v % len);
+}
+
+// Stores vector unit u of the tile at k0, as loaded by `load_vec_unit`, to
+// buffer `buf`: one whole vec4.
+fn store_vec_unit(u: u32, k0: u32, buf: u32, x: vec4<f32>) {
+    let len = tile_len(k0);
+    let units1 = WG_N * len;
+    if (u < units1) {
+        sh1[buf * TILE_K * WG_N + (u % len) * WG_N + u / len] = x;
+    } else {
+        let v = u - units1;
+        sh0[buf * TILE_K * WG_M + (v % len) * WG_M + v / len] = x;
+    }
+}
+
+// Stages src0 of the tile at k0 (quantized dtypes) into buffer `buf`,
+// one thread per vec4 (four rows at one k), one element at a time: the
+// rows are a loop with one loader call; the thread stores all four
+// components of the vec4 (rows past M as 0), so it has one writer.
+fn stage_src0_rows(li: u32, k0: u32, buf: u32, m0: u32) {
+    let len = tile_len(k0);
+    let m = params.m;
+    for (var u = li; u < WG_M * len; u += WG_M * WG_N) {
+        let i = u / len;
+        let kk = u % len;
+        let row0 = m0 + 4u * i;
+        let at = buf * TILE_K * WG_M + kk * WG_M + i;
+        var rows = 0u;
+        if (row0 < m) {
+            rows = min(4u, m - row0);
+        }
+        for (var r = 0u; r < rows; r++) {
+            sh0[at][r] = load_src0(row0 + r, k0 + kk);
+        }
+        for (var r = rows; r < 4u; r++) {
+            sh0[at][r] = 0.0;
+        }
+    }
+}
+
+// The 16 products of one k, each added to its own accumulator:
+// acc[4 i + j] += a[i] * b[j].
+fn mac(acc: ptr<function, array<f32, 16>>, a: vec4<f32>, b: vec4<f32>) {
+    (*acc)[0] += a.x * b.x;
+    (*acc)[1] += a.x * b.y;
+    (*acc)[2] += a.x * b.z;
+    (*acc)[3] += a.x * b.w;
+    (*acc)[4] += a.y * b.x;
+    (*acc)[5] += a.y * b.y;
+    (*acc)[6] += a.y * b.z;
+    (*acc)[7] += a.y * b.w;
+    (*acc)[8] += a.z * b.x;
+    (*acc)[9] += a.z * b.y;
+    (*acc)[10] += a.z * b.z;
+    (*acc)[11] += a.z * b.w;
+    (*acc)[12] += a.w * b.x;
+    (*acc)[13] += a.w * b.y;
+    (*acc)[14] += a.w * b.z;
+    (*acc)[15] += a.w * b.w;
+}
+
 @compute @workgroup_size(WG_M, WG_N, 1)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -197,10 +326,8 @@ fn main(
     let m = params.m;
     let n = params.n;
     let kdim = params.k;
-    let bm = WG_M * TILE_M;
-    let bn = WG_N * TILE_N;
-    let m0 = wg.x * bm;
-    let n0 = wg.y * bn;
+    let m0 = wg.x * WG_M * TILE_M;
+    let n0 = wg.y * WG_N * TILE_N;
     let threads = WG_M * WG_N;
 
     var acc: array<f32, 16>; // acc[4 i + j]: row m0 + 4 lid.x + i, column n0 + 4 lid.y + j
@@ -208,67 +335,65 @@ fn main(
         acc[i] = 0.0;
     }
 
-    for (var k0 = 0u; k0 < kdim; k0 += TILE_K) {
-        // Stage: each thread fills whole vectors (four rows, or columns, at
-        // one k), consecutive threads consecutive k (global reads coalesced
-        // along k). A whole-vector store: WGSL lets a store to one
-        // component of a vector touch the others, so four threads storing
-        // the four components of one vector would race (gpuweb #2112).
-        for (var e = li; e < WG_M * TILE_K; e += threads) {
-            let r = 4u * (e / TILE_K);
-            let kk = e % TILE_K;
-            let row = m0 + r;
-            let k = k0 + kk;
-            var v = vec4<f32>(0.0);
-            if (k < kdim) {
-                // Components by name, not by a loop index: a dynamically
-                // indexed vector left the quantized loaders 6x slower on
-                // the H200 (the vector went to memory).
-                if (row < m) { v.x = load_src0(row, k); }
-                if (row + 1u < m) { v.y = load_src0(row + 1u, k); }
-                if (row + 2u < m) { v.z = load_src0(row + 2u, k); }
-                if (row + 3u < m) { v.w = load_src0(row + 3u, k); }
-            }
-            sh0[kk * WG_M + e / TILE_K] = v;
+    // The first tile, straight to buffer 0.
+    if (kdim > 0u) {
+        let units = vec_units(0u);
+        for (var u = li; u < units; u += threads) {
+            store_vec_unit(u, 0u, 0u, load_vec_unit(u, 0u, m0, n0));
         }
-        for (var e = li; e < WG_N * TILE_K; e += threads) {
-            let r = 4u * (e / TILE_K);
-            let kk = e % TILE_K;
-            let col = n0 + r;
-            let k = k0 + kk;
-            var v = vec4<f32>(0.0);
-            if (k < kdim) {
-                if (col < n) { v.x = src1[col * params.stride_src1 + k]; }
-                if (col + 1u < n) { v.y = src1[(col + 1u) * params.stride_src1 + k]; }
-                if (col + 2u < n) { v.z = src1[(col + 2u) * params.stride_src1 + k]; }
-                if (col + 3u < n) { v.w = src1[(col + 3u) * params.stride_src1 + k]; }
+        if (SRC0_DTYPE != 0u) {
+            stage_src0_rows(li, 0u, 0u, m0);
+        }
+    }
+    workgroupBarrier(); // the first tile staged
+
+    var buf = 0u;
+    for (var k0 = 0u; k0 < kdim; k0 += TILE_K) {
+        // The next tile's first two vector units per thread, in flight
+        // while this tile's products run.
+        let k1 = k0 + TILE_K;
+        var units1 = 0u;
+        if (k1 < kdim) {
+            units1 = vec_units(k1);
+        }
+        var pre0 = vec4<f32>(0.0);
+        var pre1 = vec4<f32>(0.0);
+        if (li < units1) {
+            pre0 = load_vec_unit(li, k1, m0, n0);
+        }
+        if (li + threads < units1) {
+            pre1 = load_vec_unit(li + threads, k1, m0, n0);
+        }
+
+        let a0 = buf * TILE_K * WG_M + lid.x;
+        let b0 = buf * TILE_K * WG_N + lid.y;
+        if (k1 <= kdim) {
+            for (var kk = 0u; kk < TILE_K; kk++) {
+                mac(&acc, sh0[a0 + kk * WG_M], sh1[b0 + kk * WG_N]);
             }
-            sh1[kk * WG_N + e / TILE_K] = v;
+        } else {
+            for (var kk = 0u; kk < kdim - k0; kk++) {
+                mac(&acc, sh0[a0 + kk * WG_M], sh1[b0 + kk * WG_N]);
+            }
+        }
+
+        // The next tile into the other buffer: every thread has passed the
+        // previous iteration's barrier, so nobody reads it any more.
+        let nbuf = 1u - buf;
+        if (li < units1) {
+            store_vec_unit(li, k1, nbuf, pre0);
+        }
+        if (li + threads < units1) {
+            store_vec_unit(li + threads, k1, nbuf, pre1);
+        }
+        for (var u = li + 2u * threads; u < units1; u += threads) {
+            store_vec_unit(u, k1, nbuf, load_vec_unit(u, k1, m0, n0));
+        }
+        if (SRC0_DTYPE != 0u && k1 < kdim) {
+            stage_src0_rows(li, k1, nbuf, m0);
         }
         workgroupBarrier(); // staged tiles complete before anyone reads them
-
-        let kend = min(TILE_K, kdim - k0);
-        for (var kk = 0u; kk < kend; kk++) {
-            let a = sh0[kk * WG_M + lid.x];
-            let b = sh1[kk * WG_N + lid.y];
-            acc[0] += a.x * b.x;
-            acc[1] += a.x * b.y;
-            acc[2] += a.x * b.z;
-            acc[3] += a.x * b.w;
-            acc[4] += a.y * b.x;
-            acc[5] += a.y * b.y;
-            acc[6] += a.y * b.z;
-            acc[7] += a.y * b.w;
-            acc[8] += a.z * b.x;
-            acc[9] += a.z * b.y;
-            acc[10] += a.z * b.z;
-            acc[11] += a.z * b.w;
-            acc[12] += a.w * b.x;
-            acc[13] += a.w * b.y;
-            acc[14] += a.w * b.z;
-            acc[15] += a.w * b.w;
-        }
-        workgroupBarrier(); // everyone done reading before the next stage
+        buf = nbuf;
     }
 
     for (var i = 0u; i < TILE_M; i++) {
