@@ -446,14 +446,23 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
  * only after a cluster barrier, once every CTA of the cluster has read
  * the old ring. Each v channel and state column has exactly one owner.
  *
- * Every global input is staged before it is needed (the q/k channels'
- * ring, taps and rows in shared memory, a column's taps and next input in
- * registers), so no phase waits on a global load. Rows are pipelined in
- * three phases between __syncthreads: while the column threads scan row r
- * (A: decay and k.S; B: update and q.S), the q/k threads convolve row
- * r + 1 (A), take its two L2 norms and stage row r + 2's inputs (B), and
- * write its normalised q and k and its heads' beta and exp(g) (C), while
- * the column threads convolve their v channel of row r + 1 (C).
+ * The scan's sums are chains of 128 dependent additions in the contract's
+ * order; nothing shortens a chain, so the kernel keeps every chain's
+ * operands ready when it starts and runs independent work beside it:
+ * - the q/k channels' ring, taps and next two input rows are copied to
+ *   shared memory with asynchronous 16-byte copies (cp.async), a column's
+ *   taps and next two v inputs and the next row's beta_raw and alpha are
+ *   held in registers, exp(a_log) is computed once per head;
+ * - the dot products read their shared operands 16 bytes at a time;
+ * - the conv width is a template parameter (every tap loop unrolled, no
+ *   local memory);
+ * - rows are pipelined in three phases between __syncthreads: while the
+ *   column threads scan row r (A: decay and k.S; B1: update and q.S), the
+ *   q/k threads convolve row r + 1 (A) and take its L2 norms while other
+ *   q/k threads (another warp when there is one) compute its heads' beta
+ *   and exp(g) (B1); then (B2) the column threads write the snapshot and
+ *   convolve their v channel of row r + 1 while the q/k threads write its
+ *   normalised q and k.
  *
  * Launch: grid (num_k * GDN_CS, B), blockDim.x <= 128 (the shim: 128 when
  * B = 1 and cpc is a multiple of 32 below 128, else min(cpc, 128));
@@ -465,23 +474,93 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GDN_CS 8
 #define GDN_CLUSTER_DIMS __cluster_dims__(GDN_CS, 1, 1)
-__device__ __forceinline__ void gdn_cluster_sync()
+/* A CTA arrives once it has read the q/k ring (the reads were asynchronous
+ * copies it waited for, so they are complete: no memory ordering is
+ * needed, and none is paid for); rank 0 waits before writing the ring. */
+__device__ __forceinline__ void gdn_cluster_arrive()
 {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void gdn_cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
 #else
 #ifndef GDN_CS
 #define GDN_CS 1
 #endif
 #define GDN_CLUSTER_DIMS
-__device__ __forceinline__ void gdn_cluster_sync() { __syncthreads(); }
+__device__ __forceinline__ void gdn_cluster_arrive() {}
+__device__ __forceinline__ void gdn_cluster_wait() { __syncthreads(); }
 #endif
 
-/* q/k conv channel c (0..255) of q/k head hk: q channels first. */
-__device__ __forceinline__ i32 gdn_qk_channel(i32 c, i32 hk, i32 key_dim)
+/* 16 bytes from global src to shared dst (both 16-byte aligned), without
+ * waiting (cp.async on sm_80 and later); gdn_cp_wait waits for every copy
+ * this thread issued. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void gdn_cp16(f32 *dst, const f32 *src)
 {
-    return c < GDN_D ? hk * GDN_D + c : key_dim + hk * GDN_D + (c - GDN_D);
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void gdn_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#else
+__device__ __forceinline__ void gdn_cp16(f32 *dst, const f32 *src)
+{
+    for (i32 i = 0; i < 4; ++i) dst[i] = src[i];
+}
+__device__ __forceinline__ void gdn_cp_wait() {}
+#endif
+
+/* n4 16-byte blocks from src (global) to dst (shared), by lanes lane,
+ * lane + nl, ... */
+__device__ __forceinline__ void gdn_stage(f32 *dst, const f32 *src, i32 n4, i32 lane, i32 nl)
+{
+    for (i32 i = lane; i < n4; i += nl) gdn_cp16(dst + 4 * i, src + 4 * i);
+}
+
+/* Elements 4 q .. 4 q + 3 of a 16-byte-aligned array. */
+__device__ __forceinline__ float4 gdn_ld4(const f32 *a, i32 q)
+{
+    return reinterpret_cast<const float4 *>(a)[q];
+}
+__device__ __forceinline__ void gdn_st4(f32 *a, i32 q, float4 v)
+{
+    reinterpret_cast<float4 *>(a)[q] = v;
+}
+
+/* acc + a[i] * b[i] for i = 0..127 in increasing order, one rounding each
+ * (b 16-byte aligned in shared memory). */
+__device__ __forceinline__ f32 gdn_dot_seq(f32 acc, const f32 a[GDN_D], const f32 *b)
+{
+#pragma unroll
+    for (i32 q = 0; q < GDN_D / 4; ++q) {
+        const float4 v = gdn_ld4(b, q);
+        acc = __fadd_rn(acc, __fmul_rn(a[4 * q], v.x));
+        acc = __fadd_rn(acc, __fmul_rn(a[4 * q + 1], v.y));
+        acc = __fadd_rn(acc, __fmul_rn(a[4 * q + 2], v.z));
+        acc = __fadd_rn(acc, __fmul_rn(a[4 * q + 3], v.w));
+    }
+    return acc;
+}
+
+/* 1 / sqrt(sum of x[i]^2 for i = 0..127 in increasing order + eps), as
+ * gdn_prep_head (l2_normalize steps 1-2; x 16-byte aligned in shared
+ * memory). */
+__device__ __forceinline__ f32 gdn_inv_norm(const f32 *x, f32 eps)
+{
+    f32 ss = 0.0f;
+#pragma unroll 8
+    for (i32 q = 0; q < GDN_D / 4; ++q) {
+        const float4 v = gdn_ld4(x, q);
+        ss = __fadd_rn(ss, __fmul_rn(v.x, v.x));
+        ss = __fadd_rn(ss, __fmul_rn(v.y, v.y));
+        ss = __fadd_rn(ss, __fmul_rn(v.z, v.z));
+        ss = __fadd_rn(ss, __fmul_rn(v.w, v.w));
+    }
+    const f32 dd = __fadd_rn(ss, eps);
+    const f32 sq = __fsqrt_rn(dd);
+    return __fdiv_rn(1.0f, sq);
 }
 
 /* gdn_scan_column steps 1-3: decay, kv, delta (returned). */
@@ -490,9 +569,7 @@ __device__ __forceinline__ f32 gdn_scan_decay_delta(f32 col[GDN_D], const f32 *k
 {
 #pragma unroll
     for (i32 i = 0; i < GDN_D; ++i) col[i] = __fmul_rn(col[i], d);
-    f32 kv = 0.0f;
-#pragma unroll
-    for (i32 i = 0; i < GDN_D; ++i) kv = __fadd_rn(kv, __fmul_rn(col[i], ks[i]));
+    const f32 kv = gdn_dot_seq(0.0f, col, ks);
     return __fmul_rn(__fsub_rn(v_j, kv), beta);
 }
 
@@ -501,20 +578,24 @@ __device__ __forceinline__ f32 gdn_scan_update_read(f32 col[GDN_D], const f32 *q
                                                     f32 delta, f32 scale)
 {
 #pragma unroll
-    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fadd_rn(col[i], __fmul_rn(ks[i], delta));
-    f32 acc = 0.0f;
-#pragma unroll
-    for (i32 i = 0; i < GDN_D; ++i) acc = __fadd_rn(acc, __fmul_rn(col[i], qs[i]));
+    for (i32 q = 0; q < GDN_D / 4; ++q) {
+        const float4 v = gdn_ld4(ks, q);
+        col[4 * q] = __fadd_rn(col[4 * q], __fmul_rn(v.x, delta));
+        col[4 * q + 1] = __fadd_rn(col[4 * q + 1], __fmul_rn(v.y, delta));
+        col[4 * q + 2] = __fadd_rn(col[4 * q + 2], __fmul_rn(v.z, delta));
+        col[4 * q + 3] = __fadd_rn(col[4 * q + 3], __fmul_rn(v.w, delta));
+    }
+    const f32 acc = gdn_dot_seq(0.0f, col, qs);
     return __fmul_rn(acc, scale);
 }
 
-/* beta = sigmoid(beta_raw) and d = exp(g), g = -(exp(a_log) *
- * softplus(alpha + dt_bias)), as gdn_prep_head and gdn_scan_s128. */
-__device__ __forceinline__ void gdn_beta_decay(f32 beta_raw, f32 alpha, f32 dt_bias, f32 a_log,
+/* beta = sigmoid(beta_raw) and d = exp(g), g = -(e * softplus(alpha +
+ * dt_bias)) with e = exp(a_log) computed by the caller, as gdn_prep_head
+ * and gdn_scan_s128. */
+__device__ __forceinline__ void gdn_beta_decay(f32 beta_raw, f32 alpha, f32 dt_bias, f32 e,
                                                f32 *beta, f32 *d)
 {
     *beta = gdn_sigmoid(beta_raw);
-    const f32 e = gdn_exp(a_log);
     const f32 a = __fadd_rn(alpha, dt_bias);
     const f32 sp = gdn_softplus(a);
     const f32 pr = __fmul_rn(e, sp);
@@ -522,31 +603,85 @@ __device__ __forceinline__ void gdn_beta_decay(f32 beta_raw, f32 alpha, f32 dt_b
     *d = gdn_exp(g);
 }
 
-extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fused(
+/* q/k conv channel c (0..255) of q/k head hk: q channels first. */
+__device__ __forceinline__ i32 gdn_qk_channel(i32 c, i32 hk, i32 key_dim)
+{
+    return c < GDN_D ? hk * GDN_D + c : key_dim + hk * GDN_D + (c - GDN_D);
+}
+
+/* The fused step's shared memory (16-byte aligned: copied and read 16
+ * bytes at a time). */
+struct GdnFusedSmem {
+    f32 ring[2 * GDN_D * 3]; /* the q/k channels' ring: channel c's at c * P */
+    f32 w[2 * GDN_D * 4];    /* their taps: channel c's at c * d_conv */
+    f32 xin[2][2 * GDN_D];   /* their inputs, rows by parity */
+    f32 xs[2][GDN_D];        /* their conv outputs (q, k), the latest row */
+    f32 qk[2][2][GDN_D];     /* normalised q, k, rows by parity */
+    f32 inv[4];              /* 1 / norm of xs[0], xs[1] */
+    f32 hbd[2][4];           /* beta, exp(g) of the chunk's heads, one row */
+};
+
+/* Row r's conv of q/k channel c (0..255) from the staged ring, taps and
+ * input (gdn_conv_channel); its output into sm.xs. When `writes`, also
+ * its conv output and, unless r is the last row, its ring snapshot. */
+template <i32 DC>
+__device__ __forceinline__ void gdn_qk_conv(GdnFusedSmem &sm, i32 c, i32 r, i32 t, i32 hk,
+                                            i32 key_dim, bool writes, f32 *cob, f32 *scb,
+                                            u64 cd, u64 rl)
+{
+    constexpr i32 P = DC - 1;
+    f32 hist[3];
+#pragma unroll
+    for (i32 i = 0; i < P; ++i) hist[i] = sm.ring[c * P + i];
+    const f32 y = gdn_conv_channel(hist, sm.xin[r & 1][c], sm.w + c * DC, DC);
+#pragma unroll
+    for (i32 i = 0; i < P; ++i) sm.ring[c * P + i] = hist[i];
+    sm.xs[c / GDN_D][c % GDN_D] = y;
+    if (writes) {
+        const u64 ch = gdn_qk_channel(c, hk, key_dim);
+        cob[(u64)r * cd + ch] = y;
+        if (r + 1 < t) {
+#pragma unroll
+            for (i32 i = 0; i < P; ++i) scb[(u64)r * rl + ch * P + i] = hist[i];
+        }
+    }
+}
+
+/* sm.qk[par] = sm.xs * sm.inv (l2_normalize step 3), 16-byte blocks
+ * lane, lane + nl, ... */
+__device__ __forceinline__ void gdn_qk_scale(GdnFusedSmem &sm, i32 par, i32 lane, i32 nl)
+{
+    for (i32 i = lane; i < 2 * GDN_D / 4; i += nl) {
+        const i32 s = i / (GDN_D / 4), q = i % (GDN_D / 4);
+        const f32 iv = sm.inv[s];
+        float4 v = gdn_ld4(sm.xs[s], q);
+        v.x = __fmul_rn(v.x, iv);
+        v.y = __fmul_rn(v.y, iv);
+        v.z = __fmul_rn(v.z, iv);
+        v.w = __fmul_rn(v.w, iv);
+        gdn_st4(sm.qk[par][s], q, v);
+    }
+}
+
+template <i32 DC>
+__device__ __forceinline__ void gdn_step_fused_body(
     const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
     const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
     const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
-    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v,
-    i32 d_conv, i32 t, f32 eps, f32 scale)
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 t,
+    f32 eps, f32 scale, GdnFusedSmem &sm)
 {
-    __shared__ f32 qk_hist[2 * GDN_D][3]; /* the q/k channels' ring */
-    __shared__ f32 qk_w[2 * GDN_D][4];    /* their taps */
-    __shared__ f32 xin[2][2 * GDN_D];     /* their inputs, rows by parity */
-    __shared__ f32 xs[2][GDN_D];          /* their conv outputs */
-    __shared__ f32 qs[GDN_D], ks[GDN_D];
-    __shared__ f32 inv[2];
-    __shared__ f32 heads_bd[2][2];        /* beta, exp(g) of the chunk's heads */
+    constexpr i32 P = DC - 1;
     const i32 tid = threadIdx.x, bd = blockDim.x;
     const i32 hk = blockIdx.x / GDN_CS, rank = blockIdx.x % GDN_CS;
     const u64 b = blockIdx.y;
     const i32 ratio = num_v / num_k;
     const i32 cpc = ratio * GDN_D / GDN_CS;
-    const i32 p = d_conv - 1;
     const i32 key_dim = GDN_D * num_k;
     const u64 cd = 2 * (u64)key_dim + (u64)GDN_D * num_v;
     const u64 vd = (u64)GDN_D * num_v;
     const u64 n = vd * GDN_D;
-    const u64 rl = cd * p;
+    const u64 rl = cd * P;
     const u64 snaps = (u64)t - 1;
     f32 *ring = (f32 *)tab[0] + b * rl;
     f32 *canonical = (f32 *)tab[1] + b * n;
@@ -559,12 +694,15 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
     f32 *scb = snap_conv + b * snaps * rl;
     f32 *ssb = snap_state + b * snaps * n;
     f32 *const fin = (t & 1) ? alt : canonical; /* rule PARITY */
-    /* The q/k threads: [h0, bd), nh of them; the norms and the heads'
-     * beta and exp(g) by h0 and h0 + 1. */
+    /* The q/k threads: [h0, bd), nh of them; the norms by m = 0, 1, the
+     * heads' beta and exp(g) by m = mb, mb + 1 (in another warp when the
+     * q/k threads are two warps or more). */
     const bool split = bd > cpc && cpc % 32 == 0;
     const i32 h0 = split ? cpc : 0, nh = bd - h0;
     const bool qk_thread = tid >= h0;
-    const i32 m = tid - h0; /* 0, 1: a norm thread */
+    const i32 m = tid - h0;
+    const i32 mb = nh >= 64 ? 32 : 2;
+    const u64 qoff = (u64)hk * GDN_D, koff = (u64)key_dim + (u64)hk * GDN_D;
 
     for (i32 c0 = rank * cpc; c0 < (rank + 1) * cpc; c0 += bd) {
         const i32 gc = c0 + tid; /* column in the q/k head's group */
@@ -575,160 +713,162 @@ extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fuse
         const i32 cend = c0 + (split ? cpc : bd); /* past the chunk's last column */
         const i32 clast = (cend < (rank + 1) * cpc ? cend : (rank + 1) * cpc) - 1;
         const i32 nheads = hk * ratio + clast / GDN_D - hfirst + 1; /* 1 or 2 */
+        const bool bd_thread = qk_thread && m >= mb && m < mb + nheads;
+        const i32 hh = hfirst + (bd_thread ? m - mb : 0);
         const u64 base = (u64)h * GDN_D * GDN_D + j;
         const u64 vch = 2 * (u64)key_dim + (u64)h * GDN_D + j;
         const bool writes_qk = rank == 0 && c0 == rank * cpc;
         f32 col[GDN_D];
         f32 vh[3], wv[4];
-        f32 vj = 0.0f, xv = 0.0f, delta = 0.0f;
+        f32 vj = 0.0f, xv1 = 0.0f, xv2 = 0.0f, delta = 0.0f;
+        f32 e_h = 0.0f, dtb = 0.0f, br1 = 0.0f, al1 = 0.0f;
+        /* Stage the q/k channels' ring, taps and rows 0 and 1; load the
+         * columns, their v channels' ring, taps and rows 0 and 1, and the
+         * heads' inputs of row 0. */
+        gdn_stage(sm.ring, ring + qoff * P, GDN_D * P / 4, tid, bd);
+        gdn_stage(sm.ring + GDN_D * P, ring + koff * P, GDN_D * P / 4, tid, bd);
+        gdn_stage(sm.w, w + qoff * DC, GDN_D * DC / 4, tid, bd);
+        gdn_stage(sm.w + GDN_D * DC, w + koff * DC, GDN_D * DC / 4, tid, bd);
+        gdn_stage(sm.xin[0], xb + qoff, GDN_D / 4, tid, bd);
+        gdn_stage(sm.xin[0] + GDN_D, xb + koff, GDN_D / 4, tid, bd);
+        if (t > 1) {
+            gdn_stage(sm.xin[1], xb + cd + qoff, GDN_D / 4, tid, bd);
+            gdn_stage(sm.xin[1] + GDN_D, xb + cd + koff, GDN_D / 4, tid, bd);
+        }
         if (mine) {
 #pragma unroll
             for (i32 i = 0; i < GDN_D; ++i) col[i] = canonical[base + (u64)i * GDN_D];
-            for (i32 i = 0; i < p; ++i) vh[i] = ring[vch * p + i];
-            for (i32 i = 0; i < d_conv; ++i) wv[i] = w[vch * d_conv + i];
-            xv = xb[vch];
+#pragma unroll
+            for (i32 i = 0; i < P; ++i) vh[i] = ring[vch * P + i];
+#pragma unroll
+            for (i32 i = 0; i < DC; ++i) wv[i] = w[vch * DC + i];
+            xv1 = xb[vch];
+            if (t > 1) xv2 = xb[cd + vch];
         }
-        /* Stage the q/k channels' ring, taps and rows 0 and 1. */
-        if (qk_thread) {
-            for (i32 c = m; c < 2 * GDN_D; c += nh) {
-                const u64 ch = gdn_qk_channel(c, hk, key_dim);
-                for (i32 i = 0; i < p; ++i) qk_hist[c][i] = ring[ch * p + i];
-                for (i32 i = 0; i < d_conv; ++i) qk_w[c][i] = w[ch * d_conv + i];
-                xin[0][c] = xb[ch];
-                if (t > 1) xin[1][c] = xb[cd + ch];
-            }
+        if (bd_thread) {
+            e_h = a_log[hh];
+            dtb = dt_bias[hh];
+            br1 = brb[hh];
+            al1 = alb[hh];
         }
+        gdn_cp_wait();
         __syncthreads();
-        /* Row 0's q/k conv, norms and q, k; its v channel, beta and d. */
-        if (qk_thread) {
-            for (i32 c = m; c < 2 * GDN_D; c += nh) {
-                const u64 ch = gdn_qk_channel(c, hk, key_dim);
-                f32 hist[3];
-                for (i32 i = 0; i < p; ++i) hist[i] = qk_hist[c][i];
-                const f32 y = gdn_conv_channel(hist, xin[0][c], qk_w[c], d_conv);
-                for (i32 i = 0; i < p; ++i) qk_hist[c][i] = hist[i];
-                xs[c / GDN_D][c % GDN_D] = y;
-                if (writes_qk) {
-                    cob[ch] = y;
-                    if (t > 1)
-                        for (i32 i = 0; i < p; ++i) scb[ch * p + i] = hist[i];
-                }
+        /* The last chunk has read the q/k ring. */
+        if (c0 + bd >= (rank + 1) * cpc) gdn_cluster_arrive();
+        /* Row 0's q/k conv, by every thread. */
+        for (i32 c = tid; c < 2 * GDN_D; c += bd)
+            gdn_qk_conv<DC>(sm, c, 0, t, hk, key_dim, writes_qk, cob, scb, cd, rl);
+        __syncthreads();
+        /* Row 0's norms | its heads' beta and exp(g) | its v channels. */
+        if (qk_thread && m < 2) sm.inv[m] = gdn_inv_norm(sm.xs[m], eps);
+        if (bd_thread) {
+            e_h = gdn_exp(e_h);
+            gdn_beta_decay(br1, al1, dtb, e_h, &sm.hbd[m - mb][0], &sm.hbd[m - mb][1]);
+            if (t > 1) {
+                br1 = brb[num_v + hh];
+                al1 = alb[num_v + hh];
             }
         }
         if (mine) {
-            vj = gdn_conv_channel(vh, xv, wv, d_conv);
+            vj = gdn_conv_channel(vh, xv1, wv, DC);
             cob[vch] = vj;
-            if (t > 1)
-                for (i32 i = 0; i < p; ++i) scb[vch * p + i] = vh[i];
-        }
-        if (qk_thread && m < nheads) {
-            const i32 hh = hfirst + m;
-            gdn_beta_decay(brb[hh], alb[hh], dt_bias[hh], a_log[hh], &heads_bd[m][0], &heads_bd[m][1]);
-        }
-        __syncthreads();
-        if (qk_thread && m < 2) {
-            f32 ss = 0.0f;
-#pragma unroll 16
-            for (i32 i = 0; i < GDN_D; ++i) ss = __fadd_rn(ss, __fmul_rn(xs[m][i], xs[m][i]));
-            const f32 dd = __fadd_rn(ss, eps);
-            const f32 sq = __fsqrt_rn(dd);
-            inv[m] = __fdiv_rn(1.0f, sq);
-        }
-        __syncthreads();
-        if (qk_thread) {
-            for (i32 i = m; i < GDN_D; i += nh) {
-                qs[i] = __fmul_rn(xs[0][i], inv[0]);
-                ks[i] = __fmul_rn(xs[1][i], inv[1]);
+            if (t > 1) {
+#pragma unroll
+                for (i32 i = 0; i < P; ++i) scb[vch * P + i] = vh[i];
             }
+            xv1 = xv2;
         }
+        __syncthreads();
+        gdn_qk_scale(sm, 0, tid, bd);
         __syncthreads();
         for (i32 r = 0; r < t; ++r) {
+            const i32 par = r & 1;
             const bool next = r + 1 < t;
-            /* Phase A: scan row r, steps 1-3 | q/k conv of row r + 1. */
+            /* Phase A: scan row r, steps 1-3 | row r + 1's q/k conv; row
+             * r + 2's q/k inputs into the buffer row r used. */
+            if (qk_thread && r + 2 < t) {
+                const f32 *x2 = xb + (u64)(r + 2) * cd;
+                gdn_stage(sm.xin[par], x2 + qoff, GDN_D / 4, m, nh);
+                gdn_stage(sm.xin[par] + GDN_D, x2 + koff, GDN_D / 4, m, nh);
+            }
             if (mine) {
-                if (next) xv = xb[(u64)(r + 1) * cd + vch]; /* for phase C */
+                if (r + 2 < t) xv2 = xb[(u64)(r + 2) * cd + vch];
                 const i32 lh = h - hfirst;
-                delta = gdn_scan_decay_delta(col, ks, vj, heads_bd[lh][0], heads_bd[lh][1]);
+                delta = gdn_scan_decay_delta(col, sm.qk[par][1], vj, sm.hbd[lh][0], sm.hbd[lh][1]);
             }
             if (qk_thread && next) {
-                const i32 par = (r + 1) & 1;
-                for (i32 c = m; c < 2 * GDN_D; c += nh) {
-                    const u64 ch = gdn_qk_channel(c, hk, key_dim);
-                    f32 hist[3];
-                    for (i32 i = 0; i < p; ++i) hist[i] = qk_hist[c][i];
-                    const f32 y = gdn_conv_channel(hist, xin[par][c], qk_w[c], d_conv);
-                    for (i32 i = 0; i < p; ++i) qk_hist[c][i] = hist[i];
-                    xs[c / GDN_D][c % GDN_D] = y;
-                    if (writes_qk) {
-                        cob[(u64)(r + 1) * cd + ch] = y;
-                        if (r + 2 < t)
-                            for (i32 i = 0; i < p; ++i)
-                                scb[(u64)(r + 1) * rl + ch * p + i] = hist[i];
+                for (i32 c = m; c < 2 * GDN_D; c += nh)
+                    gdn_qk_conv<DC>(sm, c, r + 1, t, hk, key_dim, writes_qk, cob, scb, cd, rl);
+            }
+            __syncthreads();
+            /* Phase B1: scan row r, steps 4-5 | row r + 1's norms, its
+             * heads' beta and exp(g). */
+            if (mine)
+                ob[(u64)r * vd + (u64)h * GDN_D + j] =
+                    gdn_scan_update_read(col, sm.qk[par][0], sm.qk[par][1], delta, scale);
+            if (next) {
+                if (qk_thread && m < 2) sm.inv[m] = gdn_inv_norm(sm.xs[m], eps);
+                if (bd_thread) {
+                    gdn_beta_decay(br1, al1, dtb, e_h, &sm.hbd[m - mb][0], &sm.hbd[m - mb][1]);
+                    if (r + 2 < t) {
+                        br1 = brb[(u64)(r + 2) * num_v + hh];
+                        al1 = alb[(u64)(r + 2) * num_v + hh];
                     }
                 }
             }
             __syncthreads();
-            /* Phase B: scan row r, steps 4-5 | the norms of row r + 1; row
-             * r + 2's q/k inputs into the buffer row r used. */
-            if (mine) {
-                ob[(u64)r * vd + (u64)h * GDN_D + j] = gdn_scan_update_read(col, qs, ks, delta, scale);
-                if (next) {
+            if (next) {
+                /* Phase B2: row r's state snapshot, row r + 1's v channel |
+                 * row r + 1's normalised q and k. */
+                if (mine) {
 #pragma unroll
                     for (i32 i = 0; i < GDN_D; ++i) ssb[(u64)r * n + base + (u64)i * GDN_D] = col[i];
-                }
-            }
-            if (qk_thread && next) {
-                if (m < 2) {
-                    f32 ss = 0.0f;
-#pragma unroll 16
-                    for (i32 i = 0; i < GDN_D; ++i) ss = __fadd_rn(ss, __fmul_rn(xs[m][i], xs[m][i]));
-                    const f32 dd = __fadd_rn(ss, eps);
-                    const f32 sq = __fsqrt_rn(dd);
-                    inv[m] = __fdiv_rn(1.0f, sq);
-                }
-                if (r + 2 < t) {
-                    const f32 *x2 = xb + (u64)(r + 2) * cd;
-                    for (i32 c = m; c < 2 * GDN_D; c += nh)
-                        xin[r & 1][c] = x2[gdn_qk_channel(c, hk, key_dim)];
-                }
-            }
-            __syncthreads();
-            /* Phase C: row r + 1's v channel | its q and k, the heads' beta
-             * and exp(g). */
-            if (next) {
-                if (mine) {
-                    vj = gdn_conv_channel(vh, xv, wv, d_conv);
+                    vj = gdn_conv_channel(vh, xv1, wv, DC);
                     cob[(u64)(r + 1) * cd + vch] = vj;
-                    if (r + 2 < t)
-                        for (i32 i = 0; i < p; ++i) scb[(u64)(r + 1) * rl + vch * p + i] = vh[i];
-                }
-                if (qk_thread) {
-                    for (i32 i = m; i < GDN_D; i += nh) {
-                        qs[i] = __fmul_rn(xs[0][i], inv[0]);
-                        ks[i] = __fmul_rn(xs[1][i], inv[1]);
+                    if (r + 2 < t) {
+#pragma unroll
+                        for (i32 i = 0; i < P; ++i) scb[(u64)(r + 1) * rl + vch * P + i] = vh[i];
                     }
-                    if (m < nheads) {
-                        const u64 bh = (u64)(r + 1) * num_v + hfirst + m;
-                        gdn_beta_decay(brb[bh], alb[bh], dt_bias[hfirst + m], a_log[hfirst + m],
-                                       &heads_bd[m][0], &heads_bd[m][1]);
-                    }
+                    xv1 = xv2;
                 }
+                if (qk_thread) gdn_qk_scale(sm, par ^ 1, m, nh);
+                gdn_cp_wait();
+                __syncthreads();
             }
-            __syncthreads();
         }
         if (mine) {
 #pragma unroll
             for (i32 i = 0; i < GDN_D; ++i) fin[base + (u64)i * GDN_D] = col[i];
             /* Only this thread reads its v channel's ring. */
-            for (i32 i = 0; i < p; ++i) ring[vch * p + i] = vh[i];
+#pragma unroll
+            for (i32 i = 0; i < P; ++i) ring[vch * P + i] = vh[i];
         }
     }
     /* Every CTA of the cluster has read the q/k ring: rank 0 may write it. */
-    gdn_cluster_sync();
+    gdn_cluster_wait();
     if (rank == 0 && qk_thread) {
-        for (i32 c = m; c < 2 * GDN_D; c += nh) {
-            const u64 ch = gdn_qk_channel(c, hk, key_dim);
-            for (i32 i = 0; i < p; ++i) ring[ch * p + i] = qk_hist[c][i];
+        for (i32 i = m; i < GDN_D * P / 4; i += nh) {
+            gdn_st4(ring + qoff * P, i, gdn_ld4(sm.ring, i));
+            gdn_st4(ring + koff * P, i, gdn_ld4(sm.ring + GDN_D * P, i));
         }
     }
+}
+
+extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fused(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v,
+    i32 d_conv, i32 t, f32 eps, f32 scale)
+{
+    __shared__ __align__(16) GdnFusedSmem sm;
+    if (d_conv == 4)
+        gdn_step_fused_body<4>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                               snap_state, num_k, num_v, t, eps, scale, sm);
+    else if (d_conv == 3)
+        gdn_step_fused_body<3>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                               snap_state, num_k, num_v, t, eps, scale, sm);
+    else
+        gdn_step_fused_body<2>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                               snap_state, num_k, num_v, t, eps, scale, sm);
 }

@@ -366,7 +366,8 @@ fn host_emulated_kernels_match_the_oracle_rows() {
 /// `decode_rows` on all six outputs: with one CTA per q/k head (below
 /// sm_90) and with sm_90's clusters of 8 CTAs splitting the state columns
 /// (16, 32, 48, 64, 256 and 384 columns per CTA; whole q/k warps beside the
-/// column warps, or every thread doing both).
+/// column warps, or every thread doing both), and over 32 rows (the table of
+/// the heads' gates is refilled).
 #[test]
 fn host_emulated_fused_step_matches_the_oracle_rows() {
     for (name, extra) in [("fused1", &[][..]), ("fused8", &["-DGDN_CS=8"][..])] {
@@ -382,6 +383,7 @@ fn host_emulated_fused_step_matches_the_oracle_rows() {
         rows_case_modes(&bin, 1, 4, 4, 3, &[2, 3]);
         rows_case_modes(&bin, 1, 16, 2, 2, &[2, 3]);
         rows_case_modes(&bin, 1, 24, 4, 2, &[2, 3]);
+        rows_case_modes(&bin, 1, 2, 4, 34, &[2, 3]);
         remove(&bin);
     }
 }

@@ -1,0 +1,998 @@
+/*
+ * cu/candidates/gdn_fused_ilp.cu -- a candidate for cu/gdn.cu, the same ABI
+ * and the same operations in the same order, faster in the fused step's
+ * latency-bound phases (where SiLU and the gates' exp, log1p and
+ * divisions, not the scan's sums, were the long chains):
+ *   - SiLU is computed without a branch before its division
+ *     (gdn_silu_pre / __fdiv_rn / gdn_silu_post, both of the oracle's
+ *     branches on a common argument, the result selected), so that the
+ *     fused step convolves three channels side by side; the per-row conv
+ *     kernels use the same gdn_silu;
+ *   - the fused step's q/k threads also convolve the chunk's v channels
+ *     (ring, taps and inputs staged with the q/k channels), so the column
+ *     threads only scan;
+ *   - the heads' beta and exp(g) of up to 32 rows are computed once, into
+ *     a table in shared memory, beside row 0's conv and norms (refilled
+ *     every 32 rows), instead of on every row's critical path.
+ * The host emulator (device/tests/gdn_host_emu.rs with KERNEL_ORACLE_GDN_CU
+ * pointing here) finds it bit-identical to the oracle, and its SiLU equal
+ * to the oracle's on every 4099th binary32 and the specials. Not yet run on
+ * a GPU.
+ *
+ * cu/gdn.cu -- Gated DeltaNet decode (seed 003): the per-row trio
+ * (conv1d fused decode, prep, scan s128) and their packed twins over T
+ * rows, with conv-ring and state snapshots after every row but the last.
+ *
+ * Compiled at run time by NVRTC (device::cuda::gdn) with
+ *     --gpu-architecture=sm_XY  (the device's compute capability)
+ *     --fmad=false  --ftz=false --prec-div=true --prec-sqrt=true
+ * and no include path: this file includes no header. A candidate .cu file
+ * that exports the same ABI can replace it (KERNEL_ORACLE_GDN_CU=<path>).
+ *
+ * core/src/gdn/ (mod.rs, conv.rs, prep.rs, scan.rs, rows.rs, transcendental.rs,
+ * sqrt.rs) is NORMATIVE: every output must equal the oracle's bit
+ * for bit. Every floating-point operation here is spelled __fadd_rn,
+ * __fsub_rn, __fmul_rn, __fdiv_rn or __fsqrt_rn (so the result does not
+ * depend on --fmad either), in the contract's order; the transcendentals
+ * below transcribe core/src/gdn/transcendental.rs step for step with its
+ * constants as hex bits.
+ *
+ * =============================== ABI ======================================
+ * Types: i32 = int, u64 = unsigned long long, f32 = float. Every pointer is
+ * a device pointer aligned to at least 16 bytes, or 0 where stated. Layouts
+ * are the oracle's (row-major, elements): C = conv_dim = 128 (2 num_k +
+ * num_v), P = d_conv - 1, V = 128 num_v, N = num_v * 128 * 128.
+ *   ring  [C][P]: ring[c*P + i], i = 0 oldest;  w [C][d_conv];
+ *   state [num_v][128][128]: S[h][i][j] at h*16384 + i*128 + j.
+ * Preconditions (the shim checks them): 1 <= num_k, num_v % num_k == 0,
+ * 2 <= d_conv <= 4, 1 <= t <= 65535, C, t*C, t*V < 2^31.
+ *
+ * Pointer tables. The ring and the two state buffers are passed through a
+ * device table of u64 device pointers, so that a captured graph can be
+ * rebound by rewriting the table. The shim builds, per state,
+ *     tab[6] = { ring, canonical, alt,  ring, alt, canonical }
+ * and passes:  conv (row r)  tab + (r % 2 ? 3 : 0)   reads tab[0] (ring);
+ *              scan (row r)  tab + (r % 2 ? 4 : 1)   reads tab[0] (src),
+ *                                                    tab[1] (dst);
+ *              conv packed   tab + 0                 reads tab[0];
+ *              scan packed   tab + 1                 reads tab[0] (canonical),
+ *                                                    tab[1] (alt).
+ *
+ * extern "C" __global__ void gdn_conv1d_decode(
+ *     const f32 *x,      // [C] one row of the fused q|k|v projection
+ *     const u64 *tab,    // tab[0]: f32* ring [C][P], read and shifted
+ *     const f32 *w,      // [C][d_conv]
+ *     f32 *out,          // [C] written: SiLU(conv)
+ *     i32 conv_dim, i32 d_conv)
+ * extern "C" __global__ void gdn_conv1d_decode_tloop(
+ *     const f32 *x,      // [t][C]
+ *     const u64 *tab,    // tab[0]: ring, holds the ring after row t-1
+ *     const f32 *w,
+ *     f32 *out,          // [t][C] written
+ *     f32 *snap,         // [t-1][C][P]: the ring after rows 0..t-2; 0 if t = 1
+ *     i32 conv_dim, i32 d_conv, i32 t)
+ *   Launch: any 1-D grid (grid-stride over channels); the shim uses 256
+ *   threads per CTA and ceil(C / 256) CTAs.
+ *
+ * extern "C" __global__ void gdn_prep_decode(      (one row: t = 1)
+ * extern "C" __global__ void gdn_prep_decode_rows( (t rows)
+ *     const f32 *conv_out,   // [t][C]
+ *     const f32 *beta_raw,   // [t][num_v]
+ *     const f32 *alpha,      // [t][num_v]
+ *     const f32 *dt_bias,    // [num_v]
+ *     const f32 *a_log,      // [num_v]
+ *     f32 *q, f32 *k, f32 *v,  // [t][V] written
+ *     f32 *beta, f32 *g,       // [t][num_v] written
+ *     i32 num_k, i32 num_v, f32 eps, i32 t)
+ *   (gdn_prep_decode has the same parameters and treats t as 1.)
+ *   Launch: grid (num_v, t), 128 threads per CTA (exactly).
+ *
+ * extern "C" __global__ void gdn_scan_s128(
+ *     const f32 *q, const f32 *k, const f32 *v,  // [V] one row of prep
+ *     const f32 *g, const f32 *beta,             // [num_v]
+ *     const u64 *tab,   // tab[0]: f32* src state, tab[1]: f32* dst state
+ *                       // (may be equal: in place)
+ *     f32 *o,           // [V] written
+ *     i32 num_v, f32 scale)
+ * extern "C" __global__ void gdn_scan_s128_tsnap(
+ *     const f32 *q, const f32 *k, const f32 *v,  // [t][V]
+ *     const f32 *g, const f32 *beta,             // [t][num_v]
+ *     const u64 *tab,   // tab[0]: canonical (state before row 0),
+ *                       // tab[1]: alt
+ *     f32 *o,           // [t][V] written
+ *     f32 *snap,        // [t-1][N]: the state after rows 0..t-2; 0 if t = 1
+ *     i32 num_v, i32 t, f32 scale)
+ *   The final state is written to alt for odd t and to canonical for even
+ *   t (rule PARITY); the other buffer is not written (the contract leaves
+ *   it unspecified). Columns stay in registers across rows.
+ *   Launch: grid (num_v), 128 threads per CTA (exactly): thread j owns
+ *   column (h, j).
+ */
+
+typedef int i32;
+typedef unsigned long long u64;
+typedef float f32;
+
+#define GDN_D 128
+
+/* ---------------- transcendentals (core/src/gdn/transcendental.rs) -------- */
+
+#define GDN_LOG2E 0x3FB8AA3B
+#define GDN_LN2_HI 0x3F317200
+#define GDN_LN2_LO 0x35BFBE8E
+#define GDN_SHIFTER 0x4B400000
+#define GDN_EXP_HI 0x42B20000
+#define GDN_EXP_LO 0xC2D00000
+#define GDN_SILU_LO 0xC2F00000
+#define GDN_SP_THRESHOLD 0x41A00000
+
+__device__ __forceinline__ f32 gdn_bits(unsigned int b) { return __uint_as_float(b); }
+
+/* 2^k for k in -126..=127, exact. */
+__device__ __forceinline__ f32 gdn_pow2(i32 k) { return __int_as_float((k + 127) << 23); }
+
+/* y * 2^n with at most one rounding. */
+__device__ __forceinline__ f32 gdn_scale(f32 y, i32 n)
+{
+    if (n > 127) return __fmul_rn(__fmul_rn(y, gdn_pow2(127)), gdn_pow2(n - 127));
+    if (n < -126) return __fmul_rn(__fmul_rn(y, gdn_pow2(n + 64)), gdn_pow2(-64));
+    return __fmul_rn(y, gdn_pow2(n));
+}
+
+/* exp(x) = *y * 2^*n for finite x in [-120, 89]. */
+__device__ __forceinline__ void gdn_exp_parts(f32 x, f32 *y, i32 *n)
+{
+    const f32 t = __fmul_rn(x, gdn_bits(GDN_LOG2E));
+    const f32 nf = __fsub_rn(__fadd_rn(t, gdn_bits(GDN_SHIFTER)), gdn_bits(GDN_SHIFTER));
+    *n = (i32)nf;
+    const f32 r = __fsub_rn(__fsub_rn(x, __fmul_rn(nf, gdn_bits(GDN_LN2_HI))),
+                            __fmul_rn(nf, gdn_bits(GDN_LN2_LO)));
+    f32 p = gdn_bits(0x39500D01);                        /* c[5] = 1/5040 */
+    p = __fadd_rn(__fmul_rn(p, r), gdn_bits(0x3AB60B61)); /* c[4] = 1/720 */
+    p = __fadd_rn(__fmul_rn(p, r), gdn_bits(0x3C088889)); /* c[3] = 1/120 */
+    p = __fadd_rn(__fmul_rn(p, r), gdn_bits(0x3D2AAAAB)); /* c[2] = 1/24 */
+    p = __fadd_rn(__fmul_rn(p, r), gdn_bits(0x3E2AAAAB)); /* c[1] = 1/6 */
+    p = __fadd_rn(__fmul_rn(p, r), gdn_bits(0x3F000000)); /* c[0] = 1/2 */
+    const f32 r2 = __fmul_rn(r, r);
+    const f32 u = __fmul_rn(r2, p);
+    const f32 w = __fadd_rn(r, u);
+    *y = __fadd_rn(1.0f, w);
+}
+
+__device__ __forceinline__ f32 gdn_exp(f32 x)
+{
+    if (x != x) return x;
+    if (x > gdn_bits(GDN_EXP_HI)) return __int_as_float(0x7F800000);
+    if (x < gdn_bits(GDN_EXP_LO)) return 0.0f;
+    f32 y;
+    i32 n;
+    gdn_exp_parts(x, &y, &n);
+    return gdn_scale(y, n);
+}
+
+/* log(1 + z) for z in [0, 1]. */
+__device__ __forceinline__ f32 gdn_log1p_unit(f32 z)
+{
+    const f32 d = __fadd_rn(2.0f, z);
+    const f32 s = __fdiv_rn(z, d);
+    const f32 s2 = __fmul_rn(s, s);
+    f32 p = gdn_bits(0x3D70F0F1);                         /* c[7] = 1/17 */
+    p = __fadd_rn(__fmul_rn(p, s2), gdn_bits(0x3D888889)); /* c[6] = 1/15 */
+    p = __fadd_rn(__fmul_rn(p, s2), gdn_bits(0x3D9D89D9)); /* c[5] = 1/13 */
+    p = __fadd_rn(__fmul_rn(p, s2), gdn_bits(0x3DBA2E8C)); /* c[4] = 1/11 */
+    p = __fadd_rn(__fmul_rn(p, s2), gdn_bits(0x3DE38E39)); /* c[3] = 1/9 */
+    p = __fadd_rn(__fmul_rn(p, s2), gdn_bits(0x3E124925)); /* c[2] = 1/7 */
+    p = __fadd_rn(__fmul_rn(p, s2), gdn_bits(0x3E4CCCCD)); /* c[1] = 1/5 */
+    p = __fadd_rn(__fmul_rn(p, s2), gdn_bits(0x3EAAAAAB)); /* c[0] = 1/3 */
+    const f32 a = __fadd_rn(s, s);
+    const f32 u = __fmul_rn(s2, p);
+    const f32 v = __fmul_rn(a, u);
+    return __fadd_rn(a, v);
+}
+
+__device__ __forceinline__ f32 gdn_softplus(f32 x)
+{
+    if (x != x) return x;
+    if (x > gdn_bits(GDN_SP_THRESHOLD)) return x;
+    if (x > 0.0f) return __fadd_rn(x, gdn_log1p_unit(gdn_exp(-x)));
+    return gdn_log1p_unit(gdn_exp(x));
+}
+
+__device__ __forceinline__ f32 gdn_sigmoid(f32 x)
+{
+    if (x != x) return x;
+    if (x >= 0.0f) {
+        const f32 e = gdn_exp(-x);
+        return __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
+    }
+    const f32 z = gdn_exp(x);
+    return __fdiv_rn(z, __fadd_rn(1.0f, z));
+}
+
+/* gdn_scale for n <= 127 without a branch: both roundings of the
+ * two-step case are the same operations as gdn_scale's. */
+__device__ __forceinline__ f32 gdn_scale_sel(f32 y, i32 n)
+{
+    const bool lo = n < -126;
+    const f32 r = __fmul_rn(y, gdn_pow2(lo ? n + 64 : n));
+    const f32 r2 = __fmul_rn(r, gdn_pow2(-64));
+    return lo ? r2 : r;
+}
+
+/* SiLU (transcendental.rs silu) in three parts, so that the exponentials
+ * of several channels can run side by side (no branch before the
+ * division): gdn_silu_pre gives the numerator, denominator and exponent,
+ * the caller divides, gdn_silu_post finishes. Both branches of silu are
+ * computed on a common argument a = -|x| (clamped to [-120, 0], where
+ * gdn_exp_parts is exact) and the result selected:
+ *   x >= 0: e = exp(-x) (0 below GDN_EXP_LO), then x / (1 + e);
+ *   x < 0:  exp(x) = y 2^n, z = y 2^n, then ((x y) / (1 + z)) 2^n, and
+ *           -0.0 below GDN_SILU_LO;
+ *   NaN:    x itself.
+ * Every value selected is computed by the same operations as in the
+ * branchy form of the oracle, so the bits are the same. */
+__device__ __forceinline__ void gdn_silu_pre(f32 x, f32 *num, f32 *den, i32 *n)
+{
+    const bool pos = x >= 0.0f;
+    const f32 a = pos ? -x : x;
+    const f32 ac = a >= gdn_bits(GDN_SILU_LO) ? a : gdn_bits(GDN_SILU_LO);
+    f32 y;
+    gdn_exp_parts(ac, &y, n);
+    const f32 z = gdn_scale_sel(y, *n);
+    const f32 e = (pos && a < gdn_bits(GDN_EXP_LO)) ? 0.0f : z;
+    *den = __fadd_rn(1.0f, e);
+    *num = pos ? x : __fmul_rn(x, y);
+}
+
+__device__ __forceinline__ f32 gdn_silu_post(f32 x, f32 q, i32 n)
+{
+    const f32 r = x >= 0.0f ? q : gdn_scale_sel(q, n);
+    const f32 s = x < gdn_bits(GDN_SILU_LO) ? -0.0f : r;
+    return x != x ? x : s;
+}
+
+__device__ __forceinline__ f32 gdn_silu(f32 x)
+{
+    f32 num, den;
+    i32 n;
+    gdn_silu_pre(x, &num, &den, &n);
+    return gdn_silu_post(x, __fdiv_rn(num, den), n);
+}
+
+/* ------------------------------- conv ------------------------------------ */
+
+/* conv1d_row step 1 for one channel: the window hist[0..P-1], xc. */
+__device__ __forceinline__ f32 gdn_conv_acc(const f32 hist[3], f32 xc, const f32 *taps, i32 d_conv)
+{
+    const i32 p = d_conv - 1;
+    f32 acc = 0.0f;
+    for (i32 i = 0; i < d_conv; ++i) {
+        const f32 win = i < p ? hist[i] : xc;
+        acc = __fadd_rn(acc, __fmul_rn(taps[i], win));
+    }
+    return acc;
+}
+
+/* conv1d_row step 3: the ring shifts in xc. */
+__device__ __forceinline__ void gdn_conv_shift(f32 hist[3], f32 xc, i32 d_conv)
+{
+    const i32 p = d_conv - 1;
+    for (i32 i = 0; i + 1 < p; ++i) hist[i] = hist[i + 1];
+    hist[p - 1] = xc;
+}
+
+/* One channel of one row (core/src/gdn/conv.rs conv1d_row, steps 1-3) on a
+ * register copy of its ring hist[0..P-1]. */
+__device__ __forceinline__ f32 gdn_conv_channel(f32 hist[3], f32 xc, const f32 *taps, i32 d_conv)
+{
+    const f32 out = gdn_silu(gdn_conv_acc(hist, xc, taps, d_conv));
+    gdn_conv_shift(hist, xc, d_conv);
+    return out;
+}
+
+extern "C" __global__ void gdn_conv1d_decode(
+    const f32 *__restrict__ x, const u64 *__restrict__ tab, const f32 *__restrict__ w,
+    f32 *__restrict__ out, i32 conv_dim, i32 d_conv)
+{
+    f32 *ring = (f32 *)tab[0];
+    const i32 p = d_conv - 1;
+    const i32 step = gridDim.x * blockDim.x;
+    for (i32 c = blockIdx.x * blockDim.x + threadIdx.x; c < conv_dim; c += step) {
+        f32 hist[3];
+        for (i32 i = 0; i < p; ++i) hist[i] = ring[(u64)c * p + i];
+        out[c] = gdn_conv_channel(hist, x[c], w + (u64)c * d_conv, d_conv);
+        for (i32 i = 0; i < p; ++i) ring[(u64)c * p + i] = hist[i];
+    }
+}
+
+extern "C" __global__ void gdn_conv1d_decode_tloop(
+    const f32 *__restrict__ x, const u64 *__restrict__ tab, const f32 *__restrict__ w,
+    f32 *__restrict__ out, f32 *__restrict__ snap, i32 conv_dim, i32 d_conv, i32 t)
+{
+    f32 *ring = (f32 *)tab[0];
+    const i32 p = d_conv - 1;
+    const u64 rl = (u64)conv_dim * p;
+    const i32 step = gridDim.x * blockDim.x;
+    for (i32 c = blockIdx.x * blockDim.x + threadIdx.x; c < conv_dim; c += step) {
+        f32 hist[3];
+        for (i32 i = 0; i < p; ++i) hist[i] = ring[(u64)c * p + i];
+        const f32 *taps = w + (u64)c * d_conv;
+        for (i32 r = 0; r < t; ++r) {
+            const u64 row = (u64)r * conv_dim + c;
+            out[row] = gdn_conv_channel(hist, x[row], taps, d_conv);
+            if (r + 1 < t) {
+                for (i32 i = 0; i < p; ++i) snap[(u64)r * rl + (u64)c * p + i] = hist[i];
+            }
+        }
+        for (i32 i = 0; i < p; ++i) ring[(u64)c * p + i] = hist[i];
+    }
+}
+
+/* ------------------------------- prep ------------------------------------ */
+
+/* CTA (h, r), 128 threads: v head h of row r (core/src/gdn/prep.rs
+ * prep_row). Thread 0 sums q's squares, thread 1 k's, each sequentially in
+ * increasing j (l2_normalize step 1); thread 2 computes beta, thread 3 g. */
+__device__ __forceinline__ void gdn_prep_head(
+    const f32 *__restrict__ conv_out, const f32 *__restrict__ beta_raw,
+    const f32 *__restrict__ alpha, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ q, f32 *__restrict__ k,
+    f32 *__restrict__ v, f32 *__restrict__ beta, f32 *__restrict__ g,
+    i32 num_k, i32 num_v, f32 eps, i32 h, i32 r)
+{
+    __shared__ f32 xs[2][GDN_D];
+    __shared__ f32 inv[2];
+    const i32 j = threadIdx.x;
+    const i32 ratio = num_v / num_k;
+    const i32 hk = h / ratio;
+    const u64 key_dim = (u64)GDN_D * num_k;
+    const u64 conv_dim = 2 * key_dim + (u64)GDN_D * num_v;
+    const f32 *row = conv_out + (u64)r * conv_dim;
+    const u64 o = (u64)r * GDN_D * num_v + (u64)h * GDN_D + j;
+    xs[0][j] = row[(u64)hk * GDN_D + j];
+    xs[1][j] = row[key_dim + (u64)hk * GDN_D + j];
+    v[o] = row[2 * key_dim + (u64)h * GDN_D + j];
+    __syncthreads();
+    if (j < 2) {
+        f32 ss = 0.0f;
+        for (i32 i = 0; i < GDN_D; ++i) ss = __fadd_rn(ss, __fmul_rn(xs[j][i], xs[j][i]));
+        const f32 d = __fadd_rn(ss, eps);
+        const f32 s = __fsqrt_rn(d);
+        inv[j] = __fdiv_rn(1.0f, s);
+    } else if (j == 2) {
+        const u64 b = (u64)r * num_v + h;
+        beta[b] = gdn_sigmoid(beta_raw[b]);
+    } else if (j == 3) {
+        const u64 b = (u64)r * num_v + h;
+        const f32 e = gdn_exp(a_log[h]);
+        const f32 a = __fadd_rn(alpha[b], dt_bias[h]);
+        const f32 sp = gdn_softplus(a);
+        const f32 pr = __fmul_rn(e, sp);
+        g[b] = -pr;
+    }
+    __syncthreads();
+    q[o] = __fmul_rn(xs[0][j], inv[0]);
+    k[o] = __fmul_rn(xs[1][j], inv[1]);
+}
+
+extern "C" __global__ void gdn_prep_decode(
+    const f32 *__restrict__ conv_out, const f32 *__restrict__ beta_raw,
+    const f32 *__restrict__ alpha, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ q, f32 *__restrict__ k,
+    f32 *__restrict__ v, f32 *__restrict__ beta, f32 *__restrict__ g,
+    i32 num_k, i32 num_v, f32 eps, i32 t)
+{
+    (void)t;
+    gdn_prep_head(conv_out, beta_raw, alpha, dt_bias, a_log, q, k, v, beta, g, num_k, num_v,
+                  eps, blockIdx.x, 0);
+}
+
+extern "C" __global__ void gdn_prep_decode_rows(
+    const f32 *__restrict__ conv_out, const f32 *__restrict__ beta_raw,
+    const f32 *__restrict__ alpha, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ q, f32 *__restrict__ k,
+    f32 *__restrict__ v, f32 *__restrict__ beta, f32 *__restrict__ g,
+    i32 num_k, i32 num_v, f32 eps, i32 t)
+{
+    if ((i32)blockIdx.y >= t) return;
+    gdn_prep_head(conv_out, beta_raw, alpha, dt_bias, a_log, q, k, v, beta, g, num_k, num_v,
+                  eps, blockIdx.x, blockIdx.y);
+}
+
+/* ------------------------------- scan ------------------------------------ */
+
+/* One column (h, j) of one row (core/src/gdn/scan.rs column, steps 1-5) on
+ * col[0..127] in registers; qs, ks the head's q and k in shared memory. */
+__device__ __forceinline__ f32 gdn_scan_column(f32 col[GDN_D], const f32 *qs, const f32 *ks,
+                                               f32 v_j, f32 beta, f32 d, f32 scale)
+{
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fmul_rn(col[i], d);
+    f32 kv = 0.0f;
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) kv = __fadd_rn(kv, __fmul_rn(col[i], ks[i]));
+    const f32 delta = __fmul_rn(__fsub_rn(v_j, kv), beta);
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fadd_rn(col[i], __fmul_rn(ks[i], delta));
+    f32 acc = 0.0f;
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) acc = __fadd_rn(acc, __fmul_rn(col[i], qs[i]));
+    return __fmul_rn(acc, scale);
+}
+
+extern "C" __global__ void gdn_scan_s128(
+    const f32 *__restrict__ q, const f32 *__restrict__ k, const f32 *__restrict__ v,
+    const f32 *__restrict__ g, const f32 *__restrict__ beta, const u64 *__restrict__ tab,
+    f32 *__restrict__ o, i32 num_v, f32 scale)
+{
+    __shared__ f32 qs[GDN_D], ks[GDN_D];
+    const i32 h = blockIdx.x, j = threadIdx.x;
+    if (h >= num_v) return;
+    /* src and dst may alias (in place): no __restrict__ on them. */
+    const f32 *src = (const f32 *)tab[0];
+    f32 *dst = (f32 *)tab[1];
+    const u64 hv = (u64)h * GDN_D;
+    qs[j] = q[hv + j];
+    ks[j] = k[hv + j];
+    __syncthreads();
+    const f32 d = gdn_exp(g[h]);
+    const u64 base = (u64)h * GDN_D * GDN_D + j;
+    f32 col[GDN_D];
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = src[base + (u64)i * GDN_D];
+    o[hv + j] = gdn_scan_column(col, qs, ks, v[hv + j], beta[h], d, scale);
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) dst[base + (u64)i * GDN_D] = col[i];
+}
+
+extern "C" __global__ void gdn_scan_s128_tsnap(
+    const f32 *__restrict__ q, const f32 *__restrict__ k, const f32 *__restrict__ v,
+    const f32 *__restrict__ g, const f32 *__restrict__ beta, const u64 *__restrict__ tab,
+    f32 *__restrict__ o, f32 *__restrict__ snap, i32 num_v, i32 t, f32 scale)
+{
+    __shared__ f32 qs[GDN_D], ks[GDN_D];
+    const i32 h = blockIdx.x, j = threadIdx.x;
+    if (h >= num_v) return;
+    f32 *canonical = (f32 *)tab[0];
+    f32 *alt = (f32 *)tab[1];
+    const u64 n = (u64)num_v * GDN_D * GDN_D;
+    const u64 base = (u64)h * GDN_D * GDN_D + j;
+    f32 col[GDN_D];
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = canonical[base + (u64)i * GDN_D];
+    for (i32 r = 0; r < t; ++r) {
+        const u64 hv = ((u64)r * num_v + h) * GDN_D;
+        __syncthreads(); /* the previous row's reads of qs, ks are done */
+        qs[j] = q[hv + j];
+        ks[j] = k[hv + j];
+        __syncthreads();
+        const f32 d = gdn_exp(g[(u64)r * num_v + h]);
+        o[hv + j] = gdn_scan_column(col, qs, ks, v[hv + j], beta[(u64)r * num_v + h], d, scale);
+        if (r + 1 < t) {
+#pragma unroll
+            for (i32 i = 0; i < GDN_D; ++i) snap[(u64)r * n + base + (u64)i * GDN_D] = col[i];
+        }
+    }
+    /* Rule PARITY: the state after row t-1 is in alt for odd t. */
+    f32 *fin = (t & 1) ? alt : canonical;
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) fin[base + (u64)i * GDN_D] = col[i];
+}
+
+/* ------------------------ fused step, batched ---------------------------- */
+
+/* gdn_step_fused: a whole packed call (conv, prep and scan of t rows, with
+ * the snapshots) in one launch, for B independent sequences. Every output
+ * is computed with the same operations as the per-row trio, on the same
+ * operands in the same order, so it equals t chained rows bit for bit.
+ *
+ * Layout: sequence b's buffers are the b-th of B equal blocks (elements;
+ * core/src/gdn/batch.rs):
+ *   x [B][t][C], beta_raw and alpha [B][t][num_v], conv_out [B][t][C],
+ *   o [B][t][V], snap_conv [B][t-1][C][P], snap_state [B][t-1][N];
+ *   tab[0] = ring pool [B][C][P], tab[1] = canonical pool [B][N],
+ *   tab[2] = alt pool [B][N] (the shim passes its table + 0).
+ *   The weights (w, dt_bias, a_log) are the layer's, shared. snap_conv and
+ *   snap_state may be 0 when t = 1.
+ *
+ * Work split: the GDN_CS CTAs of one cluster (consecutive blockIdx.x) own
+ * q/k head hk = blockIdx.x / GDN_CS of sequence b = blockIdx.y and the
+ * ratio * 128 state columns of its v heads; CTA rank r = blockIdx.x %
+ * GDN_CS owns columns [r * cpc, (r + 1) * cpc), cpc = ratio * 128 /
+ * GDN_CS, in chunks of blockDim.x, one column per thread ("column
+ * threads"): the column stays in registers across the t rows, and the
+ * column's own v channel is convolved by the same thread. The 256 q/k
+ * channels of hk are convolved, normalised and written to shared memory by
+ * the "q/k threads": the threads past cpc when blockDim.x > cpc and cpc is
+ * a multiple of 32 (so the two groups are whole warps and run side by
+ * side), else every thread. Every CTA of the cluster convolves the q/k
+ * channels from the ring as it was before the call (identical bits);
+ * rank 0 writes their conv outputs and snapshots, and their final ring
+ * only after a cluster barrier, once every CTA of the cluster has read
+ * the old ring. Each v channel and state column has exactly one owner.
+ *
+ * The scan's sums are chains of 128 dependent additions in the contract's
+ * order; nothing shortens a chain, so the kernel keeps every chain's
+ * operands ready when it starts and runs independent work beside it:
+ * - the q/k channels' ring, taps and next two input rows are copied to
+ *   shared memory with asynchronous 16-byte copies (cp.async), a column's
+ *   taps and next two v inputs and the next row's beta_raw and alpha are
+ *   held in registers, exp(a_log) is computed once per head;
+ * - the dot products read their shared operands 16 bytes at a time;
+ * - the conv width is a template parameter (every tap loop unrolled, no
+ *   local memory);
+ * - rows are pipelined in three phases between __syncthreads: while the
+ *   column threads scan row r (A: decay and k.S; B1: update and q.S), the
+ *   q/k threads convolve row r + 1 (A) and take its L2 norms while other
+ *   q/k threads (another warp when there is one) compute its heads' beta
+ *   and exp(g) (B1); then (B2) the column threads write the snapshot and
+ *   convolve their v channel of row r + 1 while the q/k threads write its
+ *   normalised q and k.
+ *
+ * Launch: grid (num_k * GDN_CS, B), blockDim.x <= 128 (the shim: 128 when
+ * B = 1 and cpc is a multiple of 32 below 128, else min(cpc, 128));
+ * GDN_CS = 8 on sm_90 and later (a compile-time cluster of 8 CTAs), 1
+ * before (one CTA per q/k head: nothing to wait for). GDN_CS may be
+ * defined before this file is compiled for a target below sm_90 (the host
+ * emulator runs the CTAs of a cluster one after another, rank 0 last).
+ */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GDN_CS 8
+#define GDN_CLUSTER_DIMS __cluster_dims__(GDN_CS, 1, 1)
+/* A CTA arrives once it has read the q/k ring (the reads were asynchronous
+ * copies it waited for, so they are complete: no memory ordering is
+ * needed, and none is paid for); rank 0 waits before writing the ring. */
+__device__ __forceinline__ void gdn_cluster_arrive()
+{
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void gdn_cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+#else
+#ifndef GDN_CS
+#define GDN_CS 1
+#endif
+#define GDN_CLUSTER_DIMS
+__device__ __forceinline__ void gdn_cluster_arrive() {}
+__device__ __forceinline__ void gdn_cluster_wait() { __syncthreads(); }
+#endif
+
+/* 16 bytes from global src to shared dst (both 16-byte aligned), without
+ * waiting (cp.async on sm_80 and later); gdn_cp_wait waits for every copy
+ * this thread issued. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void gdn_cp16(f32 *dst, const f32 *src)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void gdn_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#else
+__device__ __forceinline__ void gdn_cp16(f32 *dst, const f32 *src)
+{
+    for (i32 i = 0; i < 4; ++i) dst[i] = src[i];
+}
+__device__ __forceinline__ void gdn_cp_wait() {}
+#endif
+
+/* n4 16-byte blocks from src (global) to dst (shared), by lanes lane,
+ * lane + nl, ... */
+__device__ __forceinline__ void gdn_stage(f32 *dst, const f32 *src, i32 n4, i32 lane, i32 nl)
+{
+    for (i32 i = lane; i < n4; i += nl) gdn_cp16(dst + 4 * i, src + 4 * i);
+}
+
+/* Elements 4 q .. 4 q + 3 of a 16-byte-aligned array. */
+__device__ __forceinline__ float4 gdn_ld4(const f32 *a, i32 q)
+{
+    return reinterpret_cast<const float4 *>(a)[q];
+}
+__device__ __forceinline__ void gdn_st4(f32 *a, i32 q, float4 v)
+{
+    reinterpret_cast<float4 *>(a)[q] = v;
+}
+
+/* acc + a[i] * b[i] for i = 0..127 in increasing order, one rounding each
+ * (b 16-byte aligned in shared memory). */
+__device__ __forceinline__ f32 gdn_dot_seq(f32 acc, const f32 a[GDN_D], const f32 *b)
+{
+#pragma unroll
+    for (i32 q = 0; q < GDN_D / 4; ++q) {
+        const float4 v = gdn_ld4(b, q);
+        acc = __fadd_rn(acc, __fmul_rn(a[4 * q], v.x));
+        acc = __fadd_rn(acc, __fmul_rn(a[4 * q + 1], v.y));
+        acc = __fadd_rn(acc, __fmul_rn(a[4 * q + 2], v.z));
+        acc = __fadd_rn(acc, __fmul_rn(a[4 * q + 3], v.w));
+    }
+    return acc;
+}
+
+/* 1 / sqrt(sum of x[i]^2 for i = 0..127 in increasing order + eps), as
+ * gdn_prep_head (l2_normalize steps 1-2; x 16-byte aligned in shared
+ * memory). */
+__device__ __forceinline__ f32 gdn_inv_norm(const f32 *x, f32 eps)
+{
+    f32 ss = 0.0f;
+#pragma unroll 8
+    for (i32 q = 0; q < GDN_D / 4; ++q) {
+        const float4 v = gdn_ld4(x, q);
+        ss = __fadd_rn(ss, __fmul_rn(v.x, v.x));
+        ss = __fadd_rn(ss, __fmul_rn(v.y, v.y));
+        ss = __fadd_rn(ss, __fmul_rn(v.z, v.z));
+        ss = __fadd_rn(ss, __fmul_rn(v.w, v.w));
+    }
+    const f32 dd = __fadd_rn(ss, eps);
+    const f32 sq = __fsqrt_rn(dd);
+    return __fdiv_rn(1.0f, sq);
+}
+
+/* gdn_scan_column steps 1-3: decay, kv, delta (returned). */
+__device__ __forceinline__ f32 gdn_scan_decay_delta(f32 col[GDN_D], const f32 *ks, f32 v_j,
+                                                    f32 beta, f32 d)
+{
+#pragma unroll
+    for (i32 i = 0; i < GDN_D; ++i) col[i] = __fmul_rn(col[i], d);
+    const f32 kv = gdn_dot_seq(0.0f, col, ks);
+    return __fmul_rn(__fsub_rn(v_j, kv), beta);
+}
+
+/* gdn_scan_column steps 4-5: update, read. */
+__device__ __forceinline__ f32 gdn_scan_update_read(f32 col[GDN_D], const f32 *qs, const f32 *ks,
+                                                    f32 delta, f32 scale)
+{
+#pragma unroll
+    for (i32 q = 0; q < GDN_D / 4; ++q) {
+        const float4 v = gdn_ld4(ks, q);
+        col[4 * q] = __fadd_rn(col[4 * q], __fmul_rn(v.x, delta));
+        col[4 * q + 1] = __fadd_rn(col[4 * q + 1], __fmul_rn(v.y, delta));
+        col[4 * q + 2] = __fadd_rn(col[4 * q + 2], __fmul_rn(v.z, delta));
+        col[4 * q + 3] = __fadd_rn(col[4 * q + 3], __fmul_rn(v.w, delta));
+    }
+    const f32 acc = gdn_dot_seq(0.0f, col, qs);
+    return __fmul_rn(acc, scale);
+}
+
+/* A head's gate for one row: kind 0 beta = sigmoid(beta_raw), kind 1
+ * exp(g), g = -(exp(a_log) * softplus(alpha + dt_bias)) (raw: beta_raw or
+ * alpha), with the operations of gdn_prep_head and gdn_scan_s128. */
+__device__ __forceinline__ f32 gdn_head_gate(i32 kind, f32 raw, f32 dt_bias, f32 a_log)
+{
+    if (kind == 0) return gdn_sigmoid(raw);
+    const f32 e = gdn_exp(a_log);
+    const f32 a = __fadd_rn(raw, dt_bias);
+    const f32 sp = gdn_softplus(a);
+    const f32 pr = __fmul_rn(e, sp);
+    const f32 g = -pr;
+    return gdn_exp(g);
+}
+
+/* Rows per table of the heads' gates (beta, exp(g)) in shared memory. */
+#define GDN_GATE_ROWS 32
+
+/* The channels one CTA convolves: the q/k head's 256 q and k channels,
+ * then the v channels of its chunk of columns (at most 128). */
+#define GDN_FCH (3 * GDN_D)
+
+/* The fused step's shared memory (16-byte aligned: copied and read 16
+ * bytes at a time). Channel c (0..GDN_FCH-1, see GDN_FCH) has its ring at
+ * ring[c * P], its taps at w[c * d_conv], its inputs at xin[row % 2][c]
+ * and its latest conv output at xs[c]. */
+struct GdnFusedSmem {
+    f32 ring[GDN_FCH * 3];
+    f32 w[GDN_FCH * 4];
+    f32 xin[2][GDN_FCH];
+    f32 xs[GDN_FCH];
+    f32 qk[2][2][GDN_D];             /* normalised q, k, rows by parity */
+    f32 inv[4];                      /* 1 / norm of q, k, the latest row */
+    f32 gate[GDN_GATE_ROWS][2][2];   /* [row - r0][head - hfirst][beta, exp(g)] */
+};
+
+/* Where a fused step's CTA finds its channels (elements): q channel c at
+ * qoff + c, k channel c at koff + c, the chunk's v channel c at voff + c. */
+struct GdnChannels {
+    u64 qoff, koff, voff;
+    i32 nv; /* v channels (columns) in the chunk */
+};
+
+/* Global channel of CTA channel c. */
+__device__ __forceinline__ u64 gdn_channel(const GdnChannels &ch, i32 c)
+{
+    return c < GDN_D ? ch.qoff + c : c < 2 * GDN_D ? ch.koff + (c - GDN_D) : ch.voff + (c - 2 * GDN_D);
+}
+
+/* Stages row xrow (x + row * C) of the CTA's channels into sm.xin[par]. */
+__device__ __forceinline__ void gdn_stage_row(GdnFusedSmem &sm, i32 par, const f32 *xrow,
+                                              const GdnChannels &ch, i32 lane, i32 nl)
+{
+    gdn_stage(sm.xin[par], xrow + ch.qoff, GDN_D / 4, lane, nl);
+    gdn_stage(sm.xin[par] + GDN_D, xrow + ch.koff, GDN_D / 4, lane, nl);
+    gdn_stage(sm.xin[par] + 2 * GDN_D, xrow + ch.voff, ch.nv / 4, lane, nl);
+}
+
+/* Row r's conv of the CTA's channels lane, lane + nl, ... (conv1d_row
+ * steps 1-3 on the staged ring, taps and input), K channels at a time so
+ * that their SiLUs run side by side; outputs into sm.xs, and to conv_out
+ * with the ring snapshot (unless r is the last row): always for the v
+ * channels, for the q/k channels only when `qk_writes`. */
+template <i32 DC, i32 K>
+__device__ __forceinline__ void gdn_conv_rows(GdnFusedSmem &sm, const GdnChannels &ch, i32 lane,
+                                              i32 nl, i32 r, i32 t, bool qk_writes, f32 *cob,
+                                              f32 *scb, u64 cd, u64 rl)
+{
+    constexpr i32 P = DC - 1;
+    const i32 nch = 2 * GDN_D + ch.nv;
+    const i32 par = r & 1;
+    for (i32 c0 = lane; c0 < nch; c0 += K * nl) {
+        f32 hist[K][3], xc[K], acc[K], num[K], den[K];
+        i32 e[K];
+#pragma unroll
+        for (i32 k = 0; k < K; ++k) {
+            const i32 c = c0 + k * nl < nch ? c0 + k * nl : c0;
+#pragma unroll
+            for (i32 i = 0; i < P; ++i) hist[k][i] = sm.ring[c * P + i];
+            xc[k] = sm.xin[par][c];
+            acc[k] = gdn_conv_acc(hist[k], xc[k], sm.w + c * DC, DC);
+        }
+#pragma unroll
+        for (i32 k = 0; k < K; ++k) gdn_silu_pre(acc[k], &num[k], &den[k], &e[k]);
+#pragma unroll
+        for (i32 k = 0; k < K; ++k) num[k] = __fdiv_rn(num[k], den[k]);
+#pragma unroll
+        for (i32 k = 0; k < K; ++k) {
+            const i32 c = c0 + k * nl;
+            if (c < nch) {
+                const f32 y = gdn_silu_post(acc[k], num[k], e[k]);
+                gdn_conv_shift(hist[k], xc[k], DC);
+#pragma unroll
+                for (i32 i = 0; i < P; ++i) sm.ring[c * P + i] = hist[k][i];
+                sm.xs[c] = y;
+                if (c >= 2 * GDN_D || qk_writes) {
+                    const u64 g = gdn_channel(ch, c);
+                    cob[(u64)r * cd + g] = y;
+                    if (r + 1 < t) {
+#pragma unroll
+                        for (i32 i = 0; i < P; ++i) scb[(u64)r * rl + g * P + i] = hist[k][i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The gates of rows r0 .. min(r0 + GDN_GATE_ROWS, t) - 1 of heads hfirst
+ * .. hfirst + nheads - 1 into sm.gate, items lane, lane + nl, ...; only
+ * kind `kind` (0 beta, 1 exp(g)) if kind >= 0, else both. */
+__device__ __forceinline__ void gdn_gates(GdnFusedSmem &sm, i32 kind, i32 r0, i32 t, i32 hfirst,
+                                          i32 nheads, i32 num_v, const f32 *brb, const f32 *alb,
+                                          const f32 *dt_bias, const f32 *a_log, i32 lane, i32 nl,
+                                          const f32 *pre)
+{
+    const i32 rows = t - r0 < GDN_GATE_ROWS ? t - r0 : GDN_GATE_ROWS;
+    const i32 kinds = kind < 0 ? 2 : 1;
+    for (i32 it = lane; it < rows * nheads * kinds; it += nl) {
+        const i32 kd = kind < 0 ? it % 2 : kind;
+        const i32 hr = kind < 0 ? it / 2 : it;
+        const i32 rr = hr / nheads, hl = hr % nheads, hh = hfirst + hl;
+        const u64 x = (u64)(r0 + rr) * num_v + hh;
+        f32 in[3];
+        if (pre && it == lane) {
+            in[0] = pre[0];
+            in[1] = pre[1];
+            in[2] = pre[2];
+        } else {
+            in[0] = kd == 0 ? brb[x] : alb[x];
+            in[1] = dt_bias[hh];
+            in[2] = a_log[hh];
+        }
+        sm.gate[rr][hl][kd] = gdn_head_gate(kd, in[0], in[1], in[2]);
+    }
+}
+
+/* The inputs of item `lane` of gdn_gates(kind, 0, ...) (raw, dt_bias,
+ * a_log), loaded ahead. */
+__device__ __forceinline__ void gdn_gate_inputs(f32 pre[3], i32 kind, i32 t, i32 hfirst,
+                                                i32 nheads, i32 num_v, const f32 *brb,
+                                                const f32 *alb, const f32 *dt_bias,
+                                                const f32 *a_log, i32 lane)
+{
+    const i32 rows = t < GDN_GATE_ROWS ? t : GDN_GATE_ROWS;
+    if (lane < rows * nheads) {
+        const i32 rr = lane / nheads, hh = hfirst + lane % nheads;
+        const u64 x = (u64)rr * num_v + hh;
+        pre[0] = kind == 0 ? brb[x] : alb[x];
+        pre[1] = dt_bias[hh];
+        pre[2] = a_log[hh];
+    }
+}
+
+/* sm.qk[par] = q, k of sm.xs * sm.inv (l2_normalize step 3), 16-byte
+ * blocks lane, lane + nl, ... */
+__device__ __forceinline__ void gdn_qk_scale(GdnFusedSmem &sm, i32 par, i32 lane, i32 nl)
+{
+    for (i32 i = lane; i < 2 * GDN_D / 4; i += nl) {
+        const i32 s = i / (GDN_D / 4), q = i % (GDN_D / 4);
+        const f32 iv = sm.inv[s];
+        float4 v = gdn_ld4(sm.xs + s * GDN_D, q);
+        v.x = __fmul_rn(v.x, iv);
+        v.y = __fmul_rn(v.y, iv);
+        v.z = __fmul_rn(v.z, iv);
+        v.w = __fmul_rn(v.w, iv);
+        gdn_st4(sm.qk[par][s], q, v);
+    }
+}
+
+template <i32 DC>
+__device__ __forceinline__ void gdn_step_fused_body(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 t,
+    f32 eps, f32 scale, GdnFusedSmem &sm)
+{
+    constexpr i32 P = DC - 1;
+    constexpr i32 K = 3; /* channels convolved side by side */
+    const i32 tid = threadIdx.x, bd = blockDim.x;
+    const i32 hk = blockIdx.x / GDN_CS, rank = blockIdx.x % GDN_CS;
+    const u64 b = blockIdx.y;
+    const i32 ratio = num_v / num_k;
+    const i32 cpc = ratio * GDN_D / GDN_CS;
+    const i32 key_dim = GDN_D * num_k;
+    const u64 cd = 2 * (u64)key_dim + (u64)GDN_D * num_v;
+    const u64 vd = (u64)GDN_D * num_v;
+    const u64 n = vd * GDN_D;
+    const u64 rl = cd * P;
+    const u64 snaps = (u64)t - 1;
+    f32 *ring = (f32 *)tab[0] + b * rl;
+    f32 *canonical = (f32 *)tab[1] + b * n;
+    f32 *alt = (f32 *)tab[2] + b * n;
+    const f32 *xb = x + b * (u64)t * cd;
+    const f32 *brb = beta_raw + b * (u64)t * num_v;
+    const f32 *alb = alpha + b * (u64)t * num_v;
+    f32 *cob = conv_out + b * (u64)t * cd;
+    f32 *ob = o + b * (u64)t * vd;
+    f32 *scb = snap_conv + b * snaps * rl;
+    f32 *ssb = snap_state + b * snaps * n;
+    f32 *const fin = (t & 1) ? alt : canonical; /* rule PARITY */
+    /* The conv threads of rows 1.. ("q/k threads"): [h0, bd), nh of them;
+     * the norms by m = 0, 1. Row 0's conv: threads [0, nc0); the gates
+     * of the first rows: threads [g0, bd) (the last warp, beside the
+     * conv, when there are two warps or more). */
+    const bool split = bd > cpc && cpc % 32 == 0;
+    const i32 h0 = split ? cpc : 0, nh = bd - h0;
+    const bool qk_thread = tid >= h0;
+    const i32 m = tid - h0;
+    const i32 g0 = bd >= 64 ? bd - 32 : 0, nc0 = bd >= 64 ? bd - 32 : bd;
+    GdnChannels ch;
+    ch.qoff = (u64)hk * GDN_D;
+    ch.koff = (u64)key_dim + (u64)hk * GDN_D;
+
+    for (i32 c0 = rank * cpc; c0 < (rank + 1) * cpc; c0 += bd) {
+        const i32 gc = c0 + tid; /* column in the q/k head's group */
+        const bool mine = gc < (rank + 1) * cpc && (!split || tid < cpc);
+        const i32 h = hk * ratio + (mine ? gc / GDN_D : 0);
+        const i32 j = gc % GDN_D;
+        const i32 hfirst = hk * ratio + c0 / GDN_D; /* the chunk's first head */
+        const i32 cend = c0 + (split ? cpc : bd); /* past the chunk's last column */
+        const i32 clast = (cend < (rank + 1) * cpc ? cend : (rank + 1) * cpc) - 1;
+        const i32 nheads = hk * ratio + clast / GDN_D - hfirst + 1; /* 1 or 2 */
+        const u64 base = (u64)h * GDN_D * GDN_D + j;
+        const bool writes_qk = rank == 0 && c0 == rank * cpc;
+        ch.voff = 2 * (u64)key_dim + (u64)hk * ratio * GDN_D + c0;
+        ch.nv = clast - c0 + 1;
+        f32 col[GDN_D];
+        f32 vj = 0.0f, delta = 0.0f;
+        /* Stage the channels' ring, taps and rows 0 and 1; load the
+         * columns. */
+        gdn_stage(sm.ring, ring + ch.qoff * P, GDN_D * P / 4, tid, bd);
+        gdn_stage(sm.ring + GDN_D * P, ring + ch.koff * P, GDN_D * P / 4, tid, bd);
+        gdn_stage(sm.ring + 2 * GDN_D * P, ring + ch.voff * P, ch.nv * P / 4, tid, bd);
+        gdn_stage(sm.w, w + ch.qoff * DC, GDN_D * DC / 4, tid, bd);
+        gdn_stage(sm.w + GDN_D * DC, w + ch.koff * DC, GDN_D * DC / 4, tid, bd);
+        gdn_stage(sm.w + 2 * GDN_D * DC, w + ch.voff * DC, ch.nv * DC / 4, tid, bd);
+        gdn_stage_row(sm, 0, xb, ch, tid, bd);
+        if (t > 1) gdn_stage_row(sm, 1, xb + cd, ch, tid, bd);
+        if (mine) {
+#pragma unroll
+            for (i32 i = 0; i < GDN_D; ++i) col[i] = canonical[base + (u64)i * GDN_D];
+        }
+        f32 pre_g[3] = {0.0f, 0.0f, 0.0f}, pre_b[3] = {0.0f, 0.0f, 0.0f};
+        if (tid >= g0) {
+            gdn_gate_inputs(pre_g, 1, t, hfirst, nheads, num_v, brb, alb, dt_bias, a_log, tid - g0);
+            gdn_gate_inputs(pre_b, 0, t, hfirst, nheads, num_v, brb, alb, dt_bias, a_log, tid - g0);
+        }
+        gdn_cp_wait();
+        __syncthreads();
+        /* The last chunk has read the q/k ring. */
+        if (c0 + bd >= (rank + 1) * cpc) gdn_cluster_arrive();
+        /* Row 0's conv | the first rows' exp(g). */
+        if (tid < nc0) gdn_conv_rows<DC, K>(sm, ch, tid, nc0, 0, t, writes_qk, cob, scb, cd, rl);
+        if (tid >= g0)
+            gdn_gates(sm, 1, 0, t, hfirst, nheads, num_v, brb, alb, dt_bias, a_log, tid - g0, bd - g0,
+                      pre_g);
+        __syncthreads();
+        /* Row 0's norms | the first rows' beta. */
+        if (qk_thread && m < 2) sm.inv[m] = gdn_inv_norm(sm.xs + m * GDN_D, eps);
+        if (tid >= g0)
+            gdn_gates(sm, 0, 0, t, hfirst, nheads, num_v, brb, alb, dt_bias, a_log, tid - g0, bd - g0,
+                      pre_b);
+        __syncthreads();
+        gdn_qk_scale(sm, 0, tid, bd);
+        if (mine) vj = sm.xs[2 * GDN_D + tid];
+        __syncthreads();
+        for (i32 r = 0; r < t; ++r) {
+            const i32 par = r & 1;
+            const bool next = r + 1 < t;
+            if (r > 0 && r % GDN_GATE_ROWS == 0) {
+                /* The next rows' gates (the previous rows' are read). */
+                gdn_gates(sm, -1, r, t, hfirst, nheads, num_v, brb, alb, dt_bias, a_log, tid, bd, 0);
+                __syncthreads();
+            }
+            /* Phase A: scan row r, steps 1-3 | row r + 1's conv; row
+             * r + 2's inputs into the buffer row r used. */
+            if (qk_thread && r + 2 < t) gdn_stage_row(sm, par, xb + (u64)(r + 2) * cd, ch, m, nh);
+            if (mine) {
+                const i32 lh = h - hfirst, gr = r % GDN_GATE_ROWS;
+                delta = gdn_scan_decay_delta(col, sm.qk[par][1], vj, sm.gate[gr][lh][0],
+                                             sm.gate[gr][lh][1]);
+            }
+            if (qk_thread && next) gdn_conv_rows<DC, K>(sm, ch, m, nh, r + 1, t, writes_qk, cob, scb, cd, rl);
+            __syncthreads();
+            /* Phase B1: scan row r, steps 4-5 | row r + 1's norms. */
+            if (mine)
+                ob[(u64)r * vd + (u64)h * GDN_D + j] =
+                    gdn_scan_update_read(col, sm.qk[par][0], sm.qk[par][1], delta, scale);
+            if (next && qk_thread && m < 2) sm.inv[m] = gdn_inv_norm(sm.xs + m * GDN_D, eps);
+            __syncthreads();
+            if (next) {
+                /* Phase B2: row r's state snapshot, row r + 1's v | row
+                 * r + 1's normalised q and k. */
+                if (mine) {
+#pragma unroll
+                    for (i32 i = 0; i < GDN_D; ++i) ssb[(u64)r * n + base + (u64)i * GDN_D] = col[i];
+                    vj = sm.xs[2 * GDN_D + tid];
+                }
+                if (qk_thread) gdn_qk_scale(sm, par ^ 1, m, nh);
+                gdn_cp_wait();
+                __syncthreads();
+            }
+        }
+        if (mine) {
+#pragma unroll
+            for (i32 i = 0; i < GDN_D; ++i) fin[base + (u64)i * GDN_D] = col[i];
+        }
+        /* The chunk's v channels' final ring (each v channel is one
+         * chunk's). */
+        for (i32 i = tid; i < ch.nv * P / 4; i += bd)
+            gdn_st4(ring + ch.voff * P, i, gdn_ld4(sm.ring + 2 * GDN_D * P, i));
+        __syncthreads();
+    }
+    /* Every CTA of the cluster has read the q/k ring: rank 0 may write it. */
+    gdn_cluster_wait();
+    if (rank == 0) {
+        for (i32 i = tid; i < GDN_D * P / 4; i += bd) {
+            gdn_st4(ring + ch.qoff * P, i, gdn_ld4(sm.ring, i));
+            gdn_st4(ring + ch.koff * P, i, gdn_ld4(sm.ring + GDN_D * P, i));
+        }
+    }
+}
+
+extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fused(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v,
+    i32 d_conv, i32 t, f32 eps, f32 scale)
+{
+    __shared__ __align__(16) GdnFusedSmem sm;
+    if (d_conv == 4)
+        gdn_step_fused_body<4>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                               snap_state, num_k, num_v, t, eps, scale, sm);
+    else if (d_conv == 3)
+        gdn_step_fused_body<3>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                               snap_state, num_k, num_v, t, eps, scale, sm);
+    else
+        gdn_step_fused_body<2>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                               snap_state, num_k, num_v, t, eps, scale, sm);
+}
