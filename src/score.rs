@@ -153,7 +153,7 @@ pub fn command(kinds: impl Iterator<Item = &'static str>) -> Command {
                 .value_name("SECONDS")
                 .default_value("1800")
                 .value_parser(clap::value_parser!(u64))
-                .help("A gate still running after this long is killed (reported as a hang, which counts as caught)."),
+                .help("A gate still running after this long is killed: caught if it had failed a row by then, else SURVIVED (a slow gate is not a catch)."),
         )
         .arg(
             Arg::new("jobs")
@@ -211,9 +211,13 @@ enum Verdict {
     GateCaught(usize, Option<usize>),
     /// The fuzzer diverged after `(executions, seconds)`.
     FuzzCaught(Option<u64>, f64),
-    /// The run ended in another way that is not a pass (a crash, a hang):
-    /// the bug did not go unnoticed. The text says how.
+    /// The run ended in another way that is not a pass (a crash, a hang
+    /// of the fuzzer): the bug did not go unnoticed. The text says how.
     Other(String),
+    /// The gate was killed at the limit after `secs` seconds, with
+    /// `failed` rows failed before it: caught when `failed > 0`; with
+    /// none, the bug is not shown caught (a slow gate is not a catch).
+    GateKilled { failed: usize, secs: f64 },
     /// The gate passed every row (`rows`, where it counts them).
     GateSurvived(Option<usize>),
     /// The fuzzer noticed nothing: `(executions, seconds)`.
@@ -226,7 +230,12 @@ enum Verdict {
 
 impl Verdict {
     fn survived(&self) -> bool {
-        matches!(self, Verdict::Survived(..) | Verdict::GateSurvived(_))
+        matches!(
+            self,
+            Verdict::Survived(..)
+                | Verdict::GateSurvived(_)
+                | Verdict::GateKilled { failed: 0, .. }
+        )
     }
 
     fn cannot_run(&self) -> bool {
@@ -240,6 +249,12 @@ impl Verdict {
             Verdict::GateCaught(f, None) => format!("{f} rows failed"),
             Verdict::FuzzCaught(e, s) => format!("{}, {s:.1} s", execs(e)),
             Verdict::Other(t) => t.clone(),
+            Verdict::GateKilled { failed: 0, secs } => {
+                format!("SURVIVED (killed after {secs:.0} s, no row failed)")
+            }
+            Verdict::GateKilled { failed, secs } => {
+                format!("{failed} rows failed (killed after {secs:.0} s)")
+            }
             Verdict::GateSurvived(Some(r)) => format!("SURVIVED (0/{r} rows failed)"),
             Verdict::GateSurvived(None) => "SURVIVED (no row failed)".to_string(),
             Verdict::Survived(e, s) => format!("SURVIVED ({}, {s:.0} s)", execs(e)),
@@ -310,7 +325,10 @@ fn gate(exe: &Path, e: &Entry, logs: &Path, limit: Duration) -> Verdict {
     };
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     if killed {
-        return Verdict::Other(format!("hung (killed after {secs:.0} s)"));
+        return Verdict::GateKilled {
+            failed: failing_rows(&text),
+            secs,
+        };
     }
     let summary = last_line_after(&text, SUMMARY_PREFIX).and_then(|s| {
         let mut w = s.split_whitespace();
@@ -325,6 +343,18 @@ fn gate(exe: &Path, e: &Entry, logs: &Path, limit: Duration) -> Verdict {
         (Some(c), _) => Verdict::Other(format!("exit {c}: {}", last_words(&text))),
         (None, _) => Verdict::Other(format!("killed by a signal: {}", last_words(&text))),
     }
+}
+
+/// The failing rows a gate printed (lines with a `FAIL` verdict, the
+/// closing `===` line apart): what a gate killed at the limit had found.
+fn failing_rows(log: &str) -> usize {
+    log.lines()
+        .filter(|l| {
+            !l.starts_with("===")
+                && l.split_whitespace()
+                    .any(|w| w.trim_end_matches(':') == "FAIL")
+        })
+        .count()
 }
 
 /// The libFuzzer binary of `k` beside `exe`, if there is one.
@@ -592,5 +622,32 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
             if no_fuzz { "" } else { " and their fuzzer" }
         );
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gate killed at the limit is caught only by the rows it had
+    /// failed; with none, the bug is shown as surviving.
+    #[test]
+    fn a_killed_gate_is_caught_only_by_rows_it_failed() {
+        let log = "shape arm ...  PASS\n\
+                   272,136,40 EXACT ...  FAIL  declared: v2\n\
+                   wgmma e4m3xe4m3 specials 16 3  FAIL: a device error\n\
+                   === fp8-mmq-check 2 FAILURES ===\n";
+        assert_eq!(failing_rows(log), 2);
+        assert_eq!(failing_rows("a  PASS\nFAILED to parse\n"), 0);
+        let caught = Verdict::GateKilled {
+            failed: 2,
+            secs: 9.0,
+        };
+        let slow = Verdict::GateKilled {
+            failed: 0,
+            secs: 9.0,
+        };
+        assert!(!caught.survived() && slow.survived());
+        assert!(slow.cell().starts_with("SURVIVED"), "{}", slow.cell());
     }
 }
