@@ -419,9 +419,14 @@ fn fuzz(exe: &Path, e: &Entry, logs: &Path, secs: u64, seed: u64) -> Verdict {
                     .rev()
                     .find_map(|l| l.strip_prefix('#')?.split_whitespace().next()?.parse().ok())
             });
+        // A divergence prints its reproduction (every kind's failure has a
+        // rerun line); another crash (out of memory, libFuzzer's own
+        // timeout) is shown as what it was.
         return match code {
             Some(0) => Verdict::Survived(execs, wall),
-            _ => Verdict::FuzzCaught(execs, wall),
+            _ if text.contains("rerun:") => Verdict::FuzzCaught(execs, wall),
+            Some(c) => Verdict::Other(format!("exit {c}, no reproduction: {}", last_words(&text))),
+            None => Verdict::Other(format!("killed by a signal: {}", last_words(&text))),
         };
     }
     let result = last_line_after(&text, FUZZ_PREFIX).and_then(|s| {
