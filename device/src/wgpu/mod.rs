@@ -166,11 +166,12 @@ impl Geometry {
     /// `STAGES` buffers, two f32 tiles of `tile_k x block_m` and
     /// `tile_k x block_n` (the production shader: one buffer). A shader
     /// that pads its tiles needs more, and the pipeline's own validation
-    /// reports that.
+    /// reports that. Saturates at `u64::MAX` (beyond every adapter's
+    /// limit) rather than overflow.
     pub fn workgroup_bytes(&self, decl: &ShaderDecl) -> u64 {
-        4 * u64::from(self.tile_k)
-            * (self.block_m(decl) + self.block_n(decl))
-            * u64::from(decl.stages)
+        (4 * u64::from(self.tile_k))
+            .saturating_mul(self.block_m(decl).saturating_add(self.block_n(decl)))
+            .saturating_mul(u64::from(decl.stages))
     }
 
     /// Workgroups along m and n for an `m x n` output.
