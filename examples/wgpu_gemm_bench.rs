@@ -22,6 +22,13 @@
 //! restricts the dtypes. The header echoes the adapter, the backend and
 //! the geometry compiled.
 //!
+//! `CHECKS=off`: the timed shader is built without naga's runtime checks
+//! (`WgpuEngine::new_unchecked`: no index clamping, no loop bounding, no
+//! division guard), to time it as a trusted native module runs; `on` (the
+//! default) keeps them. The production reference of `SHADER=` mode keeps
+//! them either way. Only for shaders that pass the gate: a shader that
+//! indexes out of bounds is then undefined behaviour on the device.
+//!
 //! `SHADER=<path>`: a candidate with the ABI at the top of the shader. Every
 //! output of every shape is also computed by the production shader (at its
 //! own declared geometry: by the contract's order every geometry gives the
@@ -162,7 +169,20 @@ fn run() -> anyhow::Result<()> {
         Some(p) => ShaderSource::from_file(std::path::Path::new(p))?,
         None => ShaderSource::builtin(),
     };
-    let engine = WgpuEngine::new(source)?;
+    let checks = match std::env::var("CHECKS").as_deref() {
+        Err(_) | Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => anyhow::bail!("CHECKS={other:?}: on or off"),
+    };
+    let engine = if checks {
+        WgpuEngine::new(source)?
+    } else {
+        // SAFETY: CHECKS=off is the user's statement that the shader stays
+        // in bounds, terminates and never divides by zero for these shapes
+        // (it passed the gate); the shim still checks every shape and
+        // length first.
+        unsafe { WgpuEngine::new_unchecked(source)? }
+    };
     let decl = *engine.decl();
     let geom = Geometry {
         wg_m: env_u32("WG_M", decl.geometry.wg_m)?,
@@ -188,8 +208,13 @@ fn run() -> anyhow::Result<()> {
     geom.validate(&decl, engine.limits())?;
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
     println!(
-        "shader: {}{}",
+        "shader: {}{}{}",
         engine.source().describe(),
+        if engine.runtime_checks() {
+            ""
+        } else {
+            " (CHECKS=off: built without runtime checks)"
+        },
         if production.is_some() {
             " (every output diffed bit for bit against the production shader)"
         } else {

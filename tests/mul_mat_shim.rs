@@ -215,3 +215,41 @@ fn enable_subgroups_requests_the_feature() {
         .unwrap();
     assert_eq!(got, want);
 }
+
+/// An engine built without naga's runtime checks (the bench's
+/// `CHECKS=off`) computes what the checked one computes, bit for bit, on
+/// a ragged case of every dtype that the builtin shader keeps in bounds.
+#[test]
+fn unchecked_modules_compute_the_same_bits() {
+    use kernel_oracle::mul_mat::gate::{run_one, spec, Shape};
+    use kernel_oracle::mul_mat::{Arm, CaseSpec};
+    let checked = builtin();
+    // SAFETY: the builtin shader passes the gate on this shape and
+    // geometry: every index in bounds, every loop bounded by the params,
+    // every divisor a nonzero constant or K's block count.
+    let unchecked = {
+        let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+        unsafe { WgpuEngine::new_unchecked(ShaderSource::builtin()) }.unwrap()
+    };
+    assert!(checked.runtime_checks() && !unchecked.runtime_checks());
+    let shape = Shape {
+        label: "ragged",
+        m: 97,
+        k: 512,
+        n: 35,
+    };
+    for d in Dtype::ALL {
+        let s: CaseSpec = spec(&shape, d, Arm::Random);
+        let data = s.generate();
+        let g = Geometry::default();
+        let a = checked
+            .mul_mat(d, g, s.m, s.n, s.k, &data.src0, &data.src1)
+            .unwrap();
+        let b = unchecked
+            .mul_mat(d, g, s.m, s.n, s.k, &data.src0, &data.src1)
+            .unwrap();
+        let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{}: unchecked differs", d.name());
+        assert!(run_one(&unchecked, &s, &g).unwrap().pass(), "{}", d.name());
+    }
+}

@@ -247,6 +247,7 @@ pub struct WgpuEngine {
     limits: wgpu::Limits,
     source: ShaderSource,
     decl: ShaderDecl,
+    checks: wgpu::ShaderRuntimeChecks,
     pipelines: Mutex<HashMap<(Dtype, Geometry), Arc<wgpu::ComputePipeline>>>,
 }
 
@@ -296,6 +297,38 @@ impl WgpuEngine {
     /// adapter without `SHADER_F16`, or `enable subgroups;` without
     /// `SUBGROUP`), [`WgpuError::RequestDevice`].
     pub fn new(source: ShaderSource) -> Result<WgpuEngine> {
+        Self::with_checks(source, wgpu::ShaderRuntimeChecks::checked())
+    }
+
+    /// [`WgpuEngine::new`], but the shader modules are built without the
+    /// runtime checks naga otherwise adds (`ShaderRuntimeChecks::unchecked`:
+    /// no bounds checks on buffer and workgroup-array indices, no loop
+    /// bounding, no guard on integer division by zero), so a benchmark can
+    /// time the kernel as a trusted native module runs it. The arithmetic
+    /// of a kernel that stays in bounds, terminates and never divides by
+    /// zero is unchanged; the gates never use this.
+    ///
+    /// # Safety
+    /// The caller guarantees, for every dtype and geometry it runs, that
+    /// the shader (1) indexes `src0`, `src1`, `dst`, `params` and its
+    /// workgroup arrays only in bounds, (2) has no infinite loop and (3)
+    /// never divides or takes a remainder by zero (wgpu's
+    /// `create_shader_module_trusted`). The shim's checks of shapes and
+    /// lengths still run, but nothing checks the shader itself.
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::new`].
+    pub unsafe fn new_unchecked(source: ShaderSource) -> Result<WgpuEngine> {
+        Self::with_checks(source, wgpu::ShaderRuntimeChecks::unchecked())
+    }
+
+    /// Whether the shader modules keep naga's runtime checks (false only
+    /// for [`WgpuEngine::new_unchecked`]).
+    pub fn runtime_checks(&self) -> bool {
+        self.checks.bounds_checks
+    }
+
+    fn with_checks(source: ShaderSource, checks: wgpu::ShaderRuntimeChecks) -> Result<WgpuEngine> {
         let decl = ShaderDecl::parse(source.text(), &source.describe())?;
         let backends = backends_from_env()?;
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
@@ -346,6 +379,7 @@ impl WgpuEngine {
             limits,
             source,
             decl,
+            checks,
             pipelines: Mutex::new(HashMap::new()),
         })
     }
@@ -395,12 +429,14 @@ impl WgpuEngine {
         } else {
             std::borrow::Cow::Borrowed(self.source.text())
         };
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("mul_mat_reg_tile"),
-                source: wgpu::ShaderSource::Wgsl(text),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some("mul_mat_reg_tile"),
+            source: wgpu::ShaderSource::Wgsl(text),
+        };
+        // SAFETY: with every check on this is `create_shader_module`;
+        // with them off (only through `new_unchecked`) its caller has
+        // taken on the conditions of `create_shader_module_trusted`.
+        let module = unsafe { self.device.create_shader_module_trusted(desc, self.checks) };
         let constants = [
             ("SRC0_DTYPE", f64::from(dtype_code(dtype))),
             ("WG_M", f64::from(geom.wg_m)),
