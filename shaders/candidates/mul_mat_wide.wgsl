@@ -9,9 +9,11 @@
 //   KERNEL_ORACLE_MUL_MAT_WGSL=shaders/candidates/mul_mat_wide.wgsl kernel-oracle check mul-mat
 //   SHADER=shaders/candidates/mul_mat_wide.wgsl target/release/examples/wgpu_gemm_bench
 // (an 8 x 4 form: the same file with `const TILE_N: u32 = 4u;`).
-// Status (2026-12-02): CI gate green on lavapipe (`cargo test` runs it) and
-// the LFM2.5 sweep bit-identical to the production shader there (SHADER=,
-// ITERS=1); not yet run on a GPU.
+// Status (2026-12-02): CI gate green on lavapipe (`cargo test` runs it and
+// the 8 x 4 form; the 4 x 8 form passed `check mul-mat`) and the LFM2.5
+// sweep of every dtype bit-identical to the production shader there
+// (SHADER=, ITERS=1; 8 x 8 at WG 8x8 and 8 x 4 at WG 8x16); not yet run on
+// a GPU.
 //
 // Why wider: with 4 x 4 outputs per invocation, each k costs two 16-byte
 // workgroup loads per 16 multiply-adds; 8 x 8 costs four per 64, and the
@@ -51,8 +53,8 @@
 //
 // Staging: every vec4 of the staged tiles has exactly one writer, which
 // writes the whole vector or all four of its components (WGSL lets a
-// component store touch the whole vector, gpuweb #2112, so four threads
-// storing the four components of one vector would race). src1, and src0
+// component store touch the whole vector, so four threads storing the
+// four components of one vector would race). src1, and src0
 // when it is f32, are staged as vector units: four rows (columns) at one
 // k, consecutive threads along k so that global reads coalesce. Up to
 // PREFETCH units per thread of the next tile are loaded into registers
