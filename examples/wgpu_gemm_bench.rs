@@ -13,14 +13,27 @@
 //! warm-up dispatches.
 //!
 //! Environment, parsed strictly (set but unparseable is an error, and so is
-//! 0): `WG_M`, `WG_N`, `TILE_K` (default 16 each), `ITERS` (default 20).
-//! `TILE_M`/`TILE_N` are fixed at 4 (the shader unrolls a 4 x 4 thread tile)
-//! and any other value is refused. `ONLY=f32,q4_K` restricts the dtypes.
-//! The header echoes the adapter, the backend and the geometry compiled.
+//! 0): `WG_M`, `WG_N`, `TILE_K` (default: the defaults of the shader's
+//! `override` declarations, 16 each in the production shader), `ITERS`
+//! (default 20). The thread tile is the shader's (`const TILE_M`,
+//! `const TILE_N`, read by `device::wgpu::ShaderDecl`): `TILE_M`/`TILE_N`
+//! may be set only to the values the shader declares (a check that the
+//! intended candidate runs), anything else is refused. `ONLY=f32,q4_K`
+//! restricts the dtypes. The header echoes the adapter, the backend and
+//! the geometry compiled.
+//!
+//! `CHECKS=off`: the timed shader is built without naga's runtime checks
+//! (`WgpuEngine::new_unchecked`: no index clamping, no loop bounding, no
+//! division guard), to time it as a trusted native module runs; `on` (the
+//! default) keeps them. The production reference of `SHADER=` mode keeps
+//! them either way. Only for shaders that pass the gate: a shader that
+//! indexes out of bounds is then undefined behaviour on the device.
 //!
 //! `SHADER=<path>`: a candidate with the ABI at the top of the shader. Every
-//! output of every shape is also computed by the production shader on the
-//! same inputs and compared bit for bit over the whole of `dst`: a
+//! output of every shape is also computed by the production shader (at its
+//! own declared geometry: by the contract's order every geometry gives the
+//! same bits) on the same inputs and compared bit for bit over the whole
+//! of `dst`: a
 //! non-finite output fails, and any difference stops the sweep (exit 1).
 //! Anything else that stops it (a bad variable, no adapter, a candidate
 //! that does not compile) exits 2, so a tuning script can tell a wrong
@@ -39,7 +52,7 @@
 //! `GEN-FINITE`), activations uniform in [-1, 1).
 
 use anyhow::{ensure, Context};
-use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine, TILE_M, TILE_N};
+use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine};
 use kernel_oracle::mul_mat::gate::LFM_SHAPES;
 use kernel_oracle::mul_mat::{Arm, CaseSpec};
 use std::collections::HashMap;
@@ -149,17 +162,6 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<()> {
-    let geom = Geometry {
-        wg_m: env_u32("WG_M", 16)?,
-        wg_n: env_u32("WG_N", 16)?,
-        tile_k: env_u32("TILE_K", 16)?,
-    };
-    let (tm, tn) = (env_u32("TILE_M", TILE_M)?, env_u32("TILE_N", TILE_N)?);
-    ensure!(
-        tm == TILE_M && tn == TILE_N,
-        "TILE_M/TILE_N must be 4: the shader unrolls a 4x4 thread tile by hand, and any \
-         other value would compute only part of the dispatched tile; got {tm}x{tn}"
-    );
     let iters = env_u32("ITERS", 20)?;
     let dtypes = env_dtypes()?;
     let candidate = std::env::var_os("SHADER").filter(|p| !p.is_empty());
@@ -167,16 +169,52 @@ fn run() -> anyhow::Result<()> {
         Some(p) => ShaderSource::from_file(std::path::Path::new(p))?,
         None => ShaderSource::builtin(),
     };
-    let engine = WgpuEngine::new(source)?;
+    let checks = match std::env::var("CHECKS").as_deref() {
+        Err(_) | Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => anyhow::bail!("CHECKS={other:?}: on or off"),
+    };
+    let engine = if checks {
+        WgpuEngine::new(source)?
+    } else {
+        // SAFETY: CHECKS=off is the user's statement that the shader stays
+        // in bounds, terminates and never divides by zero for these shapes
+        // (it passed the gate); the shim still checks every shape and
+        // length first.
+        unsafe { WgpuEngine::new_unchecked(source)? }
+    };
+    let decl = *engine.decl();
+    let geom = Geometry {
+        wg_m: env_u32("WG_M", decl.geometry.wg_m)?,
+        wg_n: env_u32("WG_N", decl.geometry.wg_n)?,
+        tile_k: env_u32("TILE_K", decl.geometry.tile_k)?,
+    };
+    let (tm, tn) = (
+        env_u32("TILE_M", decl.tile_m)?,
+        env_u32("TILE_N", decl.tile_n)?,
+    );
+    ensure!(
+        tm == decl.tile_m && tn == decl.tile_n,
+        "TILE_M/TILE_N are the shader's (`const TILE_M`/`TILE_N`, unrolled by hand): {} \
+         declares {}x{}, the environment asks for {tm}x{tn}",
+        engine.source().describe(),
+        decl.tile_m,
+        decl.tile_n
+    );
     let production = match candidate {
         Some(_) => Some(WgpuEngine::new(ShaderSource::builtin())?),
         None => None,
     };
-    geom.validate(engine.limits())?;
+    geom.validate(&decl, engine.limits())?;
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
     println!(
-        "shader: {}{}",
+        "shader: {}{}{}",
         engine.source().describe(),
+        if engine.runtime_checks() {
+            ""
+        } else {
+            " (CHECKS=off: built without runtime checks)"
+        },
         if production.is_some() {
             " (every output diffed bit for bit against the production shader)"
         } else {
@@ -184,15 +222,18 @@ fn run() -> anyhow::Result<()> {
         }
     );
     println!(
-        "geometry: WG_M={} WG_N={} TILE_M={TILE_M} TILE_N={TILE_N} TILE_K={} -> {} threads/wg, \
+        "geometry: WG_M={} WG_N={} TILE_M={} TILE_N={} TILE_K={} STAGES={} -> {} threads/wg, \
          {}x{} outputs/wg, {:.1} KiB workgroup memory; ITERS={iters}",
         geom.wg_m,
         geom.wg_n,
+        decl.tile_m,
+        decl.tile_n,
         geom.tile_k,
+        decl.stages,
         geom.wg_m * geom.wg_n,
-        geom.block_m(),
-        geom.block_n(),
-        geom.workgroup_bytes() as f64 / 1024.0
+        geom.block_m(&decl),
+        geom.block_n(&decl),
+        geom.workgroup_bytes(&decl) as f64 / 1024.0
     );
     let (peer_header, peer) = if dtypes.contains(&Dtype::F32) {
         run_peer()
@@ -223,7 +264,8 @@ fn run() -> anyhow::Result<()> {
             let ms = t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters);
             if let Some(p) = &production {
                 let got = job.read()?;
-                let want = p.mul_mat(dtype, geom, s.m, s.n, s.k, &data.src0, &data.src1)?;
+                let pg = p.decl().geometry;
+                let want = p.mul_mat(dtype, pg, s.m, s.n, s.k, &data.src0, &data.src1)?;
                 if let Some(i) = got.iter().position(|v| !v.is_finite()) {
                     return Err(Mismatch(format!(
                         "{} {}: non-finite output dst[n={}, m={}] = {} — the diff would validate nothing",

@@ -15,8 +15,15 @@
 //   binding 1  src1    array<f32>, read: N rows, row n at element n * stride_src1.
 //   binding 2  dst     array<f32>, read_write: dst[n * stride_dst + m].
 //   binding 3  params  MulMatParams (storage, read).
-//   entry point `main`, dispatched as (ceil(M / (WG_M * 4)), ceil(N / (WG_N * 4)), 1).
-//   Pipeline-overridable constants: SRC0_DTYPE, WG_M, WG_N, TILE_K.
+//   entry point `main`, dispatched as
+//   (ceil(M / (WG_M * TILE_M)), ceil(N / (WG_N * TILE_N)), 1).
+//   Pipeline-overridable constants: SRC0_DTYPE, WG_M, WG_N, TILE_K (their
+//   defaults are the geometry the bench runs when none is given).
+//   Declared for the shim (device::wgpu::ShaderDecl reads them from this
+//   text): const TILE_M, TILE_N (outputs per invocation, which size the
+//   dispatch), and optionally const STAGES (staging buffers, 1 when
+//   absent, which size the workgroup-memory check); `enable f16;` and
+//   `enable subgroups;` request those device features.
 //
 // Geometry: a WG_M x WG_N workgroup computes a (4 WG_M) x (4 WG_N) block of
 // dst, each thread a 4 x 4 register tile (TILE_M = TILE_N = 4, unrolled by

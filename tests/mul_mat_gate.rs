@@ -28,7 +28,13 @@ fn mul_mat_gate_ci_shapes() {
 fn candidate_passes_the_ci_gate(path: &str) {
     let path = kernel_oracle::paths::project_file(path, env!("CARGO_MANIFEST_DIR"))
         .unwrap_or_else(|e| panic!("{e}"));
-    let source = device::wgpu::ShaderSource::from_file(&path)
+    source_passes_the_ci_gate(&path);
+}
+
+/// The shader file `path` passes the CI gate (`GEOMETRIES` and the
+/// shader's declared geometry).
+fn source_passes_the_ci_gate(path: &std::path::Path) {
+    let source = device::wgpu::ShaderSource::from_file(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let engine = device::wgpu::WgpuEngine::new(source)
         .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"));
@@ -43,6 +49,28 @@ fn candidate_passes_the_ci_gate(path: &str) {
     );
 }
 
+/// `shaders/candidates/mul_mat_wide.wgsl` with `find` (which must occur
+/// once) replaced by `replace`, written to a file of its own.
+fn wide_variant(name: &str, find: &str, replace: &str) -> std::path::PathBuf {
+    let path = kernel_oracle::paths::project_file(
+        "shaders/candidates/mul_mat_wide.wgsl",
+        env!("CARGO_MANIFEST_DIR"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        text.matches(find).count(),
+        1,
+        "{find:?} in {}",
+        path.display()
+    );
+    let dir = std::env::temp_dir().join(format!("kernel-oracle-wide-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(name);
+    std::fs::write(&out, text.replace(find, replace)).unwrap();
+    out
+}
+
 /// The vec4 candidate (vec4 tiles, double-buffered, one element per loader
 /// call) passes the CI gate.
 #[test]
@@ -55,6 +83,25 @@ fn candidate_vec4_passes_the_ci_gate() {
 #[test]
 fn candidate_quad_passes_the_ci_gate() {
     candidate_passes_the_ci_gate("shaders/candidates/mul_mat_quad.wgsl");
+}
+
+/// The wide candidate (8 x 8 outputs per invocation, declared to the shim
+/// as `const TILE_M`/`TILE_N`, so it is dispatched on its own grid) passes
+/// the CI gate, at its declared geometry too.
+#[test]
+fn candidate_wide_passes_the_ci_gate() {
+    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_wide.wgsl");
+}
+
+/// The wide candidate's 8 x 4 form (`const TILE_N: u32 = 4u;`, the
+/// products of one row group of b) passes the CI gate.
+#[test]
+fn candidate_wide_8x4_passes_the_ci_gate() {
+    source_passes_the_ci_gate(&wide_variant(
+        "wide8x4.wgsl",
+        "const TILE_N: u32 = 8u;",
+        "const TILE_N: u32 = 4u;",
+    ));
 }
 
 /// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).

@@ -53,6 +53,21 @@ fn every_mutant_applies_once_and_builds() {
     }
 }
 
+/// Every planted bug's anchor also occurs exactly once in the wide
+/// candidate, so the planted bugs carry over if it replaces the builtin.
+#[test]
+fn every_anchor_occurs_once_in_the_wide_candidate() {
+    let path = kernel_oracle::paths::project_file(
+        "shaders/candidates/mul_mat_wide.wgsl",
+        env!("CARGO_MANIFEST_DIR"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    for m in &MUTANTS {
+        apply(m, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}
+
 /// Dropping the f16 sign fails both arms of every quantized dtype (the
 /// generators keep negative scales) and leaves f32 (no f16 scale) passing.
 #[test]

@@ -147,3 +147,109 @@ fn write_past_dst_hits_the_guard_band() {
         "{r:?}"
     );
 }
+
+/// The thread tile is the shader's declaration: a candidate that makes it
+/// an `override` (the shim could not size the dispatch before building the
+/// pipeline) or leaves it out is refused before any adapter is opened.
+#[test]
+fn thread_tile_must_be_a_declared_const() {
+    for (name, text) in [
+        (
+            "override-tile.wgsl",
+            BUILTIN_MUL_MAT_WGSL.replace("const TILE_M: u32 = 4u;", "override TILE_M: u32 = 4u;"),
+        ),
+        (
+            "no-tile.wgsl",
+            BUILTIN_MUL_MAT_WGSL.replace("const TILE_N: u32 = 4u;", ""),
+        ),
+    ] {
+        assert_ne!(text, BUILTIN_MUL_MAT_WGSL);
+        let dir = std::env::temp_dir().join(format!("kernel-oracle-shim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let r = open(ShaderSource::from_file(&path).unwrap());
+        assert!(
+            matches!(r, Err(WgpuError::Declaration { .. })),
+            "{name}: {r:?}"
+        );
+    }
+}
+
+/// A source with `enable subgroups;` gets a device with
+/// `Features::SUBGROUP` (here it reads `subgroup_size`, which naga accepts
+/// only then) and computes what the plain builtin computes; on an adapter
+/// without subgroups it is refused as a missing feature.
+#[test]
+fn enable_subgroups_requests_the_feature() {
+    let text = format!(
+        "enable subgroups;\n{}",
+        BUILTIN_MUL_MAT_WGSL.replace(
+            "@builtin(local_invocation_index) li: u32,",
+            "@builtin(local_invocation_index) li: u32,\n    @builtin(subgroup_size) sg: u32,"
+        )
+    );
+    let dir = std::env::temp_dir().join(format!("kernel-oracle-shim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("subgroups.wgsl");
+    std::fs::write(&path, text).unwrap();
+    let e = match open(ShaderSource::from_file(&path).unwrap()) {
+        Err(WgpuError::MissingFeature { adapter, feature }) => {
+            assert_eq!(feature, "SUBGROUP");
+            println!("not run: {adapter} has no subgroups");
+            return;
+        }
+        r => r.unwrap_or_else(|e| panic!("{e}")),
+    };
+    assert!(e.decl().subgroups);
+    let (m, n, k) = (70, 9, 96);
+    let src0: Vec<u8> = (0..m * k)
+        .flat_map(|i| ((i % 7) as f32 - 3.0).to_le_bytes())
+        .collect();
+    let src1: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 - 2.0).collect();
+    let got = e
+        .mul_mat(Dtype::F32, Geometry::default(), m, n, k, &src0, &src1)
+        .unwrap();
+    let want = builtin()
+        .mul_mat(Dtype::F32, Geometry::default(), m, n, k, &src0, &src1)
+        .unwrap();
+    assert_eq!(got, want);
+}
+
+/// An engine built without naga's runtime checks (the bench's
+/// `CHECKS=off`) computes what the checked one computes, bit for bit, on
+/// a ragged case of every dtype that the builtin shader keeps in bounds.
+#[test]
+fn unchecked_modules_compute_the_same_bits() {
+    use kernel_oracle::mul_mat::gate::{run_one, spec, Shape};
+    use kernel_oracle::mul_mat::{Arm, CaseSpec};
+    let checked = builtin();
+    // SAFETY: the builtin shader passes the gate on this shape and
+    // geometry: every index in bounds, every loop bounded by the params,
+    // every divisor a nonzero constant or K's block count.
+    let unchecked = {
+        let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+        unsafe { WgpuEngine::new_unchecked(ShaderSource::builtin()) }.unwrap()
+    };
+    assert!(checked.runtime_checks() && !unchecked.runtime_checks());
+    let shape = Shape {
+        label: "ragged",
+        m: 97,
+        k: 512,
+        n: 35,
+    };
+    for d in Dtype::ALL {
+        let s: CaseSpec = spec(&shape, d, Arm::Random);
+        let data = s.generate();
+        let g = Geometry::default();
+        let a = checked
+            .mul_mat(d, g, s.m, s.n, s.k, &data.src0, &data.src1)
+            .unwrap();
+        let b = unchecked
+            .mul_mat(d, g, s.m, s.n, s.k, &data.src0, &data.src1)
+            .unwrap();
+        let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "{}: unchecked differs", d.name());
+        assert!(run_one(&unchecked, &s, &g).unwrap().pass(), "{}", d.name());
+    }
+}

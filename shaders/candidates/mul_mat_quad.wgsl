@@ -39,14 +39,15 @@
 //   binding 3  params  MulMatParams (storage, read).
 //   entry point `main`, dispatched as (ceil(M / (WG_M * 4)), ceil(N / (WG_N * 4)), 1).
 //   Pipeline-overridable constants: SRC0_DTYPE, WG_M, WG_N, TILE_K.
+//   Declared for the shim (device::wgpu::ShaderDecl reads them from this
+//   text): const TILE_M, TILE_N (outputs per invocation), STAGES.
 //
 // Geometry: a WG_M x WG_N workgroup computes a (4 WG_M) x (4 WG_N) block of
 // dst, each thread a 4 x 4 register tile (TILE_M = TILE_N = 4, unrolled by
 // hand below, hence not overridable). k advances TILE_K at a time through
 // two staging buffers in workgroup memory, 2 x 16 TILE_K (WG_M + WG_N)
-// bytes (twice what `device::wgpu::Geometry::workgroup_bytes` counts for
-// the production shader: before this replaces it, that count and its
-// limit check must double). A thread's four rows (columns) at one k sit in
+// bytes (declared as `const STAGES: u32 = 2u;`, so the shim's
+// `Geometry::workgroup_bytes` and its limit check count both). A thread's four rows (columns) at one k sit in
 // one vec4, so each k is two 16-byte workgroup loads for 16 multiply-adds.
 //
 // Staging: each vec4 of the staged tiles has exactly one writer, and a
@@ -100,13 +101,15 @@ override TILE_K: u32 = 16u;
 
 const TILE_M: u32 = 4u;
 const TILE_N: u32 = 4u;
+// Staging buffers in workgroup memory (read by the shim).
+const STAGES: u32 = 2u;
 
 // Staged tiles, two buffers, k-major, four consecutive rows to a vector:
 // sh0[b * TILE_K * WG_M + kk * WG_M + i][c] is src0 row m0 + 4 i + c at
 // k0 + kk in buffer b, and likewise sh1 with src1 row n0 + 4 j + c. A
 // thread's four rows (columns) at one k are then one 16-byte load.
-var<workgroup> sh0: array<vec4<f32>, 2u * TILE_K * WG_M>;
-var<workgroup> sh1: array<vec4<f32>, 2u * TILE_K * WG_N>;
+var<workgroup> sh0: array<vec4<f32>, STAGES * TILE_K * WG_M>;
+var<workgroup> sh1: array<vec4<f32>, STAGES * TILE_K * WG_N>;
 
 // Byte `off` of src0 (little-endian words).
 fn src0_byte(off: u32) -> u32 {

@@ -168,16 +168,34 @@ pub fn row(
     }
 }
 
-/// Runs every dtype x shape x arm x geometry (shapes whose k is not whole
-/// blocks of a dtype skip that dtype), printing the table, each failure's
-/// reproduction and the verdict line.
+/// The geometries [`run`] runs for `engine`: `geoms`, then the shader's
+/// declared geometry (the defaults of its `override` declarations, the one
+/// the bench times) when it is not among them.
+pub fn geometries(engine: &WgpuEngine, geoms: &[Geometry]) -> Vec<Geometry> {
+    let mut all = geoms.to_vec();
+    let declared = engine.decl().geometry;
+    if !all.contains(&declared) {
+        all.push(declared);
+    }
+    all
+}
+
+/// Runs every dtype x shape x arm x geometry ([`geometries`]: `geoms` and
+/// the shader's declared one; shapes whose k is not whole blocks of a
+/// dtype skip that dtype), printing the table, each failure's reproduction
+/// and the verdict line.
 pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateResult {
     let mut g = GateResult::default();
     let mut compile_errors: Vec<String> = Vec::new();
+    let decl = engine.decl();
     println!("shader: {}", engine.source().describe());
+    println!(
+        "thread tile: {}x{} outputs per invocation, {} staging buffer(s) (declared by the shader)",
+        decl.tile_m, decl.tile_n, decl.stages
+    );
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
     println!("{}", report::table_header());
-    for geom in geoms {
+    for geom in &geometries(engine, geoms) {
         for sh in shapes {
             for dtype in Dtype::ALL {
                 if !sh.k.is_multiple_of(dtype.block_elems()) {

@@ -37,12 +37,13 @@ pub enum WgpuError {
     },
 
     /// The shader needs a feature the adapter lacks (a candidate that
-    /// declares `enable f16;` needs `SHADER_F16`).
+    /// declares `enable f16;` needs `SHADER_F16`, `enable subgroups;`
+    /// needs `SUBGROUP`).
     #[error("adapter {adapter} lacks feature {feature}, which the shader needs")]
     MissingFeature {
         /// The adapter's name.
         adapter: String,
-        /// The wgpu feature (`"SHADER_F16"`).
+        /// The wgpu feature (`"SHADER_F16"`, `"SUBGROUP"`).
         feature: &'static str,
     },
 
@@ -108,6 +109,20 @@ pub enum WgpuError {
         dtype: &'static str,
         /// wgpu's message.
         message: String,
+    },
+
+    /// The shader's declarations cannot be read or are not what the shim
+    /// needs (`super::ShaderDecl`): a missing `const TILE_M`, a tile given
+    /// as an `override` or an expression, an `enable` the shim cannot
+    /// request.
+    #[error("shader {source_desc}: declaration {name}: {reason}")]
+    Declaration {
+        /// [`super::ShaderSource::describe`].
+        source_desc: String,
+        /// The declared name (`"TILE_M"`, `"enable"`).
+        name: String,
+        /// What is wrong.
+        reason: String,
     },
 
     /// The candidate shader file cannot be read.

@@ -20,6 +20,15 @@
 //! the same ABI (written at the top of the shader), and the one source
 //! serves every dtype and geometry.
 //!
+//! What the shim must know before a pipeline exists, the shader declares
+//! and the shim reads from its text ([`ShaderDecl`]): the thread tile
+//! (`const TILE_M`, `const TILE_N`: outputs per invocation, which size the
+//! dispatch), the staging buffers (`const STAGES`, which size the
+//! workgroup-memory check), the default geometry (the `override`
+//! defaults) and the features (`enable f16;`, `enable subgroups;`). So a
+//! candidate with an 8 x 8 thread tile runs through the same shim, gate
+//! and bench as the 4 x 4 production shader.
+//!
 //! What the kernel cannot check, and the shim checks before upload:
 //! 1. `k` is a multiple of the dtype's block size and `src0`, `src1` have
 //!    exactly the contract's lengths ([`WgpuError::Shape`]);
@@ -34,8 +43,10 @@
 //! filled with [`GUARD_BITS`] and checked after every read-back, so an
 //! out-of-bounds write fails even when the values look right.
 
+mod decl;
 mod error;
 
+pub use decl::ShaderDecl;
 pub use error::{Result, WgpuError};
 pub use oracle::ggml::Dtype;
 
@@ -51,13 +62,6 @@ pub const ENV_MUL_MAT_WGSL: &str = "KERNEL_ORACLE_MUL_MAT_WGSL";
 /// The builtin shader, `shaders/mul_mat_reg_tile.wgsl`, embedded at build
 /// time.
 pub const BUILTIN_MUL_MAT_WGSL: &str = include_str!("../../../shaders/mul_mat_reg_tile.wgsl");
-
-/// Thread tile along m and n (elements). Fixed: the shader unrolls a 4 x 4
-/// tile by hand (seed 004: any other value silently computes part of the
-/// dispatched tile).
-pub const TILE_M: u32 = 4;
-/// See [`TILE_M`].
-pub const TILE_N: u32 = 4;
 
 /// f32 words of guard band after `dst`.
 pub const GUARD_WORDS: usize = 64;
@@ -121,9 +125,10 @@ impl ShaderSource {
     }
 }
 
-/// The tunable workgroup geometry: `wg_m x wg_n` threads, each computing a
-/// [`TILE_M`] x [`TILE_N`] register tile, staging `tile_k` elements of k at
-/// a time. Workgroup memory: `4 * tile_k * 4 * (wg_m + wg_n)` bytes.
+/// The tunable workgroup geometry: `wg_m x wg_n` threads, each computing
+/// the shader's `TILE_M x TILE_N` register tile ([`ShaderDecl`]), staging
+/// `tile_k` elements of k at a time. Workgroup memory:
+/// `4 * tile_k * (wg_m TILE_M + wg_n TILE_N) * STAGES` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Geometry {
     /// Threads along m (override `WG_M`).
@@ -147,34 +152,45 @@ impl Default for Geometry {
 }
 
 impl Geometry {
-    /// Outputs per workgroup along m (`wg_m * TILE_M`).
-    pub fn block_m(&self) -> u64 {
-        u64::from(self.wg_m) * u64::from(TILE_M)
+    /// Outputs per workgroup along m (`wg_m * TILE_M` of `decl`).
+    pub fn block_m(&self, decl: &ShaderDecl) -> u64 {
+        u64::from(self.wg_m) * u64::from(decl.tile_m)
     }
 
-    /// Outputs per workgroup along n (`wg_n * TILE_N`).
-    pub fn block_n(&self) -> u64 {
-        u64::from(self.wg_n) * u64::from(TILE_N)
+    /// Outputs per workgroup along n (`wg_n * TILE_N` of `decl`).
+    pub fn block_n(&self, decl: &ShaderDecl) -> u64 {
+        u64::from(self.wg_n) * u64::from(decl.tile_n)
     }
 
-    /// Workgroup memory of the builtin shader (bytes): two f32 tiles of
-    /// `tile_k x block_m` and `tile_k x block_n`.
-    pub fn workgroup_bytes(&self) -> u64 {
-        4 * u64::from(self.tile_k) * (self.block_m() + self.block_n())
+    /// Workgroup memory (bytes) of a shader that stages, in each of its
+    /// `STAGES` buffers, two f32 tiles of `tile_k x block_m` and
+    /// `tile_k x block_n` (the production shader: one buffer). A shader
+    /// that pads its tiles needs more, and the pipeline's own validation
+    /// reports that. Saturates at `u64::MAX` (beyond every adapter's
+    /// limit) rather than overflow.
+    pub fn workgroup_bytes(&self, decl: &ShaderDecl) -> u64 {
+        (4 * u64::from(self.tile_k))
+            .saturating_mul(self.block_m(decl).saturating_add(self.block_n(decl)))
+            .saturating_mul(u64::from(decl.stages))
     }
 
     /// Workgroups along m and n for an `m x n` output.
-    pub fn grid(&self, m: u64, n: u64) -> (u64, u64) {
-        (m.div_ceil(self.block_m()), n.div_ceil(self.block_n()))
+    pub fn grid(&self, decl: &ShaderDecl, m: u64, n: u64) -> (u64, u64) {
+        (
+            m.div_ceil(self.block_m(decl)),
+            n.div_ceil(self.block_n(decl)),
+        )
     }
 
-    /// Checks the knobs against each other and against `limits`.
+    /// Checks the knobs against each other, against the shader's
+    /// declarations and against `limits`.
     ///
     /// # Errors
     /// [`WgpuError::Geometry`] if a knob is 0, or the workgroup exceeds
     /// `max_compute_workgroup_size_x/y`, `max_compute_invocations_per_workgroup`
-    /// or `max_compute_workgroup_storage_size`.
-    pub fn validate(&self, limits: &wgpu::Limits) -> Result<()> {
+    /// or `max_compute_workgroup_storage_size` (counted by
+    /// [`Geometry::workgroup_bytes`]).
+    pub fn validate(&self, decl: &ShaderDecl, limits: &wgpu::Limits) -> Result<()> {
         let bad = |reason: String| WgpuError::Geometry {
             wg_m: self.wg_m,
             wg_n: self.wg_n,
@@ -199,7 +215,7 @@ impl Geometry {
                 limits.max_compute_invocations_per_workgroup
             )));
         }
-        let shmem = self.workgroup_bytes();
+        let shmem = self.workgroup_bytes(decl);
         if shmem > u64::from(limits.max_compute_workgroup_storage_size) {
             return Err(bad(format!(
                 "{shmem} bytes of workgroup memory, the adapter allows {}",
@@ -230,6 +246,8 @@ pub struct WgpuEngine {
     info: wgpu::AdapterInfo,
     limits: wgpu::Limits,
     source: ShaderSource,
+    decl: ShaderDecl,
+    checks: wgpu::ShaderRuntimeChecks,
     pipelines: Mutex<HashMap<(Dtype, Geometry), Arc<wgpu::ComputePipeline>>>,
 }
 
@@ -273,10 +291,45 @@ impl WgpuEngine {
     /// preference), with all its limits, for `source`.
     ///
     /// # Errors
+    /// [`WgpuError::Declaration`] (see [`ShaderDecl::parse`]),
     /// [`WgpuError::BadBackendEnv`], [`WgpuError::NoAdapter`],
     /// [`WgpuError::MissingFeature`] (a source with `enable f16;` on an
-    /// adapter without `SHADER_F16`), [`WgpuError::RequestDevice`].
+    /// adapter without `SHADER_F16`, or `enable subgroups;` without
+    /// `SUBGROUP`), [`WgpuError::RequestDevice`].
     pub fn new(source: ShaderSource) -> Result<WgpuEngine> {
+        Self::with_checks(source, wgpu::ShaderRuntimeChecks::checked())
+    }
+
+    /// [`WgpuEngine::new`], but the shader modules are built without the
+    /// runtime checks naga otherwise adds (`ShaderRuntimeChecks::unchecked`:
+    /// no bounds checks on buffer and workgroup-array indices, no loop
+    /// bounding, no guard on integer division by zero), so a benchmark can
+    /// time the kernel as a trusted native module runs it. The arithmetic
+    /// of a kernel that stays in bounds, terminates and never divides by
+    /// zero is unchanged; the gates never use this.
+    ///
+    /// # Safety
+    /// The caller guarantees, for every dtype and geometry it runs, that
+    /// the shader (1) indexes `src0`, `src1`, `dst`, `params` and its
+    /// workgroup arrays only in bounds, (2) has no infinite loop and (3)
+    /// never divides or takes a remainder by zero (wgpu's
+    /// `create_shader_module_trusted`). The shim's checks of shapes and
+    /// lengths still run, but nothing checks the shader itself.
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::new`].
+    pub unsafe fn new_unchecked(source: ShaderSource) -> Result<WgpuEngine> {
+        Self::with_checks(source, wgpu::ShaderRuntimeChecks::unchecked())
+    }
+
+    /// Whether the shader modules keep naga's runtime checks (false only
+    /// for [`WgpuEngine::new_unchecked`]).
+    pub fn runtime_checks(&self) -> bool {
+        self.checks.bounds_checks
+    }
+
+    fn with_checks(source: ShaderSource, checks: wgpu::ShaderRuntimeChecks) -> Result<WgpuEngine> {
+        let decl = ShaderDecl::parse(source.text(), &source.describe())?;
         let backends = backends_from_env()?;
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = backends;
@@ -293,14 +346,20 @@ impl WgpuEngine {
         })?;
         let info = adapter.get_info();
         let mut features = wgpu::Features::empty();
-        if source.text().contains("enable f16") {
-            if !adapter.features().contains(wgpu::Features::SHADER_F16) {
+        for (wanted, feature, name) in [
+            (decl.f16, wgpu::Features::SHADER_F16, "SHADER_F16"),
+            (decl.subgroups, wgpu::Features::SUBGROUP, "SUBGROUP"),
+        ] {
+            if !wanted {
+                continue;
+            }
+            if !adapter.features().contains(feature) {
                 return Err(WgpuError::MissingFeature {
                     adapter: info.name.clone(),
-                    feature: "SHADER_F16",
+                    feature: name,
                 });
             }
-            features |= wgpu::Features::SHADER_F16;
+            features |= feature;
         }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -319,6 +378,8 @@ impl WgpuEngine {
             info,
             limits,
             source,
+            decl,
+            checks,
             pipelines: Mutex::new(HashMap::new()),
         })
     }
@@ -344,6 +405,12 @@ impl WgpuEngine {
         &self.source
     }
 
+    /// What the source declares: thread tile, staging buffers, default
+    /// geometry, features.
+    pub fn decl(&self) -> &ShaderDecl {
+        &self.decl
+    }
+
     /// The pipeline for `dtype` and `geom`, built on first use.
     ///
     /// # Errors
@@ -351,18 +418,25 @@ impl WgpuEngine {
     /// [`WgpuError::Compile`] if the source or its override constants do
     /// not validate.
     pub fn pipeline(&self, dtype: Dtype, geom: Geometry) -> Result<Arc<wgpu::ComputePipeline>> {
-        geom.validate(&self.limits)?;
+        geom.validate(&self.decl, &self.limits)?;
         let mut map = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = map.get(&(dtype, geom)) {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("mul_mat_reg_tile"),
-                source: wgpu::ShaderSource::Wgsl(self.source.text().into()),
-            });
+        let text = if self.decl.subgroups {
+            decl::without_subgroups_enable(self.source.text()).into()
+        } else {
+            std::borrow::Cow::Borrowed(self.source.text())
+        };
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some("mul_mat_reg_tile"),
+            source: wgpu::ShaderSource::Wgsl(text),
+        };
+        // SAFETY: with every check on this is `create_shader_module`;
+        // with them off (only through `new_unchecked`) its caller has
+        // taken on the conditions of `create_shader_module_trusted`.
+        let module = unsafe { self.device.create_shader_module_trusted(desc, self.checks) };
         let constants = [
             ("SRC0_DTYPE", f64::from(dtype_code(dtype))),
             ("WG_M", f64::from(geom.wg_m)),
@@ -436,7 +510,7 @@ impl WgpuEngine {
         src1: &[f32],
     ) -> Result<MulMatJob<'_>> {
         use oracle::ggml::GgmlError;
-        geom.validate(&self.limits)?;
+        geom.validate(&self.decl, &self.limits)?;
         let row_bytes = dtype.row_bytes(k)?;
         let src0_len = m.checked_mul(row_bytes).ok_or(GgmlError::Overflow)?;
         let src1_len = n.checked_mul(k).ok_or(GgmlError::Overflow)?;
@@ -471,7 +545,7 @@ impl WgpuEngine {
         self.check_binding("src0", src0_bytes)?;
         self.check_binding("src1", src1_bytes)?;
         self.check_binding("dst", dst_bytes)?;
-        let (gx, gy) = geom.grid(m as u64, n as u64);
+        let (gx, gy) = geom.grid(&self.decl, m as u64, n as u64);
         for (dim, groups) in [("x", gx), ("y", gy)] {
             if groups > u64::from(self.limits.max_compute_workgroups_per_dimension) {
                 return Err(WgpuError::GridTooLarge {
