@@ -187,3 +187,70 @@ fn gdn_case_phases_timed() {
         );
     }
 }
+
+/// Where a fuzz case's host time goes (CPU only): the 200 cases of
+/// [`gdn_case_phases_timed`], each host phase of `check` timed on its own
+/// (generation, the oracle through its fast path and through the spec, the
+/// comparisons `judge_case` makes, the batched call's other sequences and
+/// their oracle). Prints milliseconds per case per phase; checks nothing.
+#[test]
+#[ignore = "a measurement, not a check (prints the gdn fuzz case's host time per phase)"]
+fn gdn_case_host_phases_timed() {
+    use arbitrary::{Arbitrary, Unstructured};
+    use kernel_oracle::gdn::judge::reference_spec;
+    use kernel_oracle::gdn::{compare_six, Bits};
+    use std::time::{Duration, Instant};
+    let mut rng = kernel_oracle::rng::Rng(0x9E0F);
+    let names = [
+        "generate",
+        "reference (fast)",
+        "reference (spec)",
+        "judge (compare)",
+        "batch generate",
+        "batch reference",
+    ];
+    let mut total = [Duration::ZERO; 6];
+    let n = 200;
+    for _ in 0..n {
+        let bytes: Vec<u8> = (0..12).map(|_| rng.u8()).collect();
+        let spec = CaseSpec::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
+        let mut t = Instant::now();
+        let mut lap = |i: usize, t: &mut Instant| {
+            total[i] += t.elapsed();
+            *t = Instant::now();
+        };
+        let data = spec.generate().unwrap();
+        lap(0, &mut t);
+        let want = reference(&data);
+        lap(1, &mut t);
+        let _ = reference_spec(&data);
+        lap(2, &mut t);
+        // chained == oracle, packed == oracle, packed == chained; with the
+        // graph, twins == chained and the two replays == chained.
+        let compares = if spec.graph { 6 } else { 3 };
+        for _ in 0..compares {
+            let d = compare_six(&want, &want, Bits::NanAny);
+            assert!(d.iter().all(|d| d.pass()));
+        }
+        lap(3, &mut t);
+        if spec.batch > 1 {
+            let ds = spec.generate_batch().unwrap();
+            lap(4, &mut t);
+            for d in &ds[1..] {
+                let _ = reference(d);
+            }
+            lap(5, &mut t);
+        }
+    }
+    let all: Duration = total.iter().sum::<Duration>() - total[2];
+    println!(
+        "gdn fuzz case host phases, {n} cases, {:.3} ms per case without the spec oracle:",
+        all.as_secs_f64() * 1e3 / n as f64
+    );
+    for (name, d) in names.iter().zip(total) {
+        println!(
+            "  {name:<20} {:8.3} ms per case",
+            d.as_secs_f64() * 1e3 / n as f64
+        );
+    }
+}
