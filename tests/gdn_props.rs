@@ -113,8 +113,10 @@ fn short_inputs_reach_every_knob() {
 /// Where a fuzz case's time goes (GPU): 200 cases drawn as libFuzzer's
 /// short inputs are, each phase of `check` timed on its own (generation,
 /// the CPU oracle, chained per-row launches, the fused step, the packed
-/// twins, the graph replays, the batched call). Prints milliseconds per
-/// case per phase; fails only on a device error.
+/// twins, the graph replays, the batched call), then the same case through
+/// `check` itself, as the fuzz target runs it (judge included). Prints
+/// milliseconds per case per phase and `check`'s cases per second; fails
+/// only on a device error or a divergence.
 #[test]
 #[ignore = "needs a CUDA GPU (prints the gdn fuzz case's time per phase)"]
 fn gdn_case_phases_timed() {
@@ -135,8 +137,9 @@ fn gdn_case_phases_timed() {
         "batched",
         "chained, guards off",
         "fused, guards off",
+        "check (whole case)",
     ];
-    let mut total = [Duration::ZERO; 9];
+    let mut total = [Duration::ZERO; 10];
     let n = 200;
     let start = Instant::now();
     for _ in 0..n {
@@ -173,8 +176,10 @@ fn gdn_case_phases_timed() {
         lap(7, &mut t);
         run::packed(&bare, &data).unwrap();
         lap(8, &mut t);
+        check(&spec);
+        lap(9, &mut t);
     }
-    let all = start.elapsed() - total[7] - total[8];
+    let all = start.elapsed() - total[7] - total[8] - total[9];
     println!(
         "gdn fuzz case phases, {n} cases, {:.2} ms per case ({:.0} cases/s):",
         all.as_secs_f64() * 1e3 / n as f64,
@@ -186,6 +191,10 @@ fn gdn_case_phases_timed() {
             d.as_secs_f64() * 1e3 / n as f64
         );
     }
+    println!(
+        "gdn check (the fuzz target's case, no ASan): {:.0} cases/s",
+        n as f64 / total[9].as_secs_f64()
+    );
 }
 
 /// Where a fuzz case's host time goes (CPU only): the 200 cases of

@@ -156,6 +156,15 @@ fn same_bits_all(got: &[f32], want: &[f32]) -> bool {
     bytemuck::cast_slice::<f32, u32>(got) == bytemuck::cast_slice::<f32, u32>(want)
 }
 
+/// Whether `v` holds a NaN or an infinity (exponent bits all ones): the
+/// bits ORed together without a branch per element, so it runs
+/// vectorised (a case's outputs hold megabytes).
+pub fn any_nonfinite(v: &[f32]) -> bool {
+    v.iter().fold(0u32, |acc, x| {
+        acc | u32::from(!x.to_bits() & 0x7F80_0000 == 0)
+    }) != 0
+}
+
 /// The six comparisons of `got` against `want`.
 pub fn compare_six(got: &Six, want: &Six, rule: Bits) -> Vec<Diff> {
     let (g, w) = (got.parts(), want.parts());
@@ -297,5 +306,18 @@ mod tests {
         );
         assert!(compare("same", &want, &want, Bits::Exact).pass());
         assert!(!compare("len", &want[1..], &want, Bits::Exact).pass());
+    }
+
+    /// NaN and both infinities count as non-finite; `f32::MAX`, zeros and
+    /// subnormals do not.
+    #[test]
+    fn any_nonfinite_sees_nan_and_infinities_only() {
+        let finite = [0.0, -0.0, f32::MAX, f32::MIN, f32::from_bits(1), 1.0];
+        assert!(!any_nonfinite(&finite));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut v = finite.to_vec();
+            v.insert(3, bad);
+            assert!(any_nonfinite(&v), "{bad}");
+        }
     }
 }

@@ -219,9 +219,13 @@ pub fn judge_batch(e: &GdnEngine, spec: &CaseSpec, datas: &[CaseData], want0: Op
     match run::batched(e, datas) {
         Ok(got) => {
             for (b, (g, d)) in got.iter().zip(datas).enumerate() {
+                let computed;
                 let want = match (b, want0) {
-                    (0, Some(w)) => w.clone(),
-                    _ => reference(d),
+                    (0, Some(w)) => w,
+                    _ => {
+                        computed = reference(d);
+                        &computed
+                    }
                 };
                 for (i, (gp, wp)) in g.parts().iter().zip(want.parts()).enumerate() {
                     r.diffs.push(judge::compare(
@@ -260,26 +264,27 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         Ok(e) => e,
         Err(msg) => panic!("gdn: no CUDA device to check against: {msg}"),
     };
-    let data = spec
-        .generate()
-        .unwrap_or_else(|err| panic!("gdn: the generator made a refused shape: {err}"));
-    let want = reference(&data);
-    if want
-        .parts()
-        .iter()
-        .any(|p| p.iter().any(|x| !x.is_finite()))
-    {
+    // A batched case's sequence 0 is the case's own data, so it is drawn
+    // once, with the others.
+    let datas = if spec.batch > 1 {
+        spec.generate_batch()
+            .unwrap_or_else(|err| panic!("gdn: the generator made a refused batch: {err}"))
+    } else {
+        vec![spec
+            .generate()
+            .unwrap_or_else(|err| panic!("gdn: the generator made a refused shape: {err}"))]
+    };
+    let data = &datas[0];
+    let want = reference(data);
+    if want.parts().iter().any(|p| judge::any_nonfinite(p)) {
         count(&STATS.nonfinite);
     }
     if spec.graph {
         count(&STATS.graph);
     }
-    let mut rows = judge_case(e, spec, &data, &want, spec.graph);
+    let mut rows = judge_case(e, spec, data, &want, spec.graph);
     if spec.batch > 1 {
         count(&STATS.batched);
-        let datas = spec
-            .generate_batch()
-            .unwrap_or_else(|err| panic!("gdn: the generator made a refused batch: {err}"));
         rows.push(judge_batch(e, spec, &datas, Some(&want)));
     }
     if !rows.iter().all(Row::pass) {
