@@ -610,19 +610,18 @@ impl GdnEngine {
         alt: Option<&[f32]>,
     ) -> Result<GdnState> {
         check_gdn_batch(shape, batch)?;
-        let zeros;
+        let n = batch * shape.state_len();
+        let alt_len = alt.map_or(n, <[f32]>::len);
+        check_gdn_batch_state(shape, batch, ring.len(), canonical.len(), alt_len)?;
         let alt = match alt {
-            Some(a) => a,
-            None => {
-                zeros = vec![0f32; batch * shape.state_len()];
-                &zeros
-            }
+            Some(a) => self.upload(a)?,
+            // Zeroed on the device (a memset, no host copy).
+            None => self.shim.zeros::<f32>(n, "gdn alternate state")?,
         };
-        check_gdn_batch_state(shape, batch, ring.len(), canonical.len(), alt.len())?;
         let mut state = GdnState {
             ring: self.upload(ring)?,
             canonical: self.upload(canonical)?,
-            alt: self.upload(alt)?,
+            alt,
             table: self.upload(&[0u64; 6])?,
             batch,
             ring_len: batch * shape.ring_len(),
@@ -1397,7 +1396,8 @@ impl GdnEngine {
         len("state batch", batch, state.batch)?;
         state.fits(shape)?;
         let (t, c, nv) = (shape.t(), shape.conv_dim(), shape.num_v());
-        let zeros = |n: usize| self.upload(&vec![0f32; n]);
+        // Zeroed on the device (a memset, no host copy).
+        let zeros = |n: usize| self.shim.zeros::<f32>(n, "gdn step input");
         Ok(GdnStep {
             shape: *shape,
             batch,
