@@ -25,7 +25,9 @@
 //!    points at a buffer of the wrong size.
 //! 4. **Writes outside the outputs**: with guards on, every output the call
 //!    allocates or receives sits in guard bands, checked after the launch
-//!    ([`DeviceError::GuardClobbered`]).
+//!    ([`DeviceError::GuardClobbered`]); the per-row `launch_*_row`
+//!    variants leave the check to one [`GdnEngine::check_guards`] after
+//!    the last of many rows.
 //!
 //!
 //! ## Packed steps and CUDA graphs
