@@ -113,8 +113,10 @@ fn short_inputs_reach_every_knob() {
 /// Where a fuzz case's time goes (GPU): 200 cases drawn as libFuzzer's
 /// short inputs are, each phase of `check` timed on its own (generation,
 /// the CPU oracle, chained per-row launches, the fused step, the packed
-/// twins, the graph replays, the batched call). Prints milliseconds per
-/// case per phase; fails only on a device error.
+/// twins, the graph replays, the batched call), then the same case through
+/// `check` itself, as the fuzz target runs it (judge included). Prints
+/// milliseconds per case per phase and `check`'s cases per second; fails
+/// only on a device error or a divergence.
 #[test]
 #[ignore = "needs a CUDA GPU (prints the gdn fuzz case's time per phase)"]
 fn gdn_case_phases_timed() {
@@ -135,8 +137,9 @@ fn gdn_case_phases_timed() {
         "batched",
         "chained, guards off",
         "fused, guards off",
+        "check (whole case)",
     ];
-    let mut total = [Duration::ZERO; 9];
+    let mut total = [Duration::ZERO; 10];
     let n = 200;
     let start = Instant::now();
     for _ in 0..n {
@@ -173,12 +176,85 @@ fn gdn_case_phases_timed() {
         lap(7, &mut t);
         run::packed(&bare, &data).unwrap();
         lap(8, &mut t);
+        check(&spec);
+        lap(9, &mut t);
     }
-    let all = start.elapsed() - total[7] - total[8];
+    let all = start.elapsed() - total[7] - total[8] - total[9];
     println!(
         "gdn fuzz case phases, {n} cases, {:.2} ms per case ({:.0} cases/s):",
         all.as_secs_f64() * 1e3 / n as f64,
         n as f64 / all.as_secs_f64()
+    );
+    for (name, d) in names.iter().zip(total) {
+        println!(
+            "  {name:<20} {:8.3} ms per case",
+            d.as_secs_f64() * 1e3 / n as f64
+        );
+    }
+    println!(
+        "gdn check (the fuzz target's case, no ASan): {:.0} cases/s",
+        n as f64 / total[9].as_secs_f64()
+    );
+}
+
+/// Where a fuzz case's host time goes (CPU only): the 200 cases of
+/// [`gdn_case_phases_timed`], each host phase of `check` timed on its own
+/// (generation, the oracle through its fast path and through the spec, the
+/// comparisons `judge_case` makes, the batched call's other sequences and
+/// their oracle). Prints milliseconds per case per phase; checks nothing.
+#[test]
+#[ignore = "a measurement, not a check (prints the gdn fuzz case's host time per phase)"]
+fn gdn_case_host_phases_timed() {
+    use arbitrary::{Arbitrary, Unstructured};
+    use kernel_oracle::gdn::judge::reference_spec;
+    use kernel_oracle::gdn::{compare_six, Bits};
+    use std::time::{Duration, Instant};
+    let mut rng = kernel_oracle::rng::Rng(0x9E0F);
+    let names = [
+        "generate",
+        "reference (fast)",
+        "reference (spec)",
+        "judge (compare)",
+        "batch generate",
+        "batch reference",
+    ];
+    let mut total = [Duration::ZERO; 6];
+    let n = 200;
+    for _ in 0..n {
+        let bytes: Vec<u8> = (0..12).map(|_| rng.u8()).collect();
+        let spec = CaseSpec::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
+        let mut t = Instant::now();
+        let mut lap = |i: usize, t: &mut Instant| {
+            total[i] += t.elapsed();
+            *t = Instant::now();
+        };
+        let data = spec.generate().unwrap();
+        lap(0, &mut t);
+        let want = reference(&data);
+        lap(1, &mut t);
+        let _ = reference_spec(&data);
+        lap(2, &mut t);
+        // chained == oracle, packed == oracle, packed == chained; with the
+        // graph, twins == chained and the two replays == chained.
+        let compares = if spec.graph { 6 } else { 3 };
+        for _ in 0..compares {
+            let d = compare_six(&want, &want, Bits::NanAny);
+            assert!(d.iter().all(|d| d.pass()));
+        }
+        lap(3, &mut t);
+        if spec.batch > 1 {
+            let ds = spec.generate_batch().unwrap();
+            lap(4, &mut t);
+            for d in &ds[1..] {
+                let _ = reference(d);
+            }
+            lap(5, &mut t);
+        }
+    }
+    let all: Duration = total.iter().sum::<Duration>() - total[2];
+    println!(
+        "gdn fuzz case host phases, {n} cases, {:.3} ms per case without the spec oracle:",
+        all.as_secs_f64() * 1e3 / n as f64
     );
     for (name, d) in names.iter().zip(total) {
         println!(

@@ -129,12 +129,38 @@ fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
     }
 }
 
+/// The device's outputs of one case, every way [`judge_case`] runs it
+/// ([`run_case`]), before any comparison.
+#[derive(Debug)]
+pub struct CaseRuns {
+    /// `t` chained per-row launches ([`run::chained`]).
+    pub chained: Result<Six, device::cuda::DeviceError>,
+    /// The eager fused step ([`run::packed`]).
+    pub packed: Result<Six, device::cuda::DeviceError>,
+    /// The packed twins ([`run::twins`]), when run.
+    pub twins: Option<Result<Six, device::cuda::DeviceError>>,
+    /// The graph replays ([`run::graph`]), when run.
+    pub graph: Option<Result<run::GraphRun, device::cuda::DeviceError>>,
+}
+
+/// Runs `data` through the device every way [`judge_case`] judges:
+/// chained, packed, and when `graph` the packed twins and the graph
+/// replays. Compares nothing (so the oracle can be computed meanwhile).
+pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool) -> CaseRuns {
+    CaseRuns {
+        chained: run::chained(e, data),
+        packed: run::packed(e, data),
+        twins: graph.then(|| run::twins(e, data)),
+        graph: graph.then(|| run::graph(e, data)),
+    }
+}
+
 /// Runs `data` (generated from `spec`) every way and judges it: gate 2's
 /// "chained == oracle" and "packed == oracle" (the fused step), gate 1's
 /// "packed == chained", and when `graph` the packed twins (three launches)
 /// against the chained launches, and the two graph replays against them
 /// plus the capture-time buffers left untouched. `want` is the
-/// oracle's [`reference()`].
+/// oracle's [`reference()`]. ([`run_case`] then [`judge_runs`].)
 pub fn judge_case(
     e: &GdnEngine,
     spec: &CaseSpec,
@@ -142,39 +168,42 @@ pub fn judge_case(
     want: &Six,
     graph: bool,
 ) -> Vec<Row> {
+    judge_runs(spec, data, want, &run_case(e, data, graph))
+}
+
+/// The rows of [`judge_case`] from the device's outputs `runs` of `data`
+/// and the oracle's `want`.
+pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut r_chained = row(2, "chained per-row == oracle", spec, Bits::NanAny);
     let mut r_packed = row(2, "packed eager == oracle", spec, Bits::NanAny);
     let mut r_1 = row(1, "packed eager == chained", spec, Bits::Exact);
-    let mut r_twins = row(1, "packed twins == chained", spec, Bits::Exact);
-    let chained = run::chained(e, data);
-    let packed = run::packed(e, data);
-    if graph {
-        match (&run::twins(e, data), &chained) {
-            (Ok(p), Ok(c)) => r_twins.diffs = compare_six(p, c, Bits::Exact),
-            (Err(err), _) | (_, Err(err)) => r_twins.error = Some(err.to_string()),
-        }
-    }
-    match &chained {
+    let (chained, packed) = (&runs.chained, &runs.packed);
+    match chained {
         Ok(c) => r_chained.diffs = compare_six(c, want, Bits::NanAny),
         Err(err) => r_chained.error = Some(err.to_string()),
     }
-    match &packed {
+    match packed {
         Ok(p) => r_packed.diffs = compare_six(p, want, Bits::NanAny),
         Err(err) => r_packed.error = Some(err.to_string()),
     }
-    match (&packed, &chained) {
+    match (packed, chained) {
         (Ok(p), Ok(c)) => r_1.diffs = compare_six(p, c, Bits::Exact),
         (Err(err), _) | (_, Err(err)) => r_1.error = Some(err.to_string()),
     }
     rows.extend([r_1, r_chained, r_packed]);
-    if graph {
+    if let Some(twins) = &runs.twins {
+        let mut r_twins = row(1, "packed twins == chained", spec, Bits::Exact);
+        match (twins, chained) {
+            (Ok(p), Ok(c)) => r_twins.diffs = compare_six(p, c, Bits::Exact),
+            (Err(err), _) | (_, Err(err)) => r_twins.error = Some(err.to_string()),
+        }
         rows.push(r_twins);
     }
-    if graph {
+    if let Some(graph) = &runs.graph {
         let mut rebound = row(1, "graph replay, rebound == chained", spec, Bits::Exact);
         let mut swapped = row(1, "graph replay, swapped == chained", spec, Bits::Exact);
-        match (&run::graph(e, data), &chained) {
+        match (graph, chained) {
             (Ok(g), Ok(c)) => {
                 rebound.diffs = compare_six(&g.rebound, c, Bits::Exact);
                 swapped.diffs = compare_six(&g.swapped, c, Bits::Exact);
@@ -208,21 +237,41 @@ pub fn judge_case(
 /// [`CaseSpec::generate_batch`]) against each sequence's oracle
 /// ([`reference()`], any NaN equal to any NaN; `want0`, when given, is
 /// sequence 0's, already computed): one gate-2 row, its diffs named by
-/// sequence.
+/// sequence ([`run::batched`] then [`judge_batch_runs`]).
 pub fn judge_batch(e: &GdnEngine, spec: &CaseSpec, datas: &[CaseData], want0: Option<&Six>) -> Row {
+    let got = run::batched(e, datas);
+    let computed: Vec<Six> = match &got {
+        Ok(_) => datas[usize::from(want0.is_some())..]
+            .iter()
+            .map(reference)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let wants: Vec<&Six> = want0.into_iter().chain(&computed).collect();
+    judge_batch_runs(spec, &got, &wants)
+}
+
+/// The row of [`judge_batch`] from the batched step's outputs `got` (one
+/// [`Six`] per sequence) and each sequence's oracle `wants`, in order.
+///
+/// # Panics
+/// When `got` holds outputs and `wants` holds another number of
+/// sequences (a caller's bug).
+pub fn judge_batch_runs(
+    spec: &CaseSpec,
+    got: &Result<Vec<Six>, device::cuda::DeviceError>,
+    wants: &[&Six],
+) -> Row {
     let mut r = row(
         2,
         "batched fused == per-sequence oracle",
         spec,
         Bits::NanAny,
     );
-    match run::batched(e, datas) {
+    match got {
         Ok(got) => {
-            for (b, (g, d)) in got.iter().zip(datas).enumerate() {
-                let want = match (b, want0) {
-                    (0, Some(w)) => w.clone(),
-                    _ => reference(d),
-                };
+            assert_eq!(got.len(), wants.len(), "sequences run and oracles given");
+            for (b, (g, want)) in got.iter().zip(wants).enumerate() {
                 for (i, (gp, wp)) in g.parts().iter().zip(want.parts()).enumerate() {
                     r.diffs.push(judge::compare(
                         &format!("sequence {b} {}", judge::OUTPUTS[i]),
@@ -260,27 +309,41 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         Ok(e) => e,
         Err(msg) => panic!("gdn: no CUDA device to check against: {msg}"),
     };
-    let data = spec
-        .generate()
-        .unwrap_or_else(|err| panic!("gdn: the generator made a refused shape: {err}"));
-    let want = reference(&data);
-    if want
-        .parts()
-        .iter()
-        .any(|p| p.iter().any(|x| !x.is_finite()))
-    {
+    // A batched case's sequence 0 is the case's own data, so it is drawn
+    // once, with the others.
+    let datas = if spec.batch > 1 {
+        spec.generate_batch()
+            .unwrap_or_else(|err| panic!("gdn: the generator made a refused batch: {err}"))
+    } else {
+        vec![spec
+            .generate()
+            .unwrap_or_else(|err| panic!("gdn: the generator made a refused shape: {err}"))]
+    };
+    let data = &datas[0];
+    // The oracle (every sequence's) on another thread while this one drives
+    // the device, which it mostly waits for: a case costs the longer of
+    // the two, not their sum.
+    let (runs, batched, wants) = std::thread::scope(|sc| {
+        let oracle = sc.spawn(|| datas.iter().map(reference).collect::<Vec<Six>>());
+        let runs = run_case(e, data, spec.graph);
+        let batched = (spec.batch > 1).then(|| run::batched(e, &datas));
+        let wants = oracle
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (runs, batched, wants)
+    });
+    let want = &wants[0];
+    if want.parts().iter().any(|p| judge::any_nonfinite(p)) {
         count(&STATS.nonfinite);
     }
     if spec.graph {
         count(&STATS.graph);
     }
-    let mut rows = judge_case(e, spec, &data, &want, spec.graph);
-    if spec.batch > 1 {
+    let mut rows = judge_runs(spec, data, want, &runs);
+    if let Some(got) = &batched {
         count(&STATS.batched);
-        let datas = spec
-            .generate_batch()
-            .unwrap_or_else(|err| panic!("gdn: the generator made a refused batch: {err}"));
-        rows.push(judge_batch(e, spec, &datas, Some(&want)));
+        let wants: Vec<&Six> = wants.iter().collect();
+        rows.push(judge_batch_runs(spec, got, &wants));
     }
     if !rows.iter().all(Row::pass) {
         panic!(
@@ -321,5 +384,72 @@ pub fn oracle_packed_matches_chained(spec: &CaseSpec) {
                 report::spec_literal(spec)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use device::cuda::DeviceError;
+
+    fn err() -> DeviceError {
+        DeviceError::ArgLen {
+            arg: "test",
+            want: 1,
+            got: 0,
+        }
+    }
+
+    /// The judge of a case's device outputs, without a device: outputs
+    /// equal to the oracle pass every row; one flipped bit of the packed
+    /// step's final state fails "packed == oracle" and "packed == chained"
+    /// and nothing else; a device error fails the rows that need that run;
+    /// the twins and graph rows appear only when they ran; the batched row
+    /// names the sequence that differs.
+    #[test]
+    fn judge_runs_fails_exactly_the_rows_a_difference_reaches() {
+        let spec = CaseSpec::seed_like(1, 2, 4, 3, 7);
+        let data = spec.generate().unwrap();
+        let want = reference(&data);
+        let runs = |packed: Six| CaseRuns {
+            chained: Ok(want.clone()),
+            packed: Ok(packed),
+            twins: None,
+            graph: None,
+        };
+        let rows = judge_runs(&spec, &data, &want, &runs(want.clone()));
+        assert_eq!(rows.len(), 3);
+        assert!(rows.iter().all(Row::pass));
+        let mut bad = want.clone();
+        bad.state[5] = f32::from_bits(bad.state[5].to_bits() ^ 1);
+        let rows = judge_runs(&spec, &data, &want, &runs(bad.clone()));
+        let failed: Vec<&str> = rows.iter().filter(|r| !r.pass()).map(|r| r.label).collect();
+        assert_eq!(
+            failed,
+            ["packed eager == chained", "packed eager == oracle"]
+        );
+        let mut with_twins = runs(want.clone());
+        with_twins.twins = Some(Err(err()));
+        let rows = judge_runs(&spec, &data, &want, &with_twins);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[3].label, "packed twins == chained");
+        assert!(!rows[3].pass() && rows[..3].iter().all(Row::pass));
+
+        let batch = CaseSpec { batch: 2, ..spec };
+        let datas = batch.generate_batch().unwrap();
+        let wants: Vec<Six> = datas.iter().map(reference).collect();
+        let refs: Vec<&Six> = wants.iter().collect();
+        assert!(judge_batch_runs(&batch, &Ok(wants.clone()), &refs).pass());
+        let mut got = wants.clone();
+        got[1].o[0] = f32::from_bits(got[1].o[0].to_bits() ^ 1);
+        let r = judge_batch_runs(&batch, &Ok(got), &refs);
+        let failed: Vec<&str> = r
+            .diffs
+            .iter()
+            .filter(|d| !d.pass())
+            .map(|d| d.what.as_str())
+            .collect();
+        assert_eq!(failed, ["sequence 1 scan outputs"]);
+        assert!(!judge_batch_runs(&batch, &Err(err()), &refs).pass());
     }
 }

@@ -25,7 +25,9 @@
 //!    points at a buffer of the wrong size.
 //! 4. **Writes outside the outputs**: with guards on, every output the call
 //!    allocates or receives sits in guard bands, checked after the launch
-//!    ([`DeviceError::GuardClobbered`]).
+//!    ([`DeviceError::GuardClobbered`]); the per-row `launch_*_row`
+//!    variants leave the check to one [`GdnEngine::check_guards`] after
+//!    the last of many rows.
 //!
 //!
 //! ## Packed steps and CUDA graphs
@@ -610,19 +612,18 @@ impl GdnEngine {
         alt: Option<&[f32]>,
     ) -> Result<GdnState> {
         check_gdn_batch(shape, batch)?;
-        let zeros;
+        let n = batch * shape.state_len();
+        let alt_len = alt.map_or(n, <[f32]>::len);
+        check_gdn_batch_state(shape, batch, ring.len(), canonical.len(), alt_len)?;
         let alt = match alt {
-            Some(a) => a,
-            None => {
-                zeros = vec![0f32; batch * shape.state_len()];
-                &zeros
-            }
+            Some(a) => self.upload(a)?,
+            // Zeroed on the device (a memset, no host copy).
+            None => self.shim.zeros::<f32>(n, "gdn alternate state")?,
         };
-        check_gdn_batch_state(shape, batch, ring.len(), canonical.len(), alt.len())?;
         let mut state = GdnState {
             ring: self.upload(ring)?,
             canonical: self.upload(canonical)?,
-            alt: self.upload(alt)?,
+            alt,
             table: self.upload(&[0u64; 6])?,
             batch,
             ring_len: batch * shape.ring_len(),
@@ -668,6 +669,26 @@ impl GdnEngine {
         row: usize,
         out: &mut Buffer<f32>,
     ) -> Result<()> {
+        self.launch_conv_row(shape, x, w, state, row, out)?;
+        self.shim.check_outputs(&[(out, "out")])
+    }
+
+    /// [`GdnEngine::conv_row`] without the guard check (no
+    /// synchronisation): a caller launching many rows checks the bands
+    /// once after the last ([`GdnEngine::check_guards`]).
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`], [`DeviceError::IndexRange`] before launch;
+    /// [`DeviceError::Driver`].
+    pub fn launch_conv_row(
+        &self,
+        shape: &GdnShape,
+        x: &Buffer<f32>,
+        w: &GdnWeights,
+        state: &mut GdnState,
+        row: usize,
+        out: &mut Buffer<f32>,
+    ) -> Result<()> {
         check_gdn_conv(shape, 1, x.len(), w.conv_w.len(), out.len(), None)?;
         state.fits_one(shape)?;
         let off = if row.is_multiple_of(2) { 0 } else { 3 };
@@ -683,8 +704,7 @@ impl GdnEngine {
         launched(GDN_KERNELS[0], unsafe {
             b.launch(cfg(Self::conv_grid(shape), GDN_CONV_THREADS))
         })?;
-        drop(b);
-        self.shim.check_outputs(&[(out, "out")])
+        Ok(())
     }
 
     /// `gdn_conv1d_decode_tloop`: `t = shape.t()` rows `x [t][C]` into
@@ -818,6 +838,24 @@ impl GdnEngine {
         self.shim.check_outputs(&heads.named())
     }
 
+    /// [`GdnEngine::prep_row`] without the guard check (no
+    /// synchronisation; see [`GdnEngine::launch_conv_row`]).
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`], [`DeviceError::IndexRange`] before launch;
+    /// [`DeviceError::Driver`].
+    pub fn launch_prep_row(
+        &self,
+        shape: &GdnShape,
+        w: &GdnWeights,
+        conv_out: &Buffer<f32>,
+        beta_raw: &Buffer<f32>,
+        alpha: &Buffer<f32>,
+        heads: &mut GdnHeads,
+    ) -> Result<()> {
+        self.launch_prep(shape, 1, w, conv_out, beta_raw, alpha, heads)
+    }
+
     /// `gdn_prep_decode_rows`: `t = shape.t()` rows.
     ///
     /// # Errors
@@ -850,6 +888,25 @@ impl GdnEngine {
         row: usize,
         o: &mut Buffer<f32>,
     ) -> Result<()> {
+        self.launch_scan_row(shape, heads, scale, state, row, o)?;
+        self.shim.check_outputs(&[(o, "o")])
+    }
+
+    /// [`GdnEngine::scan_row`] without the guard check (no
+    /// synchronisation; see [`GdnEngine::launch_conv_row`]).
+    ///
+    /// # Errors
+    /// [`DeviceError::Gdn`], [`DeviceError::IndexRange`] before launch;
+    /// [`DeviceError::Driver`].
+    pub fn launch_scan_row(
+        &self,
+        shape: &GdnShape,
+        heads: &GdnHeads,
+        scale: f32,
+        state: &mut GdnState,
+        row: usize,
+        o: &mut Buffer<f32>,
+    ) -> Result<()> {
         check_gdn_scan(shape, 1, heads.lens(), o.len(), None)?;
         state.fits_one(shape)?;
         let off = if row.is_multiple_of(2) { 1 } else { 4 };
@@ -867,8 +924,7 @@ impl GdnEngine {
         launched(GDN_KERNELS[2], unsafe {
             b.launch(cfg((shape.num_v() as u32, 1), GDN_HEAD_THREADS))
         })?;
-        drop(b);
-        self.shim.check_outputs(&[(o, "o")])
+        Ok(())
     }
 
     /// `gdn_scan_s128_tsnap`: `t = shape.t()` rows from the canonical
@@ -1177,6 +1233,54 @@ impl GdnEngine {
         )
     }
 
+    /// Device-to-device copy of `src[at..at + dst.len()]` into all of
+    /// `dst` (stream ordered, no synchronisation): the runner uploads a
+    /// case's rows once and hands each row to the per-row kernels from
+    /// there.
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`] if `src` holds no `dst.len()` elements at
+    /// `at`; [`DeviceError::Driver`].
+    pub fn copy_from_at(&self, src: &Buffer<f32>, at: usize, dst: &mut Buffer<f32>) -> Result<()> {
+        let end = at.checked_add(dst.len()).filter(|&e| e <= src.len());
+        let Some(end) = end else {
+            return Err(DeviceError::ArgLen {
+                arg: "copy source",
+                want: at.saturating_add(dst.len()),
+                got: src.len(),
+            });
+        };
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let n = dst.len();
+        let sv = src.view();
+        let part = sv.slice(at..end);
+        drv(
+            || format!("cuMemcpyDtoD ({n} elements from {at})"),
+            self.shim.stream.memcpy_dtod(&part, &mut dst.view_mut()),
+        )
+    }
+
+    /// After launches that wrote `outputs` (each with its argument name),
+    /// such as the `launch_*_row` calls of many rows: with guards on,
+    /// synchronises once and checks every output's guard bands, in order
+    /// (one read-back for all); with guards off, nothing. A band written by
+    /// any of the launches stays written, so one check after the last
+    /// catches it; the error names the output, not the launch.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`] (a fault of the launches shows here);
+    /// [`DeviceError::GuardClobbered`] naming the first output whose band
+    /// changed.
+    pub fn check_guards(&self, outputs: &[(&Buffer<f32>, &'static str)]) -> Result<()> {
+        let list: Vec<(&dyn Guarded, &'static str)> = outputs
+            .iter()
+            .map(|&(b, name)| (b as &dyn Guarded, name))
+            .collect();
+        self.shim.check_outputs(&list)
+    }
+
     /// Overwrites a state's buffers in place (the table is unchanged):
     /// `ring [C][P]`, `canonical [N]`, and `alt [N]` when given.
     ///
@@ -1294,7 +1398,8 @@ impl GdnEngine {
         len("state batch", batch, state.batch)?;
         state.fits(shape)?;
         let (t, c, nv) = (shape.t(), shape.conv_dim(), shape.num_v());
-        let zeros = |n: usize| self.upload(&vec![0f32; n]);
+        // Zeroed on the device (a memset, no host copy).
+        let zeros = |n: usize| self.shim.zeros::<f32>(n, "gdn step input");
         Ok(GdnStep {
             shape: *shape,
             batch,
