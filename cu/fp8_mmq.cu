@@ -96,8 +96,8 @@
  * ========================= ARITHMETIC CONTRACT ============================
  * Variants k0 .. k14 declare schedule 0 (v2, seed 000's), stated here;
  * k15 .. k17 (sm_90a) declare schedule 3, stated in section 4c (M2'). The
- * plan picks k15 .. k17 for more than 64 tokens unless schedule 0 is
- * requested. (core/src/fp8_mmq.rs is normative; this restates it.) IEEE binary32,
+ * plan picks k15 .. k17 for more than 64 tokens and in_f % 16 == 0 unless
+ * schedule 0 is requested. (core/src/fp8_mmq.rs is normative; this restates it.) IEEE binary32,
  * round-to-nearest-even, each operation rounding on its own (no FMA: the
  * file uses __fmul_rn/__fadd_rn/__fdiv_rn and is compiled --fmad=false).
  *
@@ -378,9 +378,10 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
 #if HAVE_WGMMA
         /* Any schedule (request -1): beyond 64 tokens the native e4m3
          * wgmma variants (schedule 3) beat every v2 variant on the H200
-         * (device/NOTES.md); up to 64, k5 stays. Weight rows not 16-byte
-         * aligned (in_f % 16 != 0) take the natives' byte-wise copy path. */
-        if (request < 0 && um > 64)
+         * (device/NOTES.md); up to 64, k5 stays. Only for in_f % 16 == 0:
+         * on unaligned weight rows the natives' byte-wise copy path is
+         * right but 2.3x slower than k4 (device/NOTES.md). */
+        if (request < 0 && um > 64 && (uk & 15u) == 0)
             v = nv_pick(um, un, sms);
 #endif
 #else
