@@ -67,12 +67,14 @@ fn fp8_illegal_address() -> String {
     )
 }
 
-/// The quantizer never returns.
+/// The quantizer never returns: a PTX branch to itself, which neither
+/// the compiler nor ptxas may remove (a C++ loop on a `volatile` local,
+/// the first form, was compiled away: the candidate passed the gate).
 fn fp8_hang() -> String {
     plant(
         BUILTIN_FP8_MMQ_CU,
         "fp8_quantize_act",
-        "{ volatile int spin = 1; while (spin) { } }",
+        r#"asm volatile("{\n$planted_hang:\n\tbra.uni $planted_hang;\n}\n" ::: "memory");"#,
     )
 }
 

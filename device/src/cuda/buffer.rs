@@ -66,6 +66,9 @@ pub(crate) fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Res
     if data.is_empty() {
         return alloc(stream, 0, false);
     }
+    // A copy from pageable host memory may wait for the stream: only
+    // after the stream's earlier work, under the deadline.
+    settle(stream, "cuStreamSynchronize (before cuMemcpyHtoD)")?;
     let raw = stream
         .clone_htod(data)
         .map_err(|e| DeviceError::driver(format!("cuMemcpyHtoD ({} elements)", data.len()), e))?;
@@ -92,6 +95,7 @@ pub(crate) fn upload_into<T: DeviceRepr>(
         return Ok(());
     }
     alive()?;
+    settle(stream, "cuStreamSynchronize (before cuMemcpyHtoD)")?;
     stream
         .memcpy_htod(data, &mut buf.view_mut())
         .map_err(|e| DeviceError::driver(format!("cuMemcpyHtoD ({} elements)", data.len()), e))
@@ -223,13 +227,21 @@ pub(crate) fn check_outputs(
             }
             at += 2 * band as u64;
         }
+        // The launches and the band copies first, under the deadline: a
+        // copy to pageable host memory returns only once it has completed,
+        // so issued behind a launch that never finishes it would block
+        // forever (CUDA runtime API, "API synchronization behavior").
+        settle(stream, "cuStreamSynchronize (guard check)")?;
         // SAFETY: the host vector outlives the synchronisation below.
         unsafe {
             drv::memcpy_dtoh_async(&mut host[..], dst, cu)
                 .map_err(|e| DeviceError::driver("cuMemcpyDtoH (guard bands)", e))?;
         }
     }
-    settle(stream, "cuStreamSynchronize (guard check)")?;
+    settle(
+        stream,
+        "cuStreamSynchronize (after cuMemcpyDtoH of the bands)",
+    )?;
     let mut at = 0usize;
     for &((_, band, len_bytes), arg) in &spans {
         let (front, back) = (&host[at..at + band], &host[at + band..at + 2 * band]);
