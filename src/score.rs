@@ -211,13 +211,16 @@ enum Verdict {
     GateCaught(usize, Option<usize>),
     /// The fuzzer diverged after `(executions, seconds)`.
     FuzzCaught(Option<u64>, f64),
-    /// The run ended in another way that is not a pass (a crash, a hang
-    /// of the fuzzer): the bug did not go unnoticed. The text says how.
+    /// The run ended in another way that is not a pass (a crash, an exit
+    /// by a signal): the bug did not go unnoticed. The text says how.
     Other(String),
     /// The gate was killed at the limit after `secs` seconds, with
     /// `failed` rows failed before it: caught when `failed > 0`; with
     /// none, the bug is not shown caught (a slow gate is not a catch).
     GateKilled { failed: usize, secs: f64 },
+    /// The fuzzer was killed at the limit after `secs` seconds without a
+    /// reproduction: not a catch (a stuck harness is not a divergence).
+    FuzzKilled { secs: f64 },
     /// The gate passed every row (`rows`, where it counts them).
     GateSurvived(Option<usize>),
     /// The fuzzer noticed nothing: `(executions, seconds)`.
@@ -235,6 +238,7 @@ impl Verdict {
             Verdict::Survived(..)
                 | Verdict::GateSurvived(_)
                 | Verdict::GateKilled { failed: 0, .. }
+                | Verdict::FuzzKilled { .. }
         )
     }
 
@@ -254,6 +258,9 @@ impl Verdict {
             }
             Verdict::GateKilled { failed, secs } => {
                 format!("{failed} rows failed (killed after {secs:.0} s)")
+            }
+            Verdict::FuzzKilled { secs } => {
+                format!("SURVIVED (killed after {secs:.0} s, no reproduction)")
             }
             Verdict::GateSurvived(Some(r)) => format!("SURVIVED (0/{r} rows failed)"),
             Verdict::GateSurvived(None) => "SURVIVED (no row failed)".to_string(),
@@ -407,7 +414,12 @@ fn fuzz(exe: &Path, e: &Entry, logs: &Path, secs: u64, seed: u64) -> Verdict {
     };
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     if killed {
-        return Verdict::Other(format!("hung (killed after {wall:.0} s)"));
+        // A divergence found before the kill printed its reproduction.
+        return if text.contains("rerun:") {
+            Verdict::FuzzCaught(None, wall)
+        } else {
+            Verdict::FuzzKilled { secs: wall }
+        };
     }
     if libfuzzer.is_some() {
         // libFuzzer prints its final stats at the end of the budget and
@@ -654,5 +666,7 @@ mod tests {
         };
         assert!(!caught.survived() && slow.survived());
         assert!(slow.cell().starts_with("SURVIVED"), "{}", slow.cell());
+        let stuck = Verdict::FuzzKilled { secs: 420.0 };
+        assert!(stuck.survived() && stuck.cell().starts_with("SURVIVED"));
     }
 }

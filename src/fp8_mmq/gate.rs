@@ -329,8 +329,9 @@ fn shared_reference(spec: &CaseSpec, data: &CaseData, schedule: Schedule) -> Ref
 
 /// Runs every arm on every shape under the schedule the kernel declares
 /// for that shape (`plan[15]`), printing the seed's table (each row with
-/// the declared schedule and the known schedules its output matches bit
-/// for bit), the coverage
+/// the declared schedule and, up to [`IDENTIFY_ALWAYS_MACS`] and on every
+/// failing row, the known schedules its output matches bit for bit), the
+/// coverage
 /// line (e4m3 codes the kernel decoded bit-exactly, [`codes_decoded_exactly`](super::judge::codes_decoded_exactly)
 /// on each row's kernel output, gated at [`OBSERVABLE_CODES`] on the
 /// battery), the NaN-weight rows ([`NAN_ROWS`]: the device must refuse

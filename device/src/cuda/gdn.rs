@@ -1225,6 +1225,7 @@ impl GdnEngine {
         if src.is_empty() {
             return Ok(());
         }
+        super::deadline::alive()?;
         let mut dv = dst.view_mut();
         let mut part = dv.slice_mut(at..end);
         drv(
@@ -1253,6 +1254,7 @@ impl GdnEngine {
         if dst.is_empty() {
             return Ok(());
         }
+        super::deadline::alive()?;
         let n = dst.len();
         let sv = src.view();
         let part = sv.slice(at..end);

@@ -43,16 +43,22 @@ pub(crate) fn attribute(ctx: &Arc<CudaContext>, a: CUdevice_attribute) -> Result
 }
 
 /// Milliseconds per call of `f`, timed with CUDA events on `stream` around
-/// `iters` calls (after the caller's warm-up). `f` should only launch.
+/// `iters` calls (after the caller's warm-up). `f` should only launch. The
+/// host waits for the end event under the launch deadline
+/// ([`super::deadline::settle`]) before reading the elapsed time, since
+/// reading it synchronises on the events without one.
 ///
 /// # Errors
-/// The first error of `f`; [`DeviceError::Driver`].
+/// The first error of `f`; [`DeviceError::Driver`];
+/// [`DeviceError::Timeout`] past the deadline; [`DeviceError::ContextLost`]
+/// after an earlier one.
 pub(crate) fn time_ms(
     stream: &Arc<CudaStream>,
     iters: usize,
     mut f: impl FnMut() -> Result<()>,
 ) -> Result<f64> {
     use cudarc::driver::sys::CUevent_flags;
+    super::deadline::alive()?;
     let ev = || {
         drv(
             || "cuEventCreate".into(),
@@ -67,6 +73,7 @@ pub(crate) fn time_ms(
         f()?;
     }
     drv(|| "cuEventRecord".into(), end.record(stream))?;
+    super::deadline::settle(stream, "cuStreamSynchronize (timing)")?;
     let ms = drv(|| "cuEventElapsedTime".into(), start.elapsed_ms(&end))?;
     Ok(f64::from(ms) / iters.max(1) as f64)
 }

@@ -63,6 +63,8 @@ impl ShaderDecl {
         let mut geometry = Geometry::default();
         let (mut f16, mut subgroups) = (false, false);
         for stmt in module_statements(&code) {
+            // `@id(0) override WG_M ...` declares WG_M as much as the bare form.
+            let stmt = without_attributes(stmt);
             let words: Vec<&str> = stmt.split_whitespace().collect();
             match words.first().copied() {
                 Some("enable") => {
@@ -198,6 +200,38 @@ fn module_statements(code: &str) -> Vec<&str> {
     stmts
 }
 
+/// `stmt` without its leading attributes (`@id(0)`, `@must_use`, ...), so
+/// an attributed declaration is read like a bare one (WGSL, "Attributes").
+fn without_attributes(stmt: &str) -> &str {
+    let mut s = stmt.trim_start();
+    while let Some(rest) = s.strip_prefix('@') {
+        let name_end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let mut after = rest[name_end..].trim_start();
+        if after.starts_with('(') {
+            let mut depth = 0usize;
+            let mut end = after.len();
+            for (i, c) in after.char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = i + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            after = &after[end..];
+        }
+        s = after.trim_start();
+    }
+    s
+}
+
 /// `NAME (: TYPE)? (= INIT)?` after `const`/`override`: the name and the
 /// initializer's text.
 fn split_decl(rest: &str) -> Option<(&str, Option<&str>)> {
@@ -312,6 +346,20 @@ mod tests {
             }
         );
         assert!(d.f16 && d.subgroups);
+    }
+
+    #[test]
+    fn attributed_declarations_are_read() {
+        let d = parse(
+            "const TILE_M: u32 = 4u; const TILE_N: u32 = 4u;\n\
+             @id(0) override WG_M: u32 = 8u;\n@id( 1 ) @must_use override TILE_K: u32 = 32u;\n",
+        )
+        .unwrap();
+        assert_eq!((d.geometry.wg_m, d.geometry.tile_k), (8, 32));
+        assert_eq!(
+            without_attributes("@a(b(c)) @d const X = 1;"),
+            "const X = 1;"
+        );
     }
 
     #[test]
