@@ -81,9 +81,10 @@ pub fn chained(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
         e.upload(&d.beta_raw)?,
         e.upload(&d.alpha)?,
     );
-    let mut x = e.upload(&d.qkv[..c])?;
-    let mut br = e.upload(&d.beta_raw[..nv])?;
-    let mut al = e.upload(&d.alpha[..nv])?;
+    // Each row's inputs come by device copy from those uploads.
+    let mut x = e.alloc_output::<f32>(c)?;
+    let mut br = e.alloc_output::<f32>(nv)?;
+    let mut al = e.alloc_output::<f32>(nv)?;
     for r in 0..t {
         e.copy_from_at(&xs, r * c, &mut x)?;
         e.launch_conv_row(&s, &x, &w, &mut st, r, &mut conv_out)?;
