@@ -78,13 +78,6 @@ fn candidate_vec4_passes_the_ci_gate() {
     candidate_passes_the_ci_gate("shaders/candidates/mul_mat_vec4.wgsl");
 }
 
-/// The quad candidate (as vec4, quantized rows decoded four k at a time)
-/// passes the CI gate.
-#[test]
-fn candidate_quad_passes_the_ci_gate() {
-    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_quad.wgsl");
-}
-
 /// The wide candidate (8 x 8 outputs per invocation, declared to the shim
 /// as `const TILE_M`/`TILE_N`, so it is dispatched on its own grid) passes
 /// the CI gate, at its declared geometry too.
