@@ -3,7 +3,7 @@
 use device::cuda::{compile, Engine, KernelSource, BUILTIN_FP8_MMQ_CU};
 use kernel_oracle::fp8_mmq::gate::BATTERY;
 use kernel_oracle::fp8_mmq::mutants::{
-    apply, native_only, reaches_native, subnormal_flush_f16_bits, MUTANTS,
+    apply, native_only, reaches_native, subnormal_flush_f16_bits, tma_only, MUTANTS,
 };
 use kernel_oracle::fp8_mmq::{run, CaseSpec, Outcome};
 use oracle::conventions::NanMagnitude::Ieee;
@@ -121,7 +121,10 @@ fn every_mutant_is_caught_by_the_gate() {
         engine.set_guards(true);
         // The native e4m3 wgmma variants (sm_90a: k15 ..), each forced:
         // every mutant that reaches them must be caught there too.
-        let natives: Vec<u32> = (NATIVE_FIRST..engine.mmq_variants()).collect();
+        // (Only those with tensor-map copies, k18 .., for a mutant of that
+        // path.)
+        let first = if tma_only(m) { TMA_FIRST } else { NATIVE_FIRST };
+        let natives: Vec<u32> = (first..engine.mmq_variants()).collect();
         if reaches_native(m) {
             for &v in &natives {
                 engine.set_mmq_variant(Some(v)).unwrap();
@@ -167,6 +170,8 @@ fn every_mutant_is_caught_by_the_gate() {
 
 /// The first native e4m3 wgmma variant of the builtin source (sm_90a).
 const NATIVE_FIRST: u32 = 15;
+/// The first native variant whose tiles come by tensor-map copies.
+const TMA_FIRST: u32 = 18;
 
 /// Whether some shape of `shapes` fails in `arm` on `engine`.
 fn caught(

@@ -19,10 +19,12 @@ const ARCH: &str = "sm_90";
 const ARCH_A: &str = "sm_90a";
 /// MMQ variants of the builtin source without / with the sm_90a features.
 const PLAIN_VARIANTS: usize = 9;
-const SM90A_VARIANTS: usize = 18;
+const SM90A_VARIANTS: usize = 21;
 /// The first variant on the native e4m3 wgmma (schedule code 3, fused
 /// fold); k0 .. k14 convert to f16 and declare v2.
 const FIRST_NATIVE: usize = 15;
+/// The first native variant whose tiles come by tensor-map copies (TMA).
+const FIRST_TMA: usize = 18;
 
 fn require_nvrtc() {
     if let Err(e) = nvrtc_available() {
@@ -128,6 +130,13 @@ fn builtin_kernels_compile_for_sm_90a_with_wgmma() {
             assert!(!body.contains(".f16.f16"), "k{v}: an f16 MMA");
             assert!(!body.contains("cvt.rn.f16x2.e4m3x2"), "k{v}: a conversion");
             assert!(body.contains("fma.rn.f32"), "k{v}: no fused fold");
+            // k18 ..: the tiles by tensor-map copies (the ABI's TMA
+            // variants), k15 .. k17 by cp.async.
+            assert_eq!(
+                body.contains("cp.async.bulk.tensor.2d"),
+                v >= FIRST_TMA,
+                "k{v}: tensor-map copies"
+            );
         }
     }
     assert!(c.ptx.contains("cvt.rn.f16x2.e4m3x2"));

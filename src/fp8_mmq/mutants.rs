@@ -21,9 +21,10 @@ pub type Mutant = crate::mutate::Mutant<Arm>;
 /// `k-tail-not-zero-filled` and `first-scale-row` occur in the native
 /// e4m3 wgmma variants too; `fold-association` reaches them through
 /// [`NATIVE_PLANTS`]; `subnormal-flush` has no counterpart there, since
-/// those variants convert nothing); the last two exist only in the native
-/// variants ([`native_only`]).
-pub const MUTANTS: [Mutant; 7] = [
+/// those variants convert nothing); the last three exist only in the native
+/// variants ([`native_only`]), the very last only in those whose tiles come
+/// by tensor-map copies ([`tma_only`]).
+pub const MUTANTS: [Mutant; 8] = [
     Mutant {
         name: "drop-k-tail",
         what: "iterates over floor(in_f/128) scale blocks: the partial last block (the k tail) is dropped",
@@ -92,6 +93,13 @@ pub const MUTANTS: [Mutant; 7] = [
         replace: "wgmma_e4m3<BN, 1>(acc, adesc, bdesc);",
         caught_by: &[Arm::Exact, Arm::Fold, Arm::Random],
     },
+    Mutant {
+        name: "tma-coords-swapped",
+        what: "the TMA variants ask for the activation box at (row, k) instead of (k, row): from the second 128-k block on, the tile holds other tokens' codes (or the tensor map's zero fill)",
+        find: "tma_load_2d(base + B_OFF, tb, kb * BLOCK_K, col0, full);",
+        replace: "tma_load_2d(base + B_OFF, tb, col0, kb * BLOCK_K, full);",
+        caught_by: &[Arm::Exact, Arm::Random],
+    },
 ];
 
 /// A mutant's second anchor, in the native e4m3 wgmma variants (section
@@ -120,7 +128,17 @@ pub const NATIVE_PLANTS: [NativePlant; 1] = [NativePlant {
 /// that a gate run reaches it only when the plan picks (or the engine
 /// forces) one of them.
 pub fn native_only(m: &Mutant) -> bool {
-    matches!(m.name, "fold-unfused" | "mma-chain-across-blocks")
+    matches!(
+        m.name,
+        "fold-unfused" | "mma-chain-across-blocks" | "tma-coords-swapped"
+    )
+}
+
+/// Whether the mutant changes only the native variants whose tiles come by
+/// tensor-map copies (`plan[16]` = 1), so that only those, forced or
+/// picked, reach it.
+pub fn tma_only(m: &Mutant) -> bool {
+    m.name == "tma-coords-swapped"
 }
 
 /// Whether the mutant plants its bug in the native e4m3 wgmma variants

@@ -52,6 +52,12 @@ impl<T> Buffer<T> {
         self.raw.slice(self.front..self.front + self.len)
     }
 
+    /// The device address of the first element (past the front band).
+    pub(crate) fn device_addr(&self, stream: &Arc<CudaStream>) -> u64 {
+        let (base, _rec) = self.raw.device_ptr(stream);
+        base + (self.front * std::mem::size_of::<T>()) as u64
+    }
+
     pub(crate) fn view_mut(&mut self) -> CudaViewMut<'_, T> {
         let (a, b) = (self.front, self.front + self.len);
         self.raw.slice_mut(a..b)

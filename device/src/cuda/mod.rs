@@ -68,6 +68,7 @@ mod schedule;
 mod shim;
 mod source;
 mod tensor_core;
+mod tma;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
@@ -162,6 +163,10 @@ pub struct Plan {
     /// The arithmetic the variant declares (`plan[15]`, decoded by
     /// [`schedule_from_code`]: 0 is seed 000's v2, [`oracle::fp8_mmq::Schedule::V2`]).
     pub schedule: oracle::fp8_mmq::Schedule,
+    /// Whether the variant takes the two tensor maps of the ABI's TMA
+    /// variants after its other arguments (`plan[16]`: 1; 0 for a source
+    /// written before that word).
+    pub tensor_maps: bool,
 }
 
 /// Weights whose NaN-magnitude count was found to be 0 by
@@ -347,7 +352,7 @@ impl Engine {
 
     fn plan_uncached(&self, shape: &Shape, force: i32) -> Result<Plan> {
         check_index_range(shape)?;
-        let mut out = self.shim.zeros::<u32>(16, "plan")?;
+        let mut out = self.shim.zeros::<u32>(17, "plan")?;
         let (m, k, n) = (shape.m() as i32, shape.in_f() as i32, shape.out_f() as i32);
         let sms = self.sm_count as i32;
         let mut ov = out.view_mut();
@@ -363,6 +368,9 @@ impl Engine {
             variant: v[0],
             code: v[15],
         })?;
+        if v[16] > 1 {
+            return Err(self.bad_plan(format!("plan[16] = {}: 0 or 1", v[16])));
+        }
         Ok(Plan {
             variant: v[0],
             mmq_grid: (v[1], v[2], v[3]),
@@ -376,6 +384,7 @@ impl Engine {
             tile_rows: v[13],
             tile_cols: v[14],
             schedule,
+            tensor_maps: v[16] == 1,
         })
     }
 
@@ -606,6 +615,30 @@ impl Engine {
         let sv = w_scales.view();
         let qv = q.view();
         let dv = d.view();
+        // The TMA variants' maps (the ABI, section 4): the weights' only
+        // where TMA can address their rows (in_f % 16 == 0, 16-byte aligned
+        // base), else zero, which the kernel then does not read.
+        let maps = if p.tensor_maps {
+            let stream = &self.shim.stream;
+            let (in_f, w_addr) = (shape.in_f() as u64, w.buf.device_addr(stream));
+            let ta = if in_f % 16 == 0 && w_addr % 16 == 0 {
+                tma::TensorMap::tiled_u8(w_addr, in_f, shape.out_f() as u64, in_f, 128, 128)?
+            } else {
+                tma::TensorMap::zeroed()
+            };
+            let pad = shape.in_f_pad() as u64;
+            let tb = tma::TensorMap::tiled_u8(
+                q.device_addr(stream),
+                pad,
+                shape.m() as u64,
+                pad,
+                128,
+                p.tile_cols,
+            )?;
+            Some((ta, tb))
+        } else {
+            None
+        };
         let mut yv = y.view_mut();
         let mut b = self.shim.stream.launch_builder(f);
         b.arg(&wv)
@@ -616,6 +649,9 @@ impl Engine {
             .arg(&m)
             .arg(&k)
             .arg(&n);
+        if let Some((ta, tb)) = &maps {
+            b.arg(ta).arg(tb);
+        }
         let cfg = launch_config(p.mmq_grid, p.mmq_threads, p.mmq_smem);
         // SAFETY: argument types, order and lengths checked above against the
         // ABI; the weights were checked for NaN magnitudes.
