@@ -298,7 +298,8 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
  * group (0: none), MINB CTAs per SM the registers must allow, NPW producer
  * warps (threads: 256 consumers + 32 NPW), TMA 1: the A and B tiles come
  * by tensor-map copies (cp.async.bulk.tensor, one thread) instead of
- * cp.async (X3 .. X5 are X0 .. X2 so). Variant k<N_VARIANTS +
+ * cp.async (X3 .. X5 are X0 .. X2 so, X3 with 2 producer warps: they
+ * copy only the scales). Variant k<N_VARIANTS +
  * N_WG_VARIANTS + i> is X<i>. */
 #define X0 128, 6, 8, 1, 4, 0
 #define X1 64, 4, 8, 2, 2, 0
@@ -1489,7 +1490,7 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  * layout), announcing their bytes with its release arrival
  * (mbarrier.arrive.expect_tx); the map's zero fill is the k tail and the
  * rows past out_f and m. Without a weight map (in_f % 16 != 0) A takes the
- * slow path above. Rows
+ * slow path above. In the cp.async paths rows
  * beyond out_f or m are not loaded
  * (their outputs are never written; the MMA keeps rows and columns apart),
  * the k tail of the weights is zero-filled. Warpgroups 0 and 1 (the
@@ -1532,8 +1533,8 @@ struct __align__(64) TmaDesc {
     unsigned long long v[16];
 };
 /* The box of `map` at (c0 = byte in the row, c1 = row) into shared dst,
- * completing `bar`'s transaction count (cp.async.bulk.tensor, PTX ISA
- * 9.7.9.25). */
+ * completing `bar`'s transaction count (PTX ISA, "Data movement:
+ * cp.async.bulk.tensor"; the .2d tile mode, sm_90). */
 static __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaDesc *map, int c0, int c1, u32 bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar)
@@ -1645,6 +1646,11 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
             mbar_init(full0 + (u32)st * 8u, (u32)(2 * PT));
             mbar_init(empty0 + (u32)st * 8u, 256u); /* every consumer thread */
         }
+        /* The tensor-map copies complete the full barriers through the
+         * async proxy: make their initialisation visible to it (PTX ISA,
+         * "membar/fence": fence.mbarrier_init). */
+        if constexpr (TMA)
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 

@@ -95,7 +95,7 @@ pub const MUTANTS: [Mutant; 8] = [
     },
     Mutant {
         name: "tma-coords-swapped",
-        what: "the TMA variants ask for the activation box at (row, k) instead of (k, row): from the second 128-k block on, the tile holds other tokens' codes (or the tensor map's zero fill)",
+        what: "the TMA variants ask for the activation box at (row, k) instead of (k, row): the tile holds other tokens' codes or the tensor map's zero fill (from the second 128-k block on in the first token tile, from the first in the others)",
         find: "tma_load_2d(base + B_OFF, tb, kb * BLOCK_K, col0, full);",
         replace: "tma_load_2d(base + B_OFF, tb, col0, kb * BLOCK_K, full);",
         caught_by: &[Arm::Exact, Arm::Random],

@@ -456,6 +456,14 @@ impl Engine {
                 shape.m()
             )));
         }
+        // The tensor maps' boxes are the tile (ABI section 4): 128 weight
+        // rows, at most 256 tokens (TMA's box limit).
+        if p.tensor_maps && (p.tile_rows != 128 || !(1..=256).contains(&p.tile_cols)) {
+            return Err(self.bad_plan(format!(
+                "plan[16] = 1 (tensor maps) with a {}x{} tile: the maps need 128 rows and 1 ..= 256 tokens",
+                p.tile_rows, p.tile_cols
+            )));
+        }
         check_grid(p.mmq_grid, p.mmq_threads, p.mmq_smem, self.smem_optin)?;
         check_grid(p.quant_grid, p.quant_threads, 0, self.smem_optin)?;
         check_grid((p.nan_grid, 1, 1), p.nan_threads, 0, self.smem_optin)?;
@@ -620,6 +628,10 @@ impl Engine {
         // base), else zero, which the kernel then does not read.
         let maps = if p.tensor_maps {
             let stream = &self.shim.stream;
+            drv(
+                || "cuCtxSetCurrent".into(),
+                stream.context().bind_to_thread(),
+            )?;
             let (in_f, w_addr) = (shape.in_f() as u64, w.buf.device_addr(stream));
             let ta = if in_f % 16 == 0 && w_addr % 16 == 0 {
                 tma::TensorMap::tiled_u8(w_addr, in_f, shape.out_f() as u64, in_f, 128, 128)?

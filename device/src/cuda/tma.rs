@@ -1,8 +1,8 @@
 //! Tensor maps for the FP8 MMQ's TMA variants (`plan[16] = 1` in
 //! `cu/fp8_mmq.cu`'s ABI): the 128-byte `CUtensorMap` a kernel takes by
 //! value (`const __grid_constant__`) and reads with
-//! `cp.async.bulk.tensor` (PTX ISA 9.7.9.25; CUDA driver API
-//! `cuTensorMapEncodeTiled`).
+//! `cp.async.bulk.tensor` (PTX ISA, "Data movement: cp.async.bulk.tensor";
+//! CUDA driver API, "Tensor Map Object Management": `cuTensorMapEncodeTiled`).
 
 use super::error::{DeviceError, Result};
 use cudarc::driver::sys::{
@@ -16,8 +16,9 @@ use cudarc::driver::DeviceRepr;
 #[repr(transparent)]
 pub(crate) struct TensorMap(CUtensorMap);
 
-// SAFETY: `CUtensorMap` is `repr(C)` plain data (16 u64, 128-byte aligned),
-// exactly the kernel parameter's layout (the ABI's `TmaDesc`).
+// SAFETY: `CUtensorMap` is `repr(C)` plain data, 16 u64 (128 bytes, 128-byte
+// aligned here), the size of the kernel parameter (the ABI's `TmaDesc`,
+// 64-byte aligned: what cuTensorMapEncodeTiled requires of a map).
 unsafe impl DeviceRepr for TensorMap {}
 
 impl TensorMap {
