@@ -52,11 +52,14 @@ fn source_passes_the_ci_gate(path: &std::path::Path) {
 /// `shaders/candidates/mul_mat_wide.wgsl` with `find` (which must occur
 /// once) replaced by `replace`, written to a file of its own.
 fn wide_variant(name: &str, find: &str, replace: &str) -> std::path::PathBuf {
-    let path = kernel_oracle::paths::project_file(
-        "shaders/candidates/mul_mat_wide.wgsl",
-        env!("CARGO_MANIFEST_DIR"),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    candidate_variant("shaders/candidates/mul_mat_wide.wgsl", name, find, replace)
+}
+
+/// The candidate `path` with `find` (which must occur once) replaced by
+/// `replace`, written to a file of its own named `name`.
+fn candidate_variant(path: &str, name: &str, find: &str, replace: &str) -> std::path::PathBuf {
+    let path = kernel_oracle::paths::project_file(path, env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(
         text.matches(find).count(),
@@ -64,7 +67,7 @@ fn wide_variant(name: &str, find: &str, replace: &str) -> std::path::PathBuf {
         "{find:?} in {}",
         path.display()
     );
-    let dir = std::env::temp_dir().join(format!("kernel-oracle-wide-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("kernel-oracle-variant-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(name);
     std::fs::write(&out, text.replace(find, replace)).unwrap();
@@ -95,6 +98,90 @@ fn candidate_wide_8x4_passes_the_ci_gate() {
         "const TILE_N: u32 = 8u;",
         "const TILE_N: u32 = 4u;",
     ));
+}
+
+/// The unrolled candidate (products four k per loop iteration, quantized
+/// rows decoded four k per call; 8 x 4 outputs per invocation) passes the
+/// CI gate, at its declared geometry too.
+#[test]
+fn candidate_unrolled_passes_the_ci_gate() {
+    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_unrolled.wgsl");
+}
+
+/// The unrolled candidate's 4 x 8 form (one row group, two column groups)
+/// passes the CI gate.
+#[test]
+fn candidate_unrolled_4x8_passes_the_ci_gate() {
+    source_passes_the_ci_gate(&candidate_variant(
+        "shaders/candidates/mul_mat_unrolled.wgsl",
+        "unrolled4x8.wgsl",
+        "const TILE_M: u32 = 8u;\nconst TILE_N: u32 = 4u;",
+        "const TILE_M: u32 = 4u;\nconst TILE_N: u32 = 8u;",
+    ));
+}
+
+/// The unrolled candidate's 8 x 8 form (every accumulator) passes the CI
+/// gate.
+#[test]
+fn candidate_unrolled_8x8_passes_the_ci_gate() {
+    source_passes_the_ci_gate(&candidate_variant(
+        "shaders/candidates/mul_mat_unrolled.wgsl",
+        "unrolled8x8.wgsl",
+        "const TILE_N: u32 = 4u;",
+        "const TILE_N: u32 = 8u;",
+    ));
+}
+
+/// The unrolled candidate with the quantized rows' words fetched before
+/// the products passes the CI gate, at its declared geometry too.
+#[test]
+fn candidate_unrolled_pf_passes_the_ci_gate() {
+    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_unrolled_pf.wgsl");
+}
+
+/// The unrolled candidates at a TILE_K that is not a multiple of 4 (their
+/// quantized rows staged one element per loader call, their products one
+/// k at a time) pass every arm of the ragged CI shapes.
+#[test]
+fn candidates_unrolled_odd_tile_k() {
+    odd_tile_k_passes("shaders/candidates/mul_mat_unrolled.wgsl");
+    odd_tile_k_passes("shaders/candidates/mul_mat_unrolled_pf.wgsl");
+}
+
+/// The candidate `path` passes every arm of `CI_SHAPES[2..]` (the ragged
+/// ones) at WG 8x4 with TILE_K 6.
+fn odd_tile_k_passes(path: &str) {
+    let path = kernel_oracle::paths::project_file(path, env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let source = device::wgpu::ShaderSource::from_file(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let engine = device::wgpu::WgpuEngine::new(source)
+        .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"));
+    let geom = device::wgpu::Geometry {
+        wg_m: 8,
+        wg_n: 4,
+        tile_k: 6,
+    };
+    let mut failed = Vec::new();
+    for sh in &CI_SHAPES[2..] {
+        for d in Dtype::ALL {
+            if !sh.k.is_multiple_of(d.block_elems()) {
+                continue;
+            }
+            for arm in Arm::ALL {
+                let v = gate::run_one(&engine, &gate::spec(sh, d, arm), &geom)
+                    .unwrap_or_else(|e| panic!("{} {} {}: {e}", sh.label, d.name(), arm.name()));
+                if !v.pass() {
+                    failed.push(format!("{} {} {}", sh.label, d.name(), arm.name()));
+                }
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} failed at TILE_K 6: {failed:?}",
+        path.display()
+    );
 }
 
 /// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).

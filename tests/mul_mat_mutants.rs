@@ -57,11 +57,19 @@ fn every_mutant_applies_once_and_builds() {
 /// candidate, so the planted bugs carry over if it replaces the builtin.
 #[test]
 fn every_anchor_occurs_once_in_the_wide_candidate() {
-    let path = kernel_oracle::paths::project_file(
-        "shaders/candidates/mul_mat_wide.wgsl",
-        env!("CARGO_MANIFEST_DIR"),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    every_anchor_occurs_once_in("shaders/candidates/mul_mat_wide.wgsl");
+}
+
+/// And in the unrolled candidates.
+#[test]
+fn every_anchor_occurs_once_in_the_unrolled_candidates() {
+    every_anchor_occurs_once_in("shaders/candidates/mul_mat_unrolled.wgsl");
+    every_anchor_occurs_once_in("shaders/candidates/mul_mat_unrolled_pf.wgsl");
+}
+
+fn every_anchor_occurs_once_in(candidate: &str) {
+    let path = kernel_oracle::paths::project_file(candidate, env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let text = std::fs::read_to_string(&path).unwrap();
     for m in &MUTANTS {
         apply(m, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
