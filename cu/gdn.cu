@@ -430,11 +430,11 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
  *   The weights (w, dt_bias, a_log) are the layer's, shared. snap_conv and
  *   snap_state may be 0 when t = 1.
  *
- * Work split: the GDN_CS CTAs of one cluster (consecutive blockIdx.x) own
- * q/k head hk = blockIdx.x / GDN_CS of sequence b = blockIdx.y and the
+ * Work split: the CS CTAs of one cluster (consecutive blockIdx.x) own
+ * q/k head hk = blockIdx.x / CS of sequence b = blockIdx.y and the
  * ratio * 128 state columns of its v heads; CTA rank r = blockIdx.x %
- * GDN_CS owns columns [r * cpc, (r + 1) * cpc), cpc = ratio * 128 /
- * GDN_CS, in chunks of blockDim.x, one column per thread ("column
+ * CS owns columns [r * cpc, (r + 1) * cpc), cpc = ratio * 128 / CS, in
+ * chunks of blockDim.x, one column per thread ("column
  * threads"): the column stays in registers across the t rows, and the
  * column's own v channel is convolved by the same thread. The 256 q/k
  * channels of hk are convolved, normalised and written to shared memory by
@@ -464,35 +464,55 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
  *   convolve their v channel of row r + 1 while the q/k threads write its
  *   normalised q and k.
  *
- * Launch: grid (num_k * GDN_CS, B), blockDim.x <= 128 (the shim: 128 when
- * B = 1 and cpc is a multiple of 32 below 128, else min(cpc, 128));
- * GDN_CS = 8 on sm_90 and later (a compile-time cluster of 8 CTAs), 1
- * before (one CTA per q/k head: nothing to wait for). GDN_CS may be
- * defined before this file is compiled for a target below sm_90 (the host
- * emulator runs the CTAs of a cluster one after another, rank 0 last).
+ * Two entries, the same body with another cluster size CS:
+ *   gdn_step_fused     CS = GDN_CS: 8 on sm_90 and later (a compile-time
+ *                      cluster of 8 CTAs: a lone sequence's columns spread
+ *                      over 8 SMs per q/k head), 1 before (one CTA per q/k
+ *                      head: nothing to wait for);
+ *   gdn_step_fused_c2  CS = 2 (a cluster of 2 CTAs; sm_90 and later only:
+ *                      below, nothing orders the ring's write after the
+ *                      other CTA's read, and the shim does not launch it):
+ *                      4x fewer CTAs convolving each q/k head, for many
+ *                      sequences.
+ * Launch: grid (num_k * CS, B), blockDim.x <= 128 (the shim: 128 when
+ * B = 1 and cpc is a multiple of 32 below 128, else min(cpc, 128)).
+ * GDN_CS may be defined before this file is compiled for a target below
+ * sm_90 (the host emulator runs the CTAs of a cluster one after another,
+ * rank 0 last, which is what the cluster barrier guarantees).
  */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GDN_CS 8
-#define GDN_CLUSTER_DIMS __cluster_dims__(GDN_CS, 1, 1)
-/* A CTA arrives once it has read the q/k ring (the reads were asynchronous
- * copies it waited for, so they are complete: no memory ordering is
- * needed, and none is paid for); rank 0 waits before writing the ring. */
-__device__ __forceinline__ void gdn_cluster_arrive()
-{
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void gdn_cluster_wait()
-{
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-}
+#define GDN_HW_CLUSTERS 1
+#define GDN_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
 #else
 #ifndef GDN_CS
 #define GDN_CS 1
 #endif
-#define GDN_CLUSTER_DIMS
-__device__ __forceinline__ void gdn_cluster_arrive() {}
-__device__ __forceinline__ void gdn_cluster_wait() { __syncthreads(); }
+#define GDN_HW_CLUSTERS 0
+#define GDN_CLUSTER_DIMS(n)
 #endif
+
+/* A CTA arrives once it has read the q/k ring (the reads were asynchronous
+ * copies it waited for, so they are complete: no memory ordering is
+ * needed, and none is paid for); rank 0 waits before writing the ring.
+ * Without a hardware cluster (CS = 1, or a target below sm_90) the wait
+ * is the CTA's own barrier. */
+template <i32 CS> __device__ __forceinline__ void gdn_cluster_arrive()
+{
+#if GDN_HW_CLUSTERS
+    if (CS > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+template <i32 CS> __device__ __forceinline__ void gdn_cluster_wait()
+{
+#if GDN_HW_CLUSTERS
+    if (CS > 1) {
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+        return;
+    }
+#endif
+    __syncthreads();
+}
 
 /* 16 bytes from global src to shared dst (both 16-byte aligned), without
  * waiting (cp.async on sm_80 and later); gdn_cp_wait waits for every copy
@@ -663,7 +683,7 @@ __device__ __forceinline__ void gdn_qk_scale(GdnFusedSmem &sm, i32 par, i32 lane
     }
 }
 
-template <i32 DC>
+template <i32 DC, i32 CS>
 __device__ __forceinline__ void gdn_step_fused_body(
     const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
     const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
@@ -673,10 +693,10 @@ __device__ __forceinline__ void gdn_step_fused_body(
 {
     constexpr i32 P = DC - 1;
     const i32 tid = threadIdx.x, bd = blockDim.x;
-    const i32 hk = blockIdx.x / GDN_CS, rank = blockIdx.x % GDN_CS;
+    const i32 hk = blockIdx.x / CS, rank = blockIdx.x % CS;
     const u64 b = blockIdx.y;
     const i32 ratio = num_v / num_k;
-    const i32 cpc = ratio * GDN_D / GDN_CS;
+    const i32 cpc = ratio * GDN_D / CS;
     const i32 key_dim = GDN_D * num_k;
     const u64 cd = 2 * (u64)key_dim + (u64)GDN_D * num_v;
     const u64 vd = (u64)GDN_D * num_v;
@@ -754,7 +774,7 @@ __device__ __forceinline__ void gdn_step_fused_body(
         gdn_cp_wait();
         __syncthreads();
         /* The last chunk has read the q/k ring. */
-        if (c0 + bd >= (rank + 1) * cpc) gdn_cluster_arrive();
+        if (c0 + bd >= (rank + 1) * cpc) gdn_cluster_arrive<CS>();
         /* Row 0's q/k conv, by every thread. */
         for (i32 c = tid; c < 2 * GDN_D; c += bd)
             gdn_qk_conv<DC>(sm, c, 0, t, hk, key_dim, writes_qk, cob, scb, cd, rl);
@@ -845,7 +865,7 @@ __device__ __forceinline__ void gdn_step_fused_body(
         }
     }
     /* Every CTA of the cluster has read the q/k ring: rank 0 may write it. */
-    gdn_cluster_wait();
+    gdn_cluster_wait<CS>();
     if (rank == 0 && qk_thread) {
         for (i32 i = m; i < GDN_D * P / 4; i += nh) {
             gdn_st4(ring + qoff * P, i, gdn_ld4(sm.ring, i));
@@ -854,21 +874,25 @@ __device__ __forceinline__ void gdn_step_fused_body(
     }
 }
 
-extern "C" __global__ void GDN_CLUSTER_DIMS __launch_bounds__(128) gdn_step_fused(
-    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
-    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
-    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
-    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v,
-    i32 d_conv, i32 t, f32 eps, f32 scale)
-{
-    __shared__ __align__(16) GdnFusedSmem sm;
-    if (d_conv == 4)
-        gdn_step_fused_body<4>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
-                               snap_state, num_k, num_v, t, eps, scale, sm);
-    else if (d_conv == 3)
-        gdn_step_fused_body<3>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
-                               snap_state, num_k, num_v, t, eps, scale, sm);
-    else
-        gdn_step_fused_body<2>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
-                               snap_state, num_k, num_v, t, eps, scale, sm);
-}
+#define GDN_FUSED_ENTRY(name, cs)                                                                  \
+    extern "C" __global__ void GDN_CLUSTER_DIMS(cs) __launch_bounds__(128) name(                   \
+        const f32 *__restrict__ x, const f32 *__restrict__ beta_raw,                               \
+        const f32 *__restrict__ alpha, const u64 *__restrict__ tab, const f32 *__restrict__ w,     \
+        const f32 *__restrict__ dt_bias, const f32 *__restrict__ a_log, f32 *__restrict__ conv_out,\
+        f32 *__restrict__ o, f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state,            \
+        i32 num_k, i32 num_v, i32 d_conv, i32 t, f32 eps, f32 scale)                               \
+    {                                                                                              \
+        __shared__ __align__(16) GdnFusedSmem sm;                                                  \
+        if (d_conv == 4)                                                                           \
+            gdn_step_fused_body<4, cs>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,    \
+                                       snap_conv, snap_state, num_k, num_v, t, eps, scale, sm);    \
+        else if (d_conv == 3)                                                                      \
+            gdn_step_fused_body<3, cs>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,    \
+                                       snap_conv, snap_state, num_k, num_v, t, eps, scale, sm);    \
+        else                                                                                       \
+            gdn_step_fused_body<2, cs>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,    \
+                                       snap_conv, snap_state, num_k, num_v, t, eps, scale, sm);    \
+    }
+
+GDN_FUSED_ENTRY(gdn_step_fused, GDN_CS)
+GDN_FUSED_ENTRY(gdn_step_fused_c2, 2)

@@ -2,7 +2,9 @@
 //! d_conv = 4) on the device: per-token decode (t = 1) and a t = 8 verify
 //! step, each as chained per-row launches (3 per row), as the packed twins
 //! (3 launches), as the fused step (1 launch), and as replays of their CUDA
-//! graphs; then 64 sequences of one row in one batched fused launch. Timed
+//! graphs; then 64 sequences of one row in one batched fused launch,
+//! through each fused entry the source exports (the default pick first,
+//! the ABI's `gdn_step_fused` and `gdn_step_fused_c2`). Timed
 //! back to back with CUDA events, next to peers measured in the same run:
 //! a device-to-device copy, and flash-linear-attention's
 //! `fused_recurrent_gated_delta_rule` (Triton) through `gdn_peer.py`,
@@ -22,7 +24,7 @@
 //!
 //! `cargo run --release -p device --example gdn_bench`
 
-use device::cuda::{gdn_shape, Buffer, GdnEngine, GdnStep, Result};
+use device::cuda::{gdn_shape, Buffer, GdnEngine, GdnFusedEntry, GdnStep, Result};
 use oracle::gdn::{default_scale, GdnShape};
 use std::collections::HashMap;
 use std::process::Command;
@@ -361,32 +363,43 @@ fn main() -> Result<()> {
             true,
         );
     }
-    // Batched decode: 64 sequences, one row each, in one launch.
+    // Batched decode: 64 sequences, one row each, in one launch, through
+    // each fused entry the source exports (the default pick first).
     let batch = 64;
-    let (l, mut st) = step_batched(&e, 1, batch)?;
-    let state_bytes = 2.0 * 4.0 * (batch * l.shape.state_len()) as f64;
-    e.run_step(&mut st)?;
-    row(
-        "batched fused (state bytes)",
-        batch,
-        1,
-        1,
-        state_bytes,
-        e.time_ms(100, || e.run_step(&mut st).map(|_| ()))?,
-        false,
-    );
-    let g = e.capture_step(st)?;
-    g.launch()?;
-    e.synchronize()?;
-    row(
-        "batched fused, graph replay",
-        batch,
-        1,
-        1,
-        state_bytes,
-        e.time_ms(100, || g.launch().map(|_| ()))?,
-        true,
-    );
+    let default_entry = e.fused_entry(batch);
+    let mut entries = e.fused_entries();
+    entries.sort_by_key(|&x| x != default_entry);
+    for entry in entries {
+        let tag = match entry {
+            GdnFusedEntry::Main => "gdn_step_fused",
+            GdnFusedEntry::C2 => "_c2",
+        };
+        let (l, mut st) = step_batched(&e, 1, batch)?;
+        e.set_step_entry(&mut st, Some(entry))?;
+        let state_bytes = 2.0 * 4.0 * (batch * l.shape.state_len()) as f64;
+        e.run_step(&mut st)?;
+        row(
+            &format!("batched fused ({tag})"),
+            batch,
+            1,
+            1,
+            state_bytes,
+            e.time_ms(100, || e.run_step(&mut st).map(|_| ()))?,
+            false,
+        );
+        let g = e.capture_step(st)?;
+        g.launch()?;
+        e.synchronize()?;
+        row(
+            &format!("batched, graph ({tag})"),
+            batch,
+            1,
+            1,
+            state_bytes,
+            e.time_ms(100, || g.launch().map(|_| ()))?,
+            true,
+        );
+    }
     println!("GB/s = the packed program's useful bytes per call / time per call (batched rows: the state read and written, 2 B N 4 bytes); % of copy: of the 256 MiB device-to-device copy's GB/s (bytes read + written) measured above; fla us: the peer's time at the same (B, t), eager for eager rows and graph-replayed for graph rows, (fla/ours) > 1 when ours is faster");
     Ok(())
 }

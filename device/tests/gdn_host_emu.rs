@@ -47,6 +47,7 @@ static bool g_reverse = false;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __launch_bounds__(n)
 #define __align__(n) __attribute__((aligned(n)))
@@ -77,7 +78,8 @@ extern "C" float emu_fn(int which, float x) {
 }
 
 /* packed == 1: the twins; 0: chained per-row kernels; 2: the fused step with the shim's
- * threads for one sequence; 3: the fused step with the threads of a batch (min(cpc, 128)).
+ * threads for one sequence; 3: the fused step with the threads of a batch (min(cpc, 128));
+ * 4, 5: as 2, 3 through gdn_step_fused_c2 (clusters of 2).
  * Outputs as the oracle's decode_rows; state_out gets the final state. */
 extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
     const float *conv_w, const float *dt_bias, const float *a_log, float eps, float scale,
@@ -92,10 +94,13 @@ extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
         (unsigned long long)ring, (unsigned long long)alt.data(), (unsigned long long)can.data()};
     const unsigned cg = (C + 255) / 256;
     if (packed >= 2) {
-        const int cpc = (nv / nk) * 128 / GDN_CS;
-        const int threads = (packed == 2 && cpc % 32 == 0 && cpc < 128) ? 128 : (cpc < 128 ? cpc : 128);
+        const bool c2 = packed >= 4;
+        const int cs = c2 ? 2 : GDN_CS;
+        const int cpc = (nv / nk) * 128 / cs;
+        const int threads = (packed % 2 == 0 && cpc % 32 == 0 && cpc < 128) ? 128 : (cpc < 128 ? cpc : 128);
+        auto fused = c2 ? gdn_step_fused_c2 : gdn_step_fused;
         g_reverse = true;
-        launch(nk * GDN_CS, 1, threads, [&] { gdn_step_fused(qkv, beta_raw, alpha, tab, conv_w, dt_bias, a_log, conv_out, o, t > 1 ? snap_conv : nullptr, t > 1 ? snap_state : nullptr, nk, nv, dc, t, eps, scale); });
+        launch(nk * cs, 1, threads, [&] { fused(qkv, beta_raw, alpha, tab, conv_w, dt_bias, a_log, conv_out, o, t > 1 ? snap_conv : nullptr, t > 1 ? snap_state : nullptr, nk, nv, dc, t, eps, scale); });
         g_reverse = false;
     } else if (packed) {
         std::vector<float> q(t * V), k(t * V), v(t * V), b(t * nv), g(t * nv);
@@ -340,7 +345,9 @@ fn rows_case_modes(
                 "chained per-row kernels",
                 "packed twins",
                 "fused step (one sequence's threads)",
-                "fused step (a batch's threads)"
+                "fused step (a batch's threads)",
+                "fused step, clusters of 2 (one sequence's threads)",
+                "fused step, clusters of 2 (a batch's threads)"
             ][packed]
         );
         assert_bits(&what, &got, &want);
@@ -367,23 +374,24 @@ fn host_emulated_kernels_match_the_oracle_rows() {
 /// sm_90) and with sm_90's clusters of 8 CTAs splitting the state columns
 /// (16, 32, 48, 64, 256 and 384 columns per CTA; whole q/k warps beside the
 /// column warps, or every thread doing both), and over 32 rows (the table of
-/// the heads' gates is refilled).
+/// the heads' gates is refilled); the second entry (clusters of 2) in the
+/// same cases.
 #[test]
 fn host_emulated_fused_step_matches_the_oracle_rows() {
     for (name, extra) in [("fused1", &[][..]), ("fused8", &["-DGDN_CS=8"][..])] {
         let bin = emulator_with(name, extra);
         for d_conv in 2..=4 {
             for t in [1, 2, 3, 8] {
-                rows_case_modes(&bin, 2, 4, d_conv, t, &[2, 3]);
+                rows_case_modes(&bin, 2, 4, d_conv, t, &[2, 3, 4, 5]);
             }
         }
-        rows_case_modes(&bin, 16, 32, 4, 3, &[2, 3]);
-        rows_case_modes(&bin, 1, 3, 3, 5, &[2, 3]);
-        rows_case_modes(&bin, 1, 1, 4, 2, &[2, 3]);
-        rows_case_modes(&bin, 1, 4, 4, 3, &[2, 3]);
-        rows_case_modes(&bin, 1, 16, 2, 2, &[2, 3]);
-        rows_case_modes(&bin, 1, 24, 4, 2, &[2, 3]);
-        rows_case_modes(&bin, 1, 2, 4, 34, &[2, 3]);
+        rows_case_modes(&bin, 16, 32, 4, 3, &[2, 3, 4, 5]);
+        rows_case_modes(&bin, 1, 3, 3, 5, &[2, 3, 4, 5]);
+        rows_case_modes(&bin, 1, 1, 4, 2, &[2, 3, 4, 5]);
+        rows_case_modes(&bin, 1, 4, 4, 3, &[2, 3, 4, 5]);
+        rows_case_modes(&bin, 1, 16, 2, 2, &[2, 3, 4, 5]);
+        rows_case_modes(&bin, 1, 24, 4, 2, &[2, 3, 4, 5]);
+        rows_case_modes(&bin, 1, 2, 4, 34, &[2, 3, 4, 5]);
         remove(&bin);
     }
 }

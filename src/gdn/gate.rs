@@ -179,7 +179,9 @@ pub fn run(e: &GdnEngine) -> GateResult {
         };
         let datas = spec.generate_batch().expect("the gate's shapes are valid");
         let rerun = report::repro_command(&spec);
-        g.add(&super::judge_batch(e, &spec, &datas, None), &rerun);
+        for row in super::judge_batch(e, &spec, &datas, None) {
+            g.add(&row, &rerun);
+        }
     }
     for (label, spec) in edge_cases() {
         println!("  edge: {label}");

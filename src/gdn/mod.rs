@@ -34,7 +34,7 @@ pub use report::Row;
 pub use run::engine;
 
 use crate::stats::{count, pct};
-use device::cuda::GdnEngine;
+use device::cuda::{GdnEngine, GdnFusedEntry};
 use std::sync::atomic::AtomicU64;
 
 /// Counters of one process's checks: outcomes, and what the generator
@@ -234,40 +234,58 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
 }
 
 /// The batched fused step over `datas` (the sequences of
-/// [`CaseSpec::generate_batch`]) against each sequence's oracle
+/// [`CaseSpec::generate_batch`]) through every fused entry the engine
+/// launches ([`GdnEngine::fused_entries`]) against each sequence's oracle
 /// ([`reference()`], any NaN equal to any NaN; `want0`, when given, is
-/// sequence 0's, already computed): one gate-2 row, its diffs named by
-/// sequence ([`run::batched`] then [`judge_batch_runs`]).
-pub fn judge_batch(e: &GdnEngine, spec: &CaseSpec, datas: &[CaseData], want0: Option<&Six>) -> Row {
-    let got = run::batched(e, datas);
-    let computed: Vec<Six> = match &got {
-        Ok(_) => datas[usize::from(want0.is_some())..]
+/// sequence 0's, already computed): one gate-2 row per entry, its diffs
+/// named by sequence ([`run::batched`] then [`judge_batch_runs`]).
+pub fn judge_batch(
+    e: &GdnEngine,
+    spec: &CaseSpec,
+    datas: &[CaseData],
+    want0: Option<&Six>,
+) -> Vec<Row> {
+    let gots: Vec<_> = e
+        .fused_entries()
+        .into_iter()
+        .map(|entry| (entry, run::batched(e, datas, entry)))
+        .collect();
+    let computed: Vec<Six> = if gots.iter().any(|(_, g)| g.is_ok()) {
+        datas[usize::from(want0.is_some())..]
             .iter()
             .map(reference)
-            .collect(),
-        Err(_) => Vec::new(),
+            .collect()
+    } else {
+        Vec::new()
     };
     let wants: Vec<&Six> = want0.into_iter().chain(&computed).collect();
-    judge_batch_runs(spec, &got, &wants)
+    gots.iter()
+        .map(|(entry, got)| judge_batch_runs(spec, *entry, got, &wants))
+        .collect()
+}
+
+/// The label of the batched row of `entry`.
+pub fn batch_label(entry: GdnFusedEntry) -> &'static str {
+    match entry {
+        GdnFusedEntry::Main => "batched fused == per-sequence oracle",
+        GdnFusedEntry::C2 => "batched fused (clusters of 2) == per-sequence oracle",
+    }
 }
 
 /// The row of [`judge_batch`] from the batched step's outputs `got` (one
-/// [`Six`] per sequence) and each sequence's oracle `wants`, in order.
+/// [`Six`] per sequence) through `entry` and each sequence's oracle
+/// `wants`, in order.
 ///
 /// # Panics
 /// When `got` holds outputs and `wants` holds another number of
 /// sequences (a caller's bug).
 pub fn judge_batch_runs(
     spec: &CaseSpec,
+    entry: GdnFusedEntry,
     got: &Result<Vec<Six>, device::cuda::DeviceError>,
     wants: &[&Six],
 ) -> Row {
-    let mut r = row(
-        2,
-        "batched fused == per-sequence oracle",
-        spec,
-        Bits::NanAny,
-    );
+    let mut r = row(2, batch_label(entry), spec, Bits::NanAny);
     match got {
         Ok(got) => {
             assert_eq!(got.len(), wants.len(), "sequences run and oracles given");
@@ -326,7 +344,14 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let (runs, batched, wants) = std::thread::scope(|sc| {
         let oracle = sc.spawn(|| datas.iter().map(reference).collect::<Vec<Six>>());
         let runs = run_case(e, data, spec.graph);
-        let batched = (spec.batch > 1).then(|| run::batched(e, &datas));
+        let batched: Vec<_> = if spec.batch > 1 {
+            e.fused_entries()
+                .into_iter()
+                .map(|entry| (entry, run::batched(e, &datas, entry)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let wants = oracle
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -340,10 +365,12 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         count(&STATS.graph);
     }
     let mut rows = judge_runs(spec, data, want, &runs);
-    if let Some(got) = &batched {
+    if !batched.is_empty() {
         count(&STATS.batched);
-        let wants: Vec<&Six> = wants.iter().collect();
-        rows.push(judge_batch_runs(spec, got, &wants));
+    }
+    let refs: Vec<&Six> = wants.iter().collect();
+    for (entry, got) in &batched {
+        rows.push(judge_batch_runs(spec, *entry, got, &refs));
     }
     if !rows.iter().all(Row::pass) {
         panic!(
@@ -439,10 +466,11 @@ mod tests {
         let datas = batch.generate_batch().unwrap();
         let wants: Vec<Six> = datas.iter().map(reference).collect();
         let refs: Vec<&Six> = wants.iter().collect();
-        assert!(judge_batch_runs(&batch, &Ok(wants.clone()), &refs).pass());
+        let main = GdnFusedEntry::Main;
+        assert!(judge_batch_runs(&batch, main, &Ok(wants.clone()), &refs).pass());
         let mut got = wants.clone();
         got[1].o[0] = f32::from_bits(got[1].o[0].to_bits() ^ 1);
-        let r = judge_batch_runs(&batch, &Ok(got), &refs);
+        let r = judge_batch_runs(&batch, main, &Ok(got), &refs);
         let failed: Vec<&str> = r
             .diffs
             .iter()
@@ -450,6 +478,6 @@ mod tests {
             .map(|d| d.what.as_str())
             .collect();
         assert_eq!(failed, ["sequence 1 scan outputs"]);
-        assert!(!judge_batch_runs(&batch, &Err(err()), &refs).pass());
+        assert!(!judge_batch_runs(&batch, main, &Err(err()), &refs).pass());
     }
 }

@@ -7,7 +7,7 @@
 
 use super::generate::CaseData;
 use super::judge::{compare, Bits, Diff, Six};
-use device::cuda::{Buffer, DeviceError, GdnEngine, GdnHeads, GdnStep, GdnWeights};
+use device::cuda::{Buffer, DeviceError, GdnEngine, GdnFusedEntry, GdnHeads, GdnStep, GdnWeights};
 use oracle::gdn::conv::conv1d_row;
 use oracle::gdn::prep::{prep_row, Heads, HeadsMut};
 use oracle::gdn::scan::{scan_row, StateIo};
@@ -165,13 +165,17 @@ pub fn twins(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
 }
 
 /// The sequences of `ds` (one shape, shared weights: those of `ds[0]`) in
-/// one batched fused step (`gdn_step_fused` over `ds.len()` sequences, the
-/// layout of `oracle::gdn::batch`); each sequence's six outputs cut from
-/// the pools.
+/// one batched fused step through `entry` (`gdn_step_fused` or
+/// `gdn_step_fused_c2` over `ds.len()` sequences, the layout of
+/// `oracle::gdn::batch`); each sequence's six outputs cut from the pools.
 ///
 /// # Errors
 /// Every [`DeviceError`].
-pub fn batched(e: &GdnEngine, ds: &[CaseData]) -> Result<Vec<Six>, DeviceError> {
+pub fn batched(
+    e: &GdnEngine,
+    ds: &[CaseData],
+    entry: GdnFusedEntry,
+) -> Result<Vec<Six>, DeviceError> {
     let s = ds[0].shape;
     let nb = ds.len();
     let cat = |f: &dyn Fn(&CaseData) -> &[f32]| {
@@ -181,6 +185,7 @@ pub fn batched(e: &GdnEngine, ds: &[CaseData]) -> Result<Vec<Six>, DeviceError> 
     };
     let st = e.new_state_batched(&s, nb, &cat(&|d| &d.ring0), &cat(&|d| &d.state0), None)?;
     let mut step = e.new_step_batched(&s, nb, weights(e, &ds[0])?, st)?;
+    e.set_step_entry(&mut step, Some(entry))?;
     e.set_step_inputs(
         &mut step,
         &cat(&|d| &d.qkv),

@@ -79,6 +79,21 @@ pub const GDN_KERNELS: [&str; 7] = [
     "gdn_step_fused",
 ];
 
+/// The optional second fused entry (the ABI's `gdn_step_fused_c2`: the
+/// same step with clusters of 2 CTAs per q/k head; sm_90 and later).
+pub const GDN_FUSED_C2: &str = "gdn_step_fused_c2";
+
+/// Which entry of the fused step a launch uses (`cu/gdn.cu`'s ABI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GdnFusedEntry {
+    /// `gdn_step_fused`: clusters of [`gdn_fused_cluster`] CTAs (8 on
+    /// sm_90 and later), for a lone sequence (latency).
+    Main,
+    /// `gdn_step_fused_c2`: clusters of 2 CTAs, 4x fewer CTAs convolving
+    /// each q/k head, for many sequences (throughput). sm_90 and later.
+    C2,
+}
+
 /// The grid and CTA size of `gdn_step_fused` (see the ABI) for `shape`,
 /// `batch` sequences and cluster size `cs`: `(num_k * cs, batch)` CTAs;
 /// with `cpc = ratio * 128 / cs` state columns per CTA, 128 threads when
@@ -488,6 +503,9 @@ pub struct GdnWeights {
 pub struct GdnEngine {
     shim: Shim,
     f: [CudaFunction; 7],
+    /// [`GDN_FUSED_C2`], where the source exports it and the device has
+    /// clusters.
+    c2: Option<CudaFunction>,
 }
 
 shim_methods!(GdnEngine);
@@ -552,7 +570,14 @@ impl GdnEngine {
             load(GDN_KERNELS[5])?,
             load(GDN_KERNELS[6])?,
         ];
-        Ok(GdnEngine { shim, f })
+        // The second entry is optional (a candidate may export the main
+        // one only) and needs hardware clusters.
+        let c2 = if shim.arch.0 >= 9 {
+            shim.function(GDN_FUSED_C2).ok()
+        } else {
+            None
+        };
+        Ok(GdnEngine { shim, f, c2 })
     }
 
     /// Uploads the layer's weights, checking their lengths against `shape`.
@@ -1011,6 +1036,8 @@ pub struct GdnStep {
     heads: GdnHeads,
     o: Buffer<f32>,
     snap_state: Buffer<f32>,
+    /// The fused entry its launches take (`None`: the engine's default).
+    entry: Option<GdnFusedEntry>,
 }
 
 impl GdnStep {
@@ -1415,6 +1442,7 @@ impl GdnEngine {
             snap_state: self.alloc_output(batch * shape.snapshots() * shape.state_len())?,
             weights,
             state,
+            entry: None,
         })
     }
 
@@ -1452,11 +1480,69 @@ impl GdnEngine {
         }
     }
 
-    /// The grid and CTA size of `gdn_step_fused` for `shape` and `batch`
-    /// on this device: [`gdn_fused_launch`] with this device's cluster
-    /// size.
-    pub fn fused_launch(&self, shape: &GdnShape, batch: usize) -> ((u32, u32), u32) {
-        gdn_fused_launch(shape, batch, gdn_fused_cluster(self.arch().0))
+    /// The fused entry a step of `batch` sequences takes unless it names
+    /// one ([`GdnEngine::set_step_entry`]): [`GdnFusedEntry::C2`] for two
+    /// sequences or more where the source exports it and the device has
+    /// clusters, else [`GdnFusedEntry::Main`].
+    pub fn fused_entry(&self, batch: usize) -> GdnFusedEntry {
+        if batch > 1 && self.c2.is_some() {
+            GdnFusedEntry::C2
+        } else {
+            GdnFusedEntry::Main
+        }
+    }
+
+    /// The fused entries this engine can launch: [`GdnFusedEntry::Main`],
+    /// then [`GdnFusedEntry::C2`] where the source exports it and the
+    /// device has clusters.
+    pub fn fused_entries(&self) -> Vec<GdnFusedEntry> {
+        let mut v = vec![GdnFusedEntry::Main];
+        if self.c2.is_some() {
+            v.push(GdnFusedEntry::C2);
+        }
+        v
+    }
+
+    /// Makes `step`'s fused launches (eager and captured) take `entry`;
+    /// `None` restores the default ([`GdnEngine::fused_entry`]).
+    ///
+    /// # Errors
+    /// [`DeviceError::MissingKernel`] for [`GdnFusedEntry::C2`] when the
+    /// source does not export [`GDN_FUSED_C2`] or the device has no
+    /// clusters (below sm_90); `step` is unchanged.
+    pub fn set_step_entry(&self, step: &mut GdnStep, entry: Option<GdnFusedEntry>) -> Result<()> {
+        if entry == Some(GdnFusedEntry::C2) && self.c2.is_none() {
+            return Err(DeviceError::MissingKernel {
+                name: GDN_FUSED_C2.to_string(),
+                source_desc: self.shim.source.describe(),
+                detail: format!(
+                    "not exported, or compute capability {}.{} has no thread block clusters",
+                    self.arch().0,
+                    self.arch().1
+                ),
+            });
+        }
+        step.entry = entry;
+        Ok(())
+    }
+
+    /// The cluster size of `entry` on this device.
+    fn entry_cluster(&self, entry: GdnFusedEntry) -> u32 {
+        match entry {
+            GdnFusedEntry::Main => gdn_fused_cluster(self.arch().0),
+            GdnFusedEntry::C2 => 2,
+        }
+    }
+
+    /// The grid and CTA size of the fused `entry` for `shape` and `batch`
+    /// on this device: [`gdn_fused_launch`] with the entry's cluster size.
+    pub fn fused_launch(
+        &self,
+        shape: &GdnShape,
+        batch: usize,
+        entry: GdnFusedEntry,
+    ) -> ((u32, u32), u32) {
+        gdn_fused_launch(shape, batch, self.entry_cluster(entry))
     }
 
     /// `gdn_step_fused` on `step`, no synchronisation.
@@ -1470,7 +1556,8 @@ impl GdnEngine {
         )?;
         check_gdn_batch(&s, batch)?;
         step.state.fits(&s)?;
-        let grid_x = s.num_k() as u64 * u64::from(gdn_fused_cluster(self.arch().0));
+        let entry = step.entry.unwrap_or(self.fused_entry(batch));
+        let grid_x = s.num_k() as u64 * u64::from(self.entry_cluster(entry));
         if grid_x > I32_LIMIT {
             return Err(DeviceError::IndexRange {
                 what: "num_k * cluster",
@@ -1505,7 +1592,11 @@ impl GdnEngine {
         let mut ov = o.view_mut();
         let mut scv = snap_conv.view_mut();
         let mut ssv = snap_state.view_mut();
-        let mut b = self.shim.stream.launch_builder(&self.f[6]);
+        let (name, func) = match (entry, &self.c2) {
+            (GdnFusedEntry::C2, Some(f)) => (GDN_FUSED_C2, f),
+            _ => (GDN_KERNELS[6], &self.f[6]),
+        };
+        let mut b = self.shim.stream.launch_builder(func);
         b.arg(&xv)
             .arg(&bv)
             .arg(&av)
@@ -1525,12 +1616,12 @@ impl GdnEngine {
             .arg(&t)
             .arg(&w.eps)
             .arg(&w.scale);
-        let (grid, threads) = self.fused_launch(&s, batch);
+        let (grid, threads) = self.fused_launch(&s, batch, entry);
         // SAFETY: the ABI's argument types and order; every length checked
         // (new_step_batched, set_step_inputs, the state's fits); the table
         // points at the state's own checked pools; the snapshots are null
         // only when t = 1 (never written).
-        launched(GDN_KERNELS[6], unsafe { b.launch(cfg(grid, threads)) })?;
+        launched(name, unsafe { b.launch(cfg(grid, threads)) })?;
         Ok(state_after_row(s.t() - 1))
     }
 
