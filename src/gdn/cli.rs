@@ -104,21 +104,33 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
         seed: a.seed,
         batch: a.batch,
     };
-    let data = match spec.generate() {
+    // A batched case's sequence 0 is the case's own data (the fuzzer's
+    // check draws them the same way), so its rerun line reproduces the
+    // batched rows too.
+    let drawn = if spec.batch > 1 {
+        spec.generate_batch()
+    } else {
+        spec.generate().map(|d| vec![d])
+    };
+    let datas = match drawn {
         Ok(d) => d,
         Err(e) => {
             eprintln!("kernel-oracle: {e}");
             return ExitCode::from(2);
         }
     };
+    let data = &datas[0];
     let engine = match engine_or_exit() {
         Ok(e) => e,
         Err(code) => return code,
     };
     println!("kernel source: {}", engine.kernel_source());
     println!("{}", report::table_header());
-    let want = super::reference(&data);
-    let rows = super::judge_case(engine, &spec, &data, &want, spec.graph);
+    let want = super::reference(data);
+    let mut rows = super::judge_case(engine, &spec, data, &want, spec.graph);
+    if spec.batch > 1 {
+        rows.extend(super::judge_batch(engine, &spec, &datas, Some(&want)));
+    }
     for row in &rows {
         println!("{}", report::table_row(row));
     }
