@@ -87,6 +87,16 @@
  *   it unspecified). Columns stay in registers across rows.
  *   Launch: grid (num_v), 128 threads per CTA (exactly): thread j owns
  *   column (h, j).
+ *
+ * extern "C" __global__ void gdn_step_fused(...)     (required)
+ * extern "C" __global__ void gdn_step_fused_c2(...)  (optional)
+ *   The fused step of B sequences ("fused step, batched" below has the
+ *   parameters and the layout). gdn_step_fused is compiled with
+ *   __cluster_dims__(8, 1, 1) on sm_90 and later (no cluster before),
+ *   gdn_step_fused_c2 with __cluster_dims__(2, 1, 1); the shim refuses an
+ *   entry compiled for another cluster width, launches _c2 only on sm_90
+ *   and later, and sizes a lone sequence's CTA by the entry's largest
+ *   (its __launch_bounds__). A candidate may leave _c2 out.
  */
 
 typedef int i32;
@@ -474,8 +484,11 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
  *                      other CTA's read, and the shim does not launch it):
  *                      4x fewer CTAs convolving each q/k head, for many
  *                      sequences.
- * Launch: grid (num_k * CS, B), blockDim.x <= 128 (the shim: 128 when
- * B = 1 and cpc is a multiple of 32 below 128, else min(cpc, 128)).
+ * Launch: grid (num_k * CS, B), blockDim.x <= 256 (the shim: for B = 1
+ * when cpc is a multiple of 32 below it, the entry's largest CTA (its
+ * __launch_bounds__, 256 here: 224 q/k threads beside a column warp
+ * convolve the next row's 256 q/k channels about one each); else min(cpc,
+ * 128)).
  * GDN_CS may be defined before this file is compiled for a target below
  * sm_90 (the host emulator runs the CTAs of a cluster one after another,
  * rank 0 last, which is what the cluster barrier guarantees).
@@ -875,7 +888,7 @@ __device__ __forceinline__ void gdn_step_fused_body(
 }
 
 #define GDN_FUSED_ENTRY(name, cs)                                                                  \
-    extern "C" __global__ void GDN_CLUSTER_DIMS(cs) __launch_bounds__(128) name(                   \
+    extern "C" __global__ void GDN_CLUSTER_DIMS(cs) __launch_bounds__(256) name(                   \
         const f32 *__restrict__ x, const f32 *__restrict__ beta_raw,                               \
         const f32 *__restrict__ alpha, const u64 *__restrict__ tab, const f32 *__restrict__ w,     \
         const f32 *__restrict__ dt_bias, const f32 *__restrict__ a_log, f32 *__restrict__ conv_out,\

@@ -371,8 +371,8 @@ fn main() -> Result<()> {
     entries.sort_by_key(|&x| x != default_entry);
     for entry in entries {
         let tag = match entry {
-            GdnFusedEntry::Main => "gdn_step_fused",
-            GdnFusedEntry::C2 => "_c2",
+            GdnFusedEntry::Main => "main",
+            GdnFusedEntry::C2 => "c2",
         };
         let (l, mut st) = step_batched(&e, 1, batch)?;
         e.set_step_entry(&mut st, Some(entry))?;

@@ -169,9 +169,10 @@ pub fn run(e: &GdnEngine) -> GateResult {
         );
         g.add(&row, &rerun);
     }
-    // The batched fused step: ragged batches and rows, head layouts whose
-    // columns per CTA are 16, 32, 48, 256 (two chunks of 128) and 384
-    // (three), every sequence against its own oracle.
+    // The batched fused step through each entry the engine launches:
+    // ragged batches and rows, head layouts whose columns per CTA are 16,
+    // 32, 48, 256 (two chunks of 128) and 384 (three) in clusters of 8, and
+    // 64 to 1536 in clusters of 2, every sequence against its own oracle.
     for (num_k, num_v, d_conv, t, batch) in BATCHED {
         let spec = CaseSpec {
             batch,

@@ -34,7 +34,7 @@ impl Row {
 /// The gate's table header.
 pub fn table_header() -> String {
     format!(
-        "{:<4} {:<34} {:>5} {:>5} {:>2} {:>3} {:>7} {:>11} {:>9}  {}",
+        "{:<4} {:<52} {:>5} {:>5} {:>2} {:>3} {:>7} {:>11} {:>9}  {}",
         "gate", "comparison", "num_k", "num_v", "dc", "t", "outputs", "words", "differ", "result"
     )
 }
@@ -45,7 +45,7 @@ pub fn table_row(row: &Row) -> String {
     let differ: usize = row.diffs.iter().map(|d| d.diffs).sum();
     let s = &row.spec;
     let mut out = format!(
-        "{:<4} {:<34} {:>5} {:>5} {:>2} {:>3} {:>7} {:>11} {:>9}  {}",
+        "{:<4} {:<52} {:>5} {:>5} {:>2} {:>3} {:>7} {:>11} {:>9}  {}",
         row.gate,
         row.label,
         s.num_k,

@@ -93,6 +93,21 @@ pub enum DeviceError {
         detail: String,
     },
 
+    /// A kernel was compiled for another thread block cluster than the
+    /// ABI launches it with (`__cluster_dims__`; the driver's
+    /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`).
+    #[error("{source_desc}: kernel {name} is compiled for clusters of {got} CTAs; the ABI launches it in clusters of {want}")]
+    ClusterMismatch {
+        /// The kernel's name.
+        name: &'static str,
+        /// [`super::KernelSource::describe`] of the source.
+        source_desc: String,
+        /// The cluster width the shim launches.
+        want: u32,
+        /// The kernel's compiled cluster width.
+        got: u32,
+    },
+
     /// The device is older than the kernels need (sm_89: e4m3 `mma` and
     /// `cvt.e4m3x2`).
     #[error(

@@ -95,16 +95,26 @@ pub enum GdnFusedEntry {
 }
 
 /// The grid and CTA size of `gdn_step_fused` (see the ABI) for `shape`,
-/// `batch` sequences and cluster size `cs`: `(num_k * cs, batch)` CTAs;
-/// with `cpc = ratio * 128 / cs` state columns per CTA, 128 threads when
-/// `batch = 1` and `cpc` is a multiple of 32 below 128 (the threads past
-/// `cpc` convolve and normalise the next row while the column threads
-/// scan: a lone sequence is latency-bound), else `min(cpc, 128)` (many
-/// sequences fill the device with column threads alone).
-pub fn gdn_fused_launch(shape: &GdnShape, batch: usize, cs: u32) -> ((u32, u32), u32) {
+/// `batch` sequences, cluster size `cs` and an entry that runs CTAs of at
+/// most `max_threads` threads (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`:
+/// its `__launch_bounds__` and registers): `(num_k * cs, batch)` CTAs;
+/// with `cpc = ratio * 128 / cs` state columns per CTA, `lone =
+/// max_threads` capped at [`GDN_FUSED_MAX_THREADS`], whole warps, at least
+/// 128, threads when `batch = 1` and `cpc` is a multiple of 32 below
+/// `lone` (the threads past `cpc` convolve and normalise the next row
+/// while the column threads scan: a lone sequence is latency-bound), else
+/// `min(cpc, 128)` (many sequences fill the device with column threads
+/// alone).
+pub fn gdn_fused_launch(
+    shape: &GdnShape,
+    batch: usize,
+    cs: u32,
+    max_threads: u32,
+) -> ((u32, u32), u32) {
     let cpc = (shape.ratio() * shape.d_state()) as u32 / cs;
-    let threads = if batch == 1 && cpc.is_multiple_of(32) && cpc < GDN_HEAD_THREADS {
-        GDN_HEAD_THREADS
+    let lone = (max_threads.min(GDN_FUSED_MAX_THREADS) / 32 * 32).max(GDN_HEAD_THREADS);
+    let threads = if batch == 1 && cpc.is_multiple_of(32) && cpc < lone {
+        lone
     } else {
         cpc.min(GDN_HEAD_THREADS)
     };
@@ -121,6 +131,10 @@ pub const fn gdn_fused_cluster(major: i32) -> u32 {
         1
     }
 }
+
+/// The largest CTA of the fused step the shim launches (for a lone
+/// sequence: the q/k threads beside the column threads).
+pub const GDN_FUSED_MAX_THREADS: u32 = 256;
 
 /// Threads per CTA of the conv kernels (one channel per thread).
 pub const GDN_CONV_THREADS: u32 = 256;
@@ -504,8 +518,10 @@ pub struct GdnEngine {
     shim: Shim,
     f: [CudaFunction; 7],
     /// [`GDN_FUSED_C2`], where the source exports it and the device has
-    /// clusters.
-    c2: Option<CudaFunction>,
+    /// clusters; else why not.
+    c2: std::result::Result<CudaFunction, String>,
+    /// The largest CTA each fused entry runs (`[Main, C2]`).
+    max_threads: [u32; 2],
 }
 
 shim_methods!(GdnEngine);
@@ -573,11 +589,44 @@ impl GdnEngine {
         // The second entry is optional (a candidate may export the main
         // one only) and needs hardware clusters.
         let c2 = if shim.arch.0 >= 9 {
-            shim.function(GDN_FUSED_C2).ok()
+            shim.function(GDN_FUSED_C2).map_err(|e| e.to_string())
         } else {
-            None
+            Err(format!(
+                "compute capability {}.{} has no thread block clusters",
+                shim.arch.0, shim.arch.1
+            ))
         };
-        Ok(GdnEngine { shim, f, c2 })
+        let attr = |f: &CudaFunction, a| -> Result<u32> {
+            f.get_attribute(a)
+                .map(|n| n.max(0) as u32)
+                .map_err(|e| DeviceError::driver("cuFuncGetAttribute", e))
+        };
+        use cudarc::driver::sys::CUfunction_attribute_enum as A;
+        let most = |f: &CudaFunction| attr(f, A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+        // A fused entry compiled for another cluster than the shim launches
+        // it with would order nothing between the CTAs sharing a q/k ring
+        // (a width of 0: no cluster declared, nothing to compare).
+        let entries = [(GDN_KERNELS[6], Some(&f[6])), (GDN_FUSED_C2, c2.as_ref().ok())];
+        for ((name, func), want) in entries.into_iter().zip([gdn_fused_cluster(shim.arch.0), 2]) {
+            if let Some(func) = func {
+                let got = attr(func, A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?;
+                if shim.arch.0 >= 9 && got != 0 && got != want {
+                    return Err(DeviceError::ClusterMismatch {
+                        name,
+                        source_desc: shim.source.describe(),
+                        want,
+                        got,
+                    });
+                }
+            }
+        }
+        let max_threads = [most(&f[6])?, c2.as_ref().map_or(Ok(0), most)?];
+        Ok(GdnEngine {
+            shim,
+            f,
+            c2,
+            max_threads,
+        })
     }
 
     /// Uploads the layer's weights, checking their lengths against `shape`.
@@ -1485,7 +1534,7 @@ impl GdnEngine {
     /// sequences or more where the source exports it and the device has
     /// clusters, else [`GdnFusedEntry::Main`].
     pub fn fused_entry(&self, batch: usize) -> GdnFusedEntry {
-        if batch > 1 && self.c2.is_some() {
+        if batch > 1 && self.c2.is_ok() {
             GdnFusedEntry::C2
         } else {
             GdnFusedEntry::Main
@@ -1497,7 +1546,7 @@ impl GdnEngine {
     /// device has clusters.
     pub fn fused_entries(&self) -> Vec<GdnFusedEntry> {
         let mut v = vec![GdnFusedEntry::Main];
-        if self.c2.is_some() {
+        if self.c2.is_ok() {
             v.push(GdnFusedEntry::C2);
         }
         v
@@ -1511,19 +1560,20 @@ impl GdnEngine {
     /// source does not export [`GDN_FUSED_C2`] or the device has no
     /// clusters (below sm_90); `step` is unchanged.
     pub fn set_step_entry(&self, step: &mut GdnStep, entry: Option<GdnFusedEntry>) -> Result<()> {
-        if entry == Some(GdnFusedEntry::C2) && self.c2.is_none() {
-            return Err(DeviceError::MissingKernel {
-                name: GDN_FUSED_C2.to_string(),
-                source_desc: self.shim.source.describe(),
-                detail: format!(
-                    "not exported, or compute capability {}.{} has no thread block clusters",
-                    self.arch().0,
-                    self.arch().1
-                ),
-            });
+        if entry == Some(GdnFusedEntry::C2) {
+            self.c2_function()?;
         }
         step.entry = entry;
         Ok(())
+    }
+
+    /// [`GDN_FUSED_C2`], or why this engine cannot launch it.
+    fn c2_function(&self) -> Result<&CudaFunction> {
+        self.c2.as_ref().map_err(|why| DeviceError::MissingKernel {
+            name: GDN_FUSED_C2.to_string(),
+            source_desc: self.shim.source.describe(),
+            detail: why.clone(),
+        })
     }
 
     /// The cluster size of `entry` on this device.
@@ -1542,10 +1592,12 @@ impl GdnEngine {
         batch: usize,
         entry: GdnFusedEntry,
     ) -> ((u32, u32), u32) {
-        gdn_fused_launch(shape, batch, self.entry_cluster(entry))
+        let most = self.max_threads[usize::from(entry == GdnFusedEntry::C2)];
+        gdn_fused_launch(shape, batch, self.entry_cluster(entry), most)
     }
 
-    /// `gdn_step_fused` on `step`, no synchronisation.
+    /// The fused step on `step` through its entry (`gdn_step_fused` or
+    /// `gdn_step_fused_c2`), no synchronisation.
     fn launch_fused(&self, step: &mut GdnStep) -> Result<StateSlot> {
         let (s, batch) = (step.shape, step.batch);
         check_weight_lens(
@@ -1592,9 +1644,12 @@ impl GdnEngine {
         let mut ov = o.view_mut();
         let mut scv = snap_conv.view_mut();
         let mut ssv = snap_state.view_mut();
-        let (name, func) = match (entry, &self.c2) {
-            (GdnFusedEntry::C2, Some(f)) => (GDN_FUSED_C2, f),
-            _ => (GDN_KERNELS[6], &self.f[6]),
+        // The name, function and grid of one resolved entry (a step set
+        // to C2 on another engine sharing the context may meet one that
+        // cannot launch it: refused, not run on the main entry's grid).
+        let (name, func) = match entry {
+            GdnFusedEntry::C2 => (GDN_FUSED_C2, self.c2_function()?),
+            GdnFusedEntry::Main => (GDN_KERNELS[6], &self.f[6]),
         };
         let mut b = self.shim.stream.launch_builder(func);
         b.arg(&xv)
@@ -1647,7 +1702,8 @@ impl GdnEngine {
         self.launch_scan_rows(&s, heads, w.scale, state, o, snap_state)
     }
 
-    /// Runs `step` eagerly in one launch of `gdn_step_fused` (conv, prep
+    /// Runs `step` eagerly in one launch of the fused step (its entry, else
+    /// [`GdnEngine::fused_entry`]'s: `gdn_step_fused` or `gdn_step_fused_c2`; conv, prep
     /// and scan of every row of every sequence) on the step's inputs and
     /// state. Returns the slot of the final state (rule `PARITY`, every
     /// sequence alike).
