@@ -185,7 +185,10 @@ fn main() -> Result<()> {
     println!("kernel source: {}", e.kernel_source());
     let one = gdn_shape(16, 32, 128, 4, 1)?;
     for entry in e.fused_entries() {
-        let (l1, l64) = (e.fused_launch(&one, 1, entry), e.fused_launch(&one, 64, entry));
+        let (l1, l64) = (
+            e.fused_launch(&one, 1, entry),
+            e.fused_launch(&one, 64, entry),
+        );
         println!("fused entry {entry:?}: grid and CTA size {l1:?} at B = 1, {l64:?} at B = 64");
     }
     let (peer_header, peer) = run_peer();

@@ -606,7 +606,10 @@ impl GdnEngine {
         // A fused entry compiled for another cluster than the shim launches
         // it with would order nothing between the CTAs sharing a q/k ring
         // (a width of 0: no cluster declared, nothing to compare).
-        let entries = [(GDN_KERNELS[6], Some(&f[6])), (GDN_FUSED_C2, c2.as_ref().ok())];
+        let entries = [
+            (GDN_KERNELS[6], Some(&f[6])),
+            (GDN_FUSED_C2, c2.as_ref().ok()),
+        ];
         for ((name, func), want) in entries.into_iter().zip([gdn_fused_cluster(shim.arch.0), 2]) {
             if let Some(func) = func {
                 let got = attr(func, A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?;
