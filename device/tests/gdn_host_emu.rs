@@ -96,7 +96,7 @@ extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
         const bool c2 = packed >= 4;
         const int cs = c2 ? 2 : GDN_CS;
         const int cpc = (nv / nk) * 128 / cs;
-        const int threads = (packed % 2 == 0 && cpc % 32 == 0 && cpc < 256) ? 256 : (cpc < 128 ? cpc : 128);
+        const int threads = (packed % 2 == 0 && cpc % 32 == 0 && cpc < 128) ? 128 : (cpc < 128 ? cpc : 128);
         auto fused = c2 ? gdn_step_fused_c2 : gdn_step_fused;
         g_reverse = true;
         launch(nk * cs, 1, threads, [&] { fused(qkv, beta_raw, alpha, tab, conv_w, dt_bias, a_log, conv_out, o, t > 1 ? snap_conv : nullptr, t > 1 ? snap_state : nullptr, nk, nv, dc, t, eps, scale); });

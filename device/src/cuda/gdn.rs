@@ -1779,3 +1779,30 @@ impl GdnEngine {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fused step's launch geometry for Qwen3-Next's layer (num_k 16,
+    /// num_v 32: ratio 2) and a ratio-1 layout, per entry and CTA cap.
+    #[test]
+    fn fused_launch_geometry() {
+        let s = GdnShape::new(16, 32, 128, 4, 1).unwrap();
+        // Clusters of 8: 32 columns per CTA; a lone sequence takes the
+        // entry's largest CTA, a batch one column warp.
+        assert_eq!(gdn_fused_launch(&s, 1, 8, 128), ((128, 1), 128));
+        assert_eq!(gdn_fused_launch(&s, 1, 8, 256), ((128, 1), 256));
+        assert_eq!(gdn_fused_launch(&s, 1, 8, 1024), ((128, 1), 256));
+        assert_eq!(gdn_fused_launch(&s, 64, 8, 256), ((128, 64), 32));
+        // Clusters of 2: 128 columns per CTA, every thread a column thread
+        // unless the cap leaves room for q/k warps.
+        assert_eq!(gdn_fused_launch(&s, 1, 2, 128), ((32, 1), 128));
+        assert_eq!(gdn_fused_launch(&s, 1, 2, 256), ((32, 1), 256));
+        assert_eq!(gdn_fused_launch(&s, 64, 2, 128), ((32, 64), 128));
+        // Ratio 1 in clusters of 8: 16 columns, not whole warps.
+        let r1 = GdnShape::new(4, 4, 128, 4, 2).unwrap();
+        assert_eq!(gdn_fused_launch(&r1, 1, 8, 128), ((32, 1), 16));
+        assert_eq!(gdn_fused_launch(&r1, 3, 2, 128), ((8, 3), 64));
+    }
+}
