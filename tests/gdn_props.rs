@@ -167,7 +167,7 @@ fn gdn_case_phases_timed() {
         if spec.batch > 1 {
             let ds = spec.generate_batch().unwrap();
             for entry in e.fused_entries() {
-                run::batched(e, &ds, entry).unwrap();
+                run::batched(e, &ds, entry, false).unwrap();
             }
             for d in &ds[1..] {
                 let _ = reference(d);

@@ -235,10 +235,11 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
 
 /// The batched fused step over `datas` (the sequences of
 /// [`CaseSpec::generate_batch`]) through every fused entry the engine
-/// launches ([`GdnEngine::fused_entries`]) against each sequence's oracle
-/// ([`reference()`], any NaN equal to any NaN; `want0`, when given, is
-/// sequence 0's, already computed): one gate-2 row per entry, its diffs
-/// named by sequence ([`run::batched`] then [`judge_batch_runs`]).
+/// launches ([`GdnEngine::fused_entries`]), eagerly and as a replayed
+/// CUDA graph, against each sequence's oracle ([`reference()`], any NaN
+/// equal to any NaN; `want0`, when given, is sequence 0's, already
+/// computed): one gate-2 row per entry and mode, its diffs named by
+/// sequence ([`run::batched`] then [`judge_batch_runs`]).
 pub fn judge_batch(
     e: &GdnEngine,
     spec: &CaseSpec,
@@ -248,7 +249,8 @@ pub fn judge_batch(
     let gots: Vec<_> = e
         .fused_entries()
         .into_iter()
-        .map(|entry| (entry, run::batched(e, datas, entry)))
+        .flat_map(|entry| [(entry, false), (entry, true)])
+        .map(|(entry, graph)| ((entry, graph), run::batched(e, datas, entry, graph)))
         .collect();
     let computed: Vec<Six> = if gots.iter().any(|(_, g)| g.is_ok()) {
         datas[usize::from(want0.is_some())..]
@@ -260,32 +262,34 @@ pub fn judge_batch(
     };
     let wants: Vec<&Six> = want0.into_iter().chain(&computed).collect();
     gots.iter()
-        .map(|(entry, got)| judge_batch_runs(spec, *entry, got, &wants))
+        .map(|(how, got)| judge_batch_runs(spec, *how, got, &wants))
         .collect()
 }
 
-/// The label of the batched row of `entry`.
-pub fn batch_label(entry: GdnFusedEntry) -> &'static str {
-    match entry {
-        GdnFusedEntry::Main => "batched fused == per-sequence oracle",
-        GdnFusedEntry::C2 => "batched fused (clusters of 2) == per-sequence oracle",
+/// The label of the batched row of `entry`, eager or graph-replayed.
+pub fn batch_label(entry: GdnFusedEntry, graph: bool) -> &'static str {
+    match (entry, graph) {
+        (GdnFusedEntry::Main, false) => "batched fused == per-sequence oracle",
+        (GdnFusedEntry::Main, true) => "batched fused, graph == per-sequence oracle",
+        (GdnFusedEntry::C2, false) => "batched fused (clusters of 2) == per-sequence oracle",
+        (GdnFusedEntry::C2, true) => "batched fused (clusters of 2), graph == per-seq. oracle",
     }
 }
 
 /// The row of [`judge_batch`] from the batched step's outputs `got` (one
-/// [`Six`] per sequence) through `entry` and each sequence's oracle
-/// `wants`, in order.
+/// [`Six`] per sequence) through `how.0`, graph-replayed when `how.1`, and
+/// each sequence's oracle `wants`, in order.
 ///
 /// # Panics
 /// When `got` holds outputs and `wants` holds another number of
 /// sequences (a caller's bug).
 pub fn judge_batch_runs(
     spec: &CaseSpec,
-    entry: GdnFusedEntry,
+    how: (GdnFusedEntry, bool),
     got: &Result<Vec<Six>, device::cuda::DeviceError>,
     wants: &[&Six],
 ) -> Row {
-    let mut r = row(2, batch_label(entry), spec, Bits::NanAny);
+    let mut r = row(2, batch_label(how.0, how.1), spec, Bits::NanAny);
     match got {
         Ok(got) => {
             assert_eq!(got.len(), wants.len(), "sequences run and oracles given");
@@ -344,10 +348,13 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let (runs, batched, wants) = std::thread::scope(|sc| {
         let oracle = sc.spawn(|| datas.iter().map(reference).collect::<Vec<Six>>());
         let runs = run_case(e, data, spec.graph);
+        // Graph-replayed too when the case asks for graphs.
         let batched: Vec<_> = if spec.batch > 1 {
+            let modes: &[bool] = if spec.graph { &[false, true] } else { &[false] };
             e.fused_entries()
                 .into_iter()
-                .map(|entry| (entry, run::batched(e, &datas, entry)))
+                .flat_map(|entry| modes.iter().map(move |&graph| (entry, graph)))
+                .map(|how| (how, run::batched(e, &datas, how.0, how.1)))
                 .collect()
         } else {
             Vec::new()
@@ -369,8 +376,8 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         count(&STATS.batched);
     }
     let refs: Vec<&Six> = wants.iter().collect();
-    for (entry, got) in &batched {
-        rows.push(judge_batch_runs(spec, *entry, got, &refs));
+    for (how, got) in &batched {
+        rows.push(judge_batch_runs(spec, *how, got, &refs));
     }
     if !rows.iter().all(Row::pass) {
         panic!(
@@ -466,7 +473,7 @@ mod tests {
         let datas = batch.generate_batch().unwrap();
         let wants: Vec<Six> = datas.iter().map(reference).collect();
         let refs: Vec<&Six> = wants.iter().collect();
-        let main = GdnFusedEntry::Main;
+        let main = (GdnFusedEntry::Main, false);
         assert!(judge_batch_runs(&batch, main, &Ok(wants.clone()), &refs).pass());
         let mut got = wants.clone();
         got[1].o[0] = f32::from_bits(got[1].o[0].to_bits() ^ 1);

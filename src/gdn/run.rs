@@ -168,6 +168,8 @@ pub fn twins(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
 /// one batched fused step through `entry` (`gdn_step_fused` or
 /// `gdn_step_fused_c2` over `ds.len()` sequences, the layout of
 /// `oracle::gdn::batch`); each sequence's six outputs cut from the pools.
+/// With `graph`, the step is captured in a CUDA graph (nothing runs) and
+/// the graph replayed once instead of an eager launch.
 ///
 /// # Errors
 /// Every [`DeviceError`].
@@ -175,6 +177,7 @@ pub fn batched(
     e: &GdnEngine,
     ds: &[CaseData],
     entry: GdnFusedEntry,
+    graph: bool,
 ) -> Result<Vec<Six>, DeviceError> {
     let s = ds[0].shape;
     let nb = ds.len();
@@ -192,8 +195,14 @@ pub fn batched(
         &cat(&|d| &d.beta_raw),
         &cat(&|d| &d.alpha),
     )?;
-    e.run_step(&mut step)?;
-    let all = six_of(e, &step)?;
+    let all = if graph {
+        let g = e.capture_step(step)?;
+        g.launch()?;
+        six_of(e, g.step())?
+    } else {
+        e.run_step(&mut step)?;
+        six_of(e, &step)?
+    };
     let cut = |v: &[f32], b: usize| -> Vec<f32> {
         let per = v.len() / nb;
         v[b * per..(b + 1) * per].to_vec()
