@@ -132,20 +132,12 @@ fn candidate_unrolled_8x8_passes_the_ci_gate() {
     ));
 }
 
-/// The unrolled candidate with the quantized rows' words fetched before
-/// the products passes the CI gate, at its declared geometry too.
+/// The unrolled candidate at a TILE_K that is not a multiple of 4 (its
+/// quantized rows staged one element per loader call, its products one
+/// k at a time) passes every arm of the ragged CI shapes.
 #[test]
-fn candidate_unrolled_pf_passes_the_ci_gate() {
-    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_unrolled_pf.wgsl");
-}
-
-/// The unrolled candidates at a TILE_K that is not a multiple of 4 (their
-/// quantized rows staged one element per loader call, their products one
-/// k at a time) pass every arm of the ragged CI shapes.
-#[test]
-fn candidates_unrolled_odd_tile_k() {
+fn candidate_unrolled_odd_tile_k() {
     odd_tile_k_passes("shaders/candidates/mul_mat_unrolled.wgsl");
-    odd_tile_k_passes("shaders/candidates/mul_mat_unrolled_pf.wgsl");
 }
 
 /// The candidate `path` passes every arm of `CI_SHAPES[2..]` (the ragged
