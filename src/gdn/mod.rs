@@ -246,12 +246,7 @@ pub fn judge_batch(
     datas: &[CaseData],
     want0: Option<&Six>,
 ) -> Vec<Row> {
-    let gots: Vec<_> = e
-        .fused_entries()
-        .into_iter()
-        .flat_map(|entry| [(entry, false), (entry, true)])
-        .map(|(entry, graph)| ((entry, graph), run::batched(e, datas, entry, graph)))
-        .collect();
+    let gots = batched_runs(e, datas, true);
     let computed: Vec<Six> = if gots.iter().any(|(_, g)| g.is_ok()) {
         datas[usize::from(want0.is_some())..]
             .iter()
@@ -263,6 +258,25 @@ pub fn judge_batch(
     let wants: Vec<&Six> = want0.into_iter().chain(&computed).collect();
     gots.iter()
         .map(|(how, got)| judge_batch_runs(spec, *how, got, &wants))
+        .collect()
+}
+
+/// One batched run's fused entry and whether it was graph-replayed.
+type BatchHow = (GdnFusedEntry, bool);
+
+/// The batched fused step over `datas` through every fused entry the
+/// engine launches, eagerly and, with `graph`, also as a replayed CUDA
+/// graph ([`run::batched`]): each run with its outputs.
+fn batched_runs(
+    e: &GdnEngine,
+    datas: &[CaseData],
+    graph: bool,
+) -> Vec<(BatchHow, Result<Vec<Six>, device::cuda::DeviceError>)> {
+    let modes: &[bool] = if graph { &[false, true] } else { &[false] };
+    e.fused_entries()
+        .into_iter()
+        .flat_map(|entry| modes.iter().map(move |&g| (entry, g)))
+        .map(|how| (how, run::batched(e, datas, how.0, how.1)))
         .collect()
 }
 
@@ -285,7 +299,7 @@ pub fn batch_label(entry: GdnFusedEntry, graph: bool) -> &'static str {
 /// sequences (a caller's bug).
 pub fn judge_batch_runs(
     spec: &CaseSpec,
-    how: (GdnFusedEntry, bool),
+    how: BatchHow,
     got: &Result<Vec<Six>, device::cuda::DeviceError>,
     wants: &[&Six],
 ) -> Row {
@@ -349,13 +363,8 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         let oracle = sc.spawn(|| datas.iter().map(reference).collect::<Vec<Six>>());
         let runs = run_case(e, data, spec.graph);
         // Graph-replayed too when the case asks for graphs.
-        let batched: Vec<_> = if spec.batch > 1 {
-            let modes: &[bool] = if spec.graph { &[false, true] } else { &[false] };
-            e.fused_entries()
-                .into_iter()
-                .flat_map(|entry| modes.iter().map(move |&graph| (entry, graph)))
-                .map(|how| (how, run::batched(e, &datas, how.0, how.1)))
-                .collect()
+        let batched = if spec.batch > 1 {
+            batched_runs(e, &datas, spec.graph)
         } else {
             Vec::new()
         };
