@@ -97,6 +97,16 @@
  *   entry compiled for another cluster width, launches _c2 only on sm_90
  *   and later, and sizes a lone sequence's CTA by the entry's largest
  *   (its __launch_bounds__). A candidate may leave _c2 out.
+ *
+ * extern "C" __global__ void gdn_step_fused_persistent(...)  (optional)
+ *   The same parameters and layout, then i32 batch (B): persistent CTAs
+ *   over the num_k * B items (q/k head, sequence), each chunk's inputs
+ *   and state prefetched into shared memory ("gdn_step_fused_persistent"
+ *   below). No cluster. Launch: grid (G, 1) for any G >= 1 (the shim: as
+ *   many as stay resident, at most num_k * B), blockDim.x a multiple of
+ *   128 dividing ratio * 128 and at most 256 (the shim: 128), and
+ *   blockDim.x * 128 * 4 bytes of dynamic shared memory. A candidate may
+ *   leave it out.
  */
 
 typedef int i32;
@@ -695,18 +705,126 @@ __device__ __forceinline__ void gdn_qk_scale(GdnFusedSmem &sm, i32 par, i32 lane
     }
 }
 
-template <i32 DC, i32 CS>
+/* Sequence b's blocks of the batched buffers (the layout above): its conv
+ * ring, its two state buffers, and its rows of x, beta_raw and alpha. */
+struct GdnSeq {
+    f32 *ring, *canonical, *alt;
+    const f32 *xb, *brb, *alb;
+};
+__device__ __forceinline__ GdnSeq gdn_seq(const u64 *tab, const f32 *x, const f32 *beta_raw,
+                                          const f32 *alpha, u64 b, i32 t, u64 cd, u64 rl, u64 n,
+                                          i32 num_v)
+{
+    GdnSeq s;
+    s.ring = (f32 *)tab[0] + b * rl;
+    s.canonical = (f32 *)tab[1] + b * n;
+    s.alt = (f32 *)tab[2] + b * n;
+    const f32 *xb = x + b * (u64)t * cd;
+    s.xb = xb;
+    s.brb = beta_raw + b * (u64)t * num_v;
+    s.alb = alpha + b * (u64)t * num_v;
+    return s;
+}
+
+/* The persistent entry's column inputs of one chunk (at most
+ * GDN_FUSED_MAXT columns, whole heads), staged with its q/k inputs. */
+#define GDN_FUSED_MAXT 256
+/* The persistent entry's dynamic shared memory (the host emulator gives a
+ * static array instead). */
+#ifndef GDN_DYNAMIC_SMEM
+#define GDN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) f32 name[]
+#endif
+struct GdnChunkStage {
+    f32 vring[GDN_FUSED_MAXT * 3]; /* the v channels' ring: column tid's at tid * P */
+    f32 vw[GDN_FUSED_MAXT * 4];    /* their taps: at tid * d_conv */
+    f32 vx[2][GDN_FUSED_MAXT];     /* their inputs of rows 0 and 1 */
+    f32 hin[2][4];                 /* a_log, dt_bias, beta_raw, alpha (row 0) of the chunk's heads */
+};
+
+/* 4 bytes from global src to shared dst, without waiting. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void gdn_cp4(f32 *dst, const f32 *src)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
+}
+#else
+__device__ __forceinline__ void gdn_cp4(f32 *dst, const f32 *src) { *dst = *src; }
+#endif
+
+/* The q/k channels' ring, taps and rows 0 and 1 of q/k head (qoff, koff)
+ * into sm, by lanes lane, lane + nl, ... */
+template <i32 DC>
+__device__ __forceinline__ void gdn_stage_qk(GdnFusedSmem &sm, const f32 *ring, const f32 *w,
+                                             const f32 *xb, u64 cd, u64 qoff, u64 koff, i32 t,
+                                             i32 lane, i32 nl)
+{
+    constexpr i32 P = DC - 1;
+    gdn_stage(sm.ring, ring + qoff * P, GDN_D * P / 4, lane, nl);
+    gdn_stage(sm.ring + GDN_D * P, ring + koff * P, GDN_D * P / 4, lane, nl);
+    gdn_stage(sm.w, w + qoff * DC, GDN_D * DC / 4, lane, nl);
+    gdn_stage(sm.w + GDN_D * DC, w + koff * DC, GDN_D * DC / 4, lane, nl);
+    gdn_stage(sm.xin[0], xb + qoff, GDN_D / 4, lane, nl);
+    gdn_stage(sm.xin[0] + GDN_D, xb + koff, GDN_D / 4, lane, nl);
+    if (t > 1) {
+        gdn_stage(sm.xin[1], xb + cd + qoff, GDN_D / 4, lane, nl);
+        gdn_stage(sm.xin[1] + GDN_D, xb + cd + koff, GDN_D / 4, lane, nl);
+    }
+}
+
+/* Every input of the persistent entry's chunk (q/k head hk of sequence b,
+ * columns c0 .. c0 + blockDim.x of its group: whole heads) into (sm, cs,
+ * sbuf), by every thread, without waiting: the q/k stage, the v
+ * channels' ring, taps and rows 0 and 1, the heads' a_log, dt_bias and
+ * row 0's beta_raw and alpha, and the state (canonical) of the chunk's
+ * heads. */
+template <i32 DC>
+__device__ __forceinline__ void gdn_prefetch_chunk(
+    GdnFusedSmem &sm, GdnChunkStage &cs, f32 *sbuf, const f32 *x, const f32 *beta_raw,
+    const f32 *alpha, const u64 *tab, const f32 *w, const f32 *dt_bias, const f32 *a_log,
+    i32 num_k, i32 num_v, i32 t, i32 hk, u64 b, i32 c0, bool state)
+{
+    constexpr i32 P = DC - 1;
+    const i32 tid = threadIdx.x, bd = blockDim.x;
+    const i32 ratio = num_v / num_k, key_dim = GDN_D * num_k;
+    const u64 cd = 2 * (u64)key_dim + (u64)GDN_D * num_v;
+    const u64 n = (u64)GDN_D * GDN_D * num_v;
+    const GdnSeq sq = gdn_seq(tab, x, beta_raw, alpha, b, t, cd, cd * P, n, num_v);
+    if (state) {
+        gdn_stage(sbuf, sq.canonical + (u64)(hk * ratio + c0 / GDN_D) * GDN_D * GDN_D,
+                  bd * GDN_D / 4, tid, bd);
+        return;
+    }
+    const f32 *ring = sq.ring;
+    const f32 *xb = sq.xb;
+    const i32 hfirst = hk * ratio + c0 / GDN_D;
+    const u64 v0 = 2 * (u64)key_dim + (u64)hfirst * GDN_D; /* the chunk's first v channel */
+    gdn_stage_qk<DC>(sm, ring, w, xb, cd, (u64)hk * GDN_D, (u64)key_dim + (u64)hk * GDN_D, t,
+                     tid, bd);
+    gdn_stage(cs.vring, ring + v0 * P, bd * P / 4, tid, bd);
+    gdn_stage(cs.vw, w + v0 * DC, bd * DC / 4, tid, bd);
+    gdn_stage(cs.vx[0], xb + v0, bd / 4, tid, bd);
+    if (t > 1) gdn_stage(cs.vx[1], xb + cd + v0, bd / 4, tid, bd);
+    if (tid < bd / GDN_D) {
+        const u64 hh = hfirst + tid;
+        gdn_cp4(&cs.hin[tid][0], a_log + hh);
+        gdn_cp4(&cs.hin[tid][1], dt_bias + hh);
+        gdn_cp4(&cs.hin[tid][2], sq.brb + hh);
+        gdn_cp4(&cs.hin[tid][3], sq.alb + hh);
+    }
+}
+
+template <i32 DC, i32 CS, bool PST>
 __device__ __forceinline__ void gdn_step_fused_body(
     const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
     const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
     const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
     f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 t,
-    f32 eps, f32 scale, GdnFusedSmem &sm)
+    f32 eps, f32 scale, GdnFusedSmem *smp, GdnChunkStage *csp, i32 &kc, i32 hk, i32 rank, u64 b,
+    f32 *sbuf, long long items, long long nxt)
 {
     constexpr i32 P = DC - 1;
     const i32 tid = threadIdx.x, bd = blockDim.x;
-    const i32 hk = blockIdx.x / CS, rank = blockIdx.x % CS;
-    const u64 b = blockIdx.y;
     const i32 ratio = num_v / num_k;
     const i32 cpc = ratio * GDN_D / CS;
     const i32 key_dim = GDN_D * num_k;
@@ -715,12 +833,13 @@ __device__ __forceinline__ void gdn_step_fused_body(
     const u64 n = vd * GDN_D;
     const u64 rl = cd * P;
     const u64 snaps = (u64)t - 1;
-    f32 *ring = (f32 *)tab[0] + b * rl;
-    f32 *canonical = (f32 *)tab[1] + b * n;
-    f32 *alt = (f32 *)tab[2] + b * n;
-    const f32 *xb = x + b * (u64)t * cd;
-    const f32 *brb = beta_raw + b * (u64)t * num_v;
-    const f32 *alb = alpha + b * (u64)t * num_v;
+    const GdnSeq sq = gdn_seq(tab, x, beta_raw, alpha, b, t, cd, rl, n, num_v);
+    f32 *ring = sq.ring;
+    f32 *canonical = sq.canonical;
+    f32 *alt = sq.alt;
+    const f32 *xb = sq.xb;
+    const f32 *brb = sq.brb;
+    const f32 *alb = sq.alb;
     f32 *cob = conv_out + b * (u64)t * cd;
     f32 *ob = o + b * (u64)t * vd;
     f32 *scb = snap_conv + b * snaps * rl;
@@ -736,7 +855,11 @@ __device__ __forceinline__ void gdn_step_fused_body(
     const i32 mb = nh >= 64 ? 32 : 2;
     const u64 qoff = (u64)hk * GDN_D, koff = (u64)key_dim + (u64)hk * GDN_D;
 
-    for (i32 c0 = rank * cpc; c0 < (rank + 1) * cpc; c0 += bd) {
+    GdnFusedSmem *ls = smp;
+    for (i32 c0 = rank * cpc; c0 < (rank + 1) * cpc; c0 += bd, ++kc) {
+        GdnFusedSmem &sm = smp[PST ? (kc & 1) : 0];
+        const GdnChunkStage &cs = csp[PST ? (kc & 1) : 0];
+        ls = &sm;
         const i32 gc = c0 + tid; /* column in the q/k head's group */
         const bool mine = gc < (rank + 1) * cpc && (!split || tid < cpc);
         const i32 h = hk * ratio + (mine ? gc / GDN_D : 0);
@@ -757,40 +880,72 @@ __device__ __forceinline__ void gdn_step_fused_body(
         /* Stage the q/k channels' ring, taps and rows 0 and 1; load the
          * columns, their v channels' ring, taps and rows 0 and 1, and the
          * heads' inputs of row 0. */
-        gdn_stage(sm.ring, ring + qoff * P, GDN_D * P / 4, tid, bd);
-        gdn_stage(sm.ring + GDN_D * P, ring + koff * P, GDN_D * P / 4, tid, bd);
-        gdn_stage(sm.w, w + qoff * DC, GDN_D * DC / 4, tid, bd);
-        gdn_stage(sm.w + GDN_D * DC, w + koff * DC, GDN_D * DC / 4, tid, bd);
-        gdn_stage(sm.xin[0], xb + qoff, GDN_D / 4, tid, bd);
-        gdn_stage(sm.xin[0] + GDN_D, xb + koff, GDN_D / 4, tid, bd);
-        if (t > 1) {
-            gdn_stage(sm.xin[1], xb + cd + qoff, GDN_D / 4, tid, bd);
-            gdn_stage(sm.xin[1] + GDN_D, xb + cd + koff, GDN_D / 4, tid, bd);
-        }
-        if (mine) {
+        if (!PST) {
+            gdn_stage_qk<DC>(sm, ring, w, xb, cd, qoff, koff, t, tid, bd);
+            if (mine) {
 #pragma unroll
-            for (i32 i = 0; i < GDN_D; ++i) col[i] = canonical[base + (u64)i * GDN_D];
+                for (i32 i = 0; i < GDN_D; ++i) col[i] = canonical[base + (u64)i * GDN_D];
 #pragma unroll
-            for (i32 i = 0; i < P; ++i) vh[i] = ring[vch * P + i];
+                for (i32 i = 0; i < P; ++i) vh[i] = ring[vch * P + i];
 #pragma unroll
-            for (i32 i = 0; i < DC; ++i) wv[i] = w[vch * DC + i];
-            xv1 = xb[vch];
-            if (t > 1) xv2 = xb[cd + vch];
-        }
-        if (bd_thread) {
-            e_h = a_log[hh];
-            dtb = dt_bias[hh];
-            br1 = brb[hh];
-            al1 = alb[hh];
+                for (i32 i = 0; i < DC; ++i) wv[i] = w[vch * DC + i];
+                xv1 = xb[vch];
+                if (t > 1) xv2 = xb[cd + vch];
+            }
+            if (bd_thread) {
+                e_h = a_log[hh];
+                dtb = dt_bias[hh];
+                br1 = brb[hh];
+                al1 = alb[hh];
+            }
         }
         gdn_cp_wait();
         __syncthreads();
+        /* The next chunk of this CTA (persistent entry): the same item's,
+         * else the next item's first; none past the last item. */
+        const bool more = PST && (c0 + bd < cpc || nxt < items);
+        const i32 nhk = c0 + bd < cpc ? hk : (i32)(nxt % num_k);
+        const u64 nb = c0 + bd < cpc ? b : (u64)(nxt / num_k);
+        const i32 nc0 = c0 + bd < cpc ? c0 + bd : 0;
+        if (PST) {
+            /* The chunk's inputs and state, prefetched (gdn_prefetch_chunk;
+             * every column of the chunk is a thread's: tid = gc - c0);
+             * then the next chunk's inputs into the other stage (its last
+             * reader, the chunk before this one, is past a barrier). */
+            if (mine) {
+#pragma unroll
+                for (i32 i = 0; i < P; ++i) vh[i] = cs.vring[tid * P + i];
+#pragma unroll
+                for (i32 i = 0; i < DC; ++i) wv[i] = cs.vw[tid * DC + i];
+                xv1 = cs.vx[0][tid];
+                if (t > 1) xv2 = cs.vx[1][tid];
+            }
+            if (bd_thread) {
+                e_h = cs.hin[m - mb][0];
+                dtb = cs.hin[m - mb][1];
+                br1 = cs.hin[m - mb][2];
+                al1 = cs.hin[m - mb][3];
+            }
+            if (more)
+                gdn_prefetch_chunk<DC>(smp[(kc + 1) & 1], csp[(kc + 1) & 1], sbuf, x, beta_raw,
+                                       alpha, tab, w, dt_bias, a_log, num_k, num_v, t, nhk, nb,
+                                       nc0, false);
+            if (mine) {
+                const f32 *sc = sbuf + (base - (u64)hfirst * GDN_D * GDN_D);
+#pragma unroll
+                for (i32 i = 0; i < GDN_D; ++i) col[i] = sc[i * GDN_D];
+            }
+        }
         /* The last chunk has read the q/k ring. */
         if (c0 + bd >= (rank + 1) * cpc) gdn_cluster_arrive<CS>();
         /* Row 0's q/k conv, by every thread. */
         for (i32 c = tid; c < 2 * GDN_D; c += bd)
             gdn_qk_conv<DC>(sm, c, 0, t, hk, key_dim, writes_qk, cob, scb, cd, rl);
         __syncthreads();
+        /* Every thread has read sbuf: the next chunk's state into it. */
+        if (more)
+            gdn_prefetch_chunk<DC>(smp[(kc + 1) & 1], csp[(kc + 1) & 1], sbuf, x, beta_raw, alpha,
+                                   tab, w, dt_bias, a_log, num_k, num_v, t, nhk, nb, nc0, true);
         /* Row 0's norms | its heads' beta and exp(g) | its v channels. */
         if (qk_thread && m < 2) sm.inv[m] = gdn_inv_norm(sm.xs[m], eps);
         if (bd_thread) {
@@ -880,10 +1035,39 @@ __device__ __forceinline__ void gdn_step_fused_body(
     gdn_cluster_wait<CS>();
     if (rank == 0 && qk_thread) {
         for (i32 i = m; i < GDN_D * P / 4; i += nh) {
-            gdn_st4(ring + qoff * P, i, gdn_ld4(sm.ring, i));
-            gdn_st4(ring + koff * P, i, gdn_ld4(sm.ring + GDN_D * P, i));
+            gdn_st4(ring + qoff * P, i, gdn_ld4(ls->ring, i));
+            gdn_st4(ring + koff * P, i, gdn_ld4(ls->ring + GDN_D * P, i));
         }
     }
+    /* The next item stages into sm: every thread is done with it. */
+    if (PST) __syncthreads();
+}
+
+/* One CTA of a clustered entry: q/k head and rank from blockIdx.x, the
+ * sequence from blockIdx.y, the conv width dispatched to the template. */
+template <i32 CS>
+__device__ __forceinline__ void gdn_step_fused_cta(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 d_conv,
+    i32 t, f32 eps, f32 scale)
+{
+    __shared__ __align__(16) GdnFusedSmem sm;
+    const i32 hk = blockIdx.x / CS, rank = blockIdx.x % CS;
+    i32 kc = 0;
+    if (d_conv == 4)
+        gdn_step_fused_body<4, CS, false>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,
+                                          snap_conv, snap_state, num_k, num_v, t, eps, scale, &sm,
+                                          0, kc, hk, rank, blockIdx.y, 0, 0, 0);
+    else if (d_conv == 3)
+        gdn_step_fused_body<3, CS, false>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,
+                                          snap_conv, snap_state, num_k, num_v, t, eps, scale, &sm,
+                                          0, kc, hk, rank, blockIdx.y, 0, 0, 0);
+    else
+        gdn_step_fused_body<2, CS, false>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,
+                                          snap_conv, snap_state, num_k, num_v, t, eps, scale, &sm,
+                                          0, kc, hk, rank, blockIdx.y, 0, 0, 0);
 }
 
 #define GDN_FUSED_ENTRY(name, cs)                                                                  \
@@ -894,17 +1078,67 @@ __device__ __forceinline__ void gdn_step_fused_body(
         f32 *__restrict__ o, f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state,            \
         i32 num_k, i32 num_v, i32 d_conv, i32 t, f32 eps, f32 scale)                               \
     {                                                                                              \
-        __shared__ __align__(16) GdnFusedSmem sm;                                                  \
-        if (d_conv == 4)                                                                           \
-            gdn_step_fused_body<4, cs>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,    \
-                                       snap_conv, snap_state, num_k, num_v, t, eps, scale, sm);    \
-        else if (d_conv == 3)                                                                      \
-            gdn_step_fused_body<3, cs>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,    \
-                                       snap_conv, snap_state, num_k, num_v, t, eps, scale, sm);    \
-        else                                                                                       \
-            gdn_step_fused_body<2, cs>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,    \
-                                       snap_conv, snap_state, num_k, num_v, t, eps, scale, sm);    \
+        gdn_step_fused_cta<cs>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv, \
+                               snap_state, num_k, num_v, d_conv, t, eps, scale);                   \
     }
 
 GDN_FUSED_ENTRY(gdn_step_fused, GDN_CS)
 GDN_FUSED_ENTRY(gdn_step_fused_c2, 2)
+
+/* gdn_step_fused_persistent: the fused body on persistent CTAs, for many
+ * sequences. Item i = (q/k head hk = i % num_k, sequence b = i / num_k),
+ * for i = blockIdx.x, blockIdx.x + gridDim.x, ... (any grid: no CTA waits
+ * for another). No cluster (CS = 1): the CTA convolves its q/k head and
+ * owns all ratio * 128 columns, in chunks of blockDim.x columns (a
+ * multiple of 128 dividing ratio * 128: whole v heads), and writes the
+ * q/k ring after its last chunk. A chunk's inputs never wait on memory:
+ * gdn_prefetch_chunk copies the next chunk's q/k and v inputs into the
+ * other of two stages when this chunk starts, and its state into sbuf
+ * (dynamic shared memory, blockDim.x * 128 floats) once every thread has
+ * read this chunk's state from there (after row 0's q/k conv); the
+ * column registers are then filled from shared memory. The order of
+ * operations on every output is the body's. */
+template <i32 DC>
+__device__ __forceinline__ void gdn_step_fused_items(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 t,
+    f32 eps, f32 scale, i32 batch, GdnFusedSmem *smp, GdnChunkStage *csp, f32 *sbuf)
+{
+    const long long items = (long long)num_k * batch;
+    i32 kc = 0;
+    long long i = blockIdx.x;
+    if (i < items) {
+        gdn_prefetch_chunk<DC>(smp[0], csp[0], sbuf, x, beta_raw, alpha, tab, w, dt_bias, a_log,
+                               num_k, num_v, t, (i32)(i % num_k), (u64)(i / num_k), 0, false);
+        gdn_prefetch_chunk<DC>(smp[0], csp[0], sbuf, x, beta_raw, alpha, tab, w, dt_bias, a_log,
+                               num_k, num_v, t, (i32)(i % num_k), (u64)(i / num_k), 0, true);
+    }
+    for (; i < items; i += gridDim.x)
+        gdn_step_fused_body<DC, 1, true>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,
+                                         snap_conv, snap_state, num_k, num_v, t, eps, scale, smp,
+                                         csp, kc, (i32)(i % num_k), 0, (u64)(i / num_k), sbuf,
+                                         items, i + gridDim.x);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_step_fused_persistent(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 d_conv,
+    i32 t, f32 eps, f32 scale, i32 batch)
+{
+    __shared__ __align__(16) GdnFusedSmem smp[2];
+    __shared__ __align__(16) GdnChunkStage csp[2];
+    GDN_DYNAMIC_SMEM(sbuf);
+    if (d_conv == 4)
+        gdn_step_fused_items<4>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                                snap_state, num_k, num_v, t, eps, scale, batch, smp, csp, sbuf);
+    else if (d_conv == 3)
+        gdn_step_fused_items<3>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                                snap_state, num_k, num_v, t, eps, scale, batch, smp, csp, sbuf);
+    else
+        gdn_step_fused_items<2>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                                snap_state, num_k, num_v, t, eps, scale, batch, smp, csp, sbuf);
+}

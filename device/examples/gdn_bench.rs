@@ -189,7 +189,9 @@ fn main() -> Result<()> {
             e.fused_launch(&one, 1, entry),
             e.fused_launch(&one, 64, entry),
         );
-        println!("fused entry {entry:?}: grid and CTA size {l1:?} at B = 1, {l64:?} at B = 64");
+        println!(
+            "fused entry {entry:?}: grid, CTA size and dynamic shared memory {l1:?} at B = 1, {l64:?} at B = 64"
+        );
     }
     let (peer_header, peer) = run_peer();
     println!("{peer_header}");
@@ -374,13 +376,16 @@ fn main() -> Result<()> {
     // Batched decode: 64 sequences, one row each, in one launch, through
     // each fused entry the source exports (the default pick first).
     let batch = 64;
-    let default_entry = e.fused_entry(batch);
+    let default_entry = e.fused_entry(&one, batch);
     let mut entries = e.fused_entries();
     entries.sort_by_key(|&x| x != default_entry);
     for entry in entries {
         let tag = match entry {
             GdnFusedEntry::Main => "main",
             GdnFusedEntry::C2 => "c2",
+            GdnFusedEntry::Persistent { ctas: None } => "persistent",
+            // A correctness form (a CTA cap), not a speed one.
+            GdnFusedEntry::Persistent { ctas: Some(_) } => continue,
         };
         let (l, mut st) = step_batched(&e, 1, batch)?;
         e.set_step_entry(&mut st, Some(entry))?;

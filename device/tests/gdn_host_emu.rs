@@ -48,7 +48,7 @@ static bool g_reverse = false;
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 struct float4 { float x, y, z, w; };
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
@@ -59,6 +59,8 @@ inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+/* The persistent entry's dynamic shared memory: its largest CTA's. */
+#define GDN_DYNAMIC_SMEM(name) static float name[256 * 128] __attribute__((aligned(16)))
 #include "gdn.cu"
 
 static void launch(unsigned gx, unsigned gy, unsigned threads, std::function<void()> f) {
@@ -78,7 +80,8 @@ extern "C" float emu_fn(int which, float x) {
 
 /* packed == 1: the twins; 0: chained per-row kernels; 2: the fused step with the shim's
  * threads for one sequence; 3: the fused step with the threads of a batch (min(cpc, 128));
- * 4, 5: as 2, 3 through gdn_step_fused_c2 (clusters of 2).
+ * 4, 5: as 2, 3 through gdn_step_fused_c2 (clusters of 2); 6: gdn_step_fused_persistent,
+ * one CTA per item (128 threads); 7: gdn_step_fused_persistent, one CTA running every item.
  * Outputs as the oracle's decode_rows; state_out gets the final state. */
 extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
     const float *conv_w, const float *dt_bias, const float *a_log, float eps, float scale,
@@ -92,7 +95,9 @@ extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
     unsigned long long tab[6] = {(unsigned long long)ring, (unsigned long long)can.data(), (unsigned long long)alt.data(),
         (unsigned long long)ring, (unsigned long long)alt.data(), (unsigned long long)can.data()};
     const unsigned cg = (C + 255) / 256;
-    if (packed >= 2) {
+    if (packed >= 6) {
+        launch(packed == 6 ? nk : 1, 1, 128, [&] { gdn_step_fused_persistent(qkv, beta_raw, alpha, tab, conv_w, dt_bias, a_log, conv_out, o, t > 1 ? snap_conv : nullptr, t > 1 ? snap_state : nullptr, nk, nv, dc, t, eps, scale, 1); });
+    } else if (packed >= 2) {
         const bool c2 = packed >= 4;
         const int cs = c2 ? 2 : GDN_CS;
         const int cpc = (nv / nk) * 128 / cs;
@@ -346,7 +351,9 @@ fn rows_case_modes(
                 "fused step (one sequence's threads)",
                 "fused step (a batch's threads)",
                 "fused step, clusters of 2 (one sequence's threads)",
-                "fused step, clusters of 2 (a batch's threads)"
+                "fused step, clusters of 2 (a batch's threads)",
+                "fused step, persistent (one CTA per item)",
+                "fused step, persistent (one CTA running every item)"
             ][packed]
         );
         assert_bits(&what, &got, &want);
@@ -373,14 +380,16 @@ fn host_emulated_kernels_match_the_oracle_rows() {
 /// sm_90) and with sm_90's clusters of 8 CTAs splitting the state columns
 /// (16, 32, 48, 64, 256 and 384 columns per CTA; whole q/k warps beside the
 /// column warps, or every thread doing both), and over 32 rows (the table of
-/// the heads' gates is refilled); the second entry (clusters of 2) in the
+/// the heads' gates is refilled); the second entry (clusters of 2) and the
+/// persistent entry (one CTA per item, and one CTA running every item and
+/// every chunk: the prefetch of the next chunk's inputs and state) in the
 /// same cases.
 #[test]
 fn host_emulated_fused_step_matches_the_oracle_rows() {
-    // The clusters-of-2 entry (modes 4, 5) does not depend on GDN_CS: run
-    // it in the first binary only.
+    // The clusters-of-2 and persistent entries (modes 4-7) do not depend
+    // on GDN_CS: run them in the first binary only.
     for (name, extra, modes) in [
-        ("fused1", &[][..], &[2, 3, 4, 5][..]),
+        ("fused1", &[][..], &[2, 3, 4, 5, 6, 7][..]),
         ("fused8", &["-DGDN_CS=8"][..], &[2, 3][..]),
     ] {
         let bin = emulator_with(name, extra);

@@ -282,11 +282,20 @@ fn batched_runs(
 
 /// The label of the batched row of `entry`, eager or graph-replayed.
 pub fn batch_label(entry: GdnFusedEntry, graph: bool) -> &'static str {
+    use GdnFusedEntry::{Persistent, C2};
     match (entry, graph) {
         (GdnFusedEntry::Main, false) => "batched fused == per-sequence oracle",
         (GdnFusedEntry::Main, true) => "batched fused, graph == per-sequence oracle",
-        (GdnFusedEntry::C2, false) => "batched fused (clusters of 2) == per-sequence oracle",
-        (GdnFusedEntry::C2, true) => "batched fused (clusters of 2), graph == per-seq. oracle",
+        (C2, false) => "batched fused (clusters of 2) == per-sequence oracle",
+        (C2, true) => "batched fused (clusters of 2), graph == per-seq. oracle",
+        (Persistent { ctas: None }, false) => "batched fused (persistent) == per-sequence oracle",
+        (Persistent { ctas: None }, true) => "batched fused (persistent), graph == per-seq. oracle",
+        (Persistent { ctas: Some(_) }, false) => {
+            "batched fused (few persistent CTAs) == per-seq. oracle"
+        }
+        (Persistent { ctas: Some(_) }, true) => {
+            "batched fused (few persistent CTAs), graph == oracle"
+        }
     }
 }
 

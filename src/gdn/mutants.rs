@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 7] = [
+pub const MUTANTS: [Mutant; 8] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -82,6 +82,13 @@ pub const MUTANTS: [Mutant; 7] = [
         what: "the fused step writes sequence b's final state into the block of sequence b - 1 of the other pool (a sequence index slip; sequence 0 keeps its own)",
         find: "f32 *const fin = (t & 1) ? alt : canonical; /* rule PARITY */",
         replace: "f32 *const fin = ((t & 1) ? (f32 *)tab[2] : (f32 *)tab[1]) + (b > 0 ? b - 1 : 0) * n;",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "fused-persistent-next-seq",
+        what: "the persistent entry prefetches the next item's inputs and state from the current item's sequence (the next item's q/k head, but sequence b again): a CTA that runs items of two sequences scans another sequence's state",
+        find: "const u64 nb = c0 + bd < cpc ? b : (u64)(nxt / num_k);",
+        replace: "const u64 nb = b;",
         caught_by: &[2],
     },
 ];

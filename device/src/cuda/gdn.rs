@@ -83,6 +83,25 @@ pub const GDN_KERNELS: [&str; 7] = [
 /// same step with clusters of 2 CTAs per q/k head; sm_90 and later).
 pub const GDN_FUSED_C2: &str = "gdn_step_fused_c2";
 
+/// The optional third fused entry (the ABI's `gdn_step_fused_persistent`:
+/// persistent CTAs over the (q/k head, sequence) items, every chunk's
+/// inputs and state prefetched into shared memory; no cluster).
+pub const GDN_FUSED_PERSISTENT: &str = "gdn_step_fused_persistent";
+
+/// Threads (state columns: one v head per chunk) per CTA of the
+/// persistent entry.
+pub const GDN_PERSISTENT_THREADS: u32 = 128;
+
+/// Bytes of dynamic shared memory per CTA of the persistent entry: one
+/// chunk's state (128 rows of [`GDN_PERSISTENT_THREADS`] f32 columns).
+pub const GDN_PERSISTENT_SMEM: u32 = GDN_PERSISTENT_THREADS * 128 * 4;
+
+/// The CTA cap of the persistent entry's second form in
+/// [`GdnEngine::fused_entries`]: with 2 CTAs every CTA runs several items
+/// of a batch, so the prefetch of the next item (and, at ratio 2 or more,
+/// of the next chunk of the same item) is what gets checked.
+pub const GDN_PERSISTENT_FEW_CTAS: u32 = 2;
+
 /// Which entry of the fused step a launch uses (`cu/gdn.cu`'s ABI).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GdnFusedEntry {
@@ -92,6 +111,29 @@ pub enum GdnFusedEntry {
     /// `gdn_step_fused_c2`: clusters of 2 CTAs, 4x fewer CTAs convolving
     /// each q/k head, for many sequences (throughput). sm_90 and later.
     C2,
+    /// `gdn_step_fused_persistent`: at most `ctas` persistent CTAs
+    /// (`None`: as many as the device keeps resident), for many sequences
+    /// (throughput: no CTA waits on memory between items).
+    Persistent {
+        /// The most CTAs launched (`None`: no cap beyond residency).
+        ctas: Option<u32>,
+    },
+}
+
+/// The grid, CTA size and dynamic shared memory (bytes) of
+/// `gdn_step_fused_persistent` (see the ABI) for `shape` and `batch`
+/// sequences when `resident` CTAs fit on the device at once:
+/// `min(num_k * batch, resident, ctas)` CTAs (at least 1) of
+/// [`GDN_PERSISTENT_THREADS`] threads, [`GDN_PERSISTENT_SMEM`] bytes each.
+pub fn gdn_persistent_launch(
+    shape: &GdnShape,
+    batch: usize,
+    resident: u32,
+    ctas: Option<u32>,
+) -> ((u32, u32), u32, u32) {
+    let items = (shape.num_k() * batch).min(u32::MAX as usize) as u32;
+    let grid = items.min(resident).min(ctas.unwrap_or(u32::MAX)).max(1);
+    ((grid, 1), GDN_PERSISTENT_THREADS, GDN_PERSISTENT_SMEM)
 }
 
 /// The grid and CTA size of `gdn_step_fused` (see the ABI) for `shape`,
@@ -520,8 +562,14 @@ pub struct GdnEngine {
     /// [`GDN_FUSED_C2`], where the source exports it and the device has
     /// clusters; else why not.
     c2: std::result::Result<CudaFunction, String>,
-    /// The largest CTA each fused entry runs (`[Main, C2]`).
+    /// [`GDN_FUSED_PERSISTENT`] and how many of its CTAs stay resident on
+    /// the device at once, where the source exports it and the device fits
+    /// its CTA; else why not.
+    persistent: std::result::Result<(CudaFunction, u32), String>,
+    /// The largest CTA each clustered fused entry runs (`[Main, C2]`).
     max_threads: [u32; 2],
+    /// Multiprocessors.
+    sm_count: u32,
 }
 
 shim_methods!(GdnEngine);
@@ -540,6 +588,48 @@ impl Engine {
 /// A launch of `grid` CTAs of `threads` threads, no dynamic shared memory.
 fn cfg(grid: (u32, u32), threads: u32) -> LaunchConfig {
     launch_config((grid.0, grid.1, 1), threads, 0)
+}
+
+/// How many CTAs of the persistent entry `func` stay resident on a device
+/// of `sm_count` multiprocessors (its dynamic shared memory allowed first);
+/// `Ok(Err(why))` when it cannot run there (a CTA of
+/// [`GDN_PERSISTENT_THREADS`] threads does not fit, or the device refuses
+/// the shared memory).
+fn persistent_residency(
+    func: &CudaFunction,
+    sm_count: u32,
+) -> Result<std::result::Result<u32, String>> {
+    use cudarc::driver::sys::CUfunction_attribute_enum as A;
+    let most = func
+        .get_attribute(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        .map_err(|e| DeviceError::driver("cuFuncGetAttribute MAX_THREADS_PER_BLOCK", e))?;
+    if most < GDN_PERSISTENT_THREADS as i32 {
+        return Ok(Err(format!(
+            "its CTAs run at most {most} threads, the shim launches {GDN_PERSISTENT_THREADS}"
+        )));
+    }
+    if let Err(e) = func.set_attribute(
+        A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        GDN_PERSISTENT_SMEM as i32,
+    ) {
+        return Ok(Err(format!(
+            "the device refuses {GDN_PERSISTENT_SMEM} bytes of dynamic shared memory: {e}"
+        )));
+    }
+    let per_sm = func
+        .occupancy_max_active_blocks_per_multiprocessor(
+            GDN_PERSISTENT_THREADS,
+            GDN_PERSISTENT_SMEM as usize,
+            None,
+        )
+        .map_err(|e| DeviceError::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+    if per_sm == 0 {
+        return Ok(Err(format!(
+            "no CTA of {GDN_PERSISTENT_THREADS} threads and {GDN_PERSISTENT_SMEM} bytes of \
+             dynamic shared memory fits a multiprocessor"
+        )));
+    }
+    Ok(Ok(per_sm * sm_count))
 }
 
 impl GdnEngine {
@@ -624,11 +714,36 @@ impl GdnEngine {
             }
         }
         let max_threads = [most(&f[6])?, c2.as_ref().map_or(Ok(0), most)?];
+        let sm_count = shim
+            .ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .map_err(|e| DeviceError::driver("cuDeviceGetAttribute MULTIPROCESSOR_COUNT", e))?
+            .max(1) as u32;
+        let persistent = match shim.function(GDN_FUSED_PERSISTENT) {
+            Err(e) => Err(e.to_string()),
+            Ok(func) => {
+                // No cluster: its items share nothing.
+                let got = attr(&func, A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?;
+                if got > 1 {
+                    return Err(DeviceError::ClusterMismatch {
+                        name: GDN_FUSED_PERSISTENT,
+                        source_desc: shim.source.describe(),
+                        want: 1,
+                        got,
+                    });
+                }
+                persistent_residency(&func, sm_count)?.map(|r| (func, r))
+            }
+        };
         Ok(GdnEngine {
             shim,
             f,
             c2,
+            persistent,
             max_threads,
+            sm_count,
         })
     }
 
@@ -1532,12 +1647,19 @@ impl GdnEngine {
         }
     }
 
-    /// The fused entry a step of `batch` sequences takes unless it names
-    /// one ([`GdnEngine::set_step_entry`]): [`GdnFusedEntry::C2`] for two
-    /// sequences or more where the source exports it and the device has
-    /// clusters, else [`GdnFusedEntry::Main`].
-    pub fn fused_entry(&self, batch: usize) -> GdnFusedEntry {
-        if batch > 1 && self.c2.is_ok() {
+    /// The fused entry a step of `batch` sequences of `shape` takes unless
+    /// it names one ([`GdnEngine::set_step_entry`]): for two sequences or
+    /// more, [`GdnFusedEntry::Persistent`] (no cap) when there are more
+    /// (q/k head, sequence) items than multiprocessors (the clusters of 2
+    /// would need more than one wave: two CTAs per multiprocessor) and the
+    /// source exports it, else [`GdnFusedEntry::C2`] where the source
+    /// exports it and the device has clusters; else
+    /// [`GdnFusedEntry::Main`].
+    pub fn fused_entry(&self, shape: &GdnShape, batch: usize) -> GdnFusedEntry {
+        let items = shape.num_k().saturating_mul(batch);
+        if batch > 1 && self.persistent.is_ok() && items > self.sm_count as usize {
+            GdnFusedEntry::Persistent { ctas: None }
+        } else if batch > 1 && self.c2.is_ok() {
             GdnFusedEntry::C2
         } else {
             GdnFusedEntry::Main
@@ -1546,11 +1668,19 @@ impl GdnEngine {
 
     /// The fused entries this engine can launch: [`GdnFusedEntry::Main`],
     /// then [`GdnFusedEntry::C2`] where the source exports it and the
-    /// device has clusters.
+    /// device has clusters, then [`GdnFusedEntry::Persistent`] uncapped and
+    /// capped at [`GDN_PERSISTENT_FEW_CTAS`] where the source exports it
+    /// and the device fits its CTA.
     pub fn fused_entries(&self) -> Vec<GdnFusedEntry> {
         let mut v = vec![GdnFusedEntry::Main];
         if self.c2.is_ok() {
             v.push(GdnFusedEntry::C2);
+        }
+        if self.persistent.is_ok() {
+            v.push(GdnFusedEntry::Persistent { ctas: None });
+            v.push(GdnFusedEntry::Persistent {
+                ctas: Some(GDN_PERSISTENT_FEW_CTAS),
+            });
         }
         v
     }
@@ -1561,13 +1691,42 @@ impl GdnEngine {
     /// # Errors
     /// [`DeviceError::MissingKernel`] for [`GdnFusedEntry::C2`] when the
     /// source does not export [`GDN_FUSED_C2`] or the device has no
-    /// clusters (below sm_90); `step` is unchanged.
+    /// clusters (below sm_90), and for [`GdnFusedEntry::Persistent`] when
+    /// the source does not export [`GDN_FUSED_PERSISTENT`] or the device
+    /// does not fit its CTA; [`DeviceError::IndexRange`] for a cap of 0
+    /// CTAs; `step` is unchanged.
     pub fn set_step_entry(&self, step: &mut GdnStep, entry: Option<GdnFusedEntry>) -> Result<()> {
-        if entry == Some(GdnFusedEntry::C2) {
-            self.c2_function()?;
+        match entry {
+            Some(GdnFusedEntry::C2) => {
+                self.c2_function()?;
+            }
+            Some(GdnFusedEntry::Persistent { ctas }) => {
+                self.persistent_function()?;
+                if ctas == Some(0) {
+                    return Err(DeviceError::IndexRange {
+                        what: "persistent CTAs",
+                        value: 0,
+                        limit: u64::from(u32::MAX),
+                    });
+                }
+            }
+            _ => {}
         }
         step.entry = entry;
         Ok(())
+    }
+
+    /// [`GDN_FUSED_PERSISTENT`] and its resident CTAs, or why this engine
+    /// cannot launch it.
+    fn persistent_function(&self) -> Result<(&CudaFunction, u32)> {
+        self.persistent
+            .as_ref()
+            .map(|(f, r)| (f, *r))
+            .map_err(|why| DeviceError::MissingKernel {
+                name: GDN_FUSED_PERSISTENT.to_string(),
+                source_desc: self.shim.source.describe(),
+                detail: why.clone(),
+            })
     }
 
     /// [`GDN_FUSED_C2`], or why this engine cannot launch it.
@@ -1584,19 +1743,28 @@ impl GdnEngine {
         match entry {
             GdnFusedEntry::Main => gdn_fused_cluster(self.arch().0),
             GdnFusedEntry::C2 => 2,
+            GdnFusedEntry::Persistent { .. } => 1,
         }
     }
 
-    /// The grid and CTA size of the fused `entry` for `shape` and `batch`
-    /// on this device: [`gdn_fused_launch`] with the entry's cluster size.
+    /// The grid, CTA size and dynamic shared memory (bytes) of the fused
+    /// `entry` for `shape` and `batch` on this device:
+    /// [`gdn_fused_launch`] with the entry's cluster size (no dynamic
+    /// shared memory), or [`gdn_persistent_launch`] with the device's
+    /// resident CTAs (0 when this engine cannot launch it).
     pub fn fused_launch(
         &self,
         shape: &GdnShape,
         batch: usize,
         entry: GdnFusedEntry,
-    ) -> ((u32, u32), u32) {
+    ) -> ((u32, u32), u32, u32) {
+        if let GdnFusedEntry::Persistent { ctas } = entry {
+            let resident = self.persistent.as_ref().map_or(0, |p| p.1);
+            return gdn_persistent_launch(shape, batch, resident, ctas);
+        }
         let most = self.max_threads[usize::from(entry == GdnFusedEntry::C2)];
-        gdn_fused_launch(shape, batch, self.entry_cluster(entry), most)
+        let (grid, threads) = gdn_fused_launch(shape, batch, self.entry_cluster(entry), most);
+        (grid, threads, 0)
     }
 
     /// The fused step on `step` through its entry (`gdn_step_fused` or
@@ -1611,7 +1779,7 @@ impl GdnEngine {
         )?;
         check_gdn_batch(&s, batch)?;
         step.state.fits(&s)?;
-        let entry = step.entry.unwrap_or(self.fused_entry(batch));
+        let entry = step.entry.unwrap_or(self.fused_entry(&s, batch));
         let grid_x = s.num_k() as u64 * u64::from(self.entry_cluster(entry));
         if grid_x > I32_LIMIT {
             return Err(DeviceError::IndexRange {
@@ -1653,6 +1821,9 @@ impl GdnEngine {
         let (name, func) = match entry {
             GdnFusedEntry::C2 => (GDN_FUSED_C2, self.c2_function()?),
             GdnFusedEntry::Main => (GDN_KERNELS[6], &self.f[6]),
+            GdnFusedEntry::Persistent { .. } => {
+                (GDN_FUSED_PERSISTENT, self.persistent_function()?.0)
+            }
         };
         let mut b = self.shim.stream.launch_builder(func);
         b.arg(&xv)
@@ -1674,12 +1845,18 @@ impl GdnEngine {
             .arg(&t)
             .arg(&w.eps)
             .arg(&w.scale);
-        let (grid, threads) = self.fused_launch(&s, batch, entry);
+        // The persistent entry's last parameter (checked: below 2^31).
+        let nb = batch as i32;
+        if matches!(entry, GdnFusedEntry::Persistent { .. }) {
+            b.arg(&nb);
+        }
+        let (grid, threads, smem) = self.fused_launch(&s, batch, entry);
         // SAFETY: the ABI's argument types and order; every length checked
         // (new_step_batched, set_step_inputs, the state's fits); the table
         // points at the state's own checked pools; the snapshots are null
         // only when t = 1 (never written).
-        launched(name, unsafe { b.launch(cfg(grid, threads)) })?;
+        let config = launch_config((grid.0, grid.1, 1), threads, smem);
+        launched(name, unsafe { b.launch(config) })?;
         Ok(state_after_row(s.t() - 1))
     }
 
@@ -1804,5 +1981,18 @@ mod tests {
         let r1 = GdnShape::new(4, 4, 128, 4, 2).unwrap();
         assert_eq!(gdn_fused_launch(&r1, 1, 8, 128), ((32, 1), 16));
         assert_eq!(gdn_fused_launch(&r1, 3, 2, 128), ((8, 3), 64));
+    }
+
+    /// The persistent entry's grid: one CTA per (q/k head, sequence) item
+    /// up to the resident CTAs and the cap, never 0.
+    #[test]
+    fn persistent_launch_geometry() {
+        let s = GdnShape::new(16, 32, 128, 4, 1).unwrap();
+        let (t, m) = (GDN_PERSISTENT_THREADS, GDN_PERSISTENT_SMEM);
+        assert_eq!(m, 64 << 10);
+        assert_eq!(gdn_persistent_launch(&s, 64, 264, None), ((264, 1), t, m));
+        assert_eq!(gdn_persistent_launch(&s, 2, 264, None), ((32, 1), t, m));
+        assert_eq!(gdn_persistent_launch(&s, 64, 264, Some(2)), ((2, 1), t, m));
+        assert_eq!(gdn_persistent_launch(&s, 1, 0, None), ((1, 1), t, m));
     }
 }
