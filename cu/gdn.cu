@@ -103,9 +103,8 @@
  *   over the num_k * B items (q/k head, sequence), each chunk's inputs
  *   and state prefetched into shared memory ("gdn_step_fused_persistent"
  *   below). No cluster. Launch: grid (G, 1) for any G >= 1 (the shim: as
- *   many as stay resident, at most num_k * B), blockDim.x a multiple of
- *   128 dividing ratio * 128 and at most 256 (the shim: 128), and
- *   blockDim.x * 128 * 4 bytes of dynamic shared memory. A candidate may
+ *   many as stay resident, at most num_k * B), 128 threads per CTA
+ *   (exactly), and 65536 bytes of dynamic shared memory. A candidate may
  *   leave it out.
  */
 
@@ -546,6 +545,13 @@ __device__ __forceinline__ void gdn_cp16(f32 *dst, const f32 *src)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
 }
 __device__ __forceinline__ void gdn_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#elif defined(GDN_HOST_ASYNC)
+/* The host emulator's asynchronous copies (device/tests/gdn_host_emu.rs):
+ * the destination poisoned when a copy is issued and filled at the wait,
+ * so a read before the wait, or a copy into memory still being read,
+ * shows. */
+__device__ __forceinline__ void gdn_cp16(f32 *dst, const f32 *src) { gdn_host_cp(dst, src, 4); }
+__device__ __forceinline__ void gdn_cp_wait() { gdn_host_wait(); }
 #else
 __device__ __forceinline__ void gdn_cp16(f32 *dst, const f32 *src)
 {
@@ -726,19 +732,18 @@ __device__ __forceinline__ GdnSeq gdn_seq(const u64 *tab, const f32 *x, const f3
     return s;
 }
 
-/* The persistent entry's column inputs of one chunk (at most
- * GDN_FUSED_MAXT columns, whole heads), staged with its q/k inputs. */
-#define GDN_FUSED_MAXT 256
+/* The persistent entry's column inputs of one chunk (GDN_D columns: one
+ * v head), staged with its q/k inputs. */
 /* The persistent entry's dynamic shared memory (the host emulator gives a
  * static array instead). */
 #ifndef GDN_DYNAMIC_SMEM
 #define GDN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) f32 name[]
 #endif
 struct GdnChunkStage {
-    f32 vring[GDN_FUSED_MAXT * 3]; /* the v channels' ring: column tid's at tid * P */
-    f32 vw[GDN_FUSED_MAXT * 4];    /* their taps: at tid * d_conv */
-    f32 vx[2][GDN_FUSED_MAXT];     /* their inputs of rows 0 and 1 */
-    f32 hin[2][4];                 /* a_log, dt_bias, beta_raw, alpha (row 0) of the chunk's heads */
+    f32 vring[GDN_D * 3]; /* the v channels' ring: column tid's at tid * P */
+    f32 vw[GDN_D * 4];    /* their taps: at tid * d_conv */
+    f32 vx[2][GDN_D];     /* their inputs of rows 0 and 1 */
+    f32 hin[4];           /* the head's a_log, dt_bias, beta_raw and alpha (row 0) */
 };
 
 /* 4 bytes from global src to shared dst, without waiting. */
@@ -748,6 +753,8 @@ __device__ __forceinline__ void gdn_cp4(f32 *dst, const f32 *src)
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
 }
+#elif defined(GDN_HOST_ASYNC)
+__device__ __forceinline__ void gdn_cp4(f32 *dst, const f32 *src) { gdn_host_cp(dst, src, 1); }
 #else
 __device__ __forceinline__ void gdn_cp4(f32 *dst, const f32 *src) { *dst = *src; }
 #endif
@@ -772,17 +779,21 @@ __device__ __forceinline__ void gdn_stage_qk(GdnFusedSmem &sm, const f32 *ring, 
     }
 }
 
-/* Every input of the persistent entry's chunk (q/k head hk of sequence b,
- * columns c0 .. c0 + blockDim.x of its group: whole heads) into (sm, cs,
- * sbuf), by every thread, without waiting: the q/k stage, the v
- * channels' ring, taps and rows 0 and 1, the heads' a_log, dt_bias and
- * row 0's beta_raw and alpha, and the state (canonical) of the chunk's
- * heads. */
+/* What gdn_prefetch_chunk copies (bits). */
+#define GDN_PF_INPUTS 1
+#define GDN_PF_STATE 2
+
+/* The persistent entry's chunk (q/k head hk of sequence b, columns c0 ..
+ * c0 + 127 of its group: one v head) copied by every thread, without
+ * waiting: with GDN_PF_INPUTS into (sm, cs) the q/k stage, the v
+ * channels' ring, taps and rows 0 and 1, the head's a_log, dt_bias and
+ * row 0's beta_raw and alpha; with GDN_PF_STATE the head's state
+ * (canonical) into sbuf. */
 template <i32 DC>
 __device__ __forceinline__ void gdn_prefetch_chunk(
     GdnFusedSmem &sm, GdnChunkStage &cs, f32 *sbuf, const f32 *x, const f32 *beta_raw,
     const f32 *alpha, const u64 *tab, const f32 *w, const f32 *dt_bias, const f32 *a_log,
-    i32 num_k, i32 num_v, i32 t, i32 hk, u64 b, i32 c0, bool state)
+    i32 num_k, i32 num_v, i32 t, i32 hk, u64 b, i32 c0, i32 what)
 {
     constexpr i32 P = DC - 1;
     const i32 tid = threadIdx.x, bd = blockDim.x;
@@ -790,27 +801,24 @@ __device__ __forceinline__ void gdn_prefetch_chunk(
     const u64 cd = 2 * (u64)key_dim + (u64)GDN_D * num_v;
     const u64 n = (u64)GDN_D * GDN_D * num_v;
     const GdnSeq sq = gdn_seq(tab, x, beta_raw, alpha, b, t, cd, cd * P, n, num_v);
-    if (state) {
-        gdn_stage(sbuf, sq.canonical + (u64)(hk * ratio + c0 / GDN_D) * GDN_D * GDN_D,
-                  bd * GDN_D / 4, tid, bd);
-        return;
-    }
     const f32 *ring = sq.ring;
     const f32 *xb = sq.xb;
     const i32 hfirst = hk * ratio + c0 / GDN_D;
     const u64 v0 = 2 * (u64)key_dim + (u64)hfirst * GDN_D; /* the chunk's first v channel */
+    if (what & GDN_PF_STATE)
+        gdn_stage(sbuf, sq.canonical + (u64)hfirst * GDN_D * GDN_D, bd * GDN_D / 4, tid, bd);
+    if (!(what & GDN_PF_INPUTS)) return;
     gdn_stage_qk<DC>(sm, ring, w, xb, cd, (u64)hk * GDN_D, (u64)key_dim + (u64)hk * GDN_D, t,
                      tid, bd);
     gdn_stage(cs.vring, ring + v0 * P, bd * P / 4, tid, bd);
     gdn_stage(cs.vw, w + v0 * DC, bd * DC / 4, tid, bd);
     gdn_stage(cs.vx[0], xb + v0, bd / 4, tid, bd);
     if (t > 1) gdn_stage(cs.vx[1], xb + cd + v0, bd / 4, tid, bd);
-    if (tid < bd / GDN_D) {
-        const u64 hh = hfirst + tid;
-        gdn_cp4(&cs.hin[tid][0], a_log + hh);
-        gdn_cp4(&cs.hin[tid][1], dt_bias + hh);
-        gdn_cp4(&cs.hin[tid][2], sq.brb + hh);
-        gdn_cp4(&cs.hin[tid][3], sq.alb + hh);
+    if (tid == 0) {
+        gdn_cp4(&cs.hin[0], a_log + hfirst);
+        gdn_cp4(&cs.hin[1], dt_bias + hfirst);
+        gdn_cp4(&cs.hin[2], sq.brb + hfirst);
+        gdn_cp4(&cs.hin[3], sq.alb + hfirst);
     }
 }
 
@@ -858,7 +866,9 @@ __device__ __forceinline__ void gdn_step_fused_body(
     GdnFusedSmem *ls = smp;
     for (i32 c0 = rank * cpc; c0 < (rank + 1) * cpc; c0 += bd, ++kc) {
         GdnFusedSmem &sm = smp[PST ? (kc & 1) : 0];
-        const GdnChunkStage &cs = csp[PST ? (kc & 1) : 0];
+        /* The persistent entry's stage of this chunk (csp is 0 for the
+         * clustered entries, which never read it). */
+        const GdnChunkStage *cs = csp + (PST ? (kc & 1) : 0);
         ls = &sm;
         const i32 gc = c0 + tid; /* column in the q/k head's group */
         const bool mine = gc < (rank + 1) * cpc && (!split || tid < cpc);
@@ -909,27 +919,29 @@ __device__ __forceinline__ void gdn_step_fused_body(
         const i32 nc0 = c0 + bd < cpc ? c0 + bd : 0;
         if (PST) {
             /* The chunk's inputs and state, prefetched (gdn_prefetch_chunk;
-             * every column of the chunk is a thread's: tid = gc - c0);
-             * then the next chunk's inputs into the other stage (its last
-             * reader, the chunk before this one, is past a barrier). */
+             * one v head, every column a thread's: tid = gc - c0). The
+             * other stage's last reader, the chunk before this one, is
+             * past a barrier. */
             if (mine) {
 #pragma unroll
-                for (i32 i = 0; i < P; ++i) vh[i] = cs.vring[tid * P + i];
+                for (i32 i = 0; i < P; ++i) vh[i] = cs->vring[tid * P + i];
 #pragma unroll
-                for (i32 i = 0; i < DC; ++i) wv[i] = cs.vw[tid * DC + i];
-                xv1 = cs.vx[0][tid];
-                if (t > 1) xv2 = cs.vx[1][tid];
+                for (i32 i = 0; i < DC; ++i) wv[i] = cs->vw[tid * DC + i];
+                xv1 = cs->vx[0][tid];
+                if (t > 1) xv2 = cs->vx[1][tid];
             }
             if (bd_thread) {
-                e_h = cs.hin[m - mb][0];
-                dtb = cs.hin[m - mb][1];
-                br1 = cs.hin[m - mb][2];
-                al1 = cs.hin[m - mb][3];
+                e_h = cs->hin[0];
+                dtb = cs->hin[1];
+                br1 = cs->hin[2];
+                al1 = cs->hin[3];
             }
-            if (more)
+            /* One row: the next chunk's inputs now (row 0's phase B2, the
+             * wait for row 2's q/k inputs, does not exist). */
+            if (more && t == 1)
                 gdn_prefetch_chunk<DC>(smp[(kc + 1) & 1], csp[(kc + 1) & 1], sbuf, x, beta_raw,
                                        alpha, tab, w, dt_bias, a_log, num_k, num_v, t, nhk, nb,
-                                       nc0, false);
+                                       nc0, GDN_PF_INPUTS);
             if (mine) {
                 const f32 *sc = sbuf + (base - (u64)hfirst * GDN_D * GDN_D);
 #pragma unroll
@@ -942,10 +954,12 @@ __device__ __forceinline__ void gdn_step_fused_body(
         for (i32 c = tid; c < 2 * GDN_D; c += bd)
             gdn_qk_conv<DC>(sm, c, 0, t, hk, key_dim, writes_qk, cob, scb, cd, rl);
         __syncthreads();
-        /* Every thread has read sbuf: the next chunk's state into it. */
-        if (more)
+        /* One row: every thread has read sbuf, the next chunk's state into
+         * it. */
+        if (more && t == 1)
             gdn_prefetch_chunk<DC>(smp[(kc + 1) & 1], csp[(kc + 1) & 1], sbuf, x, beta_raw, alpha,
-                                   tab, w, dt_bias, a_log, num_k, num_v, t, nhk, nb, nc0, true);
+                                   tab, w, dt_bias, a_log, num_k, num_v, t, nhk, nb, nc0,
+                                   GDN_PF_STATE);
         /* Row 0's norms | its heads' beta and exp(g) | its v channels. */
         if (qk_thread && m < 2) sm.inv[m] = gdn_inv_norm(sm.xs[m], eps);
         if (bd_thread) {
@@ -973,6 +987,13 @@ __device__ __forceinline__ void gdn_step_fused_body(
             const bool next = r + 1 < t;
             /* Phase A: scan row r, steps 1-3 | row r + 1's q/k conv; row
              * r + 2's q/k inputs into the buffer row r used. */
+            /* Several rows: the next chunk's inputs and state, in the last
+             * row (the last wait, row t - 2's phase B2, is past; sbuf and
+             * the other stage were read rows ago). */
+            if (more && t > 1 && r + 1 == t)
+                gdn_prefetch_chunk<DC>(smp[(kc + 1) & 1], csp[(kc + 1) & 1], sbuf, x, beta_raw,
+                                       alpha, tab, w, dt_bias, a_log, num_k, num_v, t, nhk, nb,
+                                       nc0, GDN_PF_INPUTS | GDN_PF_STATE);
             if (qk_thread && r + 2 < t) {
                 const f32 *x2 = xb + (u64)(r + 2) * cd;
                 gdn_stage(sm.xin[par], x2 + qoff, GDN_D / 4, m, nh);
@@ -1039,8 +1060,6 @@ __device__ __forceinline__ void gdn_step_fused_body(
             gdn_st4(ring + koff * P, i, gdn_ld4(ls->ring + GDN_D * P, i));
         }
     }
-    /* The next item stages into sm: every thread is done with it. */
-    if (PST) __syncthreads();
 }
 
 /* One CTA of a clustered entry: q/k head and rank from blockIdx.x, the
@@ -1088,16 +1107,18 @@ GDN_FUSED_ENTRY(gdn_step_fused_c2, 2)
 /* gdn_step_fused_persistent: the fused body on persistent CTAs, for many
  * sequences. Item i = (q/k head hk = i % num_k, sequence b = i / num_k),
  * for i = blockIdx.x, blockIdx.x + gridDim.x, ... (any grid: no CTA waits
- * for another). No cluster (CS = 1): the CTA convolves its q/k head and
- * owns all ratio * 128 columns, in chunks of blockDim.x columns (a
- * multiple of 128 dividing ratio * 128: whole v heads), and writes the
- * q/k ring after its last chunk. A chunk's inputs never wait on memory:
- * gdn_prefetch_chunk copies the next chunk's q/k and v inputs into the
- * other of two stages when this chunk starts, and its state into sbuf
- * (dynamic shared memory, blockDim.x * 128 floats) once every thread has
- * read this chunk's state from there (after row 0's q/k conv); the
- * column registers are then filled from shared memory. The order of
- * operations on every output is the body's. */
+ * for another). No cluster (CS = 1): the CTA of 128 threads convolves
+ * its q/k head and owns all ratio * 128 columns, in chunks of one v head,
+ * and writes the q/k ring after its last chunk. gdn_prefetch_chunk copies
+ * the next chunk's q/k and v inputs into the other of two stages and its
+ * state into sbuf (dynamic shared memory, 128 * 128 floats) while this
+ * chunk runs, so a chunk starts without a trip to memory: with one row,
+ * the inputs when the chunk starts and the state once every thread has
+ * read this chunk's state from sbuf (after row 0's q/k conv); with
+ * several rows, both in the last row (phase B2 waits for every copy this
+ * thread issued, so an earlier prefetch would be waited for there). The
+ * column registers are filled from sbuf. The order of operations on every
+ * output is the body's. */
 template <i32 DC>
 __device__ __forceinline__ void gdn_step_fused_items(
     const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
@@ -1111,9 +1132,8 @@ __device__ __forceinline__ void gdn_step_fused_items(
     long long i = blockIdx.x;
     if (i < items) {
         gdn_prefetch_chunk<DC>(smp[0], csp[0], sbuf, x, beta_raw, alpha, tab, w, dt_bias, a_log,
-                               num_k, num_v, t, (i32)(i % num_k), (u64)(i / num_k), 0, false);
-        gdn_prefetch_chunk<DC>(smp[0], csp[0], sbuf, x, beta_raw, alpha, tab, w, dt_bias, a_log,
-                               num_k, num_v, t, (i32)(i % num_k), (u64)(i / num_k), 0, true);
+                               num_k, num_v, t, (i32)(i % num_k), (u64)(i / num_k), 0,
+                               GDN_PF_INPUTS | GDN_PF_STATE);
     }
     for (; i < items; i += gridDim.x)
         gdn_step_fused_body<DC, 1, true>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o,
@@ -1122,7 +1142,7 @@ __device__ __forceinline__ void gdn_step_fused_items(
                                          items, i + gridDim.x);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) gdn_step_fused_persistent(
+extern "C" __global__ void __launch_bounds__(128) gdn_step_fused_persistent(
     const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
     const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
     const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,

@@ -291,10 +291,10 @@ pub fn batch_label(entry: GdnFusedEntry, graph: bool) -> &'static str {
         (Persistent { ctas: None }, false) => "batched fused (persistent) == per-sequence oracle",
         (Persistent { ctas: None }, true) => "batched fused (persistent), graph == per-seq. oracle",
         (Persistent { ctas: Some(_) }, false) => {
-            "batched fused (few persistent CTAs) == per-seq. oracle"
+            "batched fused (persistent, capped) == per-seq. oracle"
         }
         (Persistent { ctas: Some(_) }, true) => {
-            "batched fused (few persistent CTAs), graph == oracle"
+            "batched fused (persistent, capped), graph == oracle"
         }
     }
 }

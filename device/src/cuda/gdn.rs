@@ -97,9 +97,10 @@ pub const GDN_PERSISTENT_THREADS: u32 = 128;
 pub const GDN_PERSISTENT_SMEM: u32 = GDN_PERSISTENT_THREADS * 128 * 4;
 
 /// The CTA cap of the persistent entry's second form in
-/// [`GdnEngine::fused_entries`]: with 2 CTAs every CTA runs several items
-/// of a batch, so the prefetch of the next item (and, at ratio 2 or more,
-/// of the next chunk of the same item) is what gets checked.
+/// [`GdnEngine::fused_entries`]: with 2 CTAs, a CTA runs several items
+/// whenever a batch has 3 or more (q/k head, sequence) items, so the
+/// prefetch of the next item's inputs and state (and, at ratio 2 or more,
+/// of the same item's next chunk) is what gets checked.
 pub const GDN_PERSISTENT_FEW_CTAS: u32 = 2;
 
 /// Which entry of the fused step a launch uses (`cu/gdn.cu`'s ABI).
@@ -734,7 +735,11 @@ impl GdnEngine {
                         got,
                     });
                 }
-                persistent_residency(&func, sm_count)?.map(|r| (func, r))
+                // A query the driver refuses leaves the entry out, not the
+                // engine.
+                persistent_residency(&func, sm_count)
+                    .unwrap_or_else(|e| Err(e.to_string()))
+                    .map(|r| (func, r))
             }
         };
         Ok(GdnEngine {
@@ -1652,9 +1657,9 @@ impl GdnEngine {
     /// more, [`GdnFusedEntry::Persistent`] (no cap) when there are more
     /// (q/k head, sequence) items than multiprocessors (the clusters of 2
     /// would need more than one wave: two CTAs per multiprocessor) and the
-    /// source exports it, else [`GdnFusedEntry::C2`] where the source
-    /// exports it and the device has clusters; else
-    /// [`GdnFusedEntry::Main`].
+    /// engine can launch it (the source exports it, the device fits its
+    /// CTA), else [`GdnFusedEntry::C2`] where the source exports it and the
+    /// device has clusters; else [`GdnFusedEntry::Main`].
     pub fn fused_entry(&self, shape: &GdnShape, batch: usize) -> GdnFusedEntry {
         let items = shape.num_k().saturating_mul(batch);
         if batch > 1 && self.persistent.is_ok() && items > self.sm_count as usize {
@@ -1693,8 +1698,8 @@ impl GdnEngine {
     /// source does not export [`GDN_FUSED_C2`] or the device has no
     /// clusters (below sm_90), and for [`GdnFusedEntry::Persistent`] when
     /// the source does not export [`GDN_FUSED_PERSISTENT`] or the device
-    /// does not fit its CTA; [`DeviceError::IndexRange`] for a cap of 0
-    /// CTAs; `step` is unchanged.
+    /// does not fit its CTA; [`DeviceError::Gdn`] (`GdnError::Zero`) for a
+    /// cap of 0 CTAs; `step` is unchanged.
     pub fn set_step_entry(&self, step: &mut GdnStep, entry: Option<GdnFusedEntry>) -> Result<()> {
         match entry {
             Some(GdnFusedEntry::C2) => {
@@ -1703,11 +1708,9 @@ impl GdnEngine {
             Some(GdnFusedEntry::Persistent { ctas }) => {
                 self.persistent_function()?;
                 if ctas == Some(0) {
-                    return Err(DeviceError::IndexRange {
-                        what: "persistent CTAs",
-                        value: 0,
-                        limit: u64::from(u32::MAX),
-                    });
+                    return Err(DeviceError::Gdn(GdnError::Zero {
+                        dim: "persistent CTAs",
+                    }));
                 }
             }
             _ => {}
@@ -1751,7 +1754,9 @@ impl GdnEngine {
     /// `entry` for `shape` and `batch` on this device:
     /// [`gdn_fused_launch`] with the entry's cluster size (no dynamic
     /// shared memory), or [`gdn_persistent_launch`] with the device's
-    /// resident CTAs (0 when this engine cannot launch it).
+    /// resident CTAs (taken as 0 when this engine cannot launch the entry:
+    /// then a grid of 1, which [`GdnEngine::set_step_entry`] and the launch
+    /// refuse).
     pub fn fused_launch(
         &self,
         shape: &GdnShape,
@@ -1767,8 +1772,9 @@ impl GdnEngine {
         (grid, threads, 0)
     }
 
-    /// The fused step on `step` through its entry (`gdn_step_fused` or
-    /// `gdn_step_fused_c2`), no synchronisation.
+    /// The fused step on `step` through its entry (`gdn_step_fused`,
+    /// `gdn_step_fused_c2` or `gdn_step_fused_persistent`), no
+    /// synchronisation.
     fn launch_fused(&self, step: &mut GdnStep) -> Result<StateSlot> {
         let (s, batch) = (step.shape, step.batch);
         check_weight_lens(
@@ -1883,7 +1889,8 @@ impl GdnEngine {
     }
 
     /// Runs `step` eagerly in one launch of the fused step (its entry, else
-    /// [`GdnEngine::fused_entry`]'s: `gdn_step_fused` or `gdn_step_fused_c2`; conv, prep
+    /// [`GdnEngine::fused_entry`]'s: `gdn_step_fused`, `gdn_step_fused_c2` or
+    /// `gdn_step_fused_persistent`; conv, prep
     /// and scan of every row of every sequence) on the step's inputs and
     /// state. Returns the slot of the final state (rule `PARITY`, every
     /// sequence alike).
