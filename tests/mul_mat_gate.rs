@@ -143,17 +143,25 @@ fn candidate_unrolled_odd_tile_k() {
 /// The candidate `path` passes every arm of `CI_SHAPES[2..]` (the ragged
 /// ones) at WG 8x4 with TILE_K 6.
 fn odd_tile_k_passes(path: &str) {
+    ragged_shapes_pass_at(
+        path,
+        device::wgpu::Geometry {
+            wg_m: 8,
+            wg_n: 4,
+            tile_k: 6,
+        },
+    );
+}
+
+/// The candidate `path` passes every arm of `CI_SHAPES[2..]` (the ragged
+/// ones) at `geom`.
+fn ragged_shapes_pass_at(path: &str, geom: device::wgpu::Geometry) {
     let path = kernel_oracle::paths::project_file(path, env!("CARGO_MANIFEST_DIR"))
         .unwrap_or_else(|e| panic!("{e}"));
     let source = device::wgpu::ShaderSource::from_file(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let engine = device::wgpu::WgpuEngine::new(source)
         .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"));
-    let geom = device::wgpu::Geometry {
-        wg_m: 8,
-        wg_n: 4,
-        tile_k: 6,
-    };
     let mut failed = Vec::new();
     for sh in &CI_SHAPES[2..] {
         for d in Dtype::ALL {
@@ -171,9 +179,49 @@ fn odd_tile_k_passes(path: &str) {
     }
     assert!(
         failed.is_empty(),
-        "{} failed at TILE_K 6: {failed:?}",
+        "{} failed at {geom:?}: {failed:?}",
         path.display()
     );
+}
+
+/// The fast candidate (padded tiles, the next tile's f32 units in
+/// registers, quantized rows through scales staged once per row and 16-k
+/// group; 8 x 4 outputs per invocation, TILE_K 32) passes the CI gate, at
+/// its declared geometry too: TILE_K 16 and 32 take the staged scales,
+/// the gate's TILE_K 40 the four-k fallback.
+#[test]
+fn candidate_fast_passes_the_ci_gate() {
+    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_fast.wgsl");
+}
+
+/// The fast candidate's 4 x 8 form (one row group, two column groups)
+/// passes the CI gate.
+#[test]
+fn candidate_fast_4x8_passes_the_ci_gate() {
+    source_passes_the_ci_gate(&candidate_variant(
+        "shaders/candidates/mul_mat_fast.wgsl",
+        "fast4x8.wgsl",
+        "const TILE_M: u32 = 8u;\nconst TILE_N: u32 = 4u;",
+        "const TILE_M: u32 = 4u;\nconst TILE_N: u32 = 8u;",
+    ));
+}
+
+/// The fast candidate with three scales per row and tile (TILE_K 48: the
+/// last tile of a q4_0 row partly past K) and a row-group count that is
+/// not a multiple of 4 (WG_M 3: the code units' plain order) passes every
+/// arm of the ragged CI shapes, and so does it at TILE_K 6 (products one k
+/// at a time, quantized rows one loader call per element).
+#[test]
+fn candidate_fast_odd_geometries() {
+    ragged_shapes_pass_at(
+        "shaders/candidates/mul_mat_fast.wgsl",
+        device::wgpu::Geometry {
+            wg_m: 3,
+            wg_n: 4,
+            tile_k: 48,
+        },
+    );
+    odd_tile_k_passes("shaders/candidates/mul_mat_fast.wgsl");
 }
 
 /// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).

@@ -66,6 +66,12 @@ fn every_anchor_occurs_once_in_the_unrolled_candidate() {
     every_anchor_occurs_once_in("shaders/candidates/mul_mat_unrolled.wgsl");
 }
 
+/// And in the fast candidate.
+#[test]
+fn every_anchor_occurs_once_in_the_fast_candidate() {
+    every_anchor_occurs_once_in("shaders/candidates/mul_mat_fast.wgsl");
+}
+
 fn every_anchor_occurs_once_in(candidate: &str) {
     let path = kernel_oracle::paths::project_file(candidate, env!("CARGO_MANIFEST_DIR"))
         .unwrap_or_else(|e| panic!("{e}"));
