@@ -542,8 +542,9 @@ fn fetch_scale(h: u32, k0: u32, m0: u32) -> vec4<u32> {
     return w;
 }
 
-// Every scale of the tile at k0 from thread li's first onwards (first =
-// li: all of its share; li + threads: all but the prefetched one).
+// Every scale of the tile at k0 from a thread's first (hl in `main`)
+// onwards (first = hl: all of its share; hl + threads: all but the
+// prefetched one).
 fn stage_scales(first: u32, k0: u32, slot: u32, m0: u32) {
     for (var h = first; h < HDRS; h += WG_M * WG_N) {
         put_scale(h, k0, slot, m0, fetch_scale(h, k0, m0));
@@ -920,6 +921,11 @@ fn main(
     let threads = WG_M * WG_N;
     let units = vec_units();
     let scaled = staged_scales();
+    // This thread's first scale: the threads in reverse order, so that
+    // when a tile has fewer scales and code units than threads (TILE_K 16:
+    // half as many), the last threads decode the scales and the first
+    // ones the codes.
+    let hl = threads - 1u - li;
 
     var acc: Acc;
     acc.c0_0 = vec4<f32>(0.0);
@@ -947,9 +953,9 @@ fn main(
             store_vec_unit(u, 0u, load_vec_unit(u, 0u, m0, n0));
         }
         if (scaled) {
-            stage_scales(li, 0u, 0u, m0);
+            stage_scales(hl, 0u, 0u, m0);
             if (TILE_K < kdim) {
-                stage_scales(li, TILE_K, 1u, m0);
+                stage_scales(hl, TILE_K, 1u, m0);
             }
         } else if (SRC0_DTYPE != 0u) {
             stage_src0_rows(li, 0u, 0u, m0);
@@ -986,8 +992,8 @@ fn main(
             if (more && li < CUNITS) {
                 cw = fetch_unit(li, k1, m0);
             }
-            if (more2 && li < HDRS) {
-                hw = fetch_scale(li, k2, m0);
+            if (more2 && hl < HDRS) {
+                hw = fetch_scale(hl, k2, m0);
             }
         }
 
@@ -1035,10 +1041,10 @@ fn main(
                 }
                 stage_units(li + threads, k1, nbuf, nbuf, m0);
                 if (more2) {
-                    if (li < HDRS) {
-                        put_scale(li, k2, buf, m0, hw);
+                    if (hl < HDRS) {
+                        put_scale(hl, k2, buf, m0, hw);
                     }
-                    stage_scales(li + threads, k2, buf, m0);
+                    stage_scales(hl + threads, k2, buf, m0);
                 }
             } else if (SRC0_DTYPE != 0u) {
                 stage_src0_rows(li, k1, nbuf, m0);
