@@ -26,8 +26,16 @@
 //   KERNEL_ORACLE_MUL_MAT_WGSL=shaders/candidates/mul_mat_fast.wgsl kernel-oracle check mul-mat
 //   SHADER=shaders/candidates/mul_mat_fast.wgsl target/release/examples/wgpu_gemm_bench
 // (the 4 x 4, 4 x 8 and 8 x 8 forms: the same file with another
-// `const TILE_M` / `const TILE_N`; the 4 x 4 form at WG 16x16 has twice
-// the invocations on the 1024-row shapes).
+// `const TILE_M` / `const TILE_N`; the 4 x 4 form has twice the
+// invocations of the 8 x 4 one: 8 warps per H200 SM on the 1024-row
+// shapes instead of 4).
+// Status (2026-12-02): lavapipe only (no GPU timing yet). `check mul-mat`
+// ALL GREEN (324 rows) for the 8 x 4, 4 x 4 and 8 x 8 forms; `cargo test`
+// runs the CI gate on it and on its 4 x 8 form, and the ragged shapes at
+// TILE_K 48 (WG_M 3) and 6; the LFM2.5 sweep of every dtype bit-identical
+// to the production shader there (SHADER=, ITERS=1) at TILE_K 16 and 32,
+// and for the 4 x 4 form; each planted bug, applied to this file, fails
+// its `case mul-mat`.
 //
 //   dst[n * stride_dst + m] = sum over k of src0[m, k] * src1[n * stride_src1 + k]
 //
