@@ -186,7 +186,7 @@ fn ragged_shapes_pass_at(path: &str, geom: device::wgpu::Geometry) {
 
 /// The fast candidate (padded tiles, the next tile's f32 units in
 /// registers, quantized rows through scales staged once per row and 16-k
-/// group; 8 x 4 outputs per invocation, TILE_K 32) passes the CI gate, at
+/// group; 8 x 4 outputs per invocation, TILE_K 16) passes the CI gate, at
 /// its declared geometry too: TILE_K 16 and 32 take the staged scales,
 /// the gate's TILE_K 40 the four-k fallback.
 #[test]
