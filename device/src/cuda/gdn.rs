@@ -592,45 +592,41 @@ fn cfg(grid: (u32, u32), threads: u32) -> LaunchConfig {
 }
 
 /// How many CTAs of the persistent entry `func` stay resident on a device
-/// of `sm_count` multiprocessors (its dynamic shared memory allowed first);
-/// `Ok(Err(why))` when it cannot run there (a CTA of
-/// [`GDN_PERSISTENT_THREADS`] threads does not fit, or the device refuses
-/// the shared memory).
-fn persistent_residency(
-    func: &CudaFunction,
-    sm_count: u32,
-) -> Result<std::result::Result<u32, String>> {
+/// of `sm_count` multiprocessors (its dynamic shared memory allowed first),
+/// or why it cannot run there (a CTA of [`GDN_PERSISTENT_THREADS`] threads
+/// does not fit, the device refuses the shared memory, or the driver
+/// refuses a query: the entry is left out, not the engine).
+fn persistent_residency(func: &CudaFunction, sm_count: u32) -> std::result::Result<u32, String> {
     use cudarc::driver::sys::CUfunction_attribute_enum as A;
     let most = func
         .get_attribute(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
-        .map_err(|e| DeviceError::driver("cuFuncGetAttribute MAX_THREADS_PER_BLOCK", e))?;
+        .map_err(|e| format!("cuFuncGetAttribute MAX_THREADS_PER_BLOCK: {e}"))?;
     if most < GDN_PERSISTENT_THREADS as i32 {
-        return Ok(Err(format!(
+        return Err(format!(
             "its CTAs run at most {most} threads, the shim launches {GDN_PERSISTENT_THREADS}"
-        )));
+        ));
     }
-    if let Err(e) = func.set_attribute(
+    func.set_attribute(
         A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         GDN_PERSISTENT_SMEM as i32,
-    ) {
-        return Ok(Err(format!(
-            "the device refuses {GDN_PERSISTENT_SMEM} bytes of dynamic shared memory: {e}"
-        )));
-    }
+    )
+    .map_err(|e| {
+        format!("the device refuses {GDN_PERSISTENT_SMEM} bytes of dynamic shared memory: {e}")
+    })?;
     let per_sm = func
         .occupancy_max_active_blocks_per_multiprocessor(
             GDN_PERSISTENT_THREADS,
             GDN_PERSISTENT_SMEM as usize,
             None,
         )
-        .map_err(|e| DeviceError::driver("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+        .map_err(|e| format!("cuOccupancyMaxActiveBlocksPerMultiprocessor: {e}"))?;
     if per_sm == 0 {
-        return Ok(Err(format!(
+        return Err(format!(
             "no CTA of {GDN_PERSISTENT_THREADS} threads and {GDN_PERSISTENT_SMEM} bytes of \
              dynamic shared memory fits a multiprocessor"
-        )));
+        ));
     }
-    Ok(Ok(per_sm * sm_count))
+    Ok(per_sm * sm_count)
 }
 
 impl GdnEngine {
@@ -694,14 +690,20 @@ impl GdnEngine {
         };
         use cudarc::driver::sys::CUfunction_attribute_enum as A;
         let most = |f: &CudaFunction| attr(f, A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+        let persistent = shim
+            .function(GDN_FUSED_PERSISTENT)
+            .map_err(|e| e.to_string());
         // A fused entry compiled for another cluster than the shim launches
         // it with would order nothing between the CTAs sharing a q/k ring
-        // (a width of 0: no cluster declared, nothing to compare).
+        // (a width of 0: no cluster declared, nothing to compare; the
+        // persistent entry's items share nothing: no cluster, or one of 1).
         let entries = [
             (GDN_KERNELS[6], Some(&f[6])),
             (GDN_FUSED_C2, c2.as_ref().ok()),
+            (GDN_FUSED_PERSISTENT, persistent.as_ref().ok()),
         ];
-        for ((name, func), want) in entries.into_iter().zip([gdn_fused_cluster(shim.arch.0), 2]) {
+        let widths = [gdn_fused_cluster(shim.arch.0), 2, 1];
+        for ((name, func), want) in entries.into_iter().zip(widths) {
             if let Some(func) = func {
                 let got = attr(func, A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?;
                 if shim.arch.0 >= 9 && got != 0 && got != want {
@@ -722,26 +724,8 @@ impl GdnEngine {
             )
             .map_err(|e| DeviceError::driver("cuDeviceGetAttribute MULTIPROCESSOR_COUNT", e))?
             .max(1) as u32;
-        let persistent = match shim.function(GDN_FUSED_PERSISTENT) {
-            Err(e) => Err(e.to_string()),
-            Ok(func) => {
-                // No cluster: its items share nothing.
-                let got = attr(&func, A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?;
-                if got > 1 {
-                    return Err(DeviceError::ClusterMismatch {
-                        name: GDN_FUSED_PERSISTENT,
-                        source_desc: shim.source.describe(),
-                        want: 1,
-                        got,
-                    });
-                }
-                // A query the driver refuses leaves the entry out, not the
-                // engine.
-                persistent_residency(&func, sm_count)
-                    .unwrap_or_else(|e| Err(e.to_string()))
-                    .map(|r| (func, r))
-            }
-        };
+        let persistent =
+            persistent.and_then(|func| persistent_residency(&func, sm_count).map(|r| (func, r)));
         Ok(GdnEngine {
             shim,
             f,
