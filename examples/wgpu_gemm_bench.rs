@@ -29,6 +29,13 @@
 //! them either way. Only for shaders that pass the gate: a shader that
 //! indexes out of bounds is then undefined behaviour on the device.
 //!
+//! `QUANT=auto|fused|dequant` (default `auto`): the path of the quantized
+//! dtypes (`device::wgpu::QuantPath`): `auto` is the shim's default
+//! (`WgpuEngine::default_path`: dequantize-then-GEMM at these n when the
+//! shader has a `dequant` entry), the others force one (f32 is always
+//! fused). The `path` column says which ran, and `x f32` gives a quantized
+//! row's time over the f32 row's on the same shape in the same run.
+//!
 //! `SHADER=<path>`: a candidate with the ABI at the top of the shader. Every
 //! output of every shape is also computed by the production shader (at its
 //! own declared geometry: by the contract's order every geometry gives the
@@ -52,7 +59,7 @@
 //! `GEN-FINITE`), activations uniform in [-1, 1).
 
 use anyhow::{ensure, Context};
-use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine};
+use device::wgpu::{Dtype, Geometry, QuantPath, ShaderSource, WgpuEngine};
 use kernel_oracle::mul_mat::gate::LFM_SHAPES;
 use kernel_oracle::mul_mat::{Arm, CaseSpec};
 use std::collections::HashMap;
@@ -169,6 +176,12 @@ fn run() -> anyhow::Result<()> {
         Some(p) => ShaderSource::from_file(std::path::Path::new(p))?,
         None => ShaderSource::builtin(),
     };
+    let quant = match std::env::var("QUANT").as_deref() {
+        Err(_) | Ok("auto") => None,
+        Ok("fused") => Some(QuantPath::Fused),
+        Ok("dequant") => Some(QuantPath::Dequant),
+        Ok(other) => anyhow::bail!("QUANT={other:?}: auto, fused or dequant"),
+    };
     let checks = match std::env::var("CHECKS").as_deref() {
         Err(_) | Ok("on") => true,
         Ok("off") => false,
@@ -243,9 +256,21 @@ fn run() -> anyhow::Result<()> {
     println!("{peer_header}");
     println!();
     println!(
-        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>9}  {:>9} {:>10}  {:>10} {:>9}",
-        "dtype", "shape", "m", "k", "n", "grid", "ms", "GFLOP/s", "cuBLAS", "ratio"
+        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>9} {:<7}  {:>9} {:>10}  {:>10} {:>9} {:>6}",
+        "dtype",
+        "shape",
+        "m",
+        "k",
+        "n",
+        "grid",
+        "path",
+        "ms",
+        "GFLOP/s",
+        "cuBLAS",
+        "ratio",
+        "x f32"
     );
+    let mut f32_ms: HashMap<&str, f64> = HashMap::new();
     for &dtype in &dtypes {
         for s in &LFM_SHAPES {
             let data = CaseSpec {
@@ -257,7 +282,13 @@ fn run() -> anyhow::Result<()> {
                 seed: 0x0004_BE4C,
             }
             .generate();
-            let job = engine.prepare(dtype, geom, s.m, s.n, s.k, &data.src0, &data.src1)?;
+            let path = match quant {
+                Some(QuantPath::Dequant) if dtype != Dtype::F32 => QuantPath::Dequant,
+                Some(_) => QuantPath::Fused,
+                None => engine.default_path(dtype, s.m, s.n, s.k),
+            };
+            let job =
+                engine.prepare_path(dtype, geom, path, s.m, s.n, s.k, &data.src0, &data.src1)?;
             job.dispatch(2)?;
             let t0 = std::time::Instant::now();
             job.dispatch(iters)?;
@@ -310,8 +341,15 @@ fn run() -> anyhow::Result<()> {
                 }
                 _ => (format!("{:>10}", "-"), format!("{:>9}", "-")),
             };
+            if dtype == Dtype::F32 {
+                f32_ms.insert(s.label, ms);
+            }
+            let vs_f32 = match f32_ms.get(s.label) {
+                Some(&f) if dtype != Dtype::F32 => format!("{:6.2}", ms / f),
+                _ => format!("{:>6}", "-"),
+            };
             println!(
-                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>4}x{:<4}  {:9.3} {:10.1}  {peer_col} {ratio}",
+                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>4}x{:<4} {:<7}  {:9.3} {:10.1}  {peer_col} {ratio} {vs_f32}",
                 dtype.name(),
                 s.label,
                 s.m,
@@ -319,6 +357,7 @@ fn run() -> anyhow::Result<()> {
                 s.n,
                 g0,
                 g1,
+                job.path().name(),
                 ms,
                 gflops
             );

@@ -17,6 +17,17 @@
 //   binding 3  params  MulMatParams (storage, read).
 //   entry point `main`, dispatched as
 //   (ceil(M / (WG_M * TILE_M)), ceil(N / (WG_N * TILE_N)), 1).
+//   Optional entry point `dequant` (the dequantize-then-GEMM path,
+//   device::wgpu::QuantPath::Dequant; quantized SRC0_DTYPE only):
+//   @workgroup_size(64, 1, 1), bindings 0, 2 and 3 only, dst bound to an
+//   M x K f32 scratch buffer. Invocation i = 64 (wg.y * nwg.x + wg.x) +
+//   local index writes dst[4 i + j] = element (row, k + j) of src0 for
+//   j = 0..3, row = i / (K / 4), k = 4 (i % (K / 4)), with i < M K / 4
+//   (every quantized K is a multiple of 32); the shim dispatches
+//   (min(G, max), ceil(G / min(G, max)), 1) workgroups for
+//   G = ceil(M K / 256), then `main` with SRC0_DTYPE = 0 (f32) and the
+//   scratch as src0. Each element is the value `main` would decode, so the
+//   two paths give the same bits.
 //   Pipeline-overridable constants: SRC0_DTYPE, WG_M, WG_N, TILE_K (their
 //   defaults are the geometry the bench runs when none is given).
 //   Declared for the shim (device::wgpu::ShaderDecl reads them from this
@@ -256,4 +267,26 @@ fn main(
             }
         }
     }
+}
+
+// The dequantize-then-GEMM pre-pass (see the ABI above): four consecutive
+// elements of one row per invocation, each through `load_src0`, the loader
+// `main` stages with.
+@compute @workgroup_size(64, 1, 1)
+fn dequant(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let i = (wg.y * nwg.x + wg.x) * 64u + li;
+    let kq = params.k / 4u;
+    if (i >= params.m * kq) {
+        return;
+    }
+    let row = i / kq;
+    let k = 4u * (i % kq);
+    dst[4u * i] = load_src0(row, k);
+    dst[4u * i + 1u] = load_src0(row, k + 1u);
+    dst[4u * i + 2u] = load_src0(row, k + 2u);
+    dst[4u * i + 3u] = load_src0(row, k + 3u);
 }

@@ -43,8 +43,9 @@ fn short_inputs_draw_every_arm_and_dtype() {
 /// geometry at 1/3. Nothing after byte 3 is needed.
 #[test]
 fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
+    use device::wgpu::QuantPath;
     use kernel_oracle::mul_mat::generate::config::K_MAX;
-    use kernel_oracle::mul_mat::{geometry_index, FUZZ_GEOMETRIES};
+    use kernel_oracle::mul_mat::{geometry_index, path_for, FUZZ_GEOMETRIES};
     let draw = |b: [u8; 4]| CaseSpec::arbitrary(&mut Unstructured::new(&b)).unwrap();
     let (mut arm, mut dtype) = ([0u32; 3], [0u32; 5]);
     for x in 0..=u16::MAX {
@@ -71,6 +72,19 @@ fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
     // An empty input is a valid case too.
     let s = draw([0; 4]);
     assert_eq!((s.arm, s.dtype, s.m, s.n), (Arm::Exact, Dtype::F32, 1, 1));
+    // Byte 3's bit 7: a quantized case's path, dequantize-then-GEMM at
+    // 1/2, each geometry on each path at about 1/6; an f32 case is always
+    // fused.
+    let mut by = [[0u32; 3]; 2];
+    for b3 in 0..=u8::MAX {
+        let s = draw([0, 1, 0, b3]);
+        assert_eq!(s.dtype, Dtype::Q4_0);
+        by[usize::from(path_for(&s) == QuantPath::Dequant)][geometry_index(&s)] += 1;
+        let f = draw([0, 0, 0, b3]);
+        assert_eq!(path_for(&f), QuantPath::Fused);
+        assert_eq!(geometry_index(&f), geometry_index(&s));
+    }
+    assert_eq!(by, [[43, 43, 42], [43, 42, 43]]);
 }
 
 /// The BALANCED arm sees one dropped product: on the gate's one-output

@@ -111,6 +111,23 @@ fn q4k_min_added_is_caught() {
     }
 }
 
+/// The pre-pass that stops one invocation short fails every quantized
+/// dtype on the dequantize-then-GEMM path (the gate's `+dq` rows) and
+/// nothing on the fused path, which never runs it.
+#[test]
+fn dequant_last_unit_dropped_is_caught_on_the_dequant_path() {
+    use kernel_oracle::mul_mat::gate::dequant_spec;
+    let e = engine_for("dequant-last-unit-dropped");
+    for d in Dtype::ALL {
+        let fused = spec(&SMALL, d, Arm::Exact);
+        assert!(run_one(&e, &fused, &Geometry::default()).unwrap().pass());
+        if d != Dtype::F32 {
+            let v = run_one(&e, &dequant_spec(&fused), &Geometry::default()).unwrap();
+            assert!(!v.pass(), "dequant-last-unit-dropped passes {}", d.name());
+        }
+    }
+}
+
 /// The missing barrier: asserted on lavapipe, where it is deterministic
 /// (module doc), reported elsewhere.
 #[test]
@@ -268,13 +285,15 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
         lines.contains("  rerun: ") && lines.contains(&case),
         "{lines}"
     );
-    // The whole gate on that shape: every row run, the failing ones counted.
+    // The whole gate on that shape: every row run (the quantized ones again
+    // on the dequantize-then-GEMM path), the failing ones counted.
     let g = gate::run(&e, &[sh], &[geom]);
-    let rows = Dtype::ALL
+    let dtypes = Dtype::ALL
         .iter()
         .filter(|d| sh.k % d.block_elems() == 0)
-        .count()
-        * Arm::ALL.len();
+        .count();
+    assert!(e.decl().dequant);
+    let rows = (2 * dtypes - 1) * Arm::ALL.len();
     assert_eq!(g.rows, rows);
     assert!(g.failures >= 1 && g.failures <= rows, "{g:?}");
     // The fuzzer: a panic with both rerun lines.

@@ -253,3 +253,126 @@ fn unchecked_modules_compute_the_same_bits() {
         assert!(run_one(&unchecked, &s, &g).unwrap().pass(), "{}", d.name());
     }
 }
+
+/// The dequantize-then-GEMM path (`QuantPath::Dequant`): on the builtin
+/// shader and on the `mul_mat_fast` candidate it computes the fused path's
+/// bits for every quantized dtype on ragged shapes (m off the block, one
+/// block of k, one row, n = 1), including a pre-pass grid wider than one
+/// row of the dispatch; `default_path` takes it from n = DEQUANT_MIN_N on a
+/// quantized dtype only; an f32 src0 and a shader without a `dequant`
+/// entry refuse it by a typed error, before anything is uploaded.
+#[test]
+fn the_dequant_path_computes_the_fused_bits_and_refuses_what_it_cannot_run() {
+    use device::wgpu::{QuantPath, DEQUANT_MIN_N};
+    use kernel_oracle::mul_mat::{Arm, CaseSpec};
+    let fast = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("shaders/candidates/mul_mat_fast.wgsl"),
+    )
+    .unwrap();
+    for e in [builtin(), candidate("fast.wgsl", &fast)] {
+        assert!(e.decl().dequant, "{}", e.source().describe());
+        let g = e.decl().geometry;
+        for d in Dtype::ALL {
+            let be = d.block_elems().max(256);
+            for (m, n, k) in [(97, 35, 2 * be), (1, 1, be), (3, 40, be)] {
+                let data = CaseSpec {
+                    dtype: d,
+                    m,
+                    n,
+                    k,
+                    arm: Arm::Random,
+                    seed: 0xDE0_0000 + m as u64,
+                }
+                .generate();
+                let fused = e
+                    .mul_mat_path(d, g, QuantPath::Fused, m, n, k, &data.src0, &data.src1)
+                    .unwrap();
+                let dq = e.mul_mat_path(d, g, QuantPath::Dequant, m, n, k, &data.src0, &data.src1);
+                if d == Dtype::F32 {
+                    assert!(matches!(dq, Err(WgpuError::NoDequant { .. })), "{dq:?}");
+                    assert_eq!(e.default_path(d, m, 512, k), QuantPath::Fused);
+                    continue;
+                }
+                let dq = dq.unwrap();
+                let same = fused
+                    .iter()
+                    .zip(&dq)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{} {m}x{n}x{k}: the paths differ", d.name());
+                let want = if n >= DEQUANT_MIN_N {
+                    QuantPath::Dequant
+                } else {
+                    QuantPath::Fused
+                };
+                assert_eq!(e.default_path(d, m, n, k), want);
+            }
+        }
+    }
+    // A pre-pass of more workgroups than one grid dimension holds (M K / 256
+    // past 65535, the limit of lavapipe and the H200): its second row of
+    // workgroups decodes the rows past the first 65535 x 256 elements.
+    let e = builtin();
+    let (m, k) = (4100, 4096);
+    assert!(m * k / 256 > e.limits().max_compute_workgroups_per_dimension as usize);
+    let data = CaseSpec {
+        dtype: Dtype::Q4_0,
+        m,
+        n: 1,
+        k,
+        arm: Arm::Random,
+        seed: 0xDE0_1000,
+    }
+    .generate();
+    let g = e.decl().geometry;
+    let fused = e
+        .mul_mat_path(
+            Dtype::Q4_0,
+            g,
+            QuantPath::Fused,
+            m,
+            1,
+            k,
+            &data.src0,
+            &data.src1,
+        )
+        .unwrap();
+    let dq = e
+        .mul_mat_path(
+            Dtype::Q4_0,
+            g,
+            QuantPath::Dequant,
+            m,
+            1,
+            k,
+            &data.src0,
+            &data.src1,
+        )
+        .unwrap();
+    assert!(fused
+        .iter()
+        .zip(&dq)
+        .all(|(x, y)| x.to_bits() == y.to_bits()));
+    let vec4 = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("shaders/candidates/mul_mat_vec4.wgsl"),
+    )
+    .unwrap();
+    let plain = candidate("vec4.wgsl", &vec4);
+    assert!(!plain.decl().dequant);
+    let r = plain.mul_mat_path(
+        Dtype::Q4_0,
+        plain.decl().geometry,
+        QuantPath::Dequant,
+        1,
+        1,
+        32,
+        &[0; 18],
+        &[0.0; 32],
+    );
+    assert!(matches!(r, Err(WgpuError::NoDequant { .. })), "{r:?}");
+    assert_eq!(
+        plain.default_path(Dtype::Q4_0, 64, 512, 256),
+        QuantPath::Fused
+    );
+}

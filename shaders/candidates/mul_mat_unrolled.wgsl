@@ -715,3 +715,25 @@ fn main(
         }
     }
 }
+
+// The dequantize-then-GEMM pre-pass (the production shader's ABI; here as there): four consecutive
+// elements of one row per invocation, each through `load_src0`, the loader
+// `main` stages with.
+@compute @workgroup_size(64, 1, 1)
+fn dequant(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let i = (wg.y * nwg.x + wg.x) * 64u + li;
+    let kq = params.k / 4u;
+    if (i >= params.m * kq) {
+        return;
+    }
+    let row = i / kq;
+    let k = 4u * (i % kq);
+    dst[4u * i] = load_src0(row, k);
+    dst[4u * i + 1u] = load_src0(row, k + 1u);
+    dst[4u * i + 2u] = load_src0(row, k + 2u);
+    dst[4u * i + 3u] = load_src0(row, k + 3u);
+}

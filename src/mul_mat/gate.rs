@@ -180,10 +180,25 @@ pub fn geometries(engine: &WgpuEngine, geoms: &[Geometry]) -> Vec<Geometry> {
     all
 }
 
+/// The spec of `spec`'s row on the dequantize-then-GEMM path: its seed with
+/// bit 63 set ([`super::path_for`]), so a printed reproduction reruns that
+/// path.
+pub fn dequant_spec(spec: &CaseSpec) -> CaseSpec {
+    CaseSpec {
+        seed: spec.seed | 1 << 63,
+        ..*spec
+    }
+}
+
 /// Runs every dtype x shape x arm x geometry ([`geometries`]: `geoms` and
 /// the shader's declared one; shapes whose k is not whole blocks of a
-/// dtype skip that dtype), printing the table, each failure's reproduction
-/// and the verdict line.
+/// dtype skip that dtype), the quantized dtypes on the fused path; then,
+/// when the shader declares a `dequant` entry, every quantized dtype x
+/// shape x arm on the dequantize-then-GEMM path ([`dequant_spec`]) at the
+/// shader's declared geometry (that path's GEMM is the f32 pipeline, which
+/// the f32 rows run at every geometry; what is new is the pre-pass, which
+/// no geometry changes). Prints the table, each failure's reproduction and
+/// the verdict line.
 pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateResult {
     let mut g = GateResult::default();
     let mut compile_errors: Vec<String> = Vec::new();
@@ -195,14 +210,24 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
     );
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
     println!("{}", report::table_header());
-    for geom in &geometries(engine, geoms) {
+    let mut runs: Vec<(Geometry, bool)> = geometries(engine, geoms)
+        .into_iter()
+        .map(|geom| (geom, false))
+        .collect();
+    if decl.dequant {
+        runs.push((decl.geometry, true));
+    }
+    for (geom, dequant) in &runs {
         for sh in shapes {
             for dtype in Dtype::ALL {
-                if !sh.k.is_multiple_of(dtype.block_elems()) {
+                if !sh.k.is_multiple_of(dtype.block_elems()) || (*dequant && dtype == Dtype::F32) {
                     continue;
                 }
                 for arm in Arm::ALL {
-                    let spec = spec(sh, dtype, arm);
+                    let spec = match dequant {
+                        false => spec(sh, dtype, arm),
+                        true => dequant_spec(&spec(sh, dtype, arm)),
+                    };
                     g.rows += 1;
                     let (pass, lines) = row(engine, sh.label, &spec, geom, &mut compile_errors);
                     print!("{lines}");

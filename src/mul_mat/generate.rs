@@ -403,8 +403,10 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     /// - byte 2: the size classes of `edge_size`, bits 0-1 m and bits 2-3
     ///   n (1: 1/4, a multiple of 64 plus or minus 2: 1/4, any: 1/2), bits
     ///   4-5 k (one block: 1/4, [`config::K_MAX`]: 1/4, any: 1/2);
-    /// - byte 3: the geometry, `b % 3` (the seed's top bits, which
-    ///   [`super::geometry_for`] reads: 1/3 each);
+    /// - byte 3: the geometry, `b % 3` (seed bits 61-62, which
+    ///   [`super::geometry_for`] reads: 1/3 each), and bit 7 the path of a
+    ///   quantized src0 (seed bit 63, which [`super::path_for`] reads:
+    ///   dequantize-then-GEMM 1/2);
     /// - then m, n, k within their classes, and the seed.
     ///
     /// (The arm and dtype used to share byte 0, with m, n, k and the seed
@@ -431,7 +433,8 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             _ => u.int_in_range(1..=config::K_MAX / be)?,
         };
         let geometry = u64::from(sel[3] % 3);
-        let seed = (u64::arbitrary(u)? & !(7 << 61)) | (geometry << 61);
+        let dequant = u64::from(sel[3] >> 7);
+        let seed = (u64::arbitrary(u)? & !(7 << 61)) | (geometry << 61) | (dequant << 63);
         Ok(CaseSpec {
             dtype,
             m,

@@ -25,7 +25,7 @@ pub use judge::{reference, Verdict};
 pub use run::engine;
 
 use crate::stats::{count, pct};
-use device::wgpu::Geometry;
+use device::wgpu::{Geometry, QuantPath};
 use oracle::ggml::Dtype;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -49,6 +49,9 @@ pub struct Stats {
     pub m1: AtomicU64,
     /// Cases with n = 1 (designed: at least 1/4).
     pub n1: AtomicU64,
+    /// Quantized cases on [`QuantPath::Dequant`] (designed: 1/2 of the
+    /// quantized, 2/5 of all cases).
+    pub dequant: AtomicU64,
     /// Cases run and judged.
     pub compared: AtomicU64,
 }
@@ -62,6 +65,7 @@ pub static STATS: Stats = Stats {
     geometry: [const { AtomicU64::new(0) }; 3],
     m1: AtomicU64::new(0),
     n1: AtomicU64::new(0),
+    dequant: AtomicU64::new(0),
     compared: AtomicU64::new(0),
 };
 
@@ -81,14 +85,15 @@ pub fn stats_line() -> String {
             .join(", ")
     };
     format!(
-        "mul_mat stats: {n} cases, {} compared, {} refused by the spec; arms: {}; dtypes: {}; geometries: {}; m = 1 {}, n = 1 {}",
+        "mul_mat stats: {n} cases, {} compared, {} refused by the spec; arms: {}; dtypes: {}; geometries: {}; m = 1 {}, n = 1 {}, dequant path {}",
         pct(&STATS.compared, n),
         pct(&STATS.invalid, n),
         list(&Arm::ALL.map(|a| a.name().to_string()), &STATS.arm),
         list(&Dtype::ALL.map(|d| d.name().to_string()), &STATS.dtype),
         list(&FUZZ_GEOMETRIES.map(|g| report::geometry(&g)), &STATS.geometry),
         pct(&STATS.m1, n),
-        pct(&STATS.n1, n)
+        pct(&STATS.n1, n),
+        pct(&STATS.dequant, n)
     )
 }
 
@@ -104,11 +109,24 @@ pub const FUZZ_GEOMETRIES: [Geometry; 3] = [
     },
 ];
 
-/// The index in [`FUZZ_GEOMETRIES`] a fuzz case runs with: its seed's top
-/// three bits, modulo 3 (which `CaseSpec`'s `Arbitrary` sets from a
-/// leading byte).
+/// The index in [`FUZZ_GEOMETRIES`] a fuzz case runs with: bits 61-62 of
+/// its seed, modulo 3 (which `CaseSpec`'s `Arbitrary` sets from a leading
+/// byte).
 pub fn geometry_index(spec: &CaseSpec) -> usize {
-    ((spec.seed >> 61) % 3) as usize
+    (((spec.seed >> 61) & 3) % 3) as usize
+}
+
+/// The path a case's quantized src0 takes ([`QuantPath`]): bit 63 of its
+/// seed set gives [`QuantPath::Dequant`] (which `CaseSpec`'s `Arbitrary`
+/// sets from a leading byte, and the gate sets for its dequant rows), else
+/// [`QuantPath::Fused`]; an f32 src0 is always fused. A shader without a
+/// `dequant` entry runs every case fused ([`run::run_case`]).
+pub fn path_for(spec: &CaseSpec) -> QuantPath {
+    if spec.dtype != Dtype::F32 && spec.seed >> 63 == 1 {
+        QuantPath::Dequant
+    } else {
+        QuantPath::Fused
+    }
 }
 
 /// The geometry a fuzz case runs with: [`FUZZ_GEOMETRIES`] at
@@ -194,5 +212,8 @@ pub fn count_drawn(spec: &CaseSpec) {
     }
     if spec.n == 1 {
         count(&STATS.n1);
+    }
+    if path_for(spec) == QuantPath::Dequant {
+        count(&STATS.dequant);
     }
 }

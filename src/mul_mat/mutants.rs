@@ -18,7 +18,7 @@ pub struct Mutant {
 }
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 5] = [
+pub const MUTANTS: [Mutant; 6] = [
     Mutant {
         name: "drop-f16-sign",
         what: "the f16 scale decode drops the sign bit: every negative scale reads as positive (seed 004's masked-sign generator let this pass)",
@@ -48,6 +48,12 @@ pub const MUTANTS: [Mutant; 5] = [
         what: "the store checks the row n but not the column m: a partial workgroup block writes columns m >= M into the next row, and from the last row past dst into the guard band",
         find: "if (gm < m && gn < n) {",
         replace: "if (gn < n) {",
+    },
+    Mutant {
+        name: "dequant-last-unit-dropped",
+        what: "the dequantize-then-GEMM pre-pass stops one invocation short: the last four elements of src0's last row stay zero in the scratch, so every output of that row misses its last four products (the fused path never runs the pre-pass)",
+        find: "if (i >= params.m * kq) {",
+        replace: "if (i + 1u >= params.m * kq) {",
     },
 ];
 

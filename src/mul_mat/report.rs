@@ -17,7 +17,8 @@ pub fn geometry(g: &Geometry) -> String {
     format!("{}x{}/{}", g.wg_m, g.wg_n, g.tile_k)
 }
 
-/// One table row.
+/// One table row; the geometry column ends in `+dq` for a case on the
+/// dequantize-then-GEMM path ([`super::path_for`]).
 pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, v: &Verdict) -> String {
     let bound = match v.arm {
         Arm::Exact => "0 bits".to_string(),
@@ -31,7 +32,15 @@ pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, v: &Verdict) -> 
         spec.n,
         spec.k,
         spec.arm.name(),
-        geometry(geom),
+        format!(
+            "{}{}",
+            geometry(geom),
+            if super::path_for(spec) == device::wgpu::QuantPath::Dequant {
+                "+dq"
+            } else {
+                ""
+            }
+        ),
         v.cmp.max_abs,
         v.cmp.nmse,
         bound,

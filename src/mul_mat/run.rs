@@ -1,7 +1,7 @@
 //! The runner: one case through the wgpu shim.
 
 use super::generate::CaseData;
-use device::wgpu::{Geometry, ShaderSource, WgpuEngine, WgpuError};
+use device::wgpu::{Geometry, QuantPath, ShaderSource, WgpuEngine, WgpuError};
 use std::sync::OnceLock;
 
 /// The process's wgpu engine: the adapter of `WGPU_BACKEND` (else Vulkan)
@@ -22,8 +22,9 @@ pub fn engine() -> Result<&'static WgpuEngine, String> {
         .map_err(Clone::clone)
 }
 
-/// Runs `data` through the kernel with `geom`; returns `dst` (N x M,
-/// stride M).
+/// Runs `data` through the kernel with `geom`, on the case's path
+/// ([`super::path_for`]; fused when the shader has no `dequant` entry);
+/// returns `dst` (N x M, stride M).
 ///
 /// # Errors
 /// Whatever the shim reports: a compile error of a candidate, a clobbered
@@ -34,5 +35,10 @@ pub fn run_case(
     geom: Geometry,
 ) -> Result<Vec<f32>, WgpuError> {
     let s = &data.spec;
-    engine.mul_mat(s.dtype, geom, s.m, s.n, s.k, &data.src0, &data.src1)
+    let path = if engine.decl().dequant {
+        super::path_for(s)
+    } else {
+        QuantPath::Fused
+    };
+    engine.mul_mat_path(s.dtype, geom, path, s.m, s.n, s.k, &data.src0, &data.src1)
 }

@@ -15,6 +15,7 @@
 //! | `override WG_M: u32 = 16u;` (and `WG_N`, `TILE_K`) | the default geometry | that knob of [`Geometry::default`] |
 //! | `enable f16;` | needs `Features::SHADER_F16` | not requested |
 //! | `enable subgroups;` | needs `Features::SUBGROUP` | not requested |
+//! | `fn dequant(...)` (a `@compute` entry) | the dequantize-then-GEMM pre-pass ([`super::QuantPath::Dequant`]) | quantized src0 only through `main` |
 //!
 //! The tile is a `const`, never an `override`: the shader unrolls it, and
 //! the shim must know it before the pipeline exists. Values are WGSL
@@ -39,6 +40,10 @@ pub struct ShaderDecl {
     pub f16: bool,
     /// `enable subgroups;` is present.
     pub subgroups: bool,
+    /// A module-scope `fn dequant` is present: the entry point of the
+    /// dequantize-then-GEMM pre-pass ([`super::QuantPath::Dequant`]; its ABI
+    /// is the production shader's header).
+    pub dequant: bool,
 }
 
 impl ShaderDecl {
@@ -135,8 +140,35 @@ impl ShaderDecl {
             geometry,
             f16,
             subgroups,
+            dequant: declares_fn(&code, "dequant"),
         })
     }
+}
+
+/// Whether comment-free `code` declares `fn name` at module scope (brace
+/// depth 0: a function of that name nested in nothing).
+fn declares_fn(code: &str, name: &str) -> bool {
+    let mut top = String::with_capacity(code.len());
+    let mut depth = 0usize;
+    for c in code.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                top.push(' ');
+            }
+            '}' => {
+                depth = depth.saturating_sub(1);
+                top.push(' ');
+            }
+            _ if depth == 0 => top.push(c),
+            _ => {}
+        }
+    }
+    let words: Vec<&str> = top
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.windows(2).any(|w| w[0] == "fn" && w[1] == name)
 }
 
 /// `text` with every `//` line comment and `/* */` block comment (nested,
@@ -325,6 +357,29 @@ mod tests {
         assert_eq!((d.tile_m, d.tile_n, d.stages), (4, 4, 1));
         assert_eq!(d.geometry, Geometry::default());
         assert!(!d.f16 && !d.subgroups);
+        assert!(d.dequant);
+    }
+
+    /// `fn dequant` counts at module scope only, as a whole word, with
+    /// comments removed.
+    #[test]
+    fn the_dequant_entry_is_found_at_module_scope_only() {
+        let base = "const TILE_M: u32 = 4u;\nconst TILE_N: u32 = 4u;\n";
+        for (extra, want) in [
+            (
+                "@compute @workgroup_size(64) fn dequant(@builtin(workgroup_id) w: vec3<u32>) {}",
+                true,
+            ),
+            ("fn  dequant ( ) { }", true),
+            ("// fn dequant() {}", false),
+            ("/* fn dequant() {} */", false),
+            ("fn dequantize() {}", false),
+            ("fn main() { let fn_dequant = 0u; }", false),
+            ("struct S { dequant: u32 }", false),
+        ] {
+            let d = parse(&format!("{base}{extra}\n")).unwrap();
+            assert_eq!(d.dequant, want, "{extra}");
+        }
     }
 
     #[test]

@@ -47,6 +47,19 @@ pub enum WgpuError {
         feature: &'static str,
     },
 
+    /// [`super::QuantPath::Dequant`] asked of a case it cannot serve: an f32
+    /// src0 (nothing to dequantize), or a shader that declares no
+    /// `fn dequant` entry.
+    #[error("the dequantize-then-GEMM path cannot run {dtype} on {source_desc}: {reason}")]
+    NoDequant {
+        /// The dtype asked for.
+        dtype: &'static str,
+        /// [`super::ShaderSource::describe`].
+        source_desc: String,
+        /// Why.
+        reason: &'static str,
+    },
+
     /// A buffer is larger than the adapter allows for one storage binding
     /// (lavapipe: 128 MiB) or for one buffer.
     #[error("{arg} needs {bytes} bytes, beyond the adapter's {limit_name} of {limit} bytes")]

@@ -39,6 +39,14 @@
 //!    ([`WgpuError::GridTooLarge`]) and the geometry fits the invocation
 //!    and workgroup-memory limits ([`WgpuError::Geometry`]).
 //!
+//! Quantized src0 takes one of two paths ([`QuantPath`]): `main` decodes
+//! the blocks as it stages its tiles (one dispatch), or, when the shader
+//! declares a `dequant` entry, that entry first decodes all of src0 into an
+//! M x K f32 scratch buffer and `main` then runs its f32 pipeline over it
+//! (two dispatches; ggml-cuda's dequantize-then-GEMM route for batched
+//! prefill). [`WgpuEngine::default_path`] picks the second for
+//! `n >= DEQUANT_MIN_N`.
+//!
 //! `dst` is allocated with a guard band of [`GUARD_WORDS`] words after it,
 //! filled with [`GUARD_BITS`] and checked after every read-back, so an
 //! out-of-bounds write fails even when the values look right.
@@ -67,6 +75,46 @@ pub const BUILTIN_MUL_MAT_WGSL: &str = include_str!("../../../shaders/mul_mat_re
 pub const GUARD_WORDS: usize = 64;
 /// The guard band's fill pattern (a NaN no kernel computes).
 pub const GUARD_BITS: u32 = 0x7FA5_5A5A;
+
+/// How a quantized src0 reaches the GEMM.
+///
+/// Both paths decode every element with the same expression (the shader's
+/// loaders, `ggml-quants.c` `dequantize_row_*` step for step) and add the
+/// products in the same k order, so they give the same bits; the gate runs
+/// both, and the fuzzer draws one per case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantPath {
+    /// `main` decodes src0's blocks as it stages its tiles: one dispatch,
+    /// no scratch.
+    Fused,
+    /// The shader's `dequant` entry decodes the whole of src0 into an
+    /// M x K f32 scratch buffer (`4 M K` bytes), then `main` runs as for an
+    /// f32 src0 over it (its f32 pipeline): two dispatches, the decode done
+    /// once per element instead of once per workgroup column that stages
+    /// it. For `dequant`'s ABI see the production shader's header.
+    Dequant,
+}
+
+impl QuantPath {
+    /// The name printed in tables and reproductions.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantPath::Fused => "fused",
+            QuantPath::Dequant => "dequant",
+        }
+    }
+}
+
+/// The smallest n (src1 rows) for which [`WgpuEngine::default_path`] takes
+/// [`QuantPath::Dequant`]: the M x K decode and its f32 scratch are paid
+/// once and shared by the n columns, which at n of a few tokens the fused
+/// path does more cheaply.
+pub const DEQUANT_MIN_N: usize = 32;
+
+/// Invocations per workgroup of the `dequant` entry (its
+/// `@workgroup_size(64, 1, 1)`), each decoding four consecutive elements of
+/// one row.
+pub const DEQUANT_WG: u64 = 64;
 
 /// One WGSL source text and where it came from.
 #[derive(Clone, Debug)]
@@ -238,6 +286,10 @@ pub fn dtype_code(dtype: Dtype) -> u32 {
     }
 }
 
+/// A built pipeline's dtype, geometry and entry point (`"main"`,
+/// `"dequant"`).
+type PipelineKey = (Dtype, Geometry, &'static str);
+
 /// An adapter, its device and the pipelines built so far for one shader
 /// source.
 pub struct WgpuEngine {
@@ -248,7 +300,7 @@ pub struct WgpuEngine {
     source: ShaderSource,
     decl: ShaderDecl,
     checks: wgpu::ShaderRuntimeChecks,
-    pipelines: Mutex<HashMap<(Dtype, Geometry), Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
 }
 
 impl std::fmt::Debug for WgpuEngine {
@@ -418,9 +470,20 @@ impl WgpuEngine {
     /// [`WgpuError::Compile`] if the source or its override constants do
     /// not validate.
     pub fn pipeline(&self, dtype: Dtype, geom: Geometry) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.pipeline_entry(dtype, geom, "main")
+    }
+
+    /// The pipeline of entry point `entry` (`"main"`, `"dequant"`) for
+    /// `dtype` and `geom`, built on first use.
+    fn pipeline_entry(
+        &self,
+        dtype: Dtype,
+        geom: Geometry,
+        entry: &'static str,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
         geom.validate(&self.decl, &self.limits)?;
         let mut map = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = map.get(&(dtype, geom)) {
+        if let Some(p) = map.get(&(dtype, geom, entry)) {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -449,7 +512,7 @@ impl WgpuEngine {
                 label: Some(dtype.name()),
                 layout: None,
                 module: &module,
-                entry_point: Some("main"),
+                entry_point: Some(entry),
                 compilation_options: wgpu::PipelineCompilationOptions {
                     constants: &constants,
                     zero_initialize_workgroup_memory: false,
@@ -464,7 +527,7 @@ impl WgpuEngine {
             });
         }
         let p = Arc::new(pipeline);
-        map.insert((dtype, geom), p.clone());
+        map.insert((dtype, geom, entry), p.clone());
         Ok(p)
     }
 
@@ -509,7 +572,60 @@ impl WgpuEngine {
         src0: &[u8],
         src1: &[f32],
     ) -> Result<MulMatJob<'_>> {
+        let path = self.default_path(dtype, m, n, k);
+        self.prepare_path(dtype, geom, path, m, n, k, src0, src1)
+    }
+
+    /// The path [`WgpuEngine::prepare`] and [`WgpuEngine::mul_mat`] take:
+    /// [`QuantPath::Dequant`] when the shader declares `dequant`, src0 is
+    /// quantized, `n >= DEQUANT_MIN_N` and the `4 M K`-byte scratch fits
+    /// one storage binding; else [`QuantPath::Fused`].
+    pub fn default_path(&self, dtype: Dtype, m: usize, n: usize, k: usize) -> QuantPath {
+        let scratch = (m as u64).saturating_mul(k as u64).saturating_mul(4);
+        let fits = scratch < 1 << 32
+            && scratch <= self.limits.max_storage_buffer_binding_size
+            && scratch <= self.limits.max_buffer_size;
+        if self.decl.dequant && dtype != Dtype::F32 && n >= DEQUANT_MIN_N && fits {
+            QuantPath::Dequant
+        } else {
+            QuantPath::Fused
+        }
+    }
+
+    /// [`WgpuEngine::prepare`] on the given [`QuantPath`].
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::prepare`]; [`WgpuError::NoDequant`] for
+    /// [`QuantPath::Dequant`] with an f32 src0 or a shader without
+    /// `dequant`; with it, the scratch counts as binding `"dequantized
+    /// src0"` ([`WgpuError::BufferTooLarge`], [`WgpuError::Index32`]) and
+    /// the pre-pass grid as [`WgpuError::GridTooLarge`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_path(
+        &self,
+        dtype: Dtype,
+        geom: Geometry,
+        path: QuantPath,
+        m: usize,
+        n: usize,
+        k: usize,
+        src0: &[u8],
+        src1: &[f32],
+    ) -> Result<MulMatJob<'_>> {
         use oracle::ggml::GgmlError;
+        if path == QuantPath::Dequant {
+            let refuse = |reason| WgpuError::NoDequant {
+                dtype: dtype.name(),
+                source_desc: self.source.describe(),
+                reason,
+            };
+            if dtype == Dtype::F32 {
+                return Err(refuse("an f32 src0 has nothing to dequantize"));
+            }
+            if !self.decl.dequant {
+                return Err(refuse("the shader declares no `fn dequant` entry"));
+            }
+        }
         geom.validate(&self.decl, &self.limits)?;
         let row_bytes = dtype.row_bytes(k)?;
         let src0_len = m.checked_mul(row_bytes).ok_or(GgmlError::Overflow)?;
@@ -546,8 +662,9 @@ impl WgpuEngine {
         self.check_binding("src1", src1_bytes)?;
         self.check_binding("dst", dst_bytes)?;
         let (gx, gy) = geom.grid(&self.decl, m as u64, n as u64);
+        let max_groups = u64::from(self.limits.max_compute_workgroups_per_dimension);
         for (dim, groups) in [("x", gx), ("y", gy)] {
-            if groups > u64::from(self.limits.max_compute_workgroups_per_dimension) {
+            if groups > max_groups {
                 return Err(WgpuError::GridTooLarge {
                     dim,
                     groups,
@@ -555,7 +672,42 @@ impl WgpuEngine {
                 });
             }
         }
-        let pipeline = self.pipeline(dtype, geom)?;
+        // The pre-pass: `4 M K` bytes of scratch, M K / 4 invocations of
+        // DEQUANT_WG per workgroup on a grid as wide as the adapter allows
+        // (every quantized K is whole blocks of 32 or 256: a multiple of 4).
+        let pre = match path {
+            QuantPath::Fused => None,
+            QuantPath::Dequant => {
+                let elems = m.checked_mul(k).ok_or(GgmlError::Overflow)?;
+                if u32::try_from(elems).is_err() {
+                    return Err(WgpuError::Index32 {
+                        what: "dequantized src0 elements",
+                        value: elems as u64,
+                    });
+                }
+                let bytes = (4 * elems).max(4) as u64;
+                self.check_binding("dequantized src0", bytes)?;
+                let groups = (elems as u64 / 4).div_ceil(DEQUANT_WG);
+                let px = groups.clamp(1, max_groups);
+                let py = groups.div_ceil(px);
+                if py > max_groups {
+                    return Err(WgpuError::GridTooLarge {
+                        dim: "y (dequant)",
+                        groups: py,
+                        limit: self.limits.max_compute_workgroups_per_dimension,
+                    });
+                }
+                let pipeline = self.pipeline_entry(dtype, geom, "dequant")?;
+                Some((
+                    pipeline,
+                    bytes,
+                    (px as u32, py as u32 * u32::from(groups > 0)),
+                ))
+            }
+        };
+        // On the dequant path `main` is the f32 GEMM over the scratch.
+        let main_dtype = if pre.is_some() { Dtype::F32 } else { dtype };
+        let pipeline = self.pipeline(main_dtype, geom)?;
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let storage = wgpu::BufferUsages::STORAGE;
@@ -576,6 +728,38 @@ impl WgpuEngine {
             .flat_map(|&v| (v as u32).to_le_bytes())
             .collect();
         let b_params = self.init_buffer("params", &params, storage);
+        let pre = pre.map(|(pipeline, bytes, grid)| {
+            let scratch = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("dequantized src0"),
+                size: bytes,
+                usage: storage,
+                mapped_at_creation: false,
+            });
+            let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("dequant"),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: b_src0.as_entire_binding(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 2,
+                        resource: scratch.as_entire_binding(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 3,
+                        resource: b_params.as_entire_binding(),
+                    },
+                ],
+            });
+            PrePass {
+                pipeline,
+                bind,
+                grid,
+                scratch,
+            }
+        });
         let b_read = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: dst_bytes,
@@ -588,7 +772,10 @@ impl WgpuEngine {
             entries: &[
                 wgpu::BindGroupEntry {
                     binding: 0,
-                    resource: b_src0.as_entire_binding(),
+                    resource: match &pre {
+                        Some(p) => p.scratch.as_entire_binding(),
+                        None => b_src0.as_entire_binding(),
+                    },
                 },
                 wgpu::BindGroupEntry {
                     binding: 1,
@@ -609,6 +796,8 @@ impl WgpuEngine {
         }
         Ok(MulMatJob {
             engine: self,
+            path,
+            pre,
             pipeline,
             bind,
             dst: b_dst,
@@ -649,11 +838,44 @@ impl WgpuEngine {
         job.dispatch(1)?;
         job.read()
     }
+
+    /// [`WgpuEngine::mul_mat`] on the given [`QuantPath`].
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::prepare_path`], [`MulMatJob::dispatch`] and
+    /// [`MulMatJob::read`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn mul_mat_path(
+        &self,
+        dtype: Dtype,
+        geom: Geometry,
+        path: QuantPath,
+        m: usize,
+        n: usize,
+        k: usize,
+        src0: &[u8],
+        src1: &[f32],
+    ) -> Result<Vec<f32>> {
+        let job = self.prepare_path(dtype, geom, path, m, n, k, src0, src1)?;
+        job.dispatch(1)?;
+        job.read()
+    }
+}
+
+/// The `dequant` dispatch of a [`QuantPath::Dequant`] job.
+struct PrePass {
+    pipeline: Arc<wgpu::ComputePipeline>,
+    bind: wgpu::BindGroup,
+    grid: (u32, u32),
+    /// M x K f32: written by `dequant`, read by `main` as its src0.
+    scratch: wgpu::Buffer,
 }
 
 /// One uploaded `mul_mat`, ready to dispatch any number of times.
 pub struct MulMatJob<'e> {
     engine: &'e WgpuEngine,
+    path: QuantPath,
+    pre: Option<PrePass>,
     pipeline: Arc<wgpu::ComputePipeline>,
     bind: wgpu::BindGroup,
     dst: wgpu::Buffer,
@@ -669,7 +891,13 @@ impl MulMatJob<'_> {
         self.grid
     }
 
-    /// Records `times` dispatches (one compute pass each) in one command
+    /// The path the job runs (an f32 src0 is always [`QuantPath::Fused`]).
+    pub fn path(&self) -> QuantPath {
+        self.path
+    }
+
+    /// Records `times` runs (one compute pass per dispatch; on the dequant
+    /// path each run is the `dequant` dispatch then `main`'s) in one command
     /// buffer, submits it and waits until the GPU is done.
     ///
     /// # Errors
@@ -680,6 +908,12 @@ impl MulMatJob<'_> {
         let mut enc = dev.create_command_encoder(&Default::default());
         if self.grid.0 > 0 && self.grid.1 > 0 {
             for _ in 0..times {
+                if let Some(pre) = self.pre.as_ref().filter(|p| p.grid.1 > 0) {
+                    let mut pass = enc.begin_compute_pass(&Default::default());
+                    pass.set_pipeline(&pre.pipeline);
+                    pass.set_bind_group(0, &pre.bind, &[]);
+                    pass.dispatch_workgroups(pre.grid.0, pre.grid.1, 1);
+                }
                 let mut pass = enc.begin_compute_pass(&Default::default());
                 pass.set_pipeline(&self.pipeline);
                 pass.set_bind_group(0, &self.bind, &[]);
