@@ -184,44 +184,43 @@ fn ragged_shapes_pass_at(path: &str, geom: device::wgpu::Geometry) {
     );
 }
 
-/// The fast candidate (padded tiles, the next tile's f32 units in
-/// registers, quantized rows through scales staged once per row and 16-k
-/// group; 8 x 4 outputs per invocation, TILE_K 16) passes the CI gate, at
-/// its declared geometry too: TILE_K 16 and 32 take the staged scales,
-/// the gate's TILE_K 40 the four-k fallback.
+/// The 4 x 4 candidate (the seed's design, production until 2026-12-02,
+/// whose loaders the production decoders transcribe) passes the CI gate.
 #[test]
-fn candidate_fast_passes_the_ci_gate() {
-    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_fast.wgsl");
+fn candidate_4x4_passes_the_ci_gate() {
+    candidate_passes_the_ci_gate("shaders/candidates/mul_mat_4x4.wgsl");
 }
 
-/// The fast candidate's 4 x 8 form (one row group, two column groups)
+/// The production shader's 4 x 8 form (one row group, two column groups)
 /// passes the CI gate.
 #[test]
-fn candidate_fast_4x8_passes_the_ci_gate() {
+fn builtin_4x8_passes_the_ci_gate() {
     source_passes_the_ci_gate(&candidate_variant(
-        "shaders/candidates/mul_mat_fast.wgsl",
-        "fast4x8.wgsl",
+        "shaders/mul_mat_reg_tile.wgsl",
+        "prod4x8.wgsl",
         "const TILE_M: u32 = 8u;\nconst TILE_N: u32 = 4u;",
         "const TILE_M: u32 = 4u;\nconst TILE_N: u32 = 8u;",
     ));
 }
 
-/// The fast candidate with three scales per row and tile (TILE_K 48: the
-/// last tile of a q4_0 row partly past K) and a row-group count that is
-/// not a multiple of 4 (WG_M 3: the code units' plain order) passes every
-/// arm of the ragged CI shapes, and so does it at TILE_K 6 (products one k
-/// at a time, quantized rows one loader call per element).
+/// The production shader with three scales per row and tile (TILE_K 48:
+/// the last tile of a q4_0 row partly past K) and a row-group count that
+/// is not a multiple of 4 (WG_M 3: the code units' plain order) passes
+/// every arm of the ragged CI shapes, and so does it at TILE_K 6 (products
+/// one k at a time, quantized rows one loader call per element). The gate
+/// itself runs TILE_K 16 (the declared geometry: the staged scales) and
+/// 40 (the four-k fallback).
 #[test]
-fn candidate_fast_odd_geometries() {
+fn builtin_odd_geometries() {
     ragged_shapes_pass_at(
-        "shaders/candidates/mul_mat_fast.wgsl",
+        "shaders/mul_mat_reg_tile.wgsl",
         device::wgpu::Geometry {
             wg_m: 3,
             wg_n: 4,
             tile_k: 48,
         },
     );
-    odd_tile_k_passes("shaders/candidates/mul_mat_fast.wgsl");
+    odd_tile_k_passes("shaders/mul_mat_reg_tile.wgsl");
 }
 
 /// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).

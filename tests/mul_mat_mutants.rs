@@ -66,10 +66,10 @@ fn every_anchor_occurs_once_in_the_unrolled_candidate() {
     every_anchor_occurs_once_in("shaders/candidates/mul_mat_unrolled.wgsl");
 }
 
-/// And in the fast candidate.
+/// And in the 4 x 4 candidate (the seed's design).
 #[test]
-fn every_anchor_occurs_once_in_the_fast_candidate() {
-    every_anchor_occurs_once_in("shaders/candidates/mul_mat_fast.wgsl");
+fn every_anchor_occurs_once_in_the_4x4_candidate() {
+    every_anchor_occurs_once_in("shaders/candidates/mul_mat_4x4.wgsl");
 }
 
 fn every_anchor_occurs_once_in(candidate: &str) {
@@ -285,15 +285,17 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
         lines.contains("  rerun: ") && lines.contains(&case),
         "{lines}"
     );
-    // The whole gate on that shape: every row run (the quantized ones again
-    // on the dequantize-then-GEMM path), the failing ones counted.
+    // The whole gate on that shape: every row run (at `geom` and the
+    // shader's declared geometry, and the quantized ones again on the
+    // dequantize-then-GEMM path), the failing ones counted.
     let g = gate::run(&e, &[sh], &[geom]);
     let dtypes = Dtype::ALL
         .iter()
         .filter(|d| sh.k % d.block_elems() == 0)
         .count();
     assert!(e.decl().dequant);
-    let rows = (2 * dtypes - 1) * Arm::ALL.len();
+    let geoms = gate::geometries(&e, &[geom]).len();
+    let rows = (geoms * dtypes + dtypes - 1) * Arm::ALL.len();
     assert_eq!(g.rows, rows);
     assert!(g.failures >= 1 && g.failures <= rows, "{g:?}");
     // The fuzzer: a panic with both rerun lines.

@@ -148,6 +148,16 @@ fn write_past_dst_hits_the_guard_band() {
     );
 }
 
+/// The builtin shader's line `const NAME: u32 = ...;`.
+fn decl_line(name: &str) -> String {
+    let head = format!("const {name}: u32 = ");
+    BUILTIN_MUL_MAT_WGSL
+        .lines()
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("the builtin shader declares no `{head}...`"))
+        .to_string()
+}
+
 /// The thread tile is the shader's declaration: a candidate that makes it
 /// an `override` (the shim could not size the dispatch before building the
 /// pipeline) or leaves it out is refused before any adapter is opened.
@@ -156,11 +166,11 @@ fn thread_tile_must_be_a_declared_const() {
     for (name, text) in [
         (
             "override-tile.wgsl",
-            BUILTIN_MUL_MAT_WGSL.replace("const TILE_M: u32 = 4u;", "override TILE_M: u32 = 4u;"),
+            BUILTIN_MUL_MAT_WGSL.replace(&decl_line("TILE_M"), "override TILE_M: u32 = 4u;"),
         ),
         (
             "no-tile.wgsl",
-            BUILTIN_MUL_MAT_WGSL.replace("const TILE_N: u32 = 4u;", ""),
+            BUILTIN_MUL_MAT_WGSL.replace(&decl_line("TILE_N"), ""),
         ),
     ] {
         assert_ne!(text, BUILTIN_MUL_MAT_WGSL);
@@ -254,9 +264,16 @@ fn unchecked_modules_compute_the_same_bits() {
     }
 }
 
+/// The text of the project file `path` (beside the binary in a bundle).
+fn project_text(path: &str) -> String {
+    let p = kernel_oracle::paths::project_file(path, env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
 /// The dequantize-then-GEMM path (`QuantPath::Dequant`): on the builtin
-/// shader and on the `mul_mat_fast` candidate it computes the fused path's
-/// bits for every quantized dtype on ragged shapes (m off the block, one
+/// shader and on the 4 x 4 candidate (the seed's design) it computes the
+/// fused path's bits for every quantized dtype on ragged shapes (m off the block, one
 /// block of k, one row, n = 1), including a pre-pass grid wider than one
 /// row of the dispatch; `default_path` takes it from n = DEQUANT_MIN_N on a
 /// quantized dtype only; an f32 src0 and a shader without a `dequant`
@@ -265,12 +282,8 @@ fn unchecked_modules_compute_the_same_bits() {
 fn the_dequant_path_computes_the_fused_bits_and_refuses_what_it_cannot_run() {
     use device::wgpu::{QuantPath, DEQUANT_MIN_N};
     use kernel_oracle::mul_mat::{Arm, CaseSpec};
-    let fast = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("shaders/candidates/mul_mat_fast.wgsl"),
-    )
-    .unwrap();
-    for e in [builtin(), candidate("fast.wgsl", &fast)] {
+    let seed_design = project_text("shaders/candidates/mul_mat_4x4.wgsl");
+    for e in [builtin(), candidate("4x4.wgsl", &seed_design)] {
         assert!(e.decl().dequant, "{}", e.source().describe());
         let g = e.decl().geometry;
         for d in Dtype::ALL {
@@ -353,11 +366,7 @@ fn the_dequant_path_computes_the_fused_bits_and_refuses_what_it_cannot_run() {
         .iter()
         .zip(&dq)
         .all(|(x, y)| x.to_bits() == y.to_bits()));
-    let vec4 = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("shaders/candidates/mul_mat_vec4.wgsl"),
-    )
-    .unwrap();
+    let vec4 = project_text("shaders/candidates/mul_mat_vec4.wgsl");
     let plain = candidate("vec4.wgsl", &vec4);
     assert!(!plain.decl().dequant);
     let r = plain.mul_mat_path(
