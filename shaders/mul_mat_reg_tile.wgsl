@@ -27,9 +27,10 @@
 // below; device::wgpu::QuantPath::Dequant): the whole of src0 decoded once
 // into an f32 scratch, then this GEMM's f32 pipeline over it.
 // H200 (2026-12-02, `ex_wgpu_gemm_bench`, naga's runtime checks on, cuBLAS
-// SGEMM with TF32 off in the same run): f32 0.34x-0.47x cuBLAS on the
-// LFM2.5 shapes (the 4 x 4 design: 0.11x-0.24x), the quantized dtypes
-// through the pre-pass 1.08x-1.42x of the f32 time on the same shape.
+// SGEMM with TF32 off in the same run): f32 0.32x-0.47x cuBLAS on the
+// LFM2.5 shapes (the 4 x 4 design: 0.11x-0.25x); the quantized dtypes
+// through the pre-pass 1.04x-1.31x of the f32 time on the same shape in
+// three sweeps of one run, q4_0 on ffn_gate 1.29x-1.42x.
 //
 //   dst[n * stride_dst + m] = sum over k of src0[m, k] * src1[n * stride_src1 + k]
 //
@@ -1097,9 +1098,15 @@ fn main(
     }
 }
 
+// The pre-pass's view of binding 2 (the scratch): four f32 to a vector, so
+// each invocation writes its four elements with one 128-bit store (the
+// same bytes as dst[4 i + j]). Only `dequant` uses it and `main` only
+// `dst`, so no entry point's interface holds both.
+@group(0) @binding(2) var<storage, read_write> dst4: array<vec4<f32>>;
+
 // The dequantize-then-GEMM pre-pass (see the ABI above): four consecutive
-// elements of one row per invocation through `load4_src0` (each the
-// 4 x 4 design's loader's expression).
+// elements of one row per invocation through `load4_src0` (each the 4 x 4
+// design's loader expression).
 @compute @workgroup_size(64, 1, 1)
 fn dequant(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -1111,9 +1118,5 @@ fn dequant(
     if (i >= params.m * kq) {
         return;
     }
-    let v = load4_src0(i / kq, 4u * (i % kq));
-    dst[4u * i] = v.x;
-    dst[4u * i + 1u] = v.y;
-    dst[4u * i + 2u] = v.z;
-    dst[4u * i + 3u] = v.w;
+    dst4[i] = load4_src0(i / kq, 4u * (i % kq));
 }
