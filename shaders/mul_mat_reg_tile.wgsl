@@ -30,7 +30,7 @@
 // SGEMM with TF32 off in the same run): f32 0.32x-0.47x cuBLAS on the
 // LFM2.5 shapes (the 4 x 4 design: 0.11x-0.25x); the quantized dtypes
 // through the pre-pass 1.04x-1.31x of the f32 time on the same shape in
-// three sweeps of one run, q4_0 on ffn_gate 1.29x-1.42x.
+// three sweeps of one run, except q4_0 on ffn_gate at 1.29x-1.42x.
 //
 //   dst[n * stride_dst + m] = sum over k of src0[m, k] * src1[n * stride_src1 + k]
 //

@@ -11,7 +11,8 @@ fn engine_or_fail() -> &'static device::wgpu::WgpuEngine {
     engine().unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"))
 }
 
-/// Every dtype on the CI shapes, every arm, both geometries.
+/// Every dtype on the CI shapes, every arm, the gate's geometries and the
+/// shader's declared one, the quantized rows on both paths.
 #[test]
 fn mul_mat_gate_ci_shapes() {
     let g = gate::run(engine_or_fail(), &CI_SHAPES, &GEOMETRIES);

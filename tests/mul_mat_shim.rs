@@ -231,6 +231,7 @@ fn enable_subgroups_requests_the_feature() {
 /// a ragged case of every dtype that the builtin shader keeps in bounds.
 #[test]
 fn unchecked_modules_compute_the_same_bits() {
+    use device::wgpu::QuantPath;
     use kernel_oracle::mul_mat::gate::{run_one, spec, Shape};
     use kernel_oracle::mul_mat::{Arm, CaseSpec};
     let checked = builtin();
@@ -252,14 +253,21 @@ fn unchecked_modules_compute_the_same_bits() {
         let s: CaseSpec = spec(&shape, d, Arm::Random);
         let data = s.generate();
         let g = Geometry::default();
-        let a = checked
-            .mul_mat(d, g, s.m, s.n, s.k, &data.src0, &data.src1)
-            .unwrap();
-        let b = unchecked
-            .mul_mat(d, g, s.m, s.n, s.k, &data.src0, &data.src1)
-            .unwrap();
-        let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(same, "{}: unchecked differs", d.name());
+        // Both paths of a quantized src0: the fused decoders and the pre-pass.
+        let paths: &[QuantPath] = match d {
+            Dtype::F32 => &[QuantPath::Fused],
+            _ => &[QuantPath::Fused, QuantPath::Dequant],
+        };
+        for &path in paths {
+            let a = checked
+                .mul_mat_path(d, g, path, s.m, s.n, s.k, &data.src0, &data.src1)
+                .unwrap();
+            let b = unchecked
+                .mul_mat_path(d, g, path, s.m, s.n, s.k, &data.src0, &data.src1)
+                .unwrap();
+            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{} {path:?}: unchecked differs", d.name());
+        }
         assert!(run_one(&unchecked, &s, &g).unwrap().pass(), "{}", d.name());
     }
 }
@@ -366,6 +374,20 @@ fn the_dequant_path_computes_the_fused_bits_and_refuses_what_it_cannot_run() {
         .iter()
         .zip(&dq)
         .all(|(x, y)| x.to_bits() == y.to_bits()));
+    // M K = 0: nothing to decode, an empty dst (the scratch still binds a
+    // whole vector); the default path stays fused.
+    let r = e.mul_mat_path(
+        Dtype::Q4_0,
+        g,
+        QuantPath::Dequant,
+        0,
+        40,
+        32,
+        &[],
+        &[0.0; 40 * 32],
+    );
+    assert_eq!(r.unwrap(), Vec::<f32>::new());
+    assert_eq!(e.default_path(Dtype::Q4_0, 0, 512, 256), QuantPath::Fused);
     let vec4 = project_text("shaders/candidates/mul_mat_vec4.wgsl");
     let plain = candidate("vec4.wgsl", &vec4);
     assert!(!plain.decl().dequant);

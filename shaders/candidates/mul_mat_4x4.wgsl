@@ -275,8 +275,8 @@ fn main(
 }
 
 // The dequantize-then-GEMM pre-pass (see the ABI above): four consecutive
-// elements of one row per invocation, each through `load_src0`, the loader
-// `main` stages with.
+// elements of one row per invocation, each through `load_src0` (the
+// element loader; each value the one `main` decodes).
 @compute @workgroup_size(64, 1, 1)
 fn dequant(
     @builtin(workgroup_id) wg: vec3<u32>,

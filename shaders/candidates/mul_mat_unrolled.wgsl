@@ -716,9 +716,9 @@ fn main(
     }
 }
 
-// The dequantize-then-GEMM pre-pass (the production shader's ABI; here as there): four consecutive
-// elements of one row per invocation, each through `load_src0`, the loader
-// `main` stages with.
+// The dequantize-then-GEMM pre-pass (the production shader's ABI): four
+// consecutive elements of one row per invocation, each through
+// `load_src0` (the element loader; each value the one `main` decodes).
 @compute @workgroup_size(64, 1, 1)
 fn dequant(
     @builtin(workgroup_id) wg: vec3<u32>,

@@ -15,7 +15,7 @@
 //! | `override WG_M: u32 = 16u;` (and `WG_N`, `TILE_K`) | the default geometry | that knob of [`Geometry::default`] |
 //! | `enable f16;` | needs `Features::SHADER_F16` | not requested |
 //! | `enable subgroups;` | needs `Features::SUBGROUP` | not requested |
-//! | `fn dequant(...)` (a `@compute` entry) | the dequantize-then-GEMM pre-pass ([`super::QuantPath::Dequant`]) | quantized src0 only through `main` |
+//! | `@compute ... fn dequant(...)` (an entry point) | the dequantize-then-GEMM pre-pass ([`super::QuantPath::Dequant`]) | quantized src0 only through `main` |
 //!
 //! The tile is a `const`, never an `override`: the shader unrolls it, and
 //! the shim must know it before the pipeline exists. Values are WGSL
@@ -40,7 +40,7 @@ pub struct ShaderDecl {
     pub f16: bool,
     /// `enable subgroups;` is present.
     pub subgroups: bool,
-    /// A module-scope `fn dequant` is present: the entry point of the
+    /// A module-scope `@compute ... fn dequant` is present: the entry point of the
     /// dequantize-then-GEMM pre-pass ([`super::QuantPath::Dequant`]; its ABI
     /// is the production shader's header).
     pub dequant: bool,
@@ -145,30 +145,36 @@ impl ShaderDecl {
     }
 }
 
-/// Whether comment-free `code` declares `fn name` at module scope (brace
-/// depth 0: a function of that name nested in nothing).
+/// Whether comment-free `code` declares a `@compute` entry point `fn name`
+/// at module scope (brace depth 0; the attributes between the previous
+/// declaration's end and the `fn` must hold `@compute`). A plain helper of
+/// that name does not count.
 fn declares_fn(code: &str, name: &str) -> bool {
+    // Module scope only, each function body replaced by a `;` so that every
+    // declaration, its attributes first, ends at one.
     let mut top = String::with_capacity(code.len());
     let mut depth = 0usize;
     for c in code.chars() {
         match c {
-            '{' => {
-                depth += 1;
-                top.push(' ');
-            }
+            '{' => depth += 1,
             '}' => {
                 depth = depth.saturating_sub(1);
-                top.push(' ');
+                if depth == 0 {
+                    top.push(';');
+                }
             }
             _ if depth == 0 => top.push(c),
             _ => {}
         }
     }
-    let words: Vec<&str> = top
-        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .filter(|w| !w.is_empty())
-        .collect();
-    words.windows(2).any(|w| w[0] == "fn" && w[1] == name)
+    top.split(';').any(|decl| {
+        let words: Vec<&str> = decl
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '@'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let named = words.windows(2).any(|w| w[0] == "fn" && w[1] == name);
+        named && words.contains(&"@compute")
+    })
 }
 
 /// `text` with every `//` line comment and `/* */` block comment (nested,
@@ -367,8 +373,8 @@ mod tests {
         assert!(d.dequant);
     }
 
-    /// `fn dequant` counts at module scope only, as a whole word, with
-    /// comments removed.
+    /// `fn dequant` counts as a `@compute` entry at module scope only, as a
+    /// whole word, with comments removed.
     #[test]
     fn the_dequant_entry_is_found_at_module_scope_only() {
         let base = "const TILE_M: u32 = 4u;\nconst TILE_N: u32 = 4u;\n";
@@ -377,7 +383,15 @@ mod tests {
                 "@compute @workgroup_size(64) fn dequant(@builtin(workgroup_id) w: vec3<u32>) {}",
                 true,
             ),
-            ("fn  dequant ( ) { }", true),
+            (
+                "@compute\n@workgroup_size(64, 1, 1)\nfn  dequant ( ) { }",
+                true,
+            ),
+            ("fn dequant() { }", false),
+            (
+                "@compute @workgroup_size(1) fn main() {}\nfn dequant() {}",
+                false,
+            ),
             ("// fn dequant() {}", false),
             ("/* fn dequant() {} */", false),
             ("fn dequantize() {}", false),

@@ -27,7 +27,8 @@
 //! workgroup-memory check), the default geometry (the `override`
 //! defaults) and the features (`enable f16;`, `enable subgroups;`). So a
 //! candidate with an 8 x 8 thread tile runs through the same shim, gate
-//! and bench as the 4 x 4 production shader.
+//! and bench as the 8 x 4 production shader (or the seed's 4 x 4 design,
+//! `shaders/candidates/mul_mat_4x4.wgsl`).
 //!
 //! What the kernel cannot check, and the shim checks before upload:
 //! 1. `k` is a multiple of the dtype's block size and `src0`, `src1` have
@@ -188,8 +189,9 @@ pub struct Geometry {
 }
 
 impl Default for Geometry {
-    /// 16 x 16 threads, TILE_K = 16 (the seed's defaults): 64 x 64 outputs
-    /// per workgroup, 8 KiB of workgroup memory.
+    /// 16 x 16 threads, TILE_K = 16 (the seed's defaults; the 4 x 4 design
+    /// makes 64 x 64 outputs per workgroup of them). A shader's own default
+    /// is its `override` declarations ([`ShaderDecl::geometry`]).
     fn default() -> Self {
         Geometry {
             wg_m: 16,
@@ -212,7 +214,7 @@ impl Geometry {
 
     /// Workgroup memory (bytes) of a shader that stages, in each of its
     /// `STAGES` buffers, two f32 tiles of `tile_k x block_m` and
-    /// `tile_k x block_n` (the production shader: one buffer). A shader
+    /// `tile_k x block_n` (the 4 x 4 design: one buffer). A shader
     /// that pads its tiles needs more, and the pipeline's own validation
     /// reports that. Saturates at `u64::MAX` (beyond every adapter's
     /// limit) rather than overflow.
@@ -578,11 +580,12 @@ impl WgpuEngine {
 
     /// The path [`WgpuEngine::prepare`] and [`WgpuEngine::mul_mat`] take:
     /// [`QuantPath::Dequant`] when the shader declares `dequant`, src0 is
-    /// quantized, `n >= DEQUANT_MIN_N` and the `4 M K`-byte scratch fits
-    /// one storage binding; else [`QuantPath::Fused`].
+    /// quantized, `n >= DEQUANT_MIN_N` and the `4 M K`-byte scratch is not
+    /// empty and fits one storage binding; else [`QuantPath::Fused`].
     pub fn default_path(&self, dtype: Dtype, m: usize, n: usize, k: usize) -> QuantPath {
         let scratch = (m as u64).saturating_mul(k as u64).saturating_mul(4);
-        let fits = scratch < 1 << 32
+        let fits = scratch > 0
+            && scratch < 1 << 32
             && scratch <= self.limits.max_storage_buffer_binding_size
             && scratch <= self.limits.max_buffer_size;
         if self.decl.dequant && dtype != Dtype::F32 && n >= DEQUANT_MIN_N && fits {
@@ -685,7 +688,9 @@ impl WgpuEngine {
                         value: elems as u64,
                     });
                 }
-                let bytes = (4 * elems).max(4) as u64;
+                // At least one vector: a `dequant` that sees the scratch as
+                // `array<vec4<f32>>` needs 16 bytes bound even when M K = 0.
+                let bytes = (4 * elems).max(16) as u64;
                 self.check_binding("dequantized src0", bytes)?;
                 let groups = (elems as u64 / 4).div_ceil(DEQUANT_WG);
                 let px = groups.clamp(1, max_groups);
@@ -710,6 +715,10 @@ impl WgpuEngine {
         let pipeline = self.pipeline(main_dtype, geom)?;
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        // A bind group that does not match the layout a candidate's entry
+        // point derives (a `dequant` that reads src1, say) is a validation
+        // error: an error returned here, not wgpu's uncaptured-error panic.
+        let bind_scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let storage = wgpu::BufferUsages::STORAGE;
         let mut s0 = src0.to_vec();
         s0.resize(src0_bytes as usize, 0);
@@ -791,8 +800,16 @@ impl WgpuEngine {
                 },
             ],
         });
+        let bind_err = pollster::block_on(bind_scope.pop());
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(wgpu_err("upload", e));
+        }
+        if let Some(e) = bind_err {
+            return Err(WgpuError::Compile {
+                source_desc: self.source.describe(),
+                dtype: dtype.name(),
+                message: format!("binding the buffers to the pipeline's layout: {e}"),
+            });
         }
         Ok(MulMatJob {
             engine: self,
