@@ -583,11 +583,15 @@ impl WgpuEngine {
     /// quantized, `n >= DEQUANT_MIN_N` and the `4 M K`-byte scratch is not
     /// empty and fits one storage binding; else [`QuantPath::Fused`].
     pub fn default_path(&self, dtype: Dtype, m: usize, n: usize, k: usize) -> QuantPath {
-        let scratch = (m as u64).saturating_mul(k as u64).saturating_mul(4);
-        let fits = scratch > 0
-            && scratch < 1 << 32
-            && scratch <= self.limits.max_storage_buffer_binding_size
-            && scratch <= self.limits.max_buffer_size;
+        // The scratch as prepare_path checks it: M K elements, not 0, under
+        // 2^32, and 4 M K bytes within one binding.
+        let fits = m.checked_mul(k).is_some_and(|elems| {
+            elems > 0
+                && u32::try_from(elems).is_ok()
+                && self
+                    .check_binding("dequantized src0", 4 * elems as u64)
+                    .is_ok()
+        });
         if self.decl.dequant && dtype != Dtype::F32 && n >= DEQUANT_MIN_N && fits {
             QuantPath::Dequant
         } else {
@@ -703,11 +707,8 @@ impl WgpuEngine {
                     });
                 }
                 let pipeline = self.pipeline_entry(dtype, geom, "dequant")?;
-                Some((
-                    pipeline,
-                    bytes,
-                    (px as u32, py as u32 * u32::from(groups > 0)),
-                ))
+                // No workgroups (M K = 0): py is 0 and the dispatch is skipped.
+                Some((pipeline, bytes, (px as u32, py as u32)))
             }
         };
         // On the dequant path `main` is the f32 GEMM over the scratch.
