@@ -188,6 +188,10 @@ static __device__ __forceinline__ void st_shared_v4(u32 dst, u32 a, u32 b, u32 c
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(a), "r"(b), "r"(c), "r"(e));
 }
 
+static __device__ __forceinline__ void st_shared_f32(u32 dst, float v) {
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(dst), "f"(v) : "memory");
+}
+
 static __device__ __forceinline__ void ldsm_x4(u32 addr, u32 &r0, u32 &r1, u32 &r2, u32 &r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -308,10 +312,11 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
 #define X4 64, 4, 8, 2, 2, 1
 #define X5 32, 5, 0, 2, 2, 1
 
-/* Bytes of one stage: A 128 x 128, B BN x 128, BN activation scales, one
- * weight scale (padded to 16); rounded up to 1024 (swizzle atoms). */
+/* Bytes of one stage: A 128 x 128, B BN x 128, BN scale products s * d,
+ * the BN activation scales and the weight scale (padded to 16); rounded up
+ * to 1024 (swizzle atoms). */
 static __host__ __device__ constexpr u32 nv_stage_bytes(int bn) {
-    return (u32)(((128 + bn) * BLOCK_K + bn * 4 + 16 + 1023) / 1024 * 1024);
+    return (u32)(((128 + bn) * BLOCK_K + 2 * bn * 4 + 16 + 1023) / 1024 * 1024);
 }
 
 /* Dynamic shared memory: 1024 bytes of alignment slack, the stages, two
@@ -346,10 +351,10 @@ static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / 
 #if HAVE_WGMMA
 /* The native e4m3 wgmma variant for m x in_f x out_f (schedule 3), as
  * measured on the H200 (device/NOTES.md): 128 x 128 tiles from two waves
- * of them on (4096 x 5120 x 1536: k18 701 TFLOP/s, k15 656, k19 597);
+ * of them on (4096 x 5120 x 1536: k18 744 TFLOP/s, k15 711, k19 646);
  * else 128 x 64 (two CTAs per SM) beyond 64 tokens (512 x 5120 x 1536:
- * k19 360, k16 307, k18 277); else 128 x 32. With in_f % 16 == 0 the
- * TMA variants (k18 .. k20: 7-17% faster), else their cp.async twins
+ * k19 447, k20 398, k16 386, k18 308); else 128 x 32. With in_f % 16 == 0
+ * the TMA variants (k18 .. k20: 5-16% faster), else their cp.async twins
  * (k15 .. k17), whose byte-wise weight path the TMA ones would share. */
 static __device__ __forceinline__ int nv_pick(u32 um, u32 uk, u32 un, u32 sms) {
     const int first = N_VARIANTS + N_WG_VARIANTS + ((uk & 15u) == 0 ? 3 : 0);
@@ -1479,11 +1484,14 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  * k32 step t at byte 32 t of the swizzle atom's row.
  *
  * Roles: warps 8 .. 8 + NPW - 1 (the producers) issue cp.async copies of
- * each block's tiles and scales into a ring of ST stages and signal the
- * stage's "full" mbarrier twice per thread: cp.async.mbarrier.arrive.noinc
- * (when that thread's copies have landed) and a release arrival (after its
- * st.shared of the slow path: weight rows not 16-byte aligned, copied byte
- * exact with zeros past in_f, then fenced for the async proxy). In the
+ * each block's tiles into a ring of ST stages, store the block's scale
+ * products sd = s * d (one per token, rounded: computed once for both
+ * consumer warpgroups, from scales loaded one block ahead) with the raw
+ * scales beside them, and signal the stage's "full" mbarrier twice per
+ * thread: cp.async.mbarrier.arrive.noinc (when that thread's copies have
+ * landed) and a release arrival (after its st.shared: the scales, and the
+ * slow path's tiles: weight rows not 16-byte aligned, copied byte exact
+ * with zeros past in_f, then fenced for the async proxy). In the
  * TMA variants (k18 .. k20) producer thread 0 brings the A and B tiles
  * instead, by two tensor-map copies (cp.async.bulk.tensor, the boxes the
  * ABI's maps describe, 128-byte swizzled by the copy engine into the same
@@ -1497,12 +1505,12 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  * consumers, 64 out_f rows each) wait on "full", fence the generic-proxy
  * writes for the async proxy, run the block's four MMAs, wait for them, fold
  * and arrive on the stage's "empty" mbarrier, which the producer waits on
- * before it refills the stage. The two consumers take turns on the tensor
- * cores (named barriers 1 and 2): warpgroup 1 issues block b's MMAs when
- * warpgroup 0's have completed, warpgroup 0 issues block b + 1's when
- * warpgroup 1's have, so one folds while the other multiplies. Every wgmma
- * group is waited for before its accumulators are read (no group in flight
- * across the loop's back edge).
+ * before it refills the stage. The two consumers run on their own: the
+ * tensor cores take their MMAs in turn as they are issued, so one
+ * warpgroup's fold overlaps the other's MMAs (device/NOTES.md: 6-14% faster
+ * than making them alternate with named barriers). Every wgmma group is
+ * waited for before its accumulators are read (no group in flight across
+ * the loop's back edge).
  */
 
 /* The mask of the bytes of word [at, at + 4) of a chunk below nvalid. */
@@ -1548,12 +1556,6 @@ static __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
                      : "r"(bar), "r"(parity)
                      : "memory");
     } while (!done);
-}
-template <int ID> static __device__ __forceinline__ void named_sync256() {
-    asm volatile("bar.sync %0, 256;\n" ::"n"(ID) : "memory");
-}
-template <int ID> static __device__ __forceinline__ void named_arrive256() {
-    asm volatile("bar.arrive %0, 256;\n" ::"n"(ID) : "memory");
 }
 
 template <int SCALE_D>
@@ -1604,8 +1606,10 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     constexpr u32 SB = nv_stage_bytes(BN);
     constexpr u32 A_OFF = 0;
     constexpr u32 B_OFF = (u32)BM * BLOCK_K;
-    constexpr u32 D_OFF = (u32)(BM + BN) * BLOCK_K;
-    constexpr u32 S_OFF = D_OFF + (u32)BN * 4u;
+    constexpr u32 D_OFF = (u32)(BM + BN) * BLOCK_K; /* BN products s * d */
+    constexpr u32 DR_OFF = D_OFF + (u32)BN * 4u;     /* BN activation scales d */
+    constexpr u32 S_OFF = DR_OFF + (u32)BN * 4u;     /* the weight scale s */
+    constexpr int DPT = (BN + PT - 1) / PT;          /* tokens per producer thread */
     static_assert(BN == 32 || BN == 64 || BN == 128, "wgmma N");
     static_assert(ST >= 2, "stages");
 
@@ -1671,6 +1675,18 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
         const u8 *a_src = w + (u64)(row0 + r0) * (u64)in_f + (u64)(kc * 16);
         const u8 *b_src = q + (u64)(col0 + r0) * (u64)in_f_pad + (u64)(kc * 16);
         const u64 a_step = (u64)RS * (u64)in_f, b_step = (u64)RS * (u64)in_f_pad;
+        /* The block's scales, loaded one block ahead: d of tokens
+         * pt + PT i, and s. */
+        float dn[DPT], sn = 0.0f;
+        const auto load_scales = [&](int kb) {
+#pragma unroll
+            for (int i = 0; i < DPT; ++i) {
+                const int r = pt + PT * i;
+                dn[i] = r < b_rows ? d[(u64)(col0 + r) * (u64)act_blocks + (u64)kb] : 0.0f;
+            }
+            sn = s_row[kb];
+        };
+        load_scales(0);
         for (int kb = 0; kb < nblk; ++kb) {
             const int slot = kb % ST;
             if (kb >= ST)
@@ -1718,10 +1734,27 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
                 for (int i = 0; r0 + RS * i < b_rows; ++i)
                     cp_async16(b_dst + (u32)i * (u32)(RS * 128), bs + (u64)i * b_step, 16u);
             }
-            for (int r = pt; r < b_rows; r += PT)
-                cp_async4(base + D_OFF + (u32)r * 4u, d + (u64)(col0 + r) * (u64)act_blocks + (u64)kb, 4u);
+            /* M2' sd = s * d (rounded), once per token for both consumer
+             * warpgroups, and the raw scales beside them (st.shared,
+             * released by this thread's arrival below; the consumers read
+             * them with generic loads) */
+            float dv[DPT];
+            const float sv = sn;
+#pragma unroll
+            for (int i = 0; i < DPT; ++i)
+                dv[i] = dn[i];
+            if (kb + 1 < nblk)
+                load_scales(kb + 1);
+#pragma unroll
+            for (int i = 0; i < DPT; ++i) {
+                const int r = pt + PT * i;
+                if (r < b_rows) {
+                    st_shared_f32(base + D_OFF + (u32)r * 4u, __fmul_rn(sv, dv[i]));
+                    st_shared_f32(base + DR_OFF + (u32)r * 4u, dv[i]);
+                }
+            }
             if (pt == 0)
-                cp_async4(base + S_OFF, s_row + kb, 4u);
+                st_shared_f32(base + S_OFF, sv);
             if (!w_fast)
                 fence_proxy_async(); /* the st.shared of the slow path, for the async proxy */
             cp_async_mbar_arrive(full0 + (u32)slot * 8u);
@@ -1757,12 +1790,6 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
         const u32 base = s0 + (u32)slot * SB;
         mbar_wait(full0 + (u32)slot * 8u, (u32)((kb / ST) & 1));
         fence_proxy_async(); /* the stage's generic-proxy writes, for the MMA */
-        if (wg == 0) {
-            if (kb > 0)
-                named_sync256<1>(); /* warpgroup 1's MMAs of block kb - 1 are done */
-        } else {
-            named_sync256<2>(); /* warpgroup 0's MMAs of block kb are done */
-        }
         wgmma_fence();
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
@@ -1775,19 +1802,20 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
         }
         wgmma_commit();
         wgmma_wait<0>();
-        if (wg == 0)
-            named_arrive256<2>();
-        else if (kb + 1 < nblk)
-            named_arrive256<1>();
         /* M2' fold: accumulator register 4 ni + e is row 16 wq + g + 8 (e >> 1),
          * token column 8 ni + 2 t4 + (e & 1). */
-        const float *rd = reinterpret_cast<const float *>(sp + (u32)slot * SB + D_OFF);
-        const float s_blk = reinterpret_cast<const float *>(sp + (u32)slot * SB + S_OFF)[0];
+        const float *rsd = reinterpret_cast<const float *>(sp + (u32)slot * SB + D_OFF);
+        const float *rd = reinterpret_cast<const float *>(sp + (u32)slot * SB + DR_OFF);
+        const float *rs = reinterpret_cast<const float *>(sp + (u32)slot * SB + S_OFF);
+        /* The raw scales: no variant reads them; a fold that multiplies
+         * them in another order would (`kernel-oracle mutant fp8-mmq
+         * fold-association` plants one here). */
+        (void)rd;
+        (void)rs;
 #pragma unroll
         for (int ni = 0; ni < BN / 8; ++ni) {
-            const float2 dd = *reinterpret_cast<const float2 *>(rd + ni * 8 + t4 * 2);
-            const float sd0 = __fmul_rn(s_blk, dd.x);
-            const float sd1 = __fmul_rn(s_blk, dd.y);
+            const float2 sd = *reinterpret_cast<const float2 *>(rsd + ni * 8 + t4 * 2);
+            const float sd0 = sd.x, sd1 = sd.y; /* s * d of the two token columns */
             sum[4 * ni + 0] = __fmaf_rn(sd0, acc[4 * ni + 0], sum[4 * ni + 0]);
             sum[4 * ni + 1] = __fmaf_rn(sd1, acc[4 * ni + 1], sum[4 * ni + 1]);
             sum[4 * ni + 2] = __fmaf_rn(sd0, acc[4 * ni + 2], sum[4 * ni + 2]);

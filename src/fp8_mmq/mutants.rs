@@ -121,7 +121,7 @@ pub const NATIVE_PLANTS: [NativePlant; 1] = [NativePlant {
     name: "fold-association",
     find: "sum[4 * ni + 0] = __fmaf_rn(sd0, acc[4 * ni + 0], sum[4 * ni + 0]);",
     replace:
-        "sum[4 * ni + 0] = __fmaf_rn(s_blk, __fmul_rn(dd.x, acc[4 * ni + 0]), sum[4 * ni + 0]);",
+        "sum[4 * ni + 0] = __fmaf_rn(rs[0], __fmul_rn(rd[ni * 8 + t4 * 2], acc[4 * ni + 0]), sum[4 * ni + 0]);",
 }];
 
 /// Whether the mutant changes only the native e4m3 wgmma variants, so
