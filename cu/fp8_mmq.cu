@@ -303,7 +303,7 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
  * warps (threads: 256 consumers + 32 NPW), TMA 1: the A and B tiles come
  * by tensor-map copies (cp.async.bulk.tensor, one thread) instead of
  * cp.async (X3 .. X5 are X0 .. X2 so, X3 with 2 producer warps: they
- * copy only the scales). Variant k<N_VARIANTS +
+ * only load the scales and store s * d). Variant k<N_VARIANTS +
  * N_WG_VARIANTS + i> is X<i>. */
 #define X0 128, 6, 8, 1, 4, 0
 #define X1 64, 4, 8, 2, 2, 0
