@@ -94,8 +94,8 @@
  *        i32 m, i32 in_f, i32 out_f)
  *    TMA variants (plan[16] = 1) take two more arguments, 128-byte
  *    CUtensorMap values (cuTensorMapEncodeTiled; `const __grid_constant__`),
- *        ta  // w as u8 [out_f][in_f], row stride in_f bytes, box 128 x 128
- *            //   bytes, SWIZZLE_128B, out-of-bound bytes zero; encoded
+ *        ta  // w as u8 [out_f][in_f], row stride in_f bytes, box plan[13]
+ *            //   x 128 bytes, SWIZZLE_128B, out-of-bound bytes zero; encoded
  *            //   only when in_f % 16 == 0 and w is 16-byte aligned (TMA's
  *            //   stride and address rules), else all zero and unused
  *        tb  // q as u8 [m][in_f_pad], row stride in_f_pad, box 128 x
@@ -300,35 +300,41 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
 
 /* Native variants: BN tokens per CTA (the wgmma N), ST stages, GR raster
  * group (0: none), MINB CTAs per SM the registers must allow, NPW producer
- * warps (threads: 256 consumers + 32 NPW), TMA 1: the A and B tiles come
+ * warps (threads: 128 NWG consumers + 32 NPW), TMA 1: the A and B tiles come
  * by tensor-map copies (cp.async.bulk.tensor, one thread) instead of
- * cp.async (X3 .. X5 are X0 .. X2 so, X3 with 2 producer warps: they
- * only load the scales and store s * d). Variant k<N_VARIANTS +
- * N_WG_VARIANTS + i> is X<i>. */
-#define X0 128, 6, 8, 1, 4, 0
-#define X1 64, 4, 8, 2, 2, 0
-#define X2 32, 5, 0, 2, 2, 0
-#define X3 128, 6, 8, 1, 2, 1
-#define X4 64, 4, 8, 2, 2, 1
-#define X5 32, 5, 0, 2, 2, 1
+ * cp.async (X3 .. X5 are X0 .. X2 so, X3 with 4 producer warps: they
+ * only load the scales and store s * d), DB 1: two accumulator sets, so
+ * that the MMAs of block kb + 1 run while block kb is folded (NPW 4, MINB
+ * 1: the producer warpgroup gives registers to the consumers,
+ * setmaxnreg), NWG consumer warpgroups (BM = 64 NWG out_f rows per CTA;
+ * the weight tensor map's box is BM rows). Variant k<N_VARIANTS + N_WG_VARIANTS + i> is X<i>. */
+#define X0 128, 6, 8, 1, 4, 0, 0, 2
+#define X1 64, 4, 8, 2, 2, 0, 0, 2
+#define X2 32, 5, 0, 2, 2, 0, 0, 2
+#define X3 128, 6, 8, 1, 4, 1, 1, 2
+#define X4 64, 4, 8, 2, 2, 1, 0, 2
+#define X5 32, 5, 0, 2, 2, 1, 0, 2
 
-/* Bytes of one stage: A 128 x 128, B BN x 128, BN scale products s * d,
+/* Bytes of one stage: A BM x 128, B BN x 128, BN scale products s * d,
  * the BN activation scales and the weight scale (padded to 16); rounded up
  * to 1024 (swizzle atoms). */
-static __host__ __device__ constexpr u32 nv_stage_bytes(int bn) {
-    return (u32)(((128 + bn) * BLOCK_K + 2 * bn * 4 + 16 + 1023) / 1024 * 1024);
+static __host__ __device__ constexpr u32 nv_stage_bytes(int bm, int bn) {
+    return (u32)(((bm + bn) * BLOCK_K + 2 * bn * 4 + 16 + 1023) / 1024 * 1024);
 }
 
 /* Dynamic shared memory: 1024 bytes of alignment slack, the stages, two
  * mbarriers (8 bytes each) per stage. */
-static __host__ __device__ constexpr u32 nv_smem(int bn, int st, int gr, int minb, int npw, int tma) {
-    return 1024u + (u32)st * nv_stage_bytes(bn) + (u32)st * 16u;
+static __host__ __device__ constexpr u32 nv_smem(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) {
+    return 1024u + (u32)st * nv_stage_bytes(64 * nwg, bn) + (u32)st * 16u;
 }
 
-static __host__ __device__ constexpr int nv_bn(int bn, int st, int gr, int minb, int npw, int tma) { return bn; }
-static __host__ __device__ constexpr u32 nv_tma(int bn, int st, int gr, int minb, int npw, int tma) { return (u32)tma; }
-static __host__ __device__ constexpr u32 nv_threads(int bn, int st, int gr, int minb, int npw, int tma) {
-    return 256u + 32u * (u32)npw;
+static __host__ __device__ constexpr int nv_bn(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) { return bn; }
+static __host__ __device__ constexpr u32 nv_tma(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) { return (u32)tma; }
+static __host__ __device__ constexpr u32 nv_threads(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) {
+    return 128u * (u32)nwg + 32u * (u32)npw;
+}
+static __host__ __device__ constexpr u32 nv_bm(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) {
+    return 64u * (u32)nwg;
 }
 
 #define QUANT_THREADS 256
@@ -351,7 +357,8 @@ static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / 
 #if HAVE_WGMMA
 /* The native e4m3 wgmma variant for m x in_f x out_f (schedule 3), as
  * measured on the H200 (device/NOTES.md): 128 x 128 tiles from two waves
- * of them on (4096 x 5120 x 1536: k18 744 TFLOP/s, k15 711, k19 646);
+ * of them on (4096 x 5120 x 1536: k18 727-785 TFLOP/s with its two
+ * accumulator sets, k15 678, k19 680);
  * else 128 x 64 (two CTAs per SM) beyond 64 tokens (512 x 5120 x 1536:
  * k19 447, k20 398, k16 386, k18 308); else 128 x 32. With in_f % 16 == 0
  * the TMA variants (k18 .. k20: 5-16% faster), else their cp.async twins
@@ -433,7 +440,8 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
 #if HAVE_WGMMA
         const int nv_bns[N_NV_VARIANTS] = {nv_bn(X0), nv_bn(X1), nv_bn(X2), nv_bn(X3), nv_bn(X4), nv_bn(X5)};
         const u32 nv_sm[N_NV_VARIANTS] = {nv_smem(X0), nv_smem(X1), nv_smem(X2), nv_smem(X3), nv_smem(X4), nv_smem(X5)};
-        bm = 128;
+        const u32 nv_bms[N_NV_VARIANTS] = {nv_bm(X0), nv_bm(X1), nv_bm(X2), nv_bm(X3), nv_bm(X4), nv_bm(X5)};
+        bm = nv_bms[v - N_VARIANTS - N_WG_VARIANTS];
         bn = (u32)nv_bns[v - N_VARIANTS - N_WG_VARIANTS];
         const u32 nv_th[N_NV_VARIANTS] = {nv_threads(X0), nv_threads(X1), nv_threads(X2), nv_threads(X3), nv_threads(X4), nv_threads(X5)};
         threads = nv_th[v - N_VARIANTS - N_WG_VARIANTS];
@@ -1558,6 +1566,23 @@ static __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     } while (!done);
 }
 
+/* Register budget of the executing warpgroup (PTX ISA, "setmaxnreg";
+ * sm_90a): the producers give registers back, the consumers take them. */
+template <int N> static __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> static __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+/* Pins the accumulator registers at this point of the program: no read or
+ * write of them moves across it (the wgmma results are defined only after
+ * the wait, and must not be overwritten before the fold has read them). */
+template <int N> static __device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+        asm volatile("" : "+f"(r[i])::"memory");
+}
+
 template <int SCALE_D>
 static __device__ __forceinline__ void wgmma_e4m3_n32(float (&d)[16], u64 adesc, u64 bdesc) {
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %18, 0;\n"
@@ -1593,17 +1618,18 @@ static __device__ __forceinline__ void wgmma_e4m3(float (&d)[N / 2], u64 adesc, 
         wgmma_e4m3_n128<SCALE_D>(d, adesc, bdesc);
 }
 
-template <int BN, int ST, int GR, int MINB, int NPW, int TMA>
+template <int BN, int ST, int GR, int MINB, int NPW, int TMA, int DB, int NWG>
 static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const float *__restrict__ s,
                                                const u8 *__restrict__ q, const float *__restrict__ d,
                                                float *__restrict__ y, int m, int in_f, int out_f,
                                                const TmaDesc *ta, const TmaDesc *tb) {
-    constexpr int BM = 128;
+    constexpr int BM = 64 * NWG;
+    constexpr int CT = 128 * NWG; /* consumer threads: warps 0 .. 4 NWG - 1 */
     constexpr int R = BN / 2;     /* accumulator registers per thread */
-    constexpr int PT = 32 * NPW;  /* producer threads: warps 8 .. 8 + NPW - 1 */
+    constexpr int PT = 32 * NPW;  /* producer threads: the NPW warps after them */
     constexpr int RS = PT / 8;    /* rows one pass of the producers covers */
     static_assert(NPW == 2 || NPW == 4, "RS a multiple of 8");
-    constexpr u32 SB = nv_stage_bytes(BN);
+    constexpr u32 SB = nv_stage_bytes(BM, BN);
     constexpr u32 A_OFF = 0;
     constexpr u32 B_OFF = (u32)BM * BLOCK_K;
     constexpr u32 D_OFF = (u32)(BM + BN) * BLOCK_K; /* BN products s * d */
@@ -1612,6 +1638,8 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     constexpr int DPT = (BN + PT - 1) / PT;          /* tokens per producer thread */
     static_assert(BN == 32 || BN == 64 || BN == 128, "wgmma N");
     static_assert(ST >= 2, "stages");
+    static_assert(NWG == 1 || NWG == 2, "consumer warpgroups");
+    static_assert(!DB || (NWG == 2 && NPW == 4 && MINB == 1), "the register split of setmaxnreg below");
 
     extern __shared__ __align__(1024) u8 smem[];
     const u32 sbase = smem_addr(smem);
@@ -1648,7 +1676,7 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
             /* two arrivals per producer thread: the asynchronous one (its
              * copies landed) and a release (its st.shared, slow path) */
             mbar_init(full0 + (u32)st * 8u, (u32)(2 * PT));
-            mbar_init(empty0 + (u32)st * 8u, 256u); /* every consumer thread */
+            mbar_init(empty0 + (u32)st * 8u, (u32)CT); /* every consumer thread */
         }
         /* The tensor-map copies complete the full barriers through the
          * async proxy: make their initialisation visible to it (PTX ISA,
@@ -1658,12 +1686,14 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     }
     __syncthreads();
 
-    if (tid >= 256) {
+    if (tid >= CT) {
+        if constexpr (DB)
+            setmaxnreg_dec<56>();
         /* Producer: PT threads. Thread pt copies chunk kc = pt & 7 of rows
          * r0 + RS i, r0 = pt >> 3: each group of 8 threads writes one whole
          * swizzled 128-byte row (no bank conflict) and reads 128 contiguous
          * bytes; (r & 7) is r0's for every i (RS is a multiple of 8). */
-        const int pt = tid - 256;
+        const int pt = tid - CT;
         const int kc = pt & 7, r0 = pt >> 3;
         const u8 *w_end = w + (u64)out_f * (u64)in_f;
         const bool w_fast = ((in_f & 15) == 0) && (((unsigned long long)w & 15ull) == 0);
@@ -1775,17 +1805,23 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     }
 
     /* Consumers: warpgroup wg owns out_f rows 64 wg .. 64 wg + 63 of the tile. */
+    if constexpr (DB)
+        setmaxnreg_inc<224>();
     const int wg = warp >> 2;
     const int wq = warp & 3;
     const int g = lane >> 2, t4 = lane & 3;
     float sum[R];
-    float acc[R];
+    float acc0[R];
+    float acc1[R]; /* DB: block kb's MMAs in acc0 (kb even) or acc1 (kb odd) */
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         sum[i] = 0.0f; /* M1 */
-        acc[i] = 0.0f;
+        acc0[i] = 0.0f;
+        acc1[i] = 0.0f;
     }
-    for (int kb = 0; kb < nblk; ++kb) {
+    /* M2' chain: block kb's four k=32 MMAs, the first from +0, committed as
+     * one group (not waited for). */
+    const auto issue = [&](float (&acc)[R], int kb) {
         const int slot = kb % ST;
         const u32 base = s0 + (u32)slot * SB;
         mbar_wait(full0 + (u32)slot * 8u, (u32)((kb / ST) & 1));
@@ -1801,9 +1837,13 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
                 wgmma_e4m3<BN, 1>(acc, adesc, bdesc);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        /* M2' fold: accumulator register 4 ni + e is row 16 wq + g + 8 (e >> 1),
-         * token column 8 ni + 2 t4 + (e & 1). */
+    };
+    /* M2' fold of block kb, whose MMAs have completed, then the stage goes
+     * back to the producers: accumulator register 4 ni + e is row
+     * 16 wq + g + 8 (e >> 1), token column 8 ni + 2 t4 + (e & 1). */
+    const auto fold = [&](float (&acc)[R], int kb) {
+        const int slot = kb % ST;
+        fence_regs(acc); /* no read of acc above the wait */
         const float *rsd = reinterpret_cast<const float *>(sp + (u32)slot * SB + D_OFF);
         const float *rd = reinterpret_cast<const float *>(sp + (u32)slot * SB + DR_OFF);
         const float *rs = reinterpret_cast<const float *>(sp + (u32)slot * SB + S_OFF);
@@ -1821,7 +1861,42 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
             sum[4 * ni + 2] = __fmaf_rn(sd0, acc[4 * ni + 2], sum[4 * ni + 2]);
             sum[4 * ni + 3] = __fmaf_rn(sd1, acc[4 * ni + 3], sum[4 * ni + 3]);
         }
+        fence_regs(acc); /* every read of acc before the next MMA into it */
         mbar_arrive(empty0 + (u32)slot * 8u);
+    };
+    if constexpr (DB) {
+        /* Two blocks in flight: the MMAs of kb + 1 are issued before the
+         * fold of kb waits for kb's (wgmma.wait_group 1: every group but
+         * the newest complete). The order of the folds, and each fold's
+         * arithmetic, are those of the one-set loop below. */
+        if (nblk > 0) {
+            int kb = 0;
+            issue(acc0, 0);
+            for (; kb + 2 < nblk; kb += 2) {
+                issue(acc1, kb + 1);
+                wgmma_wait<1>();
+                fold(acc0, kb);
+                issue(acc0, kb + 2);
+                wgmma_wait<1>();
+                fold(acc1, kb + 1);
+            }
+            if (kb + 1 < nblk) {
+                issue(acc1, kb + 1);
+                wgmma_wait<1>();
+                fold(acc0, kb);
+                wgmma_wait<0>();
+                fold(acc1, kb + 1);
+            } else {
+                wgmma_wait<0>();
+                fold(acc0, kb);
+            }
+        }
+    } else {
+        for (int kb = 0; kb < nblk; ++kb) {
+            issue(acc0, kb);
+            wgmma_wait<0>();
+            fold(acc0, kb);
+        }
     }
 
     /* M3 */
@@ -1848,7 +1923,7 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
         name(MMQ_ARGS, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb) {              \
         nv_body<cfg>(w, s, q, d, y, m, in_f, out_f, &ta, &tb);                                               \
     }
-#define NV_MINB_OF(bn, st, gr, minb, npw, tma) (minb)
+#define NV_MINB_OF(bn, st, gr, minb, npw, tma, db, nwg) (minb)
 
 NV_VARIANT(fp8_mmq_v2_k15, X0)
 NV_VARIANT(fp8_mmq_v2_k16, X1)

@@ -458,11 +458,12 @@ impl Engine {
                 shape.m()
             )));
         }
-        // The tensor maps' boxes are the tile (ABI section 4): 128 weight
-        // rows, at most 256 tokens (TMA's box limit).
-        if p.tensor_maps && (p.tile_rows != 128 || !(1..=256).contains(&p.tile_cols)) {
+        // The tensor maps' boxes are the tile (ABI section 4): at most 256
+        // weight rows and 256 tokens (TMA's box limit).
+        if p.tensor_maps && (!(1..=256).contains(&p.tile_rows) || !(1..=256).contains(&p.tile_cols))
+        {
             return Err(self.bad_plan(format!(
-                "plan[16] = 1 (tensor maps) with a {}x{} tile: the maps need 128 rows and 1 ..= 256 tokens",
+                "plan[16] = 1 (tensor maps) with a {}x{} tile: the maps need 1 ..= 256 rows and 1 ..= 256 tokens",
                 p.tile_rows, p.tile_cols
             )));
         }
@@ -636,7 +637,14 @@ impl Engine {
             )?;
             let (in_f, w_addr) = (shape.in_f() as u64, w.buf.device_addr(stream));
             let ta = if in_f % 16 == 0 && w_addr % 16 == 0 {
-                tma::TensorMap::tiled_u8(w_addr, in_f, shape.out_f() as u64, in_f, 128, 128)?
+                tma::TensorMap::tiled_u8(
+                    w_addr,
+                    in_f,
+                    shape.out_f() as u64,
+                    in_f,
+                    128,
+                    p.tile_rows,
+                )?
             } else {
                 tma::TensorMap::zeroed()
             };
