@@ -108,7 +108,7 @@
  * ========================= ARITHMETIC CONTRACT ============================
  * Variants k0 .. k14 declare schedule 0 (v2, seed 000's), stated here;
  * k15 .. k20 (sm_90a) declare schedule 3, stated in section 4c (M2'). The
- * plan picks among them for more than 64 tokens and in_f % 16 == 0 unless
+ * plan picks among them for more than 32 tokens and in_f % 16 == 0 unless
  * schedule 0 is requested. (core/src/fp8_mmq.rs is normative; this restates it.) IEEE binary32,
  * round-to-nearest-even, each operation rounding on its own (no FMA: the
  * file uses __fmul_rn/__fadd_rn/__fdiv_rn and is compiled --fmad=false).
@@ -410,12 +410,14 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
         else
             v = 3;
 #if HAVE_WGMMA
-        /* Any schedule (request -1): beyond 64 tokens the native e4m3
+        /* Any schedule (request -1): beyond 32 tokens the native e4m3
          * wgmma variants (schedule 3) beat every v2 variant on the H200
-         * (device/NOTES.md); up to 64, k5 stays. Only for in_f % 16 == 0:
+         * (device/NOTES.md; at 40 .. 64 tokens k20 0.0147 ms, k5 0.0162
+         * at in_f 5120, out_f 1536); up to 32, k5 stays (0.0137 against
+         * 0.0146). Only for in_f % 16 == 0:
          * on unaligned weight rows the natives' byte-wise copy path is
          * right but 2.3x slower than k4 (device/NOTES.md). */
-        if (request < 0 && um > 64 && (uk & 15u) == 0)
+        if (request < 0 && um > 32 && (uk & 15u) == 0)
             v = nv_pick(um, uk, un, sms);
 #endif
 #else
