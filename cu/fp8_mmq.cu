@@ -302,12 +302,13 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
  * group (0: none), MINB CTAs per SM the registers must allow, NPW producer
  * warps (threads: 128 NWG consumers + 32 NPW), TMA 1: the A and B tiles come
  * by tensor-map copies (cp.async.bulk.tensor, one thread) instead of
- * cp.async (X3 .. X5 are X0 .. X2 so, X3 with 4 producer warps: they
- * only load the scales and store s * d), DB 1: two accumulator sets, so
- * that the MMAs of block kb + 1 run while block kb is folded (NPW 4, MINB
- * 1: the producer warpgroup gives registers to the consumers,
+ * cp.async (X3 .. X5 are X0 .. X2 so, their producer warps only load the
+ * scales and store s * d; X3 also with DB), DB 1: two accumulator sets,
+ * so that the MMAs of block kb + 1 run while block kb is folded (NPW 4,
+ * MINB 1: the producer warpgroup gives registers to the consumers,
  * setmaxnreg), NWG consumer warpgroups (BM = 64 NWG out_f rows per CTA;
- * the weight tensor map's box is BM rows). Variant k<N_VARIANTS + N_WG_VARIANTS + i> is X<i>. */
+ * the weight tensor map's box is BM rows). Variant k<N_VARIANTS +
+ * N_WG_VARIANTS + i> is X<i>. */
 #define X0 128, 6, 8, 1, 4, 0, 0, 2
 #define X1 64, 4, 8, 2, 2, 0, 0, 2
 #define X2 32, 5, 0, 2, 2, 0, 0, 2
