@@ -107,8 +107,8 @@
  *
  * ========================= ARITHMETIC CONTRACT ============================
  * Variants k0 .. k14 declare schedule 0 (v2, seed 000's), stated here;
- * k15 .. k20 (sm_90a) declare schedule 3, stated in section 4c (M2'). The
- * plan picks among them for more than 32 tokens and in_f % 16 == 0 unless
+ * k15 .. k22 (sm_90a) declare schedule 3, stated in section 4c (M2'). The
+ * plan picks among them for more than 16 tokens and in_f % 16 == 0 unless
  * schedule 0 is requested. (core/src/fp8_mmq.rs is normative; this restates it.) IEEE binary32,
  * round-to-nearest-even, each operation rounding on its own (no FMA: the
  * file uses __fmul_rn/__fadd_rn/__fdiv_rn and is compiled --fmad=false).
@@ -271,7 +271,7 @@ struct VariantCfg {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define HAVE_WGMMA 1
 #define N_WG_VARIANTS 6
-#define N_NV_VARIANTS 6
+#define N_NV_VARIANTS 8
 #else
 #define HAVE_WGMMA 0
 #define N_WG_VARIANTS 0
@@ -303,7 +303,8 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
  * warps (threads: 128 NWG consumers + 32 NPW), TMA 1: the A and B tiles come
  * by tensor-map copies (cp.async.bulk.tensor, one thread) instead of
  * cp.async (X3 .. X5 are X0 .. X2 so, their producer warps only load the
- * scales and store s * d; X3 also with DB), DB 1: two accumulator sets,
+ * scales and store s * d; X3 also with DB; X6 is X4 with DB, X7 X5 with
+ * one consumer warpgroup), DB 1: two accumulator sets,
  * so that the MMAs of block kb + 1 run while block kb is folded (NPW 4,
  * MINB 1: the producer warpgroup gives registers to the consumers,
  * setmaxnreg), NWG consumer warpgroups (BM = 64 NWG out_f rows per CTA;
@@ -315,6 +316,10 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
 #define X3 128, 6, 8, 1, 4, 1, 1, 2
 #define X4 64, 4, 8, 2, 2, 1, 0, 2
 #define X5 32, 5, 0, 2, 2, 1, 0, 2
+#define X6 64, 6, 8, 1, 4, 1, 1, 2
+#define X7 32, 6, 0, 2, 2, 1, 0, 1
+/* Every native configuration in variant order: F(X0), F(X1), ... */
+#define NV_CFGS(F) F(X0), F(X1), F(X2), F(X3), F(X4), F(X5), F(X6), F(X7)
 
 /* Bytes of one stage: A BM x 128, B BN x 128, BN scale products s * d,
  * the BN activation scales and the weight scale (padded to 16); rounded up
@@ -357,20 +362,32 @@ static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / 
 
 #if HAVE_WGMMA
 /* The native e4m3 wgmma variant for m x in_f x out_f (schedule 3), as
- * measured on the H200 (device/NOTES.md): 128 x 128 tiles from two waves
- * of them on (4096 x 5120 x 1536: k18 727-785 TFLOP/s with its two
- * accumulator sets, k15 678, k19 680);
- * else 128 x 64 (two CTAs per SM) beyond 64 tokens (512 x 5120 x 1536:
- * k19 447, k20 398, k16 386, k18 308); else 128 x 32. With in_f % 16 == 0
- * the TMA variants (k18 .. k20: 5-16% faster), else their cp.async twins
- * (k15 .. k17), whose byte-wise weight path the TMA ones would share. */
+ * measured on the H200 (device/NOTES.md, in_f 5120, out_f 1536 unless
+ * said). With in_f % 16 == 0, the TMA variants (5-16% faster than their
+ * cp.async twins):
+ *   128 x 128 tiles (k18, two accumulator sets) from half a wave of them
+ *   on (1024 tokens: k18 0.0246 ms, k19 0.0270; 4096: k18 0.0818, k19
+ *   0.0932; 8192^3: k18 797 TFLOP/s);
+ *   else 128 x 64 with two accumulator sets (k21) beyond 256 tokens (512:
+ *   k21 0.0167 ms, k19 0.0182, k18 0.0244);
+ *   else 64 x 32 (k22: 24 CTAs per 32 tokens where 128 x 32 ran 12;
+ *   32 .. 128 tokens 0.0119-0.0122 ms, k20 0.0145-0.0147).
+ * Else (in_f % 16 != 0) the cp.async variants, whose byte-wise weight path
+ * the TMA ones would share: 128 x 128 (k15) from two waves on, else 128 x
+ * 64 (k16) beyond 64 tokens, else 128 x 32 (k17). */
 static __device__ __forceinline__ int nv_pick(u32 um, u32 uk, u32 un, u32 sms) {
-    const int first = N_VARIANTS + N_WG_VARIANTS + ((uk & 15u) == 0 ? 3 : 0);
-    if (cdiv(un, 128) * cdiv(um, 128) >= 2u * sms)
-        return first;
-    if (um > 64)
-        return first + 1;
-    return first + 2;
+    const int k15 = N_VARIANTS + N_WG_VARIANTS;
+    const u32 tiles = cdiv(un, 128) * cdiv(um, 128);
+    if ((uk & 15u) != 0) {
+        if (tiles >= 2u * sms)
+            return k15;
+        return um > 64 ? k15 + 1 : k15 + 2;
+    }
+    if (2u * tiles >= sms)
+        return k15 + 3; /* k18 */
+    if (um > 256)
+        return k15 + 6; /* k21 */
+    return k15 + 7;     /* k22 */
 }
 #endif
 
@@ -411,14 +428,13 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
         else
             v = 3;
 #if HAVE_WGMMA
-        /* Any schedule (request -1): beyond 32 tokens the native e4m3
+        /* Any schedule (request -1): beyond 16 tokens the native e4m3
          * wgmma variants (schedule 3) beat every v2 variant on the H200
-         * (device/NOTES.md; at 40 .. 64 tokens k20 0.0147 ms, k5 0.0162
-         * at in_f 5120, out_f 1536); up to 32, k5 stays (0.0137 against
-         * 0.0146). Only for in_f % 16 == 0:
+         * (device/NOTES.md; at 32 .. 64 tokens k22 0.0119 ms, k5
+         * 0.0129-0.0161 at in_f 5120, out_f 1536). Only for in_f % 16 == 0:
          * on unaligned weight rows the natives' byte-wise copy path is
          * right but 2.3x slower than k4 (device/NOTES.md). */
-        if (request < 0 && um > 32 && (uk & 15u) == 0)
+        if (request < 0 && um > 16 && (uk & 15u) == 0)
             v = nv_pick(um, uk, un, sms);
 #endif
 #else
@@ -441,15 +457,15 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
         smem_bytes = smem[v];
     } else if (v >= N_VARIANTS + N_WG_VARIANTS) {
 #if HAVE_WGMMA
-        const int nv_bns[N_NV_VARIANTS] = {nv_bn(X0), nv_bn(X1), nv_bn(X2), nv_bn(X3), nv_bn(X4), nv_bn(X5)};
-        const u32 nv_sm[N_NV_VARIANTS] = {nv_smem(X0), nv_smem(X1), nv_smem(X2), nv_smem(X3), nv_smem(X4), nv_smem(X5)};
-        const u32 nv_bms[N_NV_VARIANTS] = {nv_bm(X0), nv_bm(X1), nv_bm(X2), nv_bm(X3), nv_bm(X4), nv_bm(X5)};
+        const int nv_bns[N_NV_VARIANTS] = {NV_CFGS(nv_bn)};
+        const u32 nv_sm[N_NV_VARIANTS] = {NV_CFGS(nv_smem)};
+        const u32 nv_bms[N_NV_VARIANTS] = {NV_CFGS(nv_bm)};
         bm = nv_bms[v - N_VARIANTS - N_WG_VARIANTS];
         bn = (u32)nv_bns[v - N_VARIANTS - N_WG_VARIANTS];
-        const u32 nv_th[N_NV_VARIANTS] = {nv_threads(X0), nv_threads(X1), nv_threads(X2), nv_threads(X3), nv_threads(X4), nv_threads(X5)};
+        const u32 nv_th[N_NV_VARIANTS] = {NV_CFGS(nv_threads)};
         threads = nv_th[v - N_VARIANTS - N_WG_VARIANTS];
         smem_bytes = nv_sm[v - N_VARIANTS - N_WG_VARIANTS];
-        const u32 nv_tm[N_NV_VARIANTS] = {nv_tma(X0), nv_tma(X1), nv_tma(X2), nv_tma(X3), nv_tma(X4), nv_tma(X5)};
+        const u32 nv_tm[N_NV_VARIANTS] = {NV_CFGS(nv_tma)};
         tensor_maps = nv_tm[v - N_VARIANTS - N_WG_VARIANTS];
         schedule = 3; /* SM90_WGMMA_FUSED: the e4m3 wgmma's accumulation, fused fold */
 #else
@@ -1490,11 +1506,11 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  *              (one rounding: __fmaf_rn).
  *   M1 and M3 as above; no split-k.
  * The operands go to the tensor cores from shared memory, unconverted: A
- * (weights, 128 out_f rows per CTA) and B (BN tokens) tiles of 128 k codes
+ * (weights, BM = 64 NWG out_f rows per CTA) and B (BN tokens) tiles of 128 k codes
  * per row, 128-byte swizzled, K-major (chunk c of row r at c ^ (r & 7)), the
  * k32 step t at byte 32 t of the swizzle atom's row.
  *
- * Roles: warps 8 .. 8 + NPW - 1 (the producers) issue cp.async copies of
+ * Roles: warps 4 NWG .. 4 NWG + NPW - 1 (the producers) issue cp.async copies of
  * each block's tiles into a ring of ST stages, store the block's scale
  * products sd = s * d (one per token, rounded: computed once for both
  * consumer warpgroups, from scales loaded one block ahead) with the raw
@@ -1503,7 +1519,7 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  * landed) and a release arrival (after its st.shared: the scales, and the
  * slow path's tiles: weight rows not 16-byte aligned, copied byte exact
  * with zeros past in_f, then fenced for the async proxy). In the
- * TMA variants (k18 .. k20) producer thread 0 brings the A and B tiles
+ * TMA variants (k18 .. k22) producer thread 0 brings the A and B tiles
  * instead, by two tensor-map copies (cp.async.bulk.tensor, the boxes the
  * ABI's maps describe, 128-byte swizzled by the copy engine into the same
  * layout), announcing their bytes with its release arrival
@@ -1512,11 +1528,11 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  * slow path above. In the cp.async paths rows
  * beyond out_f or m are not loaded
  * (their outputs are never written; the MMA keeps rows and columns apart),
- * the k tail of the weights is zero-filled. Warpgroups 0 and 1 (the
+ * the k tail of the weights is zero-filled. Warpgroups 0 .. NWG - 1 (the
  * consumers, 64 out_f rows each) wait on "full", fence the generic-proxy
  * writes for the async proxy, run the block's four MMAs, wait for them, fold
  * and arrive on the stage's "empty" mbarrier, which the producer waits on
- * before it refills the stage. The two consumers run on their own: the
+ * before it refills the stage. With NWG 2 the consumers run on their own: the
  * tensor cores take their MMAs in turn as they are issued, so one
  * warpgroup's fold overlaps the other's MMAs (device/NOTES.md: 6-14% faster
  * than making them alternate with named barriers). Every wgmma group is
@@ -1934,5 +1950,7 @@ NV_VARIANT(fp8_mmq_v2_k17, X2)
 NV_TMA_VARIANT(fp8_mmq_v2_k18, X3)
 NV_TMA_VARIANT(fp8_mmq_v2_k19, X4)
 NV_TMA_VARIANT(fp8_mmq_v2_k20, X5)
+NV_TMA_VARIANT(fp8_mmq_v2_k21, X6)
+NV_TMA_VARIANT(fp8_mmq_v2_k22, X7)
 
 #endif /* HAVE_WGMMA */
