@@ -24,7 +24,7 @@
  *
  * 1. extern "C" __global__ void fp8_mmq_plan(
  *        i32 m, i32 in_f, i32 out_f, i32 sm_count, i32 force_variant,
- *        u32 *plan)                              // 17 words, written
+ *        u32 *plan)                              // 18 words, written
  *    Launch <<<1, 32>>>. Writes the launch geometry of the three kernels
  *    below for this shape, so a candidate chooses its own tiles:
  *        plan[0]  MMQ variant v: the host launches fp8_mmq_v2_k<v>
@@ -64,6 +64,12 @@
  *                 other arguments (section 4, "TMA variants"); 0: it
  *                 does not (a source written before this word existed
  *                 leaves it 0: the host zeroes the plan first)
+ *        plan[17] 1: variant plan[0] walks the tiles (persistent): the
+ *                 grid is (P, 1, 1), 1 <= P <= the number of tiles, and
+ *                 CTA c takes tiles c, c + P, c + 2P, ... of the
+ *                 ceil(out_f / plan[13]) x ceil(m / plan[14]) tile grid;
+ *                 0: one tile per CTA, the grid covers the output (a
+ *                 source written before this word leaves it 0)
  *    force_variant == -1 picks automatically among every variant (any
  *    schedule); force_variant == -2 - c (c >= 0) picks automatically among
  *    the variants declaring schedule code c (a requested schedule; with
@@ -507,6 +513,7 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
     plan[14] = bn;
     plan[15] = schedule;
     plan[16] = tensor_maps;
+    plan[17] = 0; /* one tile per CTA */
 }
 
 /* ------------------------------------------------------------------------ */

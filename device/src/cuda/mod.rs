@@ -169,6 +169,11 @@ pub struct Plan {
     /// variants after its other arguments (`plan[16]`: 1; 0 for a source
     /// written before that word).
     pub tensor_maps: bool,
+    /// Whether the variant walks the tiles (`plan[17]`: 1, a persistent
+    /// variant: a grid of (P, 1, 1) CTAs, CTA c taking tiles c, c + P, ...
+    /// of the ceil(out_f / tile_rows) x ceil(m / tile_cols) tile grid) rather
+    /// than one tile per CTA (0; a source written before that word).
+    pub tile_walk: bool,
 }
 
 /// Weights whose NaN-magnitude count was found to be 0 by
@@ -354,7 +359,7 @@ impl Engine {
 
     fn plan_uncached(&self, shape: &Shape, force: i32) -> Result<Plan> {
         check_index_range(shape)?;
-        let mut out = self.shim.zeros::<u32>(17, "plan")?;
+        let mut out = self.shim.zeros::<u32>(18, "plan")?;
         let (m, k, n) = (shape.m() as i32, shape.in_f() as i32, shape.out_f() as i32);
         let sms = self.sm_count as i32;
         let mut ov = out.view_mut();
@@ -370,8 +375,11 @@ impl Engine {
             variant: v[0],
             code: v[15],
         })?;
-        if v[16] > 1 {
-            return Err(self.bad_plan(format!("plan[16] = {}: 0 or 1", v[16])));
+        if v[16] > 1 || v[17] > 1 {
+            return Err(self.bad_plan(format!(
+                "plan[16] = {}, plan[17] = {}: each 0 or 1",
+                v[16], v[17]
+            )));
         }
         Ok(Plan {
             variant: v[0],
@@ -387,6 +395,7 @@ impl Engine {
             tile_cols: v[14],
             schedule,
             tensor_maps: v[16] == 1,
+            tile_walk: v[17] == 1,
         })
     }
 
@@ -445,8 +454,24 @@ impl Engine {
         {
             return Err(self.bad_plan(format!("thread counts {p:?}")));
         }
-        // The MMQ grid must cover the output: no tile may be skipped.
-        if u64::from(p.mmq_grid.0) * u64::from(p.tile_rows) < shape.out_f() as u64
+        // The MMQ grid must cover the output: no tile may be skipped. A
+        // variant that walks the tiles covers them by its walk, from a
+        // one-dimensional grid of at most one CTA per tile.
+        let tiles = (shape.out_f() as u64).div_ceil(u64::from(p.tile_rows.max(1)))
+            * (shape.m() as u64).div_ceil(u64::from(p.tile_cols.max(1)));
+        if p.tile_walk {
+            if p.tile_rows == 0
+                || p.tile_cols == 0
+                || p.mmq_grid.1 != 1
+                || p.mmq_grid.2 != 1
+                || u64::from(p.mmq_grid.0) > tiles
+            {
+                return Err(self.bad_plan(format!(
+                    "plan[17] = 1 (tile walk) with grid {:?} over {} tiles of {}x{}: the walk takes (P, 1, 1), 1 <= P <= tiles",
+                    p.mmq_grid, tiles, p.tile_rows, p.tile_cols
+                )));
+            }
+        } else if u64::from(p.mmq_grid.0) * u64::from(p.tile_rows) < shape.out_f() as u64
             || u64::from(p.mmq_grid.1) * u64::from(p.tile_cols) < shape.m() as u64
         {
             return Err(self.bad_plan(format!(
