@@ -71,7 +71,9 @@ mod tensor_core;
 mod tma;
 
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
-pub use check::{check_grid, check_index_range, check_mmq, check_quantize, I32_LIMIT};
+pub use check::{
+    check_grid, check_index_range, check_mmq, check_plan_geometry, check_quantize, I32_LIMIT,
+};
 pub use cublaslt::{
     peer_aligned, CublasLtFp8, Fp8Gemm, PeerOperands, WeightScaleLayout, ENV_FP8_MMQ,
     PEER_IN_F_ALIGN, PEER_OUT_F_ALIGN,
@@ -443,55 +445,7 @@ impl Engine {
                 )));
             }
         }
-        let zero = |g: (u32, u32, u32)| g.0 == 0 || g.1 == 0 || g.2 == 0;
-        if zero(p.mmq_grid) || zero(p.quant_grid) || p.nan_grid == 0 {
-            return Err(self.bad_plan(format!("a grid has a zero dimension: {p:?}")));
-        }
-        if p.mmq_threads == 0
-            || p.mmq_threads % 32 != 0
-            || p.quant_threads == 0
-            || p.nan_threads == 0
-        {
-            return Err(self.bad_plan(format!("thread counts {p:?}")));
-        }
-        // The MMQ grid must cover the output: no tile may be skipped. A
-        // variant that walks the tiles covers them by its walk, from a
-        // one-dimensional grid of at most one CTA per tile.
-        let tiles = (shape.out_f() as u64).div_ceil(u64::from(p.tile_rows.max(1)))
-            * (shape.m() as u64).div_ceil(u64::from(p.tile_cols.max(1)));
-        if p.tile_walk {
-            if p.tile_rows == 0
-                || p.tile_cols == 0
-                || p.mmq_grid.1 != 1
-                || p.mmq_grid.2 != 1
-                || u64::from(p.mmq_grid.0) > tiles
-            {
-                return Err(self.bad_plan(format!(
-                    "plan[17] = 1 (tile walk) with grid {:?} over {} tiles of {}x{}: the walk takes (P, 1, 1), 1 <= P <= tiles",
-                    p.mmq_grid, tiles, p.tile_rows, p.tile_cols
-                )));
-            }
-        } else if u64::from(p.mmq_grid.0) * u64::from(p.tile_rows) < shape.out_f() as u64
-            || u64::from(p.mmq_grid.1) * u64::from(p.tile_cols) < shape.m() as u64
-        {
-            return Err(self.bad_plan(format!(
-                "grid {:?} of {}x{} tiles does not cover out_f={} x m={}",
-                p.mmq_grid,
-                p.tile_rows,
-                p.tile_cols,
-                shape.out_f(),
-                shape.m()
-            )));
-        }
-        // The tensor maps' boxes are the tile (ABI section 4): at most 256
-        // weight rows and 256 tokens (TMA's box limit).
-        if p.tensor_maps && (!(1..=256).contains(&p.tile_rows) || !(1..=256).contains(&p.tile_cols))
-        {
-            return Err(self.bad_plan(format!(
-                "plan[16] = 1 (tensor maps) with a {}x{} tile: the maps need 1 ..= 256 rows and 1 ..= 256 tokens",
-                p.tile_rows, p.tile_cols
-            )));
-        }
+        check_plan_geometry(&p, shape).map_err(|detail| self.bad_plan(detail))?;
         check_grid(p.mmq_grid, p.mmq_threads, p.mmq_smem, self.smem_optin)?;
         check_grid(p.quant_grid, p.quant_threads, 0, self.smem_optin)?;
         check_grid((p.nan_grid, 1, 1), p.nan_threads, 0, self.smem_optin)?;
