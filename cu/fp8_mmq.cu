@@ -114,7 +114,7 @@
  * ========================= ARITHMETIC CONTRACT ============================
  * Variants k0 .. k14 declare schedule 0 (v2, seed 000's), stated here;
  * k15 .. k22 (sm_90a) declare schedule 3, stated in section 4c (M2'). The
- * plan picks among them for more than 16 tokens and in_f % 16 == 0 unless
+ * plan picks among them when in_f % 16 == 0 unless
  * schedule 0 is requested. (core/src/fp8_mmq.rs is normative; this restates it.) IEEE binary32,
  * round-to-nearest-even, each operation rounding on its own (no FMA: the
  * file uses __fmul_rn/__fadd_rn/__fdiv_rn and is compiled --fmad=false).
@@ -434,13 +434,15 @@ extern "C" __global__ void fp8_mmq_plan(int m, int in_f, int out_f, int sm_count
         else
             v = 3;
 #if HAVE_WGMMA
-        /* Any schedule (request -1): beyond 16 tokens the native e4m3
-         * wgmma variants (schedule 3) beat every v2 variant on the H200
-         * (device/NOTES.md; at 32 .. 64 tokens k22 0.0119 ms, k5
-         * 0.0129-0.0161 at in_f 5120, out_f 1536). Only for in_f % 16 == 0:
+        /* Any schedule (request -1): the native e4m3 wgmma variants
+         * (schedule 3) beat every v2 variant on the H200 from one token
+         * on (device/NOTES.md; at 1 .. 32 tokens k22 0.0123-0.0125 ms,
+         * k5 0.0131-0.0135, at in_f 5120, out_f 1536; at 2048 x 2048,
+         * 1 .. 64 tokens, k22 0.0063-0.0064, k5 0.0066-0.0083). Only for
+         * in_f % 16 == 0:
          * on unaligned weight rows the natives' byte-wise copy path is
          * right but 2.3x slower than k4 (device/NOTES.md). */
-        if (request < 0 && um > 16 && (uk & 15u) == 0)
+        if (request < 0 && (uk & 15u) == 0)
             v = nv_pick(um, uk, un, sms);
 #endif
 #else
