@@ -36,8 +36,10 @@
  *        plan[10] NaN-count grid x (y = z = 1)
  *        plan[11] NaN-count threads per CTA
  *        plan[12] number of MMQ variants exported (k0 .. k<n-1>)
- *        plan[13] MMQ tile: out_f rows per CTA (grid x * plan[13] >= out_f)
- *        plan[14] MMQ tile: tokens per CTA     (grid y * plan[14] >= m)
+ *        plan[13] MMQ tile: out_f rows per CTA (grid x * plan[13] >= out_f
+ *                 when plan[17] = 0)
+ *        plan[14] MMQ tile: tokens per CTA     (grid y * plan[14] >= m
+ *                 when plan[17] = 0)
  *        plan[15] the schedule code of variant plan[0]: which arithmetic
  *                 it computes (core's fp8_mmq::Schedule), two fields:
  *                   bit 0     the fold: 0 separate, sum + (s*d)*c (three
@@ -69,7 +71,9 @@
  *                 CTA c takes tiles c, c + P, c + 2P, ... of the
  *                 ceil(out_f / plan[13]) x ceil(m / plan[14]) tile grid;
  *                 0: one tile per CTA, the grid covers the output (a
- *                 source written before this word leaves it 0)
+ *                 source written before this word leaves it 0); the
+ *                 shim refuses any other value, and a walk's grid of
+ *                 another shape
  *    force_variant == -1 picks automatically among every variant (any
  *    schedule); force_variant == -2 - c (c >= 0) picks automatically among
  *    the variants declaring schedule code c (a requested schedule; with
@@ -309,8 +313,9 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
  * warps (threads: 128 NWG consumers + 32 NPW), TMA 1: the A and B tiles come
  * by tensor-map copies (cp.async.bulk.tensor, one thread) instead of
  * cp.async (X3 .. X5 are X0 .. X2 so, their producer warps only load the
- * scales and store s * d; X3 also with DB; X6 is X4 with DB, X7 X5 with
- * one consumer warpgroup), DB 1: two accumulator sets,
+ * scales and store s * d; X3 also with DB; X6 is X4 with DB, 4 producer
+ * warps and 6 stages, X7 X5 with one consumer warpgroup and 6 stages),
+ * DB 1: two accumulator sets,
  * so that the MMAs of block kb + 1 run while block kb is folded (NPW 4,
  * MINB 1: the producer warpgroup gives registers to the consumers,
  * setmaxnreg), NWG consumer warpgroups (BM = 64 NWG out_f rows per CTA;
@@ -341,6 +346,11 @@ static __host__ __device__ constexpr u32 nv_smem(int bn, int st, int gr, int min
 }
 
 static __host__ __device__ constexpr int nv_bn(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) { return bn; }
+#if HAVE_WGMMA
+/* NV_CFGS lists exactly the N_NV_VARIANTS configurations. */
+static constexpr int nv_cfg_bns[] = {NV_CFGS(nv_bn)};
+static_assert(sizeof(nv_cfg_bns) / sizeof(nv_cfg_bns[0]) == N_NV_VARIANTS, "NV_CFGS and N_NV_VARIANTS disagree");
+#endif
 static __host__ __device__ constexpr u32 nv_tma(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) { return (u32)tma; }
 static __host__ __device__ constexpr u32 nv_threads(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) {
     return 128u * (u32)nwg + 32u * (u32)npw;
@@ -371,13 +381,14 @@ static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / 
  * measured on the H200 (device/NOTES.md, in_f 5120, out_f 1536 unless
  * said). With in_f % 16 == 0, the TMA variants (5-16% faster than their
  * cp.async twins):
- *   128 x 128 tiles (k18, two accumulator sets) from half a wave of them
- *   on (1024 tokens: k18 0.0246 ms, k19 0.0270; 4096: k18 0.0818, k19
- *   0.0932; 8192^3: k18 797 TFLOP/s);
- *   else 128 x 64 with two accumulator sets (k21) beyond 256 tokens (512:
- *   k21 0.0167 ms, k19 0.0182, k18 0.0244);
- *   else 64 x 32 (k22: 24 CTAs per 32 tokens where 128 x 32 ran 12;
- *   32 .. 128 tokens 0.0119-0.0122 ms, k20 0.0145-0.0147).
+ *   up to 256 tokens 64 x 32 tiles (k22: 24 CTAs per 32 tokens where
+ *   128 x 32 ran 12; 1 .. 128 tokens 0.0119-0.0125 ms, k20 0.0143-0.0147;
+ *   256 tokens 0.0141, k21 0.0163);
+ *   beyond, 128 x 128 tiles (k18, two accumulator sets) from half a wave
+ *   of them on (1024 tokens: k18 0.0246 ms, k19 0.0270; 4096: k18 0.0818,
+ *   k19 0.0932; 8192^3: k18 797 TFLOP/s);
+ *   else 128 x 64 with two accumulator sets (k21; 512 tokens: k21 0.0167
+ *   ms, k19 0.0182, k18 0.0244).
  * Else (in_f % 16 != 0) the cp.async variants, whose byte-wise weight path
  * the TMA ones would share: 128 x 128 (k15) from two waves on, else 128 x
  * 64 (k16) beyond 64 tokens, else 128 x 32 (k17). */
@@ -389,11 +400,11 @@ static __device__ __forceinline__ int nv_pick(u32 um, u32 uk, u32 un, u32 sms) {
             return k15;
         return um > 64 ? k15 + 1 : k15 + 2;
     }
+    if (um <= 256)
+        return k15 + 7; /* k22 */
     if (2u * tiles >= sms)
         return k15 + 3; /* k18 */
-    if (um > 256)
-        return k15 + 6; /* k21 */
-    return k15 + 7;     /* k22 */
+    return k15 + 6;     /* k21 */
 }
 #endif
 
@@ -1792,8 +1803,8 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
                 for (int i = 0; r0 + RS * i < b_rows; ++i)
                     cp_async16(b_dst + (u32)i * (u32)(RS * 128), bs + (u64)i * b_step, 16u);
             }
-            /* M2' sd = s * d (rounded), once per token for both consumer
-             * warpgroups, and the raw scales beside them (st.shared,
+            /* M2' sd = s * d (rounded), once per token for every consumer
+             * warpgroup, and the raw scales beside them (st.shared,
              * released by this thread's arrival below; the consumers read
              * them with generic loads) */
             float dv[DPT];

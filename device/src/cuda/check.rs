@@ -173,21 +173,23 @@ pub fn check_plan_geometry(p: &Plan, shape: &Shape) -> std::result::Result<(), S
 mod tests {
     use super::*;
 
-    /// k18's plan at 4096 x 5120 x 1536 on 132 SMs, walking (P = 132).
+    /// A plan shaped like k18's at 4096 x 5120 x 1536 on 132 SMs (128 x 128
+    /// tiles, tensor maps), as it would be with the tiles walked by P = 132
+    /// CTAs (no builtin variant walks them).
     fn walking() -> (Plan, Shape) {
         let p = Plan {
             variant: 18,
             mmq_grid: (132, 1, 1),
             mmq_threads: 384,
             mmq_smem: 210_000,
-            quant_grid: (2560, 1, 1),
+            quant_grid: (20480, 1, 1),
             quant_threads: 256,
             nan_grid: 1056,
             nan_threads: 256,
             variants: 23,
             tile_rows: 128,
             tile_cols: 128,
-            schedule: oracle::fp8_mmq::Schedule::V2,
+            schedule: oracle::fp8_mmq::Schedule::SM90_WGMMA_FUSED,
             tensor_maps: true,
             tile_walk: true,
         };
