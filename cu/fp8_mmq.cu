@@ -281,7 +281,7 @@ struct VariantCfg {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define HAVE_WGMMA 1
 #define N_WG_VARIANTS 6
-#define N_NV_VARIANTS 8
+#define N_NV_VARIANTS 10
 #else
 #define HAVE_WGMMA 0
 #define N_WG_VARIANTS 0
@@ -319,44 +319,53 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
  * so that the MMAs of block kb + 1 run while block kb is folded (NPW 4,
  * MINB 1: the producer warpgroup gives registers to the consumers,
  * setmaxnreg), NWG consumer warpgroups (BM = 64 NWG out_f rows per CTA;
- * the weight tensor map's box is BM rows). Variant k<N_VARIANTS +
- * N_WG_VARIANTS + i> is X<i>. */
-#define X0 128, 6, 8, 1, 4, 0, 0, 2
-#define X1 64, 4, 8, 2, 2, 0, 0, 2
-#define X2 32, 5, 0, 2, 2, 0, 0, 2
-#define X3 128, 6, 8, 1, 4, 1, 1, 2
-#define X4 64, 4, 8, 2, 2, 1, 0, 2
-#define X5 32, 5, 0, 2, 2, 1, 0, 2
-#define X6 64, 6, 8, 1, 4, 1, 1, 2
-#define X7 32, 6, 0, 2, 2, 1, 0, 1
+ * the weight tensor map's box is BM rows), SW 1: the operands swapped, the
+ * tokens on the MMA's M side (64 NWG tokens per CTA, A) and BN weight rows
+ * on its N side (B, BN <= 128: one scale row per tile), so that each
+ * accumulator row is one token and a thread's fold reads two products
+ * s * d per block where SW 0 reads BN / 4 (X8 is X3 swapped, X9 X6).
+ * Variant k<N_VARIANTS + N_WG_VARIANTS + i> is X<i>. */
+#define X0 128, 6, 8, 1, 4, 0, 0, 2, 0
+#define X1 64, 4, 8, 2, 2, 0, 0, 2, 0
+#define X2 32, 5, 0, 2, 2, 0, 0, 2, 0
+#define X3 128, 6, 8, 1, 4, 1, 1, 2, 0
+#define X4 64, 4, 8, 2, 2, 1, 0, 2, 0
+#define X5 32, 5, 0, 2, 2, 1, 0, 2, 0
+#define X6 64, 6, 8, 1, 4, 1, 1, 2, 0
+#define X7 32, 6, 0, 2, 2, 1, 0, 1, 0
+#define X8 128, 6, 8, 1, 4, 1, 1, 2, 1
+#define X9 64, 6, 8, 1, 4, 1, 1, 2, 1
 /* Every native configuration in variant order: F(X0), F(X1), ... */
-#define NV_CFGS(F) F(X0), F(X1), F(X2), F(X3), F(X4), F(X5), F(X6), F(X7)
+#define NV_CFGS(F) F(X0), F(X1), F(X2), F(X3), F(X4), F(X5), F(X6), F(X7), F(X8), F(X9)
 
-/* Bytes of one stage: A BM x 128, B BN x 128, BN scale products s * d,
- * the BN activation scales and the weight scale (padded to 16); rounded up
- * to 1024 (swizzle atoms). */
+/* Bytes of one stage: A BM x 128, B BN x 128, the tile's products s * d
+ * and activation scales d (one per token: max(BM, BN) bounds both
+ * orientations) and the weight scale (padded to 16); rounded up to 1024
+ * (swizzle atoms). */
 static __host__ __device__ constexpr u32 nv_stage_bytes(int bm, int bn) {
-    return (u32)(((bm + bn) * BLOCK_K + 2 * bn * 4 + 16 + 1023) / 1024 * 1024);
+    return (u32)(((bm + bn) * BLOCK_K + 2 * (bm > bn ? bm : bn) * 4 + 16 + 1023) / 1024 * 1024);
 }
 
 /* Dynamic shared memory: 1024 bytes of alignment slack, the stages, two
  * mbarriers (8 bytes each) per stage. */
-static __host__ __device__ constexpr u32 nv_smem(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) {
+static __host__ __device__ constexpr u32 nv_smem(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg, int sw) {
     return 1024u + (u32)st * nv_stage_bytes(64 * nwg, bn) + (u32)st * 16u;
 }
 
-static __host__ __device__ constexpr int nv_bn(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) { return bn; }
+/* Tokens per CTA (plan[14]). */
+static __host__ __device__ constexpr int nv_bn(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg, int sw) { return sw ? 64 * nwg : bn; }
 #if HAVE_WGMMA
 /* NV_CFGS lists exactly the N_NV_VARIANTS configurations. */
 static constexpr int nv_cfg_bns[] = {NV_CFGS(nv_bn)};
 static_assert(sizeof(nv_cfg_bns) / sizeof(nv_cfg_bns[0]) == N_NV_VARIANTS, "NV_CFGS and N_NV_VARIANTS disagree");
 #endif
-static __host__ __device__ constexpr u32 nv_tma(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) { return (u32)tma; }
-static __host__ __device__ constexpr u32 nv_threads(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) {
+static __host__ __device__ constexpr u32 nv_tma(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg, int sw) { return (u32)tma; }
+static __host__ __device__ constexpr u32 nv_threads(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg, int sw) {
     return 128u * (u32)nwg + 32u * (u32)npw;
 }
-static __host__ __device__ constexpr u32 nv_bm(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg) {
-    return 64u * (u32)nwg;
+/* out_f rows per CTA (plan[13]). */
+static __host__ __device__ constexpr u32 nv_bm(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg, int sw) {
+    return sw ? (u32)bn : 64u * (u32)nwg;
 }
 
 #define QUANT_THREADS 256
@@ -384,11 +393,12 @@ static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / 
  *   up to 256 tokens 64 x 32 tiles (k22: 24 CTAs per 32 tokens where
  *   128 x 32 ran 12; 1 .. 128 tokens 0.0119-0.0125 ms, k20 0.0143-0.0147;
  *   256 tokens 0.0141, k21 0.0163);
- *   beyond, 128 x 128 tiles (k18, two accumulator sets) from half a wave
- *   of them on (1024 tokens: k18 0.0246 ms, k19 0.0270; 4096: k18 0.0818,
- *   k19 0.0932; 8192^3: k18 797 TFLOP/s);
- *   else 128 x 64 with two accumulator sets (k21; 512 tokens: k21 0.0167
- *   ms, k19 0.0182, k18 0.0244).
+ *   beyond, 128 x 128 tiles with the tokens on the MMA's M side (k23, k18
+ *   swapped) from half a wave of them on (1024 tokens: k23 0.0215 ms, k18
+ *   0.0247; 4096: k23 0.0756, k18 0.0827; 8192^3: k23 910 TFLOP/s, k18
+ *   798);
+ *   else 128 tokens x 64 weight rows (k24, k21 swapped; 512 tokens: k24
+ *   0.0156 ms, k21 0.0166, k23 0.0208).
  * Else (in_f % 16 != 0) the cp.async variants, whose byte-wise weight path
  * the TMA ones would share: 128 x 128 (k15) from two waves on, else 128 x
  * 64 (k16) beyond 64 tokens, else 128 x 32 (k17). */
@@ -403,8 +413,8 @@ static __device__ __forceinline__ int nv_pick(u32 um, u32 uk, u32 un, u32 sms) {
     if (um <= 256)
         return k15 + 7; /* k22 */
     if (2u * tiles >= sms)
-        return k15 + 3; /* k18 */
-    return k15 + 6;     /* k21 */
+        return k15 + 8; /* k23 */
+    return k15 + 9;     /* k24 */
 }
 #endif
 
@@ -1657,7 +1667,7 @@ static __device__ __forceinline__ void wgmma_e4m3(float (&d)[N / 2], u64 adesc, 
         wgmma_e4m3_n128<SCALE_D>(d, adesc, bdesc);
 }
 
-template <int BN, int ST, int GR, int MINB, int NPW, int TMA, int DB, int NWG>
+template <int BN, int ST, int GR, int MINB, int NPW, int TMA, int DB, int NWG, int SW>
 static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const float *__restrict__ s,
                                                const u8 *__restrict__ q, const float *__restrict__ d,
                                                float *__restrict__ y, int m, int in_f, int out_f,
@@ -1671,10 +1681,18 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     constexpr u32 SB = nv_stage_bytes(BM, BN);
     constexpr u32 A_OFF = 0;
     constexpr u32 B_OFF = (u32)BM * BLOCK_K;
-    constexpr u32 D_OFF = (u32)(BM + BN) * BLOCK_K; /* BN products s * d */
-    constexpr u32 DR_OFF = D_OFF + (u32)BN * 4u;     /* BN activation scales d */
-    constexpr u32 S_OFF = DR_OFF + (u32)BN * 4u;     /* the weight scale s */
-    constexpr int DPT = (BN + PT - 1) / PT;          /* tokens per producer thread */
+    /* SW 0: the MMA's M side (A, BM rows) is the weights, N (B, BN rows)
+     * the tokens; SW 1: A the tokens, B the weights. WR weight rows and
+     * TR tokens per tile, in the stage at W_OFF and T_OFF. */
+    constexpr int WR = SW ? BN : BM;
+    constexpr int TR = SW ? BM : BN;
+    constexpr u32 W_OFF = SW ? B_OFF : A_OFF;
+    constexpr u32 T_OFF = SW ? A_OFF : B_OFF;
+    constexpr u32 D_OFF = (u32)(BM + BN) * BLOCK_K; /* TR products s * d */
+    constexpr u32 DR_OFF = D_OFF + (u32)TR * 4u;     /* TR activation scales d */
+    constexpr u32 S_OFF = DR_OFF + (u32)TR * 4u;     /* the weight scale s */
+    constexpr int DPT = (TR + PT - 1) / PT;          /* tokens per producer thread */
+    static_assert(!SW || BN <= 128, "one weight scale row per tile");
     static_assert(BN == 32 || BN == 64 || BN == 128, "wgmma N");
     static_assert(ST >= 2, "stages");
     static_assert(NWG == 1 || NWG == 2, "consumer warpgroups");
@@ -1703,8 +1721,8 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
         tx = (int)(first + local % width);
         ty = (int)(local / width);
     }
-    const int row0 = tx * BM;
-    const int col0 = ty * BN;
+    const int row0 = tx * WR;
+    const int col0 = ty * TR;
 
     const int in_f_pad = (in_f + ROW_PADDING - 1) / ROW_PADDING * ROW_PADDING;
     const int act_blocks = in_f_pad / BLOCK_K;
@@ -1739,8 +1757,8 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
         /* ta is encoded exactly when w_fast holds (the ABI) */
         const bool a_tma = TMA && w_fast;
         const float *s_row = s + (u64)(row0 / 128) * (u64)nblk;
-        const int a_rows = (out_f - row0) < BM ? (out_f - row0) : BM;
-        const int b_rows = (m - col0) < BN ? (m - col0) : BN;
+        const int a_rows = (out_f - row0) < WR ? (out_f - row0) : WR;
+        const int b_rows = (m - col0) < TR ? (m - col0) : TR;
         const u8 *a_src = w + (u64)(row0 + r0) * (u64)in_f + (u64)(kc * 16);
         const u8 *b_src = q + (u64)(col0 + r0) * (u64)in_f_pad + (u64)(kc * 16);
         const u64 a_step = (u64)RS * (u64)in_f, b_step = (u64)RS * (u64)in_f_pad;
@@ -1762,14 +1780,14 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
                 mbar_wait(empty0 + (u32)slot * 8u, (u32)((kb / ST - 1) & 1));
             const u32 base = s0 + (u32)slot * SB;
             const int gk = kb * BLOCK_K + kc * 16;
-            const u32 a_dst = base + A_OFF + swz(r0, kc);
+            const u32 a_dst = base + W_OFF + swz(r0, kc);
             const u8 *as = a_src + (u64)kb * BLOCK_K;
             if (a_tma) {
                 /* A by thread 0's tensor-map copy below */
-            } else if (w_fast && a_rows == BM) {
+            } else if (w_fast && a_rows == WR) {
                 const bool ok = gk < in_f;
 #pragma unroll
-                for (int i = 0; i < BM / RS; ++i)
+                for (int i = 0; i < WR / RS; ++i)
                     cp_async16(a_dst + (u32)i * (u32)(RS * 128), ok ? as + (u64)i * a_step : w, ok ? 16u : 0u);
             } else {
                 for (int i = 0; r0 + RS * i < a_rows; ++i) {
@@ -1790,14 +1808,14 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
                 }
             }
             /* B: b_rows x 8 chunks, always inside the padded row. */
-            const u32 b_dst = base + B_OFF + swz(r0, kc);
+            const u32 b_dst = base + T_OFF + swz(r0, kc);
             const u8 *bs = b_src + (u64)kb * BLOCK_K;
             if (TMA) {
                 /* B by thread 0's tensor-map copy below */
-            } else if (b_rows == BN) {
+            } else if (b_rows == TR) {
 #pragma unroll
-                for (int i = 0; i < (BN + RS - 1) / RS; ++i)
-                    if (BN % RS == 0 || r0 + RS * i < BN)
+                for (int i = 0; i < (TR + RS - 1) / RS; ++i)
+                    if (TR % RS == 0 || r0 + RS * i < TR)
                         cp_async16(b_dst + (u32)i * (u32)(RS * 128), bs + (u64)i * b_step, 16u);
             } else {
                 for (int i = 0; r0 + RS * i < b_rows; ++i)
@@ -1831,10 +1849,10 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
                 /* release, and the bytes the tensor-map copies bring (the
                  * whole boxes: out-of-bound bytes arrive as zeros) */
                 const u32 full = full0 + (u32)slot * 8u;
-                mbar_arrive_expect_tx(full, (a_tma ? (u32)BM * BLOCK_K : 0u) + (u32)BN * BLOCK_K);
+                mbar_arrive_expect_tx(full, (a_tma ? (u32)WR * BLOCK_K : 0u) + (u32)TR * BLOCK_K);
                 if (a_tma)
-                    tma_load_2d(base + A_OFF, ta, kb * BLOCK_K, row0, full);
-                tma_load_2d(base + B_OFF, tb, kb * BLOCK_K, col0, full);
+                    tma_load_2d(base + W_OFF, ta, kb * BLOCK_K, row0, full);
+                tma_load_2d(base + T_OFF, tb, kb * BLOCK_K, col0, full);
             } else {
                 mbar_arrive(full0 + (u32)slot * 8u); /* release: this thread's st.shared */
             }
@@ -1879,7 +1897,9 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     };
     /* M2' fold of block kb, whose MMAs have completed, then the stage goes
      * back to the producers: accumulator register 4 ni + e is row
-     * 16 wq + g + 8 (e >> 1), token column 8 ni + 2 t4 + (e & 1). */
+     * 64 wg + 16 wq + g + 8 (e >> 1), column 8 ni + 2 t4 + (e & 1) of the
+     * CTA's tile (SW 0: rows weight rows, columns tokens; SW 1 the other
+     * way round). */
     const auto fold = [&](float (&acc)[R], int kb) {
         const int slot = kb % ST;
         fence_regs(acc); /* no read of acc above the wait */
@@ -1893,12 +1913,25 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
         (void)rs;
 #pragma unroll
         for (int ni = 0; ni < BN / 8; ++ni) {
-            const float2 sd = *reinterpret_cast<const float2 *>(rsd + ni * 8 + t4 * 2);
-            const float sd0 = sd.x, sd1 = sd.y; /* s * d of the two token columns */
+            /* tok0: the tile's token of register 4 ni + 0; sd0 .. sd3: s * d
+             * of registers 4 ni + 0 .. 3 (SW 0: the token columns
+             * 8 ni + 2 t4 and + 1; SW 1: the token rows 64 wg + 16 wq + g
+             * and + 8, whatever ni). */
+            const int tok0 = SW ? wg * 64 + wq * 16 + g : ni * 8 + t4 * 2;
+            float sd0, sd1, sd2, sd3;
+            if constexpr (SW) {
+                sd0 = sd1 = rsd[tok0];
+                sd2 = sd3 = rsd[tok0 + 8];
+            } else {
+                const float2 sd = *reinterpret_cast<const float2 *>(rsd + tok0);
+                sd0 = sd2 = sd.x;
+                sd1 = sd3 = sd.y;
+            }
+            (void)tok0;
             sum[4 * ni + 0] = __fmaf_rn(sd0, acc[4 * ni + 0], sum[4 * ni + 0]);
             sum[4 * ni + 1] = __fmaf_rn(sd1, acc[4 * ni + 1], sum[4 * ni + 1]);
-            sum[4 * ni + 2] = __fmaf_rn(sd0, acc[4 * ni + 2], sum[4 * ni + 2]);
-            sum[4 * ni + 3] = __fmaf_rn(sd1, acc[4 * ni + 3], sum[4 * ni + 3]);
+            sum[4 * ni + 2] = __fmaf_rn(sd2, acc[4 * ni + 2], sum[4 * ni + 2]);
+            sum[4 * ni + 3] = __fmaf_rn(sd3, acc[4 * ni + 3], sum[4 * ni + 3]);
         }
         fence_regs(acc); /* every read of acc before the next MMA into it */
         mbar_arrive(empty0 + (u32)slot * 8u);
@@ -1939,6 +1972,27 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     }
 
     /* M3 */
+    if constexpr (SW) {
+        /* register 4 ni + e: token 64 wg + 16 wq + g + 8 (e >> 1), weight
+         * row 8 ni + 2 t4 + (e & 1): two adjacent outputs per store */
+#pragma unroll
+        for (int ni = 0; ni < BN / 8; ++ni) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int j = col0 + wg * 64 + wq * 16 + g + 8 * h;
+                const int i = row0 + ni * 8 + t4 * 2;
+                if (j < m && i + 1 < out_f && ((out_f & 1) == 0)) {
+                    *reinterpret_cast<float2 *>(y + (u64)j * (u64)out_f + (u64)i) =
+                        make_float2(sum[4 * ni + 2 * h], sum[4 * ni + 2 * h + 1]);
+                } else if (j < m) {
+                    if (i < out_f)
+                        y[(u64)j * (u64)out_f + (u64)i] = sum[4 * ni + 2 * h];
+                    if (i + 1 < out_f)
+                        y[(u64)j * (u64)out_f + (u64)i + 1] = sum[4 * ni + 2 * h + 1];
+                }
+            }
+        }
+    } else {
 #pragma unroll
     for (int ni = 0; ni < BN / 8; ++ni) {
 #pragma unroll
@@ -1948,6 +2002,7 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
             if (i < out_f && j < m)
                 y[(u64)j * (u64)out_f + (u64)i] = sum[4 * ni + e];
         }
+    }
     }
 }
 
@@ -1962,7 +2017,7 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
         name(MMQ_ARGS, const __grid_constant__ TmaDesc ta, const __grid_constant__ TmaDesc tb) {              \
         nv_body<cfg>(w, s, q, d, y, m, in_f, out_f, &ta, &tb);                                               \
     }
-#define NV_MINB_OF(bn, st, gr, minb, npw, tma, db, nwg) (minb)
+#define NV_MINB_OF(bn, st, gr, minb, npw, tma, db, nwg, sw) (minb)
 
 NV_VARIANT(fp8_mmq_v2_k15, X0)
 NV_VARIANT(fp8_mmq_v2_k16, X1)
@@ -1972,5 +2027,7 @@ NV_TMA_VARIANT(fp8_mmq_v2_k19, X4)
 NV_TMA_VARIANT(fp8_mmq_v2_k20, X5)
 NV_TMA_VARIANT(fp8_mmq_v2_k21, X6)
 NV_TMA_VARIANT(fp8_mmq_v2_k22, X7)
+NV_TMA_VARIANT(fp8_mmq_v2_k23, X8)
+NV_TMA_VARIANT(fp8_mmq_v2_k24, X9)
 
 #endif /* HAVE_WGMMA */

@@ -19,7 +19,7 @@ const ARCH: &str = "sm_90";
 const ARCH_A: &str = "sm_90a";
 /// MMQ variants of the builtin source without / with the sm_90a features.
 const PLAIN_VARIANTS: usize = 9;
-const SM90A_VARIANTS: usize = 23;
+const SM90A_VARIANTS: usize = 25;
 /// The first variant on the native e4m3 wgmma (schedule code 3, fused
 /// fold); k0 .. k14 convert to f16 and declare v2.
 const FIRST_NATIVE: usize = 15;

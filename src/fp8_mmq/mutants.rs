@@ -96,8 +96,8 @@ pub const MUTANTS: [Mutant; 8] = [
     Mutant {
         name: "tma-coords-swapped",
         what: "the TMA variants ask for the activation box at (row, k) instead of (k, row): the tile holds other tokens' codes or the tensor map's zero fill (from the second 128-k block on in the first token tile, from the first in the others)",
-        find: "tma_load_2d(base + B_OFF, tb, kb * BLOCK_K, col0, full);",
-        replace: "tma_load_2d(base + B_OFF, tb, col0, kb * BLOCK_K, full);",
+        find: "tma_load_2d(base + T_OFF, tb, kb * BLOCK_K, col0, full);",
+        replace: "tma_load_2d(base + T_OFF, tb, col0, kb * BLOCK_K, full);",
         caught_by: &[Arm::Exact, Arm::Random],
     },
 ];
@@ -121,7 +121,7 @@ pub const NATIVE_PLANTS: [NativePlant; 1] = [NativePlant {
     name: "fold-association",
     find: "sum[4 * ni + 0] = __fmaf_rn(sd0, acc[4 * ni + 0], sum[4 * ni + 0]);",
     replace:
-        "sum[4 * ni + 0] = __fmaf_rn(rs[0], __fmul_rn(rd[ni * 8 + t4 * 2], acc[4 * ni + 0]), sum[4 * ni + 0]);",
+        "sum[4 * ni + 0] = __fmaf_rn(rs[0], __fmul_rn(rd[tok0], acc[4 * ni + 0]), sum[4 * ni + 0]);",
 }];
 
 /// Whether the mutant changes only the native e4m3 wgmma variants, so
