@@ -166,9 +166,11 @@ fn gdn_case_phases_timed() {
         }
         if spec.batch > 1 {
             let ds = spec.generate_batch().unwrap();
+            let inputs = run::BatchInputs::new(&ds);
             for entry in e.fused_entries() {
-                run::batched(e, &ds, entry, false).unwrap();
+                run::batched(e, &inputs, entry, false).unwrap();
             }
+            inputs.give_back();
             for d in &ds[1..] {
                 let _ = reference(d);
             }
@@ -203,12 +205,14 @@ fn gdn_case_phases_timed() {
 /// [`gdn_case_phases_timed`], each host phase of `check` timed on its own
 /// (generation, the oracle through its fast path and through the spec, the
 /// comparisons `judge_case` makes, the batched call's other sequences and
-/// their oracle). Prints milliseconds per case per phase; checks nothing.
+/// their oracle), each case's buffers handed back to the host pool as
+/// `check` does. Prints milliseconds per case per phase; checks nothing.
 #[test]
 #[ignore = "a measurement, not a check (prints the gdn fuzz case's host time per phase)"]
 fn gdn_case_host_phases_timed() {
     use arbitrary::{Arbitrary, Unstructured};
     use kernel_oracle::gdn::judge::reference_spec;
+    use kernel_oracle::gdn::pool::POOL;
     use kernel_oracle::gdn::{compare_six, Bits};
     use std::time::{Duration, Instant};
     let mut rng = kernel_oracle::rng::Rng(0x9E0F);
@@ -234,7 +238,7 @@ fn gdn_case_host_phases_timed() {
         lap(0, &mut t);
         let want = reference(&data);
         lap(1, &mut t);
-        let _ = reference_spec(&data);
+        POOL.give_six(reference_spec(&data));
         lap(2, &mut t);
         // chained == oracle, packed == oracle, packed == chained; with the
         // graph, twins == chained and the two replays == chained.
@@ -248,10 +252,14 @@ fn gdn_case_host_phases_timed() {
             let ds = spec.generate_batch().unwrap();
             lap(4, &mut t);
             for d in &ds[1..] {
-                let _ = reference(d);
+                POOL.give_six(reference(d));
             }
             lap(5, &mut t);
+            ds.into_iter().for_each(|d| POOL.give_data(d));
         }
+        // As `check` does: the case's buffers back to the host pool.
+        POOL.give_six(want);
+        POOL.give_data(data);
     }
     let all: Duration = total.iter().sum::<Duration>() - total[2];
     println!(

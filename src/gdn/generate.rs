@@ -245,8 +245,14 @@ impl CaseData {
     }
 }
 
+/// `len` values uniform in `[-spread, spread)`, in a vector of the host
+/// pool (a state is up to 512 KiB).
 fn uniform(r: &mut Rng, len: usize, spread: f32) -> Vec<f32> {
-    (0..len).map(|_| (r.f01() * 2.0 - 1.0) * spread).collect()
+    let mut v = super::pool::POOL.take(len);
+    for x in &mut v {
+        *x = (r.f01() * 2.0 - 1.0) * spread;
+    }
+    v
 }
 
 fn sprinkle(r: &mut Rng, v: &mut [f32], on: bool) {

@@ -11,8 +11,10 @@
 //! infinity must match exactly, sign included.
 
 use super::generate::CaseData;
+use super::pool::POOL;
 use oracle::gdn::rows::{decode_row, decode_rows, PackedOutputs, RowInputs, RowOutputs};
 use oracle::gdn::scan::{state_after_row, StateIo, StatePair, StateSlot};
+use rayon::prelude::*;
 
 /// The names of the six outputs, in [`Six::parts`] order (seed 003 lines
 /// 257-264).
@@ -123,6 +125,34 @@ pub fn compare(what: &str, got: &[f32], want: &[f32], rule: Bits) -> Diff {
         first: None,
         got_len: None,
     };
+    // Spans of a long output are compared on rayon's threads (a case's
+    // snapshots hold megabytes), then counted in order, so the count and
+    // the first difference are those of one walk from the start.
+    let spans: Vec<SpanDiffs> = if want.len() > COMPARE_SPAN {
+        got.par_chunks(COMPARE_SPAN)
+            .zip(want.par_chunks(COMPARE_SPAN))
+            .enumerate()
+            .map(|(s, (gs, ws))| compare_span(gs, ws, rule, s * COMPARE_SPAN))
+            .collect()
+    } else {
+        vec![compare_span(got, want, rule, 0)]
+    };
+    for (diffs, first) in spans {
+        d.diffs += diffs;
+        if d.first.is_none() {
+            d.first = first;
+        }
+    }
+    d
+}
+
+/// One span's differences and the first of them, `(index, got, want)`.
+type SpanDiffs = (usize, Option<(usize, f32, f32)>);
+
+/// [`compare`] of one span starting at element `at` of its output: the
+/// differences and the first (its index counted from the output's start).
+fn compare_span(got: &[f32], want: &[f32], rule: Bits, at: usize) -> SpanDiffs {
+    let (mut diffs, mut first) = (0, None);
     // A block whose bits all agree passes under either rule; only the
     // other blocks are walked element by element under `rule`. (The walk
     // alone, a branch per element, cost more than the oracle on a case's
@@ -138,13 +168,17 @@ pub fn compare(what: &str, got: &[f32], want: &[f32], rule: Bits) -> Diff {
         }
         for (i, (&g, &w)) in gb.iter().zip(wb).enumerate() {
             if !rule.same(g, w) {
-                d.diffs += 1;
-                d.first.get_or_insert((b * COMPARE_BLOCK + i, g, w));
+                diffs += 1;
+                first.get_or_insert((at + b * COMPARE_BLOCK + i, g, w));
             }
         }
     }
-    d
+    (diffs, first)
 }
+
+/// Elements of the spans [`compare`] hands to rayon's threads (a multiple
+/// of [`COMPARE_BLOCK`]).
+const COMPARE_SPAN: usize = 64 * COMPARE_BLOCK;
 
 /// Elements per block of [`compare`]'s bitwise pre-check.
 const COMPARE_BLOCK: usize = 1024;
@@ -196,12 +230,18 @@ pub fn reference_spec(d: &CaseData) -> Six {
 fn reference_with(d: &CaseData, fast: bool) -> Six {
     let s = d.shape;
     let n = s.state_len();
-    let (mut ring, mut canonical, mut alt) = (d.ring0.clone(), d.state0.clone(), vec![0f32; n]);
+    // The working buffers and outputs from the host pool, initialised as
+    // fresh ones would be (copies, zeros).
+    let (mut ring, mut canonical, mut alt) = (
+        POOL.copy_of(&d.ring0),
+        POOL.copy_of(&d.state0),
+        POOL.zeros(n),
+    );
     let mut six = Six {
-        conv_out: vec![0.0; s.t() * s.conv_dim()],
-        o: vec![0.0; s.t() * s.value_dim()],
-        snap_conv: vec![0.0; s.snapshots() * s.ring_len()],
-        snap_state: vec![0.0; s.snapshots() * n],
+        conv_out: POOL.zeros(s.t() * s.conv_dim()),
+        o: POOL.zeros(s.t() * s.value_dim()),
+        snap_conv: POOL.zeros(s.snapshots() * s.ring_len()),
+        snap_state: POOL.zeros(s.snapshots() * n),
         ..Six::default()
     };
     let input = RowInputs {
@@ -226,7 +266,13 @@ fn reference_with(d: &CaseData, fast: bool) -> Six {
         decode_rows(&s, &d.params(), &input, &mut ring, pair, out, &mut scratch)
     }
     .expect("generated data fit their shape");
-    six.state = slot(last, &canonical, &alt).to_vec();
+    // The final state is the buffer that holds it; the other goes back.
+    let (state, other) = match last {
+        StateSlot::Canonical => (canonical, alt),
+        StateSlot::Alt => (alt, canonical),
+    };
+    POOL.give(other);
+    six.state = state;
     six.ring = ring;
     six
 }
@@ -284,7 +330,9 @@ mod tests {
     /// The bitwise pre-check skips only blocks that agree in every bit:
     /// differences in the first and a later block are all counted, the
     /// first with its index; two NaNs of other payloads pass under
-    /// `NanAny` and fail under `Exact`; `-0.0` never equals `+0.0`.
+    /// `NanAny` and fail under `Exact`; `-0.0` never equals `+0.0`; an
+    /// output of several spans (compared in parallel) counts every
+    /// difference and names the lowest index first.
     #[test]
     fn compare_counts_every_difference_across_blocks() {
         let want = vec![1.0f32; 3 * COMPARE_BLOCK + 5];
@@ -305,6 +353,15 @@ mod tests {
             (1, Some(COMPARE_BLOCK + 1))
         );
         assert!(compare("same", &want, &want, Bits::Exact).pass());
+        // Across the spans compared in parallel: every one counted, the
+        // first the lowest index.
+        let want = vec![1.0f32; 3 * COMPARE_SPAN + 7];
+        let mut got = want.clone();
+        for i in [COMPARE_SPAN + 2, 5, 3 * COMPARE_SPAN + 6, 2 * COMPARE_SPAN] {
+            got[i] = 0.5;
+        }
+        let d = compare("spans", &got, &want, Bits::Exact);
+        assert_eq!((d.diffs, d.first), (4, Some((5, 0.5, 1.0))));
         assert!(!compare("len", &want[1..], &want, Bits::Exact).pass());
     }
 

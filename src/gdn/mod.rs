@@ -6,6 +6,7 @@
 //! - [`run`]: the kernels of `cu/gdn.cu` through `device::cuda::GdnEngine`:
 //!   chained per-row launches, the packed step eager and graph-replayed;
 //! - [`judge`]: the oracle's six outputs and the comparison rules;
+//! - [`pool`]: host buffers reused from case to case;
 //! - [`report`]: table rows, mismatch lines, reproductions;
 //! - [`gate`]: `kernel-oracle check gdn`;
 //! - [`mutants`]: planted bugs in `cu/gdn.cu`;
@@ -25,6 +26,7 @@ pub mod gate;
 pub mod generate;
 pub mod judge;
 pub mod mutants;
+pub mod pool;
 pub mod report;
 pub mod run;
 
@@ -35,6 +37,8 @@ pub use run::engine;
 
 use crate::stats::{count, pct};
 use device::cuda::{GdnEngine, GdnFusedEntry};
+use pool::POOL;
+use run::{BatchInputs, BatchSix};
 use std::sync::atomic::AtomicU64;
 
 /// Counters of one process's checks: outcomes, and what the generator
@@ -143,6 +147,28 @@ pub struct CaseRuns {
     pub graph: Option<Result<run::GraphRun, device::cuda::DeviceError>>,
 }
 
+impl CaseRuns {
+    /// Hands every output read back to the host pool ([`pool::POOL`]).
+    pub fn give_back(self) {
+        let CaseRuns {
+            chained,
+            packed,
+            twins,
+            graph,
+        } = self;
+        for six in [chained, packed].into_iter().chain(twins).flatten() {
+            POOL.give_six(six);
+        }
+        if let Some(Ok(g)) = graph {
+            POOL.give_six(g.rebound);
+            POOL.give_six(g.swapped);
+            for v in g.capture_time {
+                POOL.give(v);
+            }
+        }
+    }
+}
+
 /// Runs `data` through the device every way [`judge_case`] judges:
 /// chained, packed, and when `graph` the packed twins and the graph
 /// replays. Compares nothing (so the oracle can be computed meanwhile).
@@ -183,13 +209,28 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
         Ok(c) => r_chained.diffs = compare_six(c, want, Bits::NanAny),
         Err(err) => r_chained.error = Some(err.to_string()),
     }
-    match packed {
-        Ok(p) => r_packed.diffs = compare_six(p, want, Bits::NanAny),
-        Err(err) => r_packed.error = Some(err.to_string()),
-    }
     match (packed, chained) {
         (Ok(p), Ok(c)) => r_1.diffs = compare_six(p, c, Bits::Exact),
         (Err(err), _) | (_, Err(err)) => r_1.error = Some(err.to_string()),
+    }
+    match packed {
+        Ok(p) => {
+            // An output bit-identical to the chained one compares with the
+            // oracle as the chained one did: its diff is the chained one's
+            // (same name, same values); only the others are walked again.
+            let same: Vec<bool> = match chained {
+                Ok(_) => r_1.diffs.iter().map(Diff::pass).collect(),
+                Err(_) => vec![false; 6],
+            };
+            let (g, w) = (p.parts(), want.parts());
+            r_packed.diffs = (0..6)
+                .map(|i| match (same[i], r_chained.diffs.get(i)) {
+                    (true, Some(d)) => d.clone(),
+                    _ => judge::compare(judge::OUTPUTS[i], g[i], w[i], Bits::NanAny),
+                })
+                .collect();
+        }
+        Err(err) => r_packed.error = Some(err.to_string()),
     }
     rows.extend([r_1, r_chained, r_packed]);
     if let Some(twins) = &runs.twins {
@@ -246,7 +287,9 @@ pub fn judge_batch(
     datas: &[CaseData],
     want0: Option<&Six>,
 ) -> Vec<Row> {
-    let gots = batched_runs(e, datas, true);
+    let inputs = BatchInputs::new(datas);
+    let gots = batched_runs(e, &inputs, true);
+    inputs.give_back();
     let computed: Vec<Six> = if gots.iter().any(|(_, g)| g.is_ok()) {
         datas[usize::from(want0.is_some())..]
             .iter()
@@ -264,19 +307,18 @@ pub fn judge_batch(
 /// One batched run's fused entry and whether it was graph-replayed.
 type BatchHow = (GdnFusedEntry, bool);
 
-/// The batched fused step over `datas` through every fused entry the
+/// One batched run's outputs.
+type BatchGot = Result<BatchSix, device::cuda::DeviceError>;
+
+/// The batched fused step over `inputs` through every fused entry the
 /// engine launches, eagerly and, with `graph`, also as a replayed CUDA
 /// graph ([`run::batched`]): each run with its outputs.
-fn batched_runs(
-    e: &GdnEngine,
-    datas: &[CaseData],
-    graph: bool,
-) -> Vec<(BatchHow, Result<Vec<Six>, device::cuda::DeviceError>)> {
+fn batched_runs(e: &GdnEngine, inputs: &BatchInputs<'_>, graph: bool) -> Vec<(BatchHow, BatchGot)> {
     let modes: &[bool] = if graph { &[false, true] } else { &[false] };
     e.fused_entries()
         .into_iter()
         .flat_map(|entry| modes.iter().map(move |&g| (entry, g)))
-        .map(|how| (how, run::batched(e, datas, how.0, how.1)))
+        .map(|how| (how, run::batched(e, inputs, how.0, how.1)))
         .collect()
 }
 
@@ -299,25 +341,20 @@ pub fn batch_label(entry: GdnFusedEntry, graph: bool) -> &'static str {
     }
 }
 
-/// The row of [`judge_batch`] from the batched step's outputs `got` (one
-/// [`Six`] per sequence) through `how.0`, graph-replayed when `how.1`, and
-/// each sequence's oracle `wants`, in order.
+/// The row of [`judge_batch`] from the batched step's outputs `got` (all
+/// sequences', [`BatchSix::parts`]) through `how.0`, graph-replayed when
+/// `how.1`, and each sequence's oracle `wants`, in order.
 ///
 /// # Panics
 /// When `got` holds outputs and `wants` holds another number of
 /// sequences (a caller's bug).
-pub fn judge_batch_runs(
-    spec: &CaseSpec,
-    how: BatchHow,
-    got: &Result<Vec<Six>, device::cuda::DeviceError>,
-    wants: &[&Six],
-) -> Row {
+pub fn judge_batch_runs(spec: &CaseSpec, how: BatchHow, got: &BatchGot, wants: &[&Six]) -> Row {
     let mut r = row(2, batch_label(how.0, how.1), spec, Bits::NanAny);
     match got {
         Ok(got) => {
-            assert_eq!(got.len(), wants.len(), "sequences run and oracles given");
-            for (b, (g, want)) in got.iter().zip(wants).enumerate() {
-                for (i, (gp, wp)) in g.parts().iter().zip(want.parts()).enumerate() {
+            assert_eq!(got.batch, wants.len(), "sequences run and oracles given");
+            for (b, want) in wants.iter().enumerate() {
+                for (i, (gp, wp)) in got.parts(b).iter().zip(want.parts()).enumerate() {
                     r.diffs.push(judge::compare(
                         &format!("sequence {b} {}", judge::OUTPUTS[i]),
                         gp,
@@ -373,7 +410,10 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         let runs = run_case(e, data, spec.graph);
         // Graph-replayed too when the case asks for graphs.
         let batched = if spec.batch > 1 {
-            batched_runs(e, &datas, spec.graph)
+            let inputs = BatchInputs::new(&datas);
+            let runs = batched_runs(e, &inputs, spec.graph);
+            inputs.give_back();
+            runs
         } else {
             Vec::new()
         };
@@ -402,6 +442,18 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
             "{}",
             report::divergence(spec, &rows, &e.kernel_source(), artifact)
         );
+    }
+    runs.give_back();
+    for (_, got) in batched {
+        if let Ok(got) = got {
+            POOL.give_six(got.all);
+        }
+    }
+    for six in wants {
+        POOL.give_six(six);
+    }
+    for d in datas {
+        POOL.give_data(d);
     }
 }
 
@@ -492,10 +544,11 @@ mod tests {
         let wants: Vec<Six> = datas.iter().map(reference).collect();
         let refs: Vec<&Six> = wants.iter().collect();
         let main = (GdnFusedEntry::Main, false);
-        assert!(judge_batch_runs(&batch, main, &Ok(wants.clone()), &refs).pass());
+        let all = BatchSix::from_seqs(&wants);
+        assert!(judge_batch_runs(&batch, main, &Ok(all), &refs).pass());
         let mut got = wants.clone();
         got[1].o[0] = f32::from_bits(got[1].o[0].to_bits() ^ 1);
-        let r = judge_batch_runs(&batch, main, &Ok(got), &refs);
+        let r = judge_batch_runs(&batch, main, &Ok(BatchSix::from_seqs(&got)), &refs);
         let failed: Vec<&str> = r
             .diffs
             .iter()

@@ -7,6 +7,7 @@
 
 use super::generate::CaseData;
 use super::judge::{compare, Bits, Diff, Six};
+use super::pool::POOL;
 use device::cuda::{Buffer, DeviceError, GdnEngine, GdnFusedEntry, GdnHeads, GdnStep, GdnWeights};
 use oracle::gdn::conv::conv1d_row;
 use oracle::gdn::prep::{prep_row, Heads, HeadsMut};
@@ -113,12 +114,12 @@ pub fn chained(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
         (&snap_state, "state snapshots"),
     ])?;
     Ok(Six {
-        conv_out: e.download(&all_conv)?,
-        o: e.download(&all_o)?,
-        state: e.download(st.after_row(t - 1))?,
-        ring: e.download(st.ring())?,
-        snap_conv: e.download(&snap_conv)?,
-        snap_state: e.download(&snap_state)?,
+        conv_out: down(e, &all_conv)?,
+        o: down(e, &all_o)?,
+        state: down(e, st.after_row(t - 1))?,
+        ring: down(e, st.ring())?,
+        snap_conv: down(e, &snap_conv)?,
+        snap_state: down(e, &snap_state)?,
     })
 }
 
@@ -133,12 +134,12 @@ fn step(e: &GdnEngine, d: &CaseData) -> Result<GdnStep, DeviceError> {
 /// The six outputs a packed step left.
 fn six_of(e: &GdnEngine, step: &GdnStep) -> Result<Six, DeviceError> {
     Ok(Six {
-        conv_out: e.download(step.conv_out())?,
-        o: e.download(step.o())?,
-        state: e.download(step.final_state())?,
-        ring: e.download(step.state().ring())?,
-        snap_conv: e.download(step.snap_conv())?,
-        snap_state: e.download(step.snap_state())?,
+        conv_out: down(e, step.conv_out())?,
+        o: down(e, step.o())?,
+        state: down(e, step.final_state())?,
+        ring: down(e, step.state().ring())?,
+        snap_conv: down(e, step.snap_conv())?,
+        snap_state: down(e, step.snap_state())?,
     })
 }
 
@@ -164,10 +165,99 @@ pub fn twins(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
     six_of(e, &st)
 }
 
-/// The sequences of `ds` (one shape, shared weights: those of `ds[0]`) in
-/// one batched fused step through `entry` (`gdn_step_fused` or
-/// `gdn_step_fused_c2` over `ds.len()` sequences, the layout of
-/// `oracle::gdn::batch`); each sequence's six outputs cut from the pools.
+/// The inputs of a batched step over the sequences `ds` (one shape,
+/// shared weights: those of `ds[0]`), each concatenated over the sequences
+/// in the layout of `oracle::gdn::batch` (sequence `b` the `b`-th block):
+/// made once per case and uploaded by every batched run.
+#[derive(Debug)]
+pub struct BatchInputs<'a> {
+    /// The sequences.
+    pub ds: &'a [CaseData],
+    /// `[B][C][P]`.
+    pub ring0: Vec<f32>,
+    /// `[B][N]`.
+    pub state0: Vec<f32>,
+    /// `[B][t][C]`.
+    pub qkv: Vec<f32>,
+    /// `[B][t][num_v]`.
+    pub beta_raw: Vec<f32>,
+    /// `[B][t][num_v]`.
+    pub alpha: Vec<f32>,
+}
+
+impl<'a> BatchInputs<'a> {
+    /// `ds`'s inputs concatenated (at least one sequence).
+    pub fn new(ds: &'a [CaseData]) -> BatchInputs<'a> {
+        let cat = |f: &dyn Fn(&CaseData) -> &[f32]| {
+            let mut v = POOL.take(ds.iter().map(|d| f(d).len()).sum());
+            let mut at = 0;
+            for d in ds {
+                let part = f(d);
+                v[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            v
+        };
+        BatchInputs {
+            ds,
+            ring0: cat(&|d| &d.ring0),
+            state0: cat(&|d| &d.state0),
+            qkv: cat(&|d| &d.qkv),
+            beta_raw: cat(&|d| &d.beta_raw),
+            alpha: cat(&|d| &d.alpha),
+        }
+    }
+
+    /// Hands the concatenations back to the host pool.
+    pub fn give_back(self) {
+        for v in [self.ring0, self.state0, self.qkv, self.beta_raw, self.alpha] {
+            POOL.give(v);
+        }
+    }
+}
+
+/// The six outputs of a batched step, each over all its sequences
+/// (`[B][...]`, the layout of `oracle::gdn::batch`), as read back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BatchSix {
+    /// The outputs, sequence `b` the `b`-th of `batch` equal blocks of each.
+    pub all: Six,
+    /// Sequences.
+    pub batch: usize,
+}
+
+impl BatchSix {
+    /// Sequence `b`'s six outputs, in [`Six::parts`] order.
+    pub fn parts(&self, b: usize) -> [&[f32]; 6] {
+        self.all.parts().map(|v| {
+            let per = v.len() / self.batch;
+            &v[b * per..(b + 1) * per]
+        })
+    }
+
+    /// The sequences `seqs` laid out as a batched step's outputs.
+    pub fn from_seqs(seqs: &[Six]) -> BatchSix {
+        let cat = |f: &dyn Fn(&Six) -> &[f32]| -> Vec<f32> {
+            seqs.iter().flat_map(|s| f(s).iter().copied()).collect()
+        };
+        BatchSix {
+            all: Six {
+                conv_out: cat(&|s| &s.conv_out),
+                o: cat(&|s| &s.o),
+                state: cat(&|s| &s.state),
+                ring: cat(&|s| &s.ring),
+                snap_conv: cat(&|s| &s.snap_conv),
+                snap_state: cat(&|s| &s.snap_state),
+            },
+            batch: seqs.len(),
+        }
+    }
+}
+
+/// The sequences of `inputs` in one batched fused step through `entry`
+/// (`gdn_step_fused`, `gdn_step_fused_c2` or the persistent entry over
+/// `B` sequences, the layout of `oracle::gdn::batch`); the six outputs
+/// read back over all sequences ([`BatchSix::parts`] cuts out one's).
 /// With `graph`, the step is captured in a CUDA graph (nothing runs) and
 /// the graph replayed once instead of an eager launch.
 ///
@@ -175,26 +265,17 @@ pub fn twins(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
 /// Every [`DeviceError`].
 pub fn batched(
     e: &GdnEngine,
-    ds: &[CaseData],
+    inputs: &BatchInputs<'_>,
     entry: GdnFusedEntry,
     graph: bool,
-) -> Result<Vec<Six>, DeviceError> {
+) -> Result<BatchSix, DeviceError> {
+    let ds = inputs.ds;
     let s = ds[0].shape;
     let nb = ds.len();
-    let cat = |f: &dyn Fn(&CaseData) -> &[f32]| {
-        ds.iter()
-            .flat_map(|d| f(d).iter().copied())
-            .collect::<Vec<f32>>()
-    };
-    let st = e.new_state_batched(&s, nb, &cat(&|d| &d.ring0), &cat(&|d| &d.state0), None)?;
+    let st = e.new_state_batched(&s, nb, &inputs.ring0, &inputs.state0, None)?;
     let mut step = e.new_step_batched(&s, nb, weights(e, &ds[0])?, st)?;
     e.set_step_entry(&mut step, Some(entry))?;
-    e.set_step_inputs(
-        &mut step,
-        &cat(&|d| &d.qkv),
-        &cat(&|d| &d.beta_raw),
-        &cat(&|d| &d.alpha),
-    )?;
+    e.set_step_inputs(&mut step, &inputs.qkv, &inputs.beta_raw, &inputs.alpha)?;
     let all = if graph {
         let g = e.capture_step(step)?;
         g.launch()?;
@@ -203,20 +284,7 @@ pub fn batched(
         e.run_step(&mut step)?;
         six_of(e, &step)?
     };
-    let cut = |v: &[f32], b: usize| -> Vec<f32> {
-        let per = v.len() / nb;
-        v[b * per..(b + 1) * per].to_vec()
-    };
-    Ok((0..nb)
-        .map(|b| Six {
-            conv_out: cut(&all.conv_out, b),
-            o: cut(&all.o, b),
-            state: cut(&all.state, b),
-            ring: cut(&all.ring, b),
-            snap_conv: cut(&all.snap_conv, b),
-            snap_state: cut(&all.snap_state, b),
-        })
-        .collect())
+    Ok(BatchSix { all, batch: nb })
 }
 
 /// The outputs of [`graph`]: two replays and the capture-time buffers.
@@ -242,7 +310,8 @@ pub struct GraphRun {
 /// # Errors
 /// Every [`DeviceError`].
 pub fn graph(e: &GdnEngine, d: &CaseData) -> Result<GraphRun, DeviceError> {
-    let poison = vec![ALT_POISON; d.shape.state_len()];
+    let mut poison = POOL.take(d.shape.state_len());
+    poison.fill(ALT_POISON);
     let mut g = e.capture_step(step(e, d)?)?;
     let old = g.rebind(
         e,
@@ -257,10 +326,11 @@ pub fn graph(e: &GdnEngine, d: &CaseData) -> Result<GraphRun, DeviceError> {
     g.launch()?;
     let swapped = six_of(e, g.step())?;
     let [r, c, a] = &old;
+    POOL.give(poison);
     Ok(GraphRun {
         rebound,
         swapped,
-        capture_time: [e.download(r)?, e.download(c)?, e.download(a)?],
+        capture_time: [down(e, r)?, down(e, c)?, down(e, a)?],
     })
 }
 
@@ -312,8 +382,11 @@ impl HostHeads {
     }
 }
 
+/// `b`'s elements, read back into a vector of the host pool.
 fn down(e: &GdnEngine, b: &Buffer<f32>) -> Result<Vec<f32>, DeviceError> {
-    e.download(b)
+    let mut v = POOL.take(b.len());
+    e.download_into(b, &mut v)?;
+    Ok(v)
 }
 
 /// Each per-row kernel on its own, fed the oracle's inputs, for every row

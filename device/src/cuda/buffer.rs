@@ -116,14 +116,36 @@ pub(crate) fn download<T: DeviceRepr + Default + Clone>(
     buf: &Buffer<T>,
 ) -> Result<Vec<T>> {
     let mut out = vec![T::default(); buf.len()];
+    download_into(stream, buf, &mut out)?;
+    Ok(out)
+}
+
+/// Copies `buf`'s elements into `out` and synchronises the stream: every
+/// element of `out` is written, or an error returned.
+///
+/// # Errors
+/// [`DeviceError::ArgLen`] if the lengths differ (nothing is copied);
+/// [`DeviceError::Driver`], including a fault of an earlier launch.
+pub(crate) fn download_into<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    buf: &Buffer<T>,
+    out: &mut [T],
+) -> Result<()> {
+    if out.len() != buf.len() {
+        return Err(DeviceError::ArgLen {
+            arg: "download destination",
+            want: buf.len(),
+            got: out.len(),
+        });
+    }
     settle(stream, "cuStreamSynchronize (before cuMemcpyDtoH)")?;
     if !out.is_empty() {
-        stream.memcpy_dtoh(&buf.view(), &mut out).map_err(|e| {
+        stream.memcpy_dtoh(&buf.view(), out).map_err(|e| {
             DeviceError::driver(format!("cuMemcpyDtoH ({} elements)", buf.len()), e)
         })?;
     }
     settle(stream, "cuStreamSynchronize (after cuMemcpyDtoH)")?;
-    Ok(out)
+    Ok(())
 }
 
 fn guard_elems<T>() -> usize {

@@ -1369,6 +1369,17 @@ impl GdnEngine {
         buffer::upload_into(&self.shim.stream, data, buf)
     }
 
+    /// Copies `buf`'s elements into `out` (synchronises): a download into
+    /// a buffer the caller reuses (the GDN harness's host pool), so that a
+    /// read-back of megabytes faults in no fresh pages.
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`] if the lengths differ; [`DeviceError::Driver`],
+    /// including a fault of an earlier launch.
+    pub fn download_into<T: DeviceRepr>(&self, buf: &Buffer<T>, out: &mut [T]) -> Result<()> {
+        buffer::download_into(&self.shim.stream, buf, out)
+    }
+
     /// Device-to-device copy of `src` into `dst` (the benchmark's peer).
     ///
     /// # Errors
