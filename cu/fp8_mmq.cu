@@ -338,18 +338,18 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
 /* Every native configuration in variant order: F(X0), F(X1), ... */
 #define NV_CFGS(F) F(X0), F(X1), F(X2), F(X3), F(X4), F(X5), F(X6), F(X7), F(X8), F(X9)
 
-/* Bytes of one stage: A BM x 128, B BN x 128, the tile's products s * d
- * and activation scales d (one per token: max(BM, BN) bounds both
- * orientations) and the weight scale (padded to 16); rounded up to 1024
- * (swizzle atoms). */
-static __host__ __device__ constexpr u32 nv_stage_bytes(int bm, int bn) {
-    return (u32)(((bm + bn) * BLOCK_K + 2 * (bm > bn ? bm : bn) * 4 + 16 + 1023) / 1024 * 1024);
+/* Bytes of one stage: A BM x 128, B BN x 128, the TR products s * d and
+ * TR activation scales d of the tile's tokens (TR = BN, or BM with SW 1)
+ * and the weight scale (padded to 16); rounded up to 1024 (swizzle
+ * atoms). */
+static __host__ __device__ constexpr u32 nv_stage_bytes(int bm, int bn, int tr) {
+    return (u32)(((bm + bn) * BLOCK_K + 2 * tr * 4 + 16 + 1023) / 1024 * 1024);
 }
 
 /* Dynamic shared memory: 1024 bytes of alignment slack, the stages, two
  * mbarriers (8 bytes each) per stage. */
 static __host__ __device__ constexpr u32 nv_smem(int bn, int st, int gr, int minb, int npw, int tma, int db, int nwg, int sw) {
-    return 1024u + (u32)st * nv_stage_bytes(64 * nwg, bn) + (u32)st * 16u;
+    return 1024u + (u32)st * nv_stage_bytes(64 * nwg, bn, sw ? 64 * nwg : bn) + (u32)st * 16u;
 }
 
 /* Tokens per CTA (plan[14]). */
@@ -1678,7 +1678,7 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     constexpr int PT = 32 * NPW;  /* producer threads: the NPW warps after them */
     constexpr int RS = PT / 8;    /* rows one pass of the producers covers */
     static_assert(NPW == 2 || NPW == 4, "RS a multiple of 8");
-    constexpr u32 SB = nv_stage_bytes(BM, BN);
+    constexpr u32 SB = nv_stage_bytes(BM, BN, SW ? BM : BN);
     constexpr u32 A_OFF = 0;
     constexpr u32 B_OFF = (u32)BM * BLOCK_K;
     /* SW 0: the MMA's M side (A, BM rows) is the weights, N (B, BN rows)
