@@ -1870,6 +1870,7 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     float sum[R];
     float acc0[R];
     float acc1[R]; /* DB: block kb's MMAs in acc0 (kb even) or acc1 (kb odd) */
+    float sdq0[2] = {0.0f, 0.0f}, sdq1[2] = {0.0f, 0.0f}; /* SW: their blocks' s * d (issue) */
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         sum[i] = 0.0f; /* M1 */
@@ -1878,10 +1879,18 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     }
     /* M2' chain: block kb's four k=32 MMAs, the first from +0, committed as
      * one group (not waited for). */
-    const auto issue = [&](float (&acc)[R], int kb) {
+    const auto issue = [&](float (&acc)[R], float (&sdq)[2], int kb) {
         const int slot = kb % ST;
         const u32 base = s0 + (u32)slot * SB;
         mbar_wait(full0 + (u32)slot * 8u, (u32)((kb / ST) & 1));
+        if constexpr (SW) {
+            /* the two products s * d this thread's fold of block kb takes
+             * (its token rows 64 wg + 16 wq + g and + 8), read here so that
+             * the fold does not wait for them */
+            const float *rsd = reinterpret_cast<const float *>(sp + (u32)slot * SB + D_OFF);
+            sdq[0] = rsd[wg * 64 + wq * 16 + g];
+            sdq[1] = rsd[wg * 64 + wq * 16 + g + 8];
+        }
         fence_proxy_async(); /* the stage's generic-proxy writes, for the MMA */
         wgmma_fence();
 #pragma unroll
@@ -1900,7 +1909,7 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
      * 64 wg + 16 wq + g + 8 (e >> 1), column 8 ni + 2 t4 + (e & 1) of the
      * CTA's tile (SW 0: rows weight rows, columns tokens; SW 1 the other
      * way round). */
-    const auto fold = [&](float (&acc)[R], int kb) {
+    const auto fold = [&](float (&acc)[R], const float (&sdq)[2], int kb) {
         const int slot = kb % ST;
         fence_regs(acc); /* no read of acc above the wait */
         const float *rsd = reinterpret_cast<const float *>(sp + (u32)slot * SB + D_OFF);
@@ -1920,8 +1929,8 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
             const int tok0 = SW ? wg * 64 + wq * 16 + g : ni * 8 + t4 * 2;
             float sd0, sd1, sd2, sd3;
             if constexpr (SW) {
-                sd0 = sd1 = rsd[tok0];
-                sd2 = sd3 = rsd[tok0 + 8];
+                sd0 = sd1 = sdq[0]; /* rsd[tok0], read by issue */
+                sd2 = sd3 = sdq[1]; /* rsd[tok0 + 8] */
             } else {
                 const float2 sd = *reinterpret_cast<const float2 *>(rsd + tok0);
                 sd0 = sd2 = sd.x;
@@ -1943,53 +1952,80 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
          * arithmetic, are those of the one-set loop below. */
         if (nblk > 0) {
             int kb = 0;
-            issue(acc0, 0);
+            issue(acc0, sdq0, 0);
             for (; kb + 2 < nblk; kb += 2) {
-                issue(acc1, kb + 1);
+                issue(acc1, sdq1, kb + 1);
                 wgmma_wait<1>();
-                fold(acc0, kb);
-                issue(acc0, kb + 2);
+                fold(acc0, sdq0, kb);
+                issue(acc0, sdq0, kb + 2);
                 wgmma_wait<1>();
-                fold(acc1, kb + 1);
+                fold(acc1, sdq1, kb + 1);
             }
             if (kb + 1 < nblk) {
-                issue(acc1, kb + 1);
+                issue(acc1, sdq1, kb + 1);
                 wgmma_wait<1>();
-                fold(acc0, kb);
+                fold(acc0, sdq0, kb);
                 wgmma_wait<0>();
-                fold(acc1, kb + 1);
+                fold(acc1, sdq1, kb + 1);
             } else {
                 wgmma_wait<0>();
-                fold(acc0, kb);
+                fold(acc0, sdq0, kb);
             }
         }
     } else {
         for (int kb = 0; kb < nblk; ++kb) {
-            issue(acc0, kb);
+            issue(acc0, sdq0, kb);
             wgmma_wait<0>();
-            fold(acc0, kb);
+            fold(acc0, sdq0, kb);
         }
     }
 
     /* M3 */
     if constexpr (SW) {
-        /* register 4 ni + e: token 64 wg + 16 wq + g + 8 (e >> 1), weight
-         * row 8 ni + 2 t4 + (e & 1): two adjacent outputs per store */
+        /* Through shared memory: once both consumer warpgroups are past
+         * their last fold (named barrier 1, the CT consumer threads; every
+         * tile copy has landed and every MMA has read its operands), the
+         * tile's sums are staged row-major, token r at floats r * YS (YS =
+         * BN + 8: a half warp's 8-byte stores, rows g .. g + 3, fall in 32
+         * distinct banks), then each thread stores 16 bytes along out_f:
+         * a warp writes whole 512-byte (BN 128) or 256-byte runs. */
+        constexpr int YS = BN + 8;
+        constexpr int LPR = BN / 4; /* threads per staged row */
+        static_assert((u32)BM * (u32)YS * 4u <= (u32)ST * SB, "the staged tile fits the stages");
+        float *const ys = reinterpret_cast<float *>(smem + (s0 - sbase));
+        fence_proxy_async(); /* the MMAs' reads of the stages, before these writes */
+        asm volatile("bar.sync 1, %0;\n" ::"r"(CT) : "memory");
 #pragma unroll
         for (int ni = 0; ni < BN / 8; ++ni) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int j = col0 + wg * 64 + wq * 16 + g + 8 * h;
-                const int i = row0 + ni * 8 + t4 * 2;
-                if (j < m && i + 1 < out_f && ((out_f & 1) == 0)) {
-                    *reinterpret_cast<float2 *>(y + (u64)j * (u64)out_f + (u64)i) =
-                        make_float2(sum[4 * ni + 2 * h], sum[4 * ni + 2 * h + 1]);
-                } else if (j < m) {
-                    if (i < out_f)
-                        y[(u64)j * (u64)out_f + (u64)i] = sum[4 * ni + 2 * h];
-                    if (i + 1 < out_f)
-                        y[(u64)j * (u64)out_f + (u64)i + 1] = sum[4 * ni + 2 * h + 1];
-                }
+                const int r = wg * 64 + wq * 16 + g + 8 * h;
+                *reinterpret_cast<float2 *>(ys + r * YS + ni * 8 + t4 * 2) =
+                    make_float2(sum[4 * ni + 2 * h], sum[4 * ni + 2 * h + 1]);
+            }
+        }
+        asm volatile("bar.sync 1, %0;\n" ::"r"(CT) : "memory");
+        const bool vec = ((out_f & 3) == 0) && (((unsigned long long)y & 15ull) == 0);
+        const int c = (tid % LPR) * 4;
+        const int i = row0 + c;
+#pragma unroll 4
+        for (int r = tid / LPR; r < BM; r += CT / LPR) {
+            const int j = col0 + r;
+            if (j >= m)
+                break; /* r only grows */
+            const float4 v = *reinterpret_cast<const float4 *>(ys + r * YS + c);
+            float *const dst = y + (u64)j * (u64)out_f + (u64)i;
+            if (vec && i + 3 < out_f) {
+                *reinterpret_cast<float4 *>(dst) = v;
+            } else {
+                if (i < out_f)
+                    dst[0] = v.x;
+                if (i + 1 < out_f)
+                    dst[1] = v.y;
+                if (i + 2 < out_f)
+                    dst[2] = v.z;
+                if (i + 3 < out_f)
+                    dst[3] = v.w;
             }
         }
     } else {
