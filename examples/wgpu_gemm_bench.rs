@@ -24,8 +24,10 @@
 //!
 //! `CHECKS=off`: the timed shader is built without naga's runtime checks
 //! (`WgpuEngine::new_unchecked`: no index clamping, no loop bounding, no
-//! division guard), to time it as a trusted native module runs; `on` (the
-//! default) keeps them. The production reference of `SHADER=` mode keeps
+//! division guard), to time it as a trusted native module runs; `bounds`
+//! keeps the index clamping and division guards and drops only the loop
+//! bounding (`WgpuEngine::new_without_loop_bounding`), to split the cost;
+//! `on` (the default) keeps them all. The production reference of `SHADER=` mode keeps
 //! them either way. Only for shaders that pass the gate: a shader that
 //! indexes out of bounds is then undefined behaviour on the device.
 //!
@@ -182,19 +184,18 @@ fn run() -> anyhow::Result<()> {
         Ok("dequant") => Some(QuantPath::Dequant),
         Ok(other) => anyhow::bail!("QUANT={other:?}: auto, fused or dequant"),
     };
-    let checks = match std::env::var("CHECKS").as_deref() {
-        Err(_) | Ok("on") => true,
-        Ok("off") => false,
-        Ok(other) => anyhow::bail!("CHECKS={other:?}: on or off"),
-    };
-    let engine = if checks {
-        WgpuEngine::new(source)?
-    } else {
+    let engine = match std::env::var("CHECKS").as_deref() {
+        Err(_) | Ok("on") => WgpuEngine::new(source)?,
+        // SAFETY: CHECKS=bounds is the user's statement that the shader
+        // terminates for these shapes (every loop of a shader that passed
+        // the gate is counted by its uniforms); indices stay clamped.
+        Ok("bounds") => unsafe { WgpuEngine::new_without_loop_bounding(source)? },
         // SAFETY: CHECKS=off is the user's statement that the shader stays
         // in bounds, terminates and never divides by zero for these shapes
         // (it passed the gate); the shim still checks every shape and
         // length first.
-        unsafe { WgpuEngine::new_unchecked(source)? }
+        Ok("off") => unsafe { WgpuEngine::new_unchecked(source)? },
+        Ok(other) => anyhow::bail!("CHECKS={other:?}: on, bounds or off"),
     };
     let decl = *engine.decl();
     let geom = Geometry {
@@ -223,10 +224,10 @@ fn run() -> anyhow::Result<()> {
     println!(
         "shader: {}{}{}",
         engine.source().describe(),
-        if engine.runtime_checks() {
-            ""
-        } else {
-            " (CHECKS=off: built without runtime checks)"
+        match (engine.runtime_checks(), engine.loop_bounding()) {
+            (true, true) => "",
+            (true, false) => " (CHECKS=bounds: built without loop bounding)",
+            _ => " (CHECKS=off: built without runtime checks)",
         },
         if production.is_some() {
             " (every output diffed bit for bit against the production shader)"

@@ -227,7 +227,8 @@ fn enable_subgroups_requests_the_feature() {
 }
 
 /// An engine built without naga's runtime checks (the bench's
-/// `CHECKS=off`) computes what the checked one computes, bit for bit, on
+/// `CHECKS=off`), and one without its loop bounding only (`CHECKS=bounds`),
+/// compute what the checked one computes, bit for bit, on
 /// a ragged case of every dtype that the builtin shader keeps in bounds.
 #[test]
 fn unchecked_modules_compute_the_same_bits() {
@@ -238,11 +239,16 @@ fn unchecked_modules_compute_the_same_bits() {
     // SAFETY: the builtin shader passes the gate on this shape and
     // geometry: every index in bounds, every loop bounded by the params,
     // every divisor a nonzero constant or K's block count.
-    let unchecked = {
+    let (unchecked, unbounded) = {
         let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
-        unsafe { WgpuEngine::new_unchecked(ShaderSource::builtin()) }.unwrap()
+        (
+            unsafe { WgpuEngine::new_unchecked(ShaderSource::builtin()) }.unwrap(),
+            unsafe { WgpuEngine::new_without_loop_bounding(ShaderSource::builtin()) }.unwrap(),
+        )
     };
-    assert!(checked.runtime_checks() && !unchecked.runtime_checks());
+    assert!(checked.runtime_checks() && checked.loop_bounding());
+    assert!(!unchecked.runtime_checks() && !unchecked.loop_bounding());
+    assert!(unbounded.runtime_checks() && !unbounded.loop_bounding());
     let shape = Shape {
         label: "ragged",
         m: 97,
@@ -265,10 +271,19 @@ fn unchecked_modules_compute_the_same_bits() {
             let b = unchecked
                 .mul_mat_path(d, g, path, s.m, s.n, s.k, &data.src0, &data.src1)
                 .unwrap();
-            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "{} {path:?}: unchecked differs", d.name());
+            let c = unbounded
+                .mul_mat_path(d, g, path, s.m, s.n, s.k, &data.src0, &data.src1)
+                .unwrap();
+            let same = |b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same(&b), "{} {path:?}: unchecked differs", d.name());
+            assert!(
+                same(&c),
+                "{} {path:?}: without loop bounding differs",
+                d.name()
+            );
         }
         assert!(run_one(&unchecked, &s, &g).unwrap().pass(), "{}", d.name());
+        assert!(run_one(&unbounded, &s, &g).unwrap().pass(), "{}", d.name());
     }
 }
 

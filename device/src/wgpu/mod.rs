@@ -376,10 +376,37 @@ impl WgpuEngine {
         Self::with_checks(source, wgpu::ShaderRuntimeChecks::unchecked())
     }
 
-    /// Whether the shader modules keep naga's runtime checks (false only
+    /// [`WgpuEngine::new`], but without naga's loop bounding only
+    /// (`ShaderRuntimeChecks { bounds_checks: true, force_loop_bounding:
+    /// false }`): every buffer and workgroup-array index is still clamped
+    /// and every division guarded, but loops no longer carry the extra
+    /// iteration counter naga adds so that a driver cannot assume a loop
+    /// terminates. A benchmark uses it to split the cost of the checks.
+    ///
+    /// # Safety
+    /// The caller guarantees that the shader has no infinite loop for any
+    /// dtype and geometry it runs (condition (2) of
+    /// [`WgpuEngine::new_unchecked`]; wgpu's `create_shader_module_trusted`).
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::new`].
+    pub unsafe fn new_without_loop_bounding(source: ShaderSource) -> Result<WgpuEngine> {
+        let mut checks = wgpu::ShaderRuntimeChecks::checked();
+        checks.force_loop_bounding = false;
+        Self::with_checks(source, checks)
+    }
+
+    /// Whether the shader modules keep naga's bounds checks (false only
     /// for [`WgpuEngine::new_unchecked`]).
     pub fn runtime_checks(&self) -> bool {
         self.checks.bounds_checks
+    }
+
+    /// Whether the shader modules keep naga's loop bounding (false for
+    /// [`WgpuEngine::new_unchecked`] and
+    /// [`WgpuEngine::new_without_loop_bounding`]).
+    pub fn loop_bounding(&self) -> bool {
+        self.checks.force_loop_bounding
     }
 
     fn with_checks(source: ShaderSource, checks: wgpu::ShaderRuntimeChecks) -> Result<WgpuEngine> {
