@@ -14,7 +14,7 @@
 //!
 //! Environment, parsed strictly (set but unparseable is an error, and so is
 //! 0): `WG_M`, `WG_N`, `TILE_K` (default: the defaults of the shader's
-//! `override` declarations: 8, 16, 16 in the production shader), `ITERS`
+//! `override` declarations: 16, 16, 16 in the production shader), `ITERS`
 //! (default 20). The thread tile is the shader's (`const TILE_M`,
 //! `const TILE_N`, read by `device::wgpu::ShaderDecl`): `TILE_M`/`TILE_N`
 //! may be set only to the values the shader declares (a check that the

@@ -2,8 +2,8 @@
 // production shader (until 2026-12-02 the candidate mul_mat_fast; the
 // seed's 4 x 4 design it replaced is shaders/candidates/mul_mat_4x4.wgsl,
 // bit-identical on the LFM2.5 sweep). It keeps mul_mat_unrolled's
-// products (8 x 4 outputs per invocation in named vec4 accumulators,
-// `const TILE_M`, `const TILE_N` each 4 or 8) and changes what feeds them:
+// products (named vec4 accumulators, `const TILE_M`, `const TILE_N` each
+// 4 or 8: 4 x 4 since 2026-12-03, 8 x 4 before) and changes what feeds them:
 //   1. padded staged tiles: the k rows of sh0 (sh1) are SM = RM | 1 (SN)
 //      vectors apart, an odd stride, so the eight lanes of one 128-bit
 //      store phase (consecutive k, or consecutive row groups) hit eight
@@ -68,7 +68,7 @@
 //   Declared for the shim: const TILE_M, TILE_N, STAGES.
 //
 // Geometry: a WG_M x WG_N workgroup computes a (TILE_M WG_M) x (TILE_N WG_N)
-// block of dst (8 x 16 threads by default: 64 x 64). Along m the block is
+// block of dst (16 x 16 threads of 4 x 4 outputs by default: 64 x 64). Along m the block is
 // RM = WG_M VM groups of four rows; invocation x owns groups x and x + WG_M
 // (TILE_M = 8) or x alone (TILE_M = 4), likewise along n with y. k
 // advances TILE_K at a time (default 16: one q6_K scale, half a q4_K
@@ -126,14 +126,17 @@ struct MulMatParams {
 override SRC0_DTYPE: u32 = 0u;
 // Workgroup size in threads along m and along n (the defaults are the
 // geometry the bench runs when WG_M, WG_N, TILE_K are not set).
-override WG_M: u32 = 8u;
+override WG_M: u32 = 16u;
 override WG_N: u32 = 16u;
 // k elements staged per step.
 override TILE_K: u32 = 16u;
 
 // Outputs per invocation along m and n, each 4 or 8 (the products below
-// are written out for both).
-const TILE_M: u32 = 8u;
+// are written out for both). 4 x 4 at WG 16 x 16 (a 64 x 64 block of 256
+// invocations): on the H200 1.14x-1.27x the 8 x 4 tile at WG 8 x 16 (the
+// same block, half the invocations), bit-identical, since the shapes with
+// few workgroups then have twice the warps per SM.
+const TILE_M: u32 = 4u;
 const TILE_N: u32 = 4u;
 // Staging buffers in workgroup memory.
 const STAGES: u32 = 2u;

@@ -199,8 +199,20 @@ fn builtin_4x8_passes_the_ci_gate() {
     source_passes_the_ci_gate(&candidate_variant(
         "shaders/mul_mat_reg_tile.wgsl",
         "prod4x8.wgsl",
-        "const TILE_M: u32 = 8u;\nconst TILE_N: u32 = 4u;",
+        "const TILE_M: u32 = 4u;\nconst TILE_N: u32 = 4u;",
         "const TILE_M: u32 = 4u;\nconst TILE_N: u32 = 8u;",
+    ));
+}
+
+/// The production shader's 8 x 4 form (two row groups, one column group:
+/// production's thread tile until 2026-12-03) passes the CI gate.
+#[test]
+fn builtin_8x4_passes_the_ci_gate() {
+    source_passes_the_ci_gate(&candidate_variant(
+        "shaders/mul_mat_reg_tile.wgsl",
+        "prod8x4.wgsl",
+        "const TILE_M: u32 = 4u;\nconst TILE_N: u32 = 4u;",
+        "const TILE_M: u32 = 8u;\nconst TILE_N: u32 = 4u;",
     ));
 }
 

@@ -358,13 +358,13 @@ mod tests {
     }
 
     #[test]
-    fn builtin_declares_an_8x4_tile_two_stages_and_its_geometry() {
+    fn builtin_declares_a_4x4_tile_two_stages_and_its_geometry() {
         let d = parse(super::super::BUILTIN_MUL_MAT_WGSL).unwrap();
-        assert_eq!((d.tile_m, d.tile_n, d.stages), (8, 4, 2));
+        assert_eq!((d.tile_m, d.tile_n, d.stages), (4, 4, 2));
         assert_eq!(
             d.geometry,
             Geometry {
-                wg_m: 8,
+                wg_m: 16,
                 wg_n: 16,
                 tile_k: 16
             }
