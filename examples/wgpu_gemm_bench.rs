@@ -27,9 +27,10 @@
 //! division guard), to time it as a trusted native module runs; `bounds`
 //! keeps the index clamping and division guards and drops only the loop
 //! bounding (`WgpuEngine::new_without_loop_bounding`), to split the cost;
-//! `on` (the default) keeps them all. The production reference of `SHADER=` mode keeps
-//! them either way. Only for shaders that pass the gate: a shader that
-//! indexes out of bounds is then undefined behaviour on the device.
+//! `on` (the default) keeps them all. The production reference of
+//! `SHADER=` mode keeps them either way. Only for shaders that pass the
+//! gate: a shader that indexes out of bounds is then undefined behaviour
+//! on the device.
 //!
 //! `QUANT=auto|fused|dequant` (default `auto`): the path of the quantized
 //! dtypes (`device::wgpu::QuantPath`): `auto` is the shim's default

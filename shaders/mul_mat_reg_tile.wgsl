@@ -68,9 +68,10 @@
 //   Declared for the shim: const TILE_M, TILE_N, STAGES.
 //
 // Geometry: a WG_M x WG_N workgroup computes a (TILE_M WG_M) x (TILE_N WG_N)
-// block of dst (16 x 16 threads of 4 x 4 outputs by default: 64 x 64). Along m the block is
-// RM = WG_M VM groups of four rows; invocation x owns groups x and x + WG_M
-// (TILE_M = 8) or x alone (TILE_M = 4), likewise along n with y. k
+// block of dst (16 x 16 threads of 4 x 4 outputs by default: 64 x 64).
+// Along m the block is RM = WG_M VM groups of four rows; invocation x owns
+// groups x and x + WG_M (TILE_M = 8) or x alone (TILE_M = 4), likewise
+// along n with y. k
 // advances TILE_K at a time (default 16: one q6_K scale, half a q4_K
 // sub-block or q4_0 / q8_0 block; TILE_K=32 is the other size to time:
 // half the barriers, twice the prefetch registers) through STAGES = 2
