@@ -193,6 +193,34 @@ fn candidate_kernels_compile_for_sm_90() {
     assert_abi(&source, ARCH_A);
 }
 
+/// The kept FP8 candidate (`cu/candidates/fp8_mmq_walk.cu`: the builtin
+/// variants plus k25 and k26, which walk the tiles) still compiles for
+/// sm_90a with the ABI, exports its 27 variants, and has no spill and no
+/// serialised wgmma; k25 and k26 run the e4m3 wgmma with a fused fold.
+#[test]
+fn kept_fp8_candidate_compiles_for_sm_90a() {
+    require_nvrtc();
+    let source = KernelSource::builtin_named(
+        "cu/candidates/fp8_mmq_walk.cu",
+        include_str!("../../cu/candidates/fp8_mmq_walk.cu"),
+    );
+    assert_abi(&source, ARCH_A);
+    let c = compile(&source, ARCH_A).unwrap_or_else(|e| panic!("{e}"));
+    assert_variants(&c.ptx, SM90A_VARIANTS + 2);
+    for v in [SM90A_VARIANTS, SM90A_VARIANTS + 1] {
+        let body = entry_ptx(&c.ptx, &format!("fp8_mmq_v2_k{v}"));
+        assert!(
+            body.contains("k32.f32.e4m3.e4m3") && body.contains("fma.rn.f32"),
+            "k{v}: not the e4m3 wgmma with a fused fold"
+        );
+        assert!(
+            body.contains("cp.async.bulk.tensor.2d"),
+            "k{v}: no tensor-map copies"
+        );
+    }
+    assert_clean_log(&c.log);
+}
+
 #[test]
 fn compile_is_cached_per_source_and_arch() {
     require_nvrtc();
