@@ -13,8 +13,11 @@
 //! warm-up dispatches.
 //!
 //! Environment, parsed strictly (set but unparseable is an error, and so is
-//! 0): `WG_M`, `WG_N`, `TILE_K` (default: the defaults of the shader's
-//! `override` declarations: 16, 16, 16 in the production shader), `ITERS`
+//! 0): `WG_M`, `WG_N`, `TILE_K` (with none of them set, each shape runs at
+//! the shim's choice, `WgpuEngine::default_geometry`: the shader's
+//! `override` defaults, 16, 16, 16 in the production shader, with TILE_K
+//! doubled on grids of few workgroups; the `geom` column says which; any
+//! of them set fixes every shape's, the others from the defaults), `ITERS`
 //! (default 20). The thread tile is the shader's (`const TILE_M`,
 //! `const TILE_N`, read by `device::wgpu::ShaderDecl`): `TILE_M`/`TILE_N`
 //! may be set only to the values the shader declares (a check that the
@@ -204,6 +207,10 @@ fn run() -> anyhow::Result<()> {
         wg_n: env_u32("WG_N", decl.geometry.wg_n)?,
         tile_k: env_u32("TILE_K", decl.geometry.tile_k)?,
     };
+    // None of the three set: each shape at the shim's own geometry.
+    let fixed = ["WG_M", "WG_N", "TILE_K"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
     let (tm, tn) = (
         env_u32("TILE_M", decl.tile_m)?,
         env_u32("TILE_N", decl.tile_n)?,
@@ -237,8 +244,13 @@ fn run() -> anyhow::Result<()> {
         }
     );
     println!(
-        "geometry: WG_M={} WG_N={} TILE_M={} TILE_N={} TILE_K={} STAGES={} -> {} threads/wg, \
+        "geometry{}: WG_M={} WG_N={} TILE_M={} TILE_N={} TILE_K={} STAGES={} -> {} threads/wg, \
          {}x{} outputs/wg, {:.1} KiB workgroup memory; ITERS={iters}",
+        if fixed {
+            ""
+        } else {
+            " (declared; each shape's own in the geom column)"
+        },
         geom.wg_m,
         geom.wg_n,
         decl.tile_m,
@@ -258,12 +270,13 @@ fn run() -> anyhow::Result<()> {
     println!("{peer_header}");
     println!();
     println!(
-        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>9} {:<7}  {:>9} {:>10}  {:>10} {:>9} {:>6}",
+        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>9} {:<7}  {:>9} {:>10}  {:>10} {:>9} {:>6}",
         "dtype",
         "shape",
         "m",
         "k",
         "n",
+        "geom",
         "grid",
         "path",
         "ms",
@@ -288,6 +301,10 @@ fn run() -> anyhow::Result<()> {
                 Some(QuantPath::Dequant) if dtype != Dtype::F32 => QuantPath::Dequant,
                 Some(_) => QuantPath::Fused,
                 None => engine.default_path(dtype, s.m, s.n, s.k),
+            };
+            let geom = match fixed {
+                true => geom,
+                false => engine.default_geometry(s.m, s.n, s.k),
             };
             let job =
                 engine.prepare_path(dtype, geom, path, s.m, s.n, s.k, &data.src0, &data.src1)?;
@@ -351,12 +368,13 @@ fn run() -> anyhow::Result<()> {
                 _ => format!("{:>6}", "-"),
             };
             println!(
-                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>4}x{:<4} {:<7}  {:9.3} {:10.1}  {peer_col} {ratio} {vs_f32}",
+                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>4}x{:<4} {:<7}  {:9.3} {:10.1}  {peer_col} {ratio} {vs_f32}",
                 dtype.name(),
                 s.label,
                 s.m,
                 s.k,
                 s.n,
+                format!("{}x{}x{}", geom.wg_m, geom.wg_n, geom.tile_k),
                 g0,
                 g1,
                 job.path().name(),

@@ -73,9 +73,9 @@
 // groups x and x + WG_M (TILE_M = 8) or x alone (TILE_M = 4), likewise
 // along n with y. k
 // advances TILE_K at a time (default 16: one q6_K scale, half a q4_K
-// sub-block or q4_0 / q8_0 block; TILE_K=32 is the other size to time:
-// half the barriers, twice the prefetch registers) through STAGES = 2
-// buffers. Workgroup memory: 2 x 16 TILE_K (SM + SN) bytes of tiles plus
+// sub-block or q4_0 / q8_0 block; TILE_K=32: half the barriers, twice the
+// prefetch registers, which the shim's WgpuEngine::default_geometry takes
+// on grids of few workgroups) through STAGES = 2 buffers. Workgroup memory: 2 x 16 TILE_K (SM + SN) bytes of tiles plus
 // 2 x 8 (TILE_M WG_M) ceil(TILE_K / 16) of scales, a little more than
 // `Geometry::workgroup_bytes` counts (the padding and the scales; the
 // pipeline's validation has the last word): 18 KiB at the default, 36 KiB

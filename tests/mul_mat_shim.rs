@@ -422,3 +422,69 @@ fn the_dequant_path_computes_the_fused_bits_and_refuses_what_it_cannot_run() {
         QuantPath::Fused
     );
 }
+
+/// `default_geometry` doubles TILE_K exactly on grids of at most
+/// `FEW_WORKGROUPS` workgroups with k >= `LONG_K` (when the doubled one
+/// fits the adapter), and keeps the declared geometry otherwise; the two
+/// compute the same bits (rule MM-ORDER) on a shape where the rule doubles.
+#[test]
+fn default_geometry_doubles_tile_k_on_few_workgroups_and_long_k() {
+    use device::wgpu::{FEW_WORKGROUPS, LONG_K};
+    let e = builtin();
+    let d = e.decl().geometry;
+    let long = Geometry {
+        tile_k: 2 * d.tile_k,
+        ..d
+    };
+    let fits = long.validate(e.decl(), e.limits()).is_ok();
+    let (bm, bn) = (d.block_m(e.decl()) as usize, d.block_n(e.decl()) as usize);
+    // FEW_WORKGROUPS workgroups exactly, then one more column of them.
+    let few_m = bm * 16;
+    let few_n = bn * (FEW_WORKGROUPS as usize / 16);
+    let cases = [
+        (few_m, few_n, LONG_K, fits),
+        (few_m, few_n + 1, LONG_K, false),
+        (few_m, few_n, LONG_K - 32, false),
+        (1024, 512, 4608, fits),  // ffn_down: 16 x 8 workgroups
+        (4608, 512, 1024, false), // ffn_gate: 72 x 8
+        (1, 1, 256, false),
+    ];
+    for (m, n, k, doubled) in cases {
+        let want = if doubled { long } else { d };
+        assert_eq!(e.default_geometry(m, n, k), want, "{m} x {n} x {k}");
+    }
+    assert!(fits, "lavapipe and the H200 both fit TILE_K 32: {long:?}");
+    let (m, n, k) = (130, 70, LONG_K + 256);
+    let spec = |dtype| oracle_case(dtype, m, n, k);
+    for dtype in [Dtype::F32, Dtype::Q4K] {
+        let (src0, src1) = spec(dtype);
+        let at_long = e
+            .mul_mat(dtype, e.default_geometry(m, n, k), m, n, k, &src0, &src1)
+            .unwrap();
+        let at_declared = e.mul_mat(dtype, d, m, n, k, &src0, &src1).unwrap();
+        assert!(
+            at_long
+                .iter()
+                .zip(&at_declared)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{}: TILE_K {} and {} differ",
+            dtype.name(),
+            long.tile_k,
+            d.tile_k
+        );
+    }
+}
+
+/// Random finite operands of `dtype` for an `m x n x k` product.
+fn oracle_case(dtype: Dtype, m: usize, n: usize, k: usize) -> (Vec<u8>, Vec<f32>) {
+    let data = kernel_oracle::mul_mat::generate::CaseSpec {
+        dtype,
+        m,
+        n,
+        k,
+        arm: kernel_oracle::mul_mat::generate::Arm::Random,
+        seed: 0x6E0D,
+    }
+    .generate();
+    (data.src0, data.src1)
+}

@@ -192,7 +192,9 @@ pub fn dequant_spec(spec: &CaseSpec) -> CaseSpec {
 
 /// Runs every dtype x shape x arm x geometry ([`geometries`]: `geoms` and
 /// the shader's declared one; shapes whose k is not whole blocks of a
-/// dtype skip that dtype), the quantized dtypes on the fused path; then,
+/// dtype skip that dtype), the quantized dtypes on the fused path; then
+/// each shape whose own geometry ([`WgpuEngine::default_geometry`], what
+/// the bench times) is none of those at that geometry too; then,
 /// when the shader declares a `dequant` entry, every quantized dtype x
 /// shape x arm on the dequantize-then-GEMM path ([`dequant_spec`]) at the
 /// shader's declared geometry (that path's GEMM is the f32 pipeline, which
@@ -210,15 +212,26 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
     );
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
     println!("{}", report::table_header());
-    let mut runs: Vec<(Geometry, bool)> = geometries(engine, geoms)
-        .into_iter()
-        .map(|geom| (geom, false))
+    let all = geometries(engine, geoms);
+    let mut runs: Vec<(Geometry, bool, Vec<&Shape>)> = all
+        .iter()
+        .map(|&geom| (geom, false, shapes.iter().collect()))
         .collect();
-    if decl.dequant {
-        runs.push((decl.geometry, true));
+    for sh in shapes {
+        let own = engine.default_geometry(sh.m, sh.n, sh.k);
+        if all.contains(&own) {
+            continue;
+        }
+        match runs.iter_mut().find(|(g, d, _)| *g == own && !d) {
+            Some((_, _, list)) => list.push(sh),
+            None => runs.push((own, false, vec![sh])),
+        }
     }
-    for (geom, dequant) in &runs {
-        for sh in shapes {
+    if decl.dequant {
+        runs.push((decl.geometry, true, shapes.iter().collect()));
+    }
+    for (geom, dequant, list) in &runs {
+        for sh in list {
             for dtype in Dtype::ALL {
                 if !sh.k.is_multiple_of(dtype.block_elems()) || (*dequant && dtype == Dtype::F32) {
                     continue;

@@ -112,6 +112,14 @@ impl QuantPath {
 /// path does more cheaply.
 pub const DEQUANT_MIN_N: usize = 32;
 
+/// The most workgroups for which [`WgpuEngine::default_geometry`] doubles
+/// TILE_K: about one per multiprocessor of a large GPU (132 on the H200).
+pub const FEW_WORKGROUPS: u64 = 256;
+
+/// The shortest k for which [`WgpuEngine::default_geometry`] doubles
+/// TILE_K (the shortest measured to gain: attn_out's 1024).
+pub const LONG_K: usize = 1024;
+
 /// Invocations per workgroup of the `dequant` entry (its
 /// `@workgroup_size(64, 1, 1)`), each decoding four consecutive elements of
 /// one row.
@@ -623,6 +631,37 @@ impl WgpuEngine {
             QuantPath::Dequant
         } else {
             QuantPath::Fused
+        }
+    }
+
+    /// The geometry to run an `m x n` output over `k` with: the shader's
+    /// declared one ([`ShaderDecl::geometry`]), with TILE_K doubled when
+    /// that grid has at most [`FEW_WORKGROUPS`] workgroups, `k` is at least
+    /// [`LONG_K`], and the doubled geometry is within the adapter's limits.
+    /// So few workgroups leave each multiprocessor of a large GPU about one
+    /// (8 warps of the 16 x 16 default), whose two barriers per TILE_K
+    /// steps are then not hidden; the longer step halves them. Measured on
+    /// the H200 (`device/NOTES.md`, run 27; `ex_wgpu_gemm_bench`, f32,
+    /// against cuBLAS SGEMM in the same run): TILE_K 32 takes ffn_down
+    /// (1024 x 4608 x 512, 16 x 8 workgroups) from 0.379x to 0.429x and
+    /// attn_out (1024 x 1024 x 512) from 0.420x to 0.442x, and costs
+    /// ffn_gate (72 x 8) and conv_in (48 x 8) 5-9%. Every geometry
+    /// computes the same bits (the contract adds k in order, rule
+    /// MM-ORDER), so this chooses speed only.
+    pub fn default_geometry(&self, m: usize, n: usize, k: usize) -> Geometry {
+        let declared = self.decl.geometry;
+        let (gm, gn) = declared.grid(&self.decl, m as u64, n as u64);
+        let long = Geometry {
+            tile_k: declared.tile_k.saturating_mul(2),
+            ..declared
+        };
+        if gm.saturating_mul(gn) <= FEW_WORKGROUPS
+            && k >= LONG_K
+            && long.validate(&self.decl, &self.limits).is_ok()
+        {
+            long
+        } else {
+            declared
         }
     }
 
