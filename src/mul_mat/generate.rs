@@ -403,8 +403,8 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     /// - byte 2: the size classes of `edge_size`, bits 0-1 m and bits 2-3
     ///   n (1: 1/4, a multiple of 64 plus or minus 2: 1/4, any: 1/2), bits
     ///   4-5 k (one block: 1/4, [`config::K_MAX`]: 1/4, any: 1/2);
-    /// - byte 3: the geometry, `b % 3` (seed bits 61-62, which
-    ///   [`super::geometry_for`] reads: 1/3 each), and bit 7 the path of a
+    /// - byte 3: the geometry, bits 0-1 (seed bits 61-62, which
+    ///   [`super::geometry_for`] reads: 1/4 each), and bit 7 the path of a
     ///   quantized src0 (seed bit 63, which [`super::path_for`] reads:
     ///   dequantize-then-GEMM 1/2);
     /// - then m, n, k within their classes, and the seed.
@@ -432,7 +432,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             1 => config::K_MAX / be,
             _ => u.int_in_range(1..=config::K_MAX / be)?,
         };
-        let geometry = u64::from(sel[3] % 3);
+        let geometry = u64::from(sel[3] & 3);
         let dequant = u64::from(sel[3] >> 7);
         let seed = (u64::arbitrary(u)? & !(7 << 61)) | (geometry << 61) | (dequant << 63);
         Ok(CaseSpec {

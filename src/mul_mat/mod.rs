@@ -43,8 +43,8 @@ pub struct Stats {
     /// Cases drawn per dtype, in `Dtype::ALL` order (designed: 1/5 each).
     pub dtype: [AtomicU64; 5],
     /// Cases drawn per geometry, in [`FUZZ_GEOMETRIES`] order (designed:
-    /// 1/3 each).
-    pub geometry: [AtomicU64; 3],
+    /// 1/4 each).
+    pub geometry: [AtomicU64; 4],
     /// Cases with m = 1 (designed: at least 1/4).
     pub m1: AtomicU64,
     /// Cases with n = 1 (designed: at least 1/4).
@@ -62,7 +62,7 @@ pub static STATS: Stats = Stats {
     invalid: AtomicU64::new(0),
     arm: [const { AtomicU64::new(0) }; 3],
     dtype: [const { AtomicU64::new(0) }; 5],
-    geometry: [const { AtomicU64::new(0) }; 3],
+    geometry: [const { AtomicU64::new(0) }; 4],
     m1: AtomicU64::new(0),
     n1: AtomicU64::new(0),
     dequant: AtomicU64::new(0),
@@ -97,9 +97,11 @@ pub fn stats_line() -> String {
     )
 }
 
-/// The geometries of fuzz cases: [`gate::GEOMETRIES`] and one with a
-/// TILE_K of 8 (more k tiles).
-pub const FUZZ_GEOMETRIES: [Geometry; 3] = [
+/// The geometries of fuzz cases: [`gate::GEOMETRIES`], one with a TILE_K
+/// of 8 (more k tiles), and the production shader's declared geometry with
+/// TILE_K doubled (what `WgpuEngine::default_geometry` runs on grids of
+/// few workgroups).
+pub const FUZZ_GEOMETRIES: [Geometry; 4] = [
     gate::GEOMETRIES[0],
     gate::GEOMETRIES[1],
     Geometry {
@@ -107,13 +109,17 @@ pub const FUZZ_GEOMETRIES: [Geometry; 3] = [
         wg_n: 8,
         tile_k: 8,
     },
+    Geometry {
+        wg_m: 16,
+        wg_n: 16,
+        tile_k: 32,
+    },
 ];
 
 /// The index in [`FUZZ_GEOMETRIES`] a fuzz case runs with: bits 61-62 of
-/// its seed, modulo 3 (which `CaseSpec`'s `Arbitrary` sets from a leading
-/// byte).
+/// its seed (which `CaseSpec`'s `Arbitrary` sets from a leading byte).
 pub fn geometry_index(spec: &CaseSpec) -> usize {
-    (((spec.seed >> 61) & 3) % 3) as usize
+    ((spec.seed >> 61) & 3) as usize
 }
 
 /// The path a case's quantized src0 takes ([`QuantPath`]): bit 63 of its
