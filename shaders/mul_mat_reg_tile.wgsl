@@ -77,8 +77,9 @@
 // prefetch registers, which the shim's WgpuEngine::default_geometry takes
 // on grids of few workgroups) through STAGES = 2 buffers. Workgroup memory: 2 x 16 TILE_K (SM + SN) bytes of tiles plus
 // 2 x 8 (TILE_M WG_M) ceil(TILE_K / 16) of scales, a little more than
-// `Geometry::workgroup_bytes` counts (the padding and the scales; the
-// pipeline's validation has the last word): 18 KiB at the default, 36 KiB
+// `Geometry::workgroup_bytes` counts (the padding and the scales, which
+// `Geometry::padded_workgroup_bytes` counts; wgpu 30 does not check a
+// pipeline's workgroup memory against the adapter's limit): 18 KiB at the default, 36 KiB
 // at TILE_K 32.
 //
 // Staging: every vec4 of the staged tiles has exactly one writer, which
@@ -126,7 +127,8 @@ struct MulMatParams {
 // 3 q4_K, 4 q6_K (device::wgpu::Dtype order, ggml's names).
 override SRC0_DTYPE: u32 = 0u;
 // Workgroup size in threads along m and along n (the defaults are the
-// geometry the bench runs when WG_M, WG_N, TILE_K are not set).
+// declared geometry, from which device::wgpu's default_geometry picks each
+// shape's: the bench runs that when WG_M, WG_N, TILE_K are not set).
 override WG_M: u32 = 16u;
 override WG_N: u32 = 16u;
 // k elements staged per step.

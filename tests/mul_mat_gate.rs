@@ -220,7 +220,10 @@ fn builtin_8x4_passes_the_ci_gate() {
 /// the last tile of a q4_0 row partly past K) and a row-group count that
 /// is not a multiple of 4 (WG_M 3: the code units' plain order) passes
 /// every arm of the ragged CI shapes, and so does it at TILE_K 6 (products
-/// one k at a time, quantized rows one loader call per element). The gate
+/// one k at a time, quantized rows one loader call per element) and at
+/// TILE_K 32 (two staged scale groups a step: the step
+/// `WgpuEngine::default_geometry` takes on few workgroups, here at 8 x 8
+/// threads, which lavapipe's 32 KiB of workgroup memory holds). The gate
 /// itself runs TILE_K 16 (the declared geometry: the staged scales) and
 /// 40 (the four-k fallback).
 #[test]
@@ -234,6 +237,14 @@ fn builtin_odd_geometries() {
         },
     );
     odd_tile_k_passes("shaders/mul_mat_reg_tile.wgsl");
+    ragged_shapes_pass_at(
+        "shaders/mul_mat_reg_tile.wgsl",
+        device::wgpu::Geometry {
+            wg_m: 8,
+            wg_n: 8,
+            tile_k: 32,
+        },
+    );
 }
 
 /// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).

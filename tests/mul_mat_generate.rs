@@ -148,7 +148,7 @@ fn the_stats_line_prints_each_arm_and_geometry_share() {
         "16x16/16 16384 (25.0%)",
         "8x4/40 16384 (25.0%)",
         "4x8/8 16384 (25.0%)",
-        "16x16/32 16384 (25.0%)",
+        "8x8/32 16384 (25.0%)",
         "f32 65536 (100.0%)",
     ] {
         assert!(line.contains(want), "{want:?} not in {line}");

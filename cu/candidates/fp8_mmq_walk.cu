@@ -14,8 +14,9 @@
  *     write an MMA reads; the scales are read by generic loads);
  *   - the tile coordinates come from one function (tile_of) for both.
  * H200 (2026-12-03, device/NOTES.md runs 25-26): the one-shape gate ALL
- * GREEN with every variant forced on 130 x 2000 x 2100, 200 x 1000 x 4100,
- * 100 x 3000 x 1000 (walks of up to 3 tiles) and, with the plan's P set
+ * GREEN with every variant forced on in_f x out_f x m = 130 x 2000 x 2100,
+ * 200 x 1000 x 4100, 100 x 3000 x 1000 (272, 264 and 192 tiles of k25's
+ * 128 x 128 on 132 SMs: walks of up to 3 tiles) and, with the plan's P set
  * to 1 (one CTA walks every tile), 1000 x 300 x 333; compute-sanitizer
  * memcheck, racecheck and synccheck 0 on 272 x 136 x 40 and 1000 x 130 x 7
  * with P = 1. Slower than the builtin k23 (same run, ms): 4096 x 5120 x

@@ -34,7 +34,8 @@
 //   scratch as src0. Each element is the value `main` would decode, so the
 //   two paths give the same bits.
 //   Pipeline-overridable constants: SRC0_DTYPE, WG_M, WG_N, TILE_K (their
-//   defaults are the geometry the bench runs when none is given).
+//   defaults are the declared geometry, from which device::wgpu's
+//   default_geometry picks the one the bench runs when none is given).
 //   Declared for the shim (device::wgpu::ShaderDecl reads them from this
 //   text): const TILE_M, TILE_N (outputs per invocation, which size the
 //   dispatch), and optionally const STAGES (staging buffers, 1 when

@@ -99,7 +99,8 @@ struct MulMatParams {
 // 3 q4_K, 4 q6_K (device::wgpu::Dtype order, ggml's names).
 override SRC0_DTYPE: u32 = 0u;
 // Workgroup size in threads along m and along n (the defaults are the
-// geometry the bench runs when WG_M, WG_N, TILE_K are not set).
+// declared geometry, from which device::wgpu's default_geometry picks each
+// shape's: the bench runs that when WG_M, WG_N, TILE_K are not set).
 override WG_M: u32 = 8u;
 override WG_N: u32 = 8u;
 // k elements staged per step.

@@ -168,9 +168,11 @@ pub fn row(
     }
 }
 
-/// The geometries [`run`] runs for `engine`: `geoms`, then the shader's
-/// declared geometry (the defaults of its `override` declarations, the one
-/// the bench times) when it is not among them.
+/// The geometries [`run`] runs for every shape: `geoms`, then the shader's
+/// declared geometry (the defaults of its `override` declarations) when it
+/// is not among them. ([`run`] also runs each shape at its
+/// [`WgpuEngine::default_geometry`], the one the bench times, when that is
+/// none of these.)
 pub fn geometries(engine: &WgpuEngine, geoms: &[Geometry]) -> Vec<Geometry> {
     let mut all = geoms.to_vec();
     let declared = engine.decl().geometry;

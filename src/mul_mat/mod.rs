@@ -98,9 +98,10 @@ pub fn stats_line() -> String {
 }
 
 /// The geometries of fuzz cases: [`gate::GEOMETRIES`], one with a TILE_K
-/// of 8 (more k tiles), and the production shader's declared geometry with
-/// TILE_K doubled (what `WgpuEngine::default_geometry` runs on grids of
-/// few workgroups).
+/// of 8 (more k tiles), and one with the TILE_K of 32 that
+/// `WgpuEngine::default_geometry` takes on grids of few workgroups (two
+/// staged scale groups a step), at 8 x 8 threads so that every thread
+/// tile's workgroup fits every adapter (lavapipe's 32 KiB).
 pub const FUZZ_GEOMETRIES: [Geometry; 4] = [
     gate::GEOMETRIES[0],
     gate::GEOMETRIES[1],
@@ -110,8 +111,8 @@ pub const FUZZ_GEOMETRIES: [Geometry; 4] = [
         tile_k: 8,
     },
     Geometry {
-        wg_m: 16,
-        wg_n: 16,
+        wg_m: 8,
+        wg_n: 8,
         tile_k: 32,
     },
 ];

@@ -113,7 +113,9 @@ impl QuantPath {
 pub const DEQUANT_MIN_N: usize = 32;
 
 /// The most workgroups for which [`WgpuEngine::default_geometry`] doubles
-/// TILE_K: about one per multiprocessor of a large GPU (132 on the H200).
+/// TILE_K: about two per multiprocessor of a large GPU (132 on the H200).
+/// Measured: 128 workgroups gain from it, 384 and 576 lose; nothing
+/// between was timed.
 pub const FEW_WORKGROUPS: u64 = 256;
 
 /// The shortest k for which [`WgpuEngine::default_geometry`] doubles
@@ -229,6 +231,24 @@ impl Geometry {
     pub fn workgroup_bytes(&self, decl: &ShaderDecl) -> u64 {
         (4 * u64::from(self.tile_k))
             .saturating_mul(self.block_m(decl).saturating_add(self.block_n(decl)))
+            .saturating_mul(u64::from(decl.stages))
+    }
+
+    /// Workgroup memory (bytes) of the production shader's layout
+    /// (`shaders/mul_mat_reg_tile.wgsl`, its "Geometry" comment): in each
+    /// of `STAGES` buffers, `tile_k` rows of `(block_m / 4) | 1` plus
+    /// `(block_n / 4) | 1` 16-byte vectors (odd strides against bank
+    /// conflicts), and `8 block_m ceil(tile_k / 16)` bytes of staged
+    /// scales: 18 KiB at 16 x 16 x 16, 36 KiB at 16 x 16 x 32, where
+    /// [`Geometry::workgroup_bytes`] counts 16 and 32. wgpu 30 does not
+    /// check a pipeline's workgroup memory against the adapter's limit, so
+    /// [`WgpuEngine::default_geometry`] checks this count itself.
+    pub fn padded_workgroup_bytes(&self, decl: &ShaderDecl) -> u64 {
+        let rows = ((self.block_m(decl) / 4) | 1).saturating_add((self.block_n(decl) / 4) | 1);
+        let tiles = (16 * u64::from(self.tile_k)).saturating_mul(rows);
+        let scales = (8 * self.block_m(decl)).saturating_mul(u64::from(self.tile_k.div_ceil(16)));
+        tiles
+            .saturating_add(scales)
             .saturating_mul(u64::from(decl.stages))
     }
 
@@ -637,10 +657,12 @@ impl WgpuEngine {
     /// The geometry to run an `m x n` output over `k` with: the shader's
     /// declared one ([`ShaderDecl::geometry`]), with TILE_K doubled when
     /// that grid has at most [`FEW_WORKGROUPS`] workgroups, `k` is at least
-    /// [`LONG_K`], and the doubled geometry is within the adapter's limits.
-    /// So few workgroups leave each multiprocessor of a large GPU about one
-    /// (8 warps of the 16 x 16 default), whose two barriers per TILE_K
-    /// steps are then not hidden; the longer step halves them. Measured on
+    /// [`LONG_K`], and the doubled geometry is within the adapter's limits,
+    /// its workgroup memory counted by [`Geometry::padded_workgroup_bytes`]
+    /// (36 KiB at 16 x 16 x 32: the H200's 48 KiB, not lavapipe's 32). So
+    /// few workgroups leave each multiprocessor of a large GPU one or two
+    /// (8 warps each at the 16 x 16 default), whose two barriers per
+    /// TILE_K step are then not hidden; the longer step halves them. Measured on
     /// the H200 (`device/NOTES.md`, run 27; `ex_wgpu_gemm_bench`, f32,
     /// against cuBLAS SGEMM in the same run): TILE_K 32 takes ffn_down
     /// (1024 x 4608 x 512, 16 x 8 workgroups) from 0.379x to 0.429x and
@@ -658,6 +680,8 @@ impl WgpuEngine {
         if gm.saturating_mul(gn) <= FEW_WORKGROUPS
             && k >= LONG_K
             && long.validate(&self.decl, &self.limits).is_ok()
+            && long.padded_workgroup_bytes(&self.decl)
+                <= u64::from(self.limits.max_compute_workgroup_storage_size)
         {
             long
         } else {
