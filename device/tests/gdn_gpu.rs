@@ -161,3 +161,81 @@ fn gpu_gdn_step_and_graph_refuse_wrong_lengths() {
         "a replay on rewritten initial data repeats itself"
     );
 }
+
+/// The device-side comparison a judge trusts to skip a read-back
+/// (`cu/bit_diff.cu`) against the host's word-by-word count, on lengths
+/// around the warp and the grid-stride loop's edges: equal buffers, one
+/// word flipped at the first, last and a middle index, a NaN payload, `-0`
+/// against `+0`, every word different, several pairs read at once, and a
+/// length mismatch refused before anything is queued.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn gpu_bit_diff_matches_the_host() {
+    let e = engine();
+    let lens = [
+        0usize,
+        1,
+        31,
+        32,
+        33,
+        255,
+        257,
+        1 << 20,
+        (1 << 20) + 7,
+        3_000_001,
+    ];
+    let mut cases: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
+    for (s, &n) in lens.iter().enumerate() {
+        let a = varied(n, 100 + s as u64, 1.0);
+        cases.push((a.clone(), a.clone()));
+        for at in [0, n / 2, n.saturating_sub(1)] {
+            if n == 0 {
+                continue;
+            }
+            let mut b = a.clone();
+            b[at] = f32::from_bits(b[at].to_bits() ^ 1);
+            cases.push((a.clone(), b));
+        }
+        if n > 2 {
+            let (mut x, mut y) = (a.clone(), a.clone());
+            x[1] = f32::from_bits(0x7FC0_0000);
+            y[1] = f32::from_bits(0x7FFF_FFFF);
+            x[2] = 0.0;
+            y[2] = -0.0;
+            cases.push((x, y));
+            let z: Vec<f32> = a.iter().map(|v| f32::from_bits(!v.to_bits())).collect();
+            cases.push((a.clone(), z));
+        }
+    }
+    let bufs: Vec<(Buffer<f32>, Buffer<f32>)> =
+        cases.iter().map(|(a, b)| (up(&e, a), up(&e, b))).collect();
+    let mut diffs = e.bit_diffs(bufs.len()).unwrap();
+    for (i, (a, b)) in bufs.iter().enumerate() {
+        assert_eq!(e.queue_bit_diff(a, b, &mut diffs).unwrap(), i);
+    }
+    let got = e.read_bit_diffs(&diffs).unwrap();
+    assert_eq!(got.len(), cases.len());
+    for ((a, b), d) in cases.iter().zip(&got) {
+        let differ: Vec<usize> = (0..a.len())
+            .filter(|&i| a[i].to_bits() != b[i].to_bits())
+            .collect();
+        assert_eq!(d.len, a.len());
+        assert_eq!(d.count, differ.len() as u64, "length {}", a.len());
+        assert_eq!(
+            d.first,
+            differ.first().map(|&i| i as u64),
+            "length {}",
+            a.len()
+        );
+        assert_eq!(d.same(), differ.is_empty());
+    }
+    let mut one = e.bit_diffs(1).unwrap();
+    let (a, b) = (up(&e, &[1.0, 2.0]), up(&e, &[1.0]));
+    assert!(e.queue_bit_diff(&a, &b, &mut one).is_err());
+    e.queue_bit_diff(&a, &a, &mut one).unwrap();
+    assert!(
+        e.queue_bit_diff(&a, &a, &mut one).is_err(),
+        "a full set refuses"
+    );
+    eprintln!("{} comparisons agree with the host", cases.len());
+}

@@ -307,3 +307,26 @@ fn tensor_core_probes_compile() {
         assert_clean_log(&c.log);
     }
 }
+
+/// The harness's device-side comparison (`cu/bit_diff.cu`) compiles for
+/// the H100/H200 and for an older device, with its kernel and its two
+/// atomics (a count added, a first index minimised).
+#[test]
+fn bit_diff_compiles() {
+    require_nvrtc();
+    let source = KernelSource::builtin_named("cu/bit_diff.cu", device::cuda::BUILTIN_BIT_DIFF_CU);
+    for arch in [ARCH, "sm_80"] {
+        let c = compile(&source, arch).unwrap_or_else(|e| panic!("{e}"));
+        assert_clean_log(&c.log);
+        let entry = entry_ptx(&c.ptx, device::cuda::BIT_DIFF_KERNEL);
+        assert!(
+            entry.contains("atom.global.add.u64"),
+            "{arch}: no count added"
+        );
+        assert!(
+            entry.contains("atom.global.min.u64"),
+            "{arch}: no first index kept"
+        );
+        assert!(!c.cubin.is_empty(), "NVRTC produced no CUBIN for {arch}");
+    }
+}

@@ -38,7 +38,7 @@ pub use run::engine;
 use crate::stats::{count, pct};
 use device::cuda::{GdnEngine, GdnFusedEntry};
 use pool::POOL;
-use run::{BatchInputs, BatchSix};
+use run::{BatchInputs, BatchSix, Got};
 use std::sync::atomic::AtomicU64;
 
 /// Counters of one process's checks: outcomes, and what the generator
@@ -134,16 +134,18 @@ fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
 }
 
 /// The device's outputs of one case, every way [`judge_case`] runs it
-/// ([`run_case`]), before any comparison.
+/// ([`run_case`]), before any comparison on the host: the chained
+/// launches' read back, every other run's compared with them on the
+/// device first ([`run::Got`]).
 #[derive(Debug)]
 pub struct CaseRuns {
     /// `t` chained per-row launches ([`run::chained`]).
     pub chained: Result<Six, device::cuda::DeviceError>,
-    /// The eager fused step ([`run::packed`]).
-    pub packed: Result<Six, device::cuda::DeviceError>,
-    /// The packed twins ([`run::twins`]), when run.
-    pub twins: Option<Result<Six, device::cuda::DeviceError>>,
-    /// The graph replays ([`run::graph`]), when run.
+    /// The eager fused step ([`run::packed_against`]).
+    pub packed: Result<Got<Six>, device::cuda::DeviceError>,
+    /// The packed twins ([`run::twins_against`]), when run.
+    pub twins: Option<Result<Got<Six>, device::cuda::DeviceError>>,
+    /// The graph replays ([`run::graph_against`]), when run.
     pub graph: Option<Result<run::GraphRun, device::cuda::DeviceError>>,
 }
 
@@ -156,29 +158,67 @@ impl CaseRuns {
             twins,
             graph,
         } = self;
-        for six in [chained, packed].into_iter().chain(twins).flatten() {
-            POOL.give_six(six);
-        }
+        let read = |g: Got<Six>| match g {
+            Got::Read(six) => Some(six),
+            Got::Same => None,
+        };
+        let mut sixes: Vec<Six> = chained.into_iter().collect();
+        sixes.extend([packed].into_iter().chain(twins).flatten().filter_map(read));
         if let Some(Ok(g)) = graph {
-            POOL.give_six(g.rebound);
-            POOL.give_six(g.swapped);
+            sixes.extend([g.rebound, g.swapped].into_iter().filter_map(read));
             for v in g.capture_time {
                 POOL.give(v);
             }
+        }
+        for six in sixes {
+            POOL.give_six(six);
         }
     }
 }
 
 /// Runs `data` through the device every way [`judge_case`] judges:
 /// chained, packed, and when `graph` the packed twins and the graph
-/// replays. Compares nothing (so the oracle can be computed meanwhile).
+/// replays; the chained outputs are read back, the others compared with
+/// them on the device ([`run::Got`]). Compares nothing on the host (so the
+/// oracle can be computed meanwhile).
 pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool) -> CaseRuns {
+    let (chained, kept) = match run::chained_kept(e, data) {
+        Ok((six, kept)) => (Ok(six), Some(kept)),
+        Err(err) => (Err(err), None),
+    };
+    let reference = kept.as_ref().map(run::Kept::parts);
     CaseRuns {
-        chained: run::chained(e, data),
-        packed: run::packed(e, data),
-        twins: graph.then(|| run::twins(e, data)),
-        graph: graph.then(|| run::graph(e, data)),
+        chained,
+        packed: run::packed_against(e, data, reference),
+        twins: graph.then(|| run::twins_against(e, data, reference)),
+        graph: graph.then(|| run::graph_against(e, data, reference)),
     }
+}
+
+/// The diffs of a run judged against the chained launches' outputs `c`
+/// (every bit): [`Got::Same`] passes every output (the device found each
+/// word equal), [`Got::Read`] is compared element by element.
+fn against_chained(got: &Got<Six>, c: &Six) -> Vec<Diff> {
+    match got {
+        Got::Same => identical(c),
+        Got::Read(g) => compare_six(g, c, Bits::Exact),
+    }
+}
+
+/// A passing diff for each of `c`'s six outputs: what a run bit-identical
+/// to `c` compares as.
+fn identical(c: &Six) -> Vec<Diff> {
+    c.parts()
+        .iter()
+        .zip(judge::OUTPUTS)
+        .map(|(p, what)| Diff {
+            what: what.to_string(),
+            len: p.len(),
+            diffs: 0,
+            first: None,
+            got_len: None,
+        })
+        .collect()
 }
 
 /// Runs `data` (generated from `spec`) every way and judges it: gate 2's
@@ -210,11 +250,14 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
         Err(err) => r_chained.error = Some(err.to_string()),
     }
     match (packed, chained) {
-        (Ok(p), Ok(c)) => r_1.diffs = compare_six(p, c, Bits::Exact),
+        (Ok(p), Ok(c)) => r_1.diffs = against_chained(p, c),
         (Err(err), _) | (_, Err(err)) => r_1.error = Some(err.to_string()),
     }
     match packed {
-        Ok(p) => {
+        // Bit-identical to the chained outputs (there is no Same without
+        // them): the chained diffs are this run's.
+        Ok(Got::Same) => r_packed.diffs = r_chained.diffs.clone(),
+        Ok(Got::Read(p)) => {
             // An output bit-identical to the chained one compares with the
             // oracle as the chained one did: its diff is the chained one's
             // (same name, same values); only the others are walked again.
@@ -236,7 +279,7 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
     if let Some(twins) = &runs.twins {
         let mut r_twins = row(1, "packed twins == chained", spec, Bits::Exact);
         match (twins, chained) {
-            (Ok(p), Ok(c)) => r_twins.diffs = compare_six(p, c, Bits::Exact),
+            (Ok(p), Ok(c)) => r_twins.diffs = against_chained(p, c),
             (Err(err), _) | (_, Err(err)) => r_twins.error = Some(err.to_string()),
         }
         rows.push(r_twins);
@@ -246,8 +289,8 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
         let mut swapped = row(1, "graph replay, swapped == chained", spec, Bits::Exact);
         match (graph, chained) {
             (Ok(g), Ok(c)) => {
-                rebound.diffs = compare_six(&g.rebound, c, Bits::Exact);
-                swapped.diffs = compare_six(&g.swapped, c, Bits::Exact);
+                rebound.diffs = against_chained(&g.rebound, c);
+                swapped.diffs = against_chained(&g.swapped, c);
                 let zeros = vec![0f32; data.shape.state_len()];
                 let before = [&data.ring0, &data.state0, &zeros];
                 let names = [
@@ -299,27 +342,76 @@ pub fn judge_batch(
         Vec::new()
     };
     let wants: Vec<&Six> = want0.into_iter().chain(&computed).collect();
-    gots.iter()
-        .map(|(how, got)| judge_batch_runs(spec, *how, got, &wants))
-        .collect()
+    let rows = judge_batches(spec, &gots, &wants);
+    give_back_batches(gots);
+    rows
+}
+
+/// The rows of the batched runs `gots` ([`batched_runs`]), in order, each
+/// sequence against its oracle `wants`: a run read back is compared
+/// element by element ([`judge_batch_runs`]); a run bit-identical to the
+/// reference run (the first read back) takes that run's diffs.
+pub fn judge_batches(spec: &CaseSpec, gots: &[(BatchHow, BatchGot)], wants: &[&Six]) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::with_capacity(gots.len());
+    let mut reference: Option<usize> = None;
+    for (how, got) in gots {
+        let base = reference.map(|i| &rows[i]);
+        let r = judge_batch_runs(spec, *how, got, wants, base);
+        if reference.is_none() && matches!(got, Ok(Got::Read(_))) {
+            reference = Some(rows.len());
+        }
+        rows.push(r);
+    }
+    rows
+}
+
+/// Hands the batched runs' outputs read back to the host pool.
+fn give_back_batches(gots: Vec<(BatchHow, BatchGot)>) {
+    for (_, got) in gots {
+        if let Ok(Got::Read(got)) = got {
+            POOL.give_six(got.all);
+        }
+    }
 }
 
 /// One batched run's fused entry and whether it was graph-replayed.
 type BatchHow = (GdnFusedEntry, bool);
 
-/// One batched run's outputs.
-type BatchGot = Result<BatchSix, device::cuda::DeviceError>;
+/// One batched run's outputs: read back, or bit-identical to the
+/// reference run's ([`batched_runs`]).
+pub type BatchGot = Result<Got<BatchSix>, device::cuda::DeviceError>;
 
 /// The batched fused step over `inputs` through every fused entry the
 /// engine launches, eagerly and, with `graph`, also as a replayed CUDA
-/// graph ([`run::batched`]): each run with its outputs.
-fn batched_runs(e: &GdnEngine, inputs: &BatchInputs<'_>, graph: bool) -> Vec<(BatchHow, BatchGot)> {
+/// graph ([`run::batched_ran`]): each run with its outputs. The first run
+/// that succeeds is read back and kept on the device as the reference;
+/// every later run is compared with it there ([`run::batch_got`]) and read
+/// back only where it differs.
+pub fn batched_runs(
+    e: &GdnEngine,
+    inputs: &BatchInputs<'_>,
+    graph: bool,
+) -> Vec<(BatchHow, BatchGot)> {
     let modes: &[bool] = if graph { &[false, true] } else { &[false] };
-    e.fused_entries()
+    let hows: Vec<BatchHow> = e
+        .fused_entries()
         .into_iter()
         .flat_map(|entry| modes.iter().map(move |&g| (entry, g)))
-        .map(|how| (how, run::batched(e, inputs, how.0, how.1)))
-        .collect()
+        .collect();
+    let nb = inputs.ds.len();
+    let mut reference: Option<run::Ran> = None;
+    let mut out = Vec::with_capacity(hows.len());
+    for how in hows {
+        let got = run::batched_ran(e, inputs, how.0, how.1).and_then(|ran| {
+            let got = run::batch_got(e, &ran, nb, reference.as_ref().map(run::Ran::parts));
+            if reference.is_none() && got.is_ok() {
+                reference = Some(ran);
+            }
+            got
+        });
+        out.push((how, got));
+    }
+    out
 }
 
 /// The label of the batched row of `entry`, eager or graph-replayed.
@@ -343,15 +435,29 @@ pub fn batch_label(entry: GdnFusedEntry, graph: bool) -> &'static str {
 
 /// The row of [`judge_batch`] from the batched step's outputs `got` (all
 /// sequences', [`BatchSix::parts`]) through `how.0`, graph-replayed when
-/// `how.1`, and each sequence's oracle `wants`, in order.
+/// `how.1`, and each sequence's oracle `wants`, in order. `reference` is
+/// the row of the run `got` was compared with on the device: a run
+/// bit-identical to it ([`Got::Same`]) takes its diffs.
 ///
 /// # Panics
 /// When `got` holds outputs and `wants` holds another number of
-/// sequences (a caller's bug).
-pub fn judge_batch_runs(spec: &CaseSpec, how: BatchHow, got: &BatchGot, wants: &[&Six]) -> Row {
+/// sequences, or `got` is [`Got::Same`] with no `reference` (a caller's
+/// bug).
+pub fn judge_batch_runs(
+    spec: &CaseSpec,
+    how: BatchHow,
+    got: &BatchGot,
+    wants: &[&Six],
+    reference: Option<&Row>,
+) -> Row {
     let mut r = row(2, batch_label(how.0, how.1), spec, Bits::NanAny);
     match got {
-        Ok(got) => {
+        Ok(Got::Same) => {
+            let base = reference.expect("a run found the same as a reference run has its row");
+            r.diffs = base.diffs.clone();
+            r.error = base.error.clone();
+        }
+        Ok(Got::Read(got)) => {
             assert_eq!(got.batch, wants.len(), "sequences run and oracles given");
             for (b, want) in wants.iter().enumerate() {
                 for (i, (gp, wp)) in got.parts(b).iter().zip(want.parts()).enumerate() {
@@ -434,9 +540,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         count(&STATS.batched);
     }
     let refs: Vec<&Six> = wants.iter().collect();
-    for (how, got) in &batched {
-        rows.push(judge_batch_runs(spec, *how, got, &refs));
-    }
+    rows.extend(judge_batches(spec, &batched, &refs));
     if !rows.iter().all(Row::pass) {
         panic!(
             "{}",
@@ -444,11 +548,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         );
     }
     runs.give_back();
-    for (_, got) in batched {
-        if let Ok(got) = got {
-            POOL.give_six(got.all);
-        }
-    }
+    give_back_batches(batched);
     for six in wants {
         POOL.give_six(six);
     }
@@ -517,7 +617,7 @@ mod tests {
         let want = reference(&data);
         let runs = |packed: Six| CaseRuns {
             chained: Ok(want.clone()),
-            packed: Ok(packed),
+            packed: Ok(Got::Read(packed)),
             twins: None,
             graph: None,
         };
@@ -539,16 +639,37 @@ mod tests {
         assert_eq!(rows[3].label, "packed twins == chained");
         assert!(!rows[3].pass() && rows[..3].iter().all(Row::pass));
 
+        // A run the device found bit-identical to the chained one: it
+        // passes "== chained" with every output's length, and "packed ==
+        // oracle" fails exactly when "chained == oracle" does.
+        let same = |chained: Six| CaseRuns {
+            chained: Ok(chained),
+            packed: Ok(Got::Same),
+            twins: Some(Ok(Got::Same)),
+            graph: None,
+        };
+        let rows = judge_runs(&spec, &data, &want, &same(want.clone()));
+        assert!(rows.iter().all(Row::pass));
+        let lens: Vec<usize> = rows[0].diffs.iter().map(|d| d.len).collect();
+        assert_eq!(lens, want.parts().map(<[f32]>::len));
+        let rows = judge_runs(&spec, &data, &want, &same(bad.clone()));
+        let failed: Vec<&str> = rows.iter().filter(|r| !r.pass()).map(|r| r.label).collect();
+        assert_eq!(
+            failed,
+            ["chained per-row == oracle", "packed eager == oracle"]
+        );
+
         let batch = CaseSpec { batch: 2, ..spec };
         let datas = batch.generate_batch().unwrap();
         let wants: Vec<Six> = datas.iter().map(reference).collect();
         let refs: Vec<&Six> = wants.iter().collect();
         let main = (GdnFusedEntry::Main, false);
         let all = BatchSix::from_seqs(&wants);
-        assert!(judge_batch_runs(&batch, main, &Ok(all), &refs).pass());
+        assert!(judge_batch_runs(&batch, main, &Ok(Got::Read(all.clone())), &refs, None).pass());
         let mut got = wants.clone();
         got[1].o[0] = f32::from_bits(got[1].o[0].to_bits() ^ 1);
-        let r = judge_batch_runs(&batch, main, &Ok(BatchSix::from_seqs(&got)), &refs);
+        let bad = BatchSix::from_seqs(&got);
+        let r = judge_batch_runs(&batch, main, &Ok(Got::Read(bad.clone())), &refs, None);
         let failed: Vec<&str> = r
             .diffs
             .iter()
@@ -556,6 +677,25 @@ mod tests {
             .map(|d| d.what.as_str())
             .collect();
         assert_eq!(failed, ["sequence 1 scan outputs"]);
-        assert!(!judge_batch_runs(&batch, main, &Err(err()), &refs).pass());
+        assert!(!judge_batch_runs(&batch, main, &Err(err()), &refs, None).pass());
+
+        // Runs found bit-identical to the reference (the first read back)
+        // take its verdict, whichever way it went; a failed run before it
+        // is no reference.
+        let c2 = (GdnFusedEntry::C2, false);
+        let graph = (GdnFusedEntry::Main, true);
+        let gots = [(main, Ok(Got::Read(bad))), (c2, Ok(Got::Same))];
+        let rows = judge_batches(&batch, &gots, &refs);
+        assert!(rows.iter().all(|r| !r.pass()));
+        assert_eq!(rows[0].diffs, rows[1].diffs);
+        let gots = [
+            (main, Err(err())),
+            (c2, Ok(Got::Read(all))),
+            (graph, Ok(Got::Same)),
+        ];
+        let rows = judge_batches(&batch, &gots, &refs);
+        let pass: Vec<bool> = rows.iter().map(Row::pass).collect();
+        assert_eq!(pass, [false, true, true]);
+        assert_eq!(rows[2].diffs.len(), 12);
     }
 }

@@ -4,11 +4,22 @@
 //! in a CUDA graph and replayed on rebound buffers. Each returns the six
 //! outputs; [`per_row_kernels`] also checks each per-row kernel on its own
 //! against the oracle.
+//!
+//! The `_against` forms take a reference run's outputs still on the device
+//! (the chained launches', [`Kept`]) and compare with them there
+//! (`cu/bit_diff.cu`, every 32-bit word): a run bit-identical to the
+//! reference in all six outputs reads nothing back ([`Got::Same`]); one
+//! that differs anywhere is read back whole ([`Got::Read`]) for the host's
+//! element-by-element judgement. A case then reads back one run's outputs
+//! instead of five or more.
 
 use super::generate::CaseData;
 use super::judge::{compare, Bits, Diff, Six};
 use super::pool::POOL;
-use device::cuda::{Buffer, DeviceError, GdnEngine, GdnFusedEntry, GdnHeads, GdnStep, GdnWeights};
+use device::cuda::{
+    Buffer, DeviceError, GdnEngine, GdnFusedEntry, GdnGraph, GdnHeads, GdnState, GdnStep,
+    GdnWeights,
+};
 use oracle::gdn::conv::conv1d_row;
 use oracle::gdn::prep::{prep_row, Heads, HeadsMut};
 use oracle::gdn::scan::{scan_row, StateIo};
@@ -64,6 +75,15 @@ fn weights(e: &GdnEngine, d: &CaseData) -> Result<GdnWeights, DeviceError> {
 /// # Errors
 /// Every [`DeviceError`].
 pub fn chained(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
+    chained_kept(e, d).map(|(six, _)| six)
+}
+
+/// [`chained`], its outputs also left on the device as the reference of
+/// the `_against` runs.
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn chained_kept(e: &GdnEngine, d: &CaseData) -> Result<(Six, Kept), DeviceError> {
     let s = d.shape;
     let (t, c, nv, vd) = (s.t(), s.conv_dim(), s.num_v(), s.value_dim());
     let w = weights(e, d)?;
@@ -113,14 +133,100 @@ pub fn chained(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
         (&snap_conv, "conv snapshots"),
         (&snap_state, "state snapshots"),
     ])?;
+    let kept = Kept {
+        st,
+        t,
+        gathered: [all_conv, all_o, snap_conv, snap_state],
+    };
+    Ok((read_six(e, kept.parts())?, kept))
+}
+
+/// The chained launches' six outputs left on the device ([`chained_kept`]):
+/// the reference the other runs of a case are compared with there.
+#[derive(Debug)]
+pub struct Kept {
+    st: GdnState,
+    t: usize,
+    /// The gathered conv outputs, scan outputs, conv and state snapshots.
+    gathered: [Buffer<f32>; 4],
+}
+
+impl Kept {
+    /// The six outputs, in [`Six::parts`] order.
+    pub fn parts(&self) -> Parts<'_> {
+        let [conv_out, o, snap_conv, snap_state] = &self.gathered;
+        [
+            conv_out,
+            o,
+            self.st.after_row(self.t - 1),
+            self.st.ring(),
+            snap_conv,
+            snap_state,
+        ]
+    }
+}
+
+/// A run's six outputs on the device, in [`Six::parts`] order.
+pub type Parts<'a> = [&'a Buffer<f32>; 6];
+
+/// What a run compared on the device with a reference hands the judge.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Got<T> {
+    /// Every output bit-identical to the reference run's, word for word
+    /// (decided on the device; nothing was read back).
+    Same,
+    /// The outputs, read back: no reference was given, or some output
+    /// differs from it (or has another length).
+    Read(T),
+}
+
+/// The six outputs of `parts`, read back into vectors of the host pool.
+fn read_six(e: &GdnEngine, parts: Parts<'_>) -> Result<Six, DeviceError> {
+    let [conv_out, o, state, ring, snap_conv, snap_state] = parts;
     Ok(Six {
-        conv_out: down(e, &all_conv)?,
-        o: down(e, &all_o)?,
-        state: down(e, st.after_row(t - 1))?,
-        ring: down(e, st.ring())?,
-        snap_conv: down(e, &snap_conv)?,
-        snap_state: down(e, &snap_state)?,
+        conv_out: down(e, conv_out)?,
+        o: down(e, o)?,
+        state: down(e, state)?,
+        ring: down(e, ring)?,
+        snap_conv: down(e, snap_conv)?,
+        snap_state: down(e, snap_state)?,
     })
+}
+
+/// Whether every buffer of `got` is bit-identical to the same buffer of
+/// `reference` (equal lengths, every 32-bit word), decided on the device
+/// with one read-back of the verdicts.
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn same_on_device(
+    e: &GdnEngine,
+    got: &[&Buffer<f32>],
+    reference: &[&Buffer<f32>],
+) -> Result<bool, DeviceError> {
+    if got.len() != reference.len() || got.iter().zip(reference).any(|(g, r)| g.len() != r.len()) {
+        return Ok(false);
+    }
+    let mut diffs = e.bit_diffs(got.len())?;
+    for (g, r) in got.iter().zip(reference) {
+        e.queue_bit_diff(g, r, &mut diffs)?;
+    }
+    Ok(e.read_bit_diffs(&diffs)?.iter().all(|d| d.same()))
+}
+
+/// `parts` judged against `reference` on the device: [`Got::Same`] when
+/// all six are bit-identical, else (or without a reference) read back.
+fn got_six(
+    e: &GdnEngine,
+    parts: Parts<'_>,
+    reference: Option<Parts<'_>>,
+) -> Result<Got<Six>, DeviceError> {
+    if let Some(r) = reference {
+        if same_on_device(e, &parts, &r)? {
+            return Ok(Got::Same);
+        }
+    }
+    read_six(e, parts).map(Got::Read)
 }
 
 /// A packed step holding `d`'s layer, initial state and inputs.
@@ -131,16 +237,21 @@ fn step(e: &GdnEngine, d: &CaseData) -> Result<GdnStep, DeviceError> {
     Ok(step)
 }
 
-/// The six outputs a packed step left.
+/// The six outputs a packed step left, on the device.
+fn step_parts(step: &GdnStep) -> Parts<'_> {
+    [
+        step.conv_out(),
+        step.o(),
+        step.final_state(),
+        step.state().ring(),
+        step.snap_conv(),
+        step.snap_state(),
+    ]
+}
+
+/// The six outputs a packed step left, read back.
 fn six_of(e: &GdnEngine, step: &GdnStep) -> Result<Six, DeviceError> {
-    Ok(Six {
-        conv_out: down(e, step.conv_out())?,
-        o: down(e, step.o())?,
-        state: down(e, step.final_state())?,
-        ring: down(e, step.state().ring())?,
-        snap_conv: down(e, step.snap_conv())?,
-        snap_state: down(e, step.snap_state())?,
-    })
+    read_six(e, step_parts(step))
 }
 
 /// One eager packed step, fused (`gdn_step_fused`, one launch).
@@ -153,6 +264,20 @@ pub fn packed(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
     six_of(e, &st)
 }
 
+/// [`packed`], judged against `reference` on the device ([`Got`]).
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn packed_against(
+    e: &GdnEngine,
+    d: &CaseData,
+    reference: Option<Parts<'_>>,
+) -> Result<Got<Six>, DeviceError> {
+    let mut st = step(e, d)?;
+    e.run_step(&mut st)?;
+    got_six(e, step_parts(&st), reference)
+}
+
 /// One eager packed step as the three packed twins
 /// (`gdn_conv1d_decode_tloop`, `gdn_prep_decode_rows`,
 /// `gdn_scan_s128_tsnap`).
@@ -163,6 +288,20 @@ pub fn twins(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
     let mut st = step(e, d)?;
     e.run_step_twins(&mut st)?;
     six_of(e, &st)
+}
+
+/// [`twins`], judged against `reference` on the device ([`Got`]).
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn twins_against(
+    e: &GdnEngine,
+    d: &CaseData,
+    reference: Option<Parts<'_>>,
+) -> Result<Got<Six>, DeviceError> {
+    let mut st = step(e, d)?;
+    e.run_step_twins(&mut st)?;
+    got_six(e, step_parts(&st), reference)
 }
 
 /// The inputs of a batched step over the sequences `ds` (one shape,
@@ -254,12 +393,64 @@ impl BatchSix {
     }
 }
 
+/// A batched step that ran, its outputs on the device: eagerly, or as the
+/// replay of the CUDA graph it was captured in.
+#[derive(Debug)]
+pub enum Ran {
+    /// Launched eagerly.
+    Eager(GdnStep),
+    /// Captured (nothing ran) and replayed once.
+    Graph(GdnGraph),
+}
+
+impl Ran {
+    /// The step (its buffers hold the outputs).
+    pub fn step(&self) -> &GdnStep {
+        match self {
+            Ran::Eager(s) => s,
+            Ran::Graph(g) => g.step(),
+        }
+    }
+
+    /// The six outputs over all sequences, on the device.
+    pub fn parts(&self) -> Parts<'_> {
+        step_parts(self.step())
+    }
+}
+
 /// The sequences of `inputs` in one batched fused step through `entry`
 /// (`gdn_step_fused`, `gdn_step_fused_c2` or the persistent entry over
-/// `B` sequences, the layout of `oracle::gdn::batch`); the six outputs
-/// read back over all sequences ([`BatchSix::parts`] cuts out one's).
-/// With `graph`, the step is captured in a CUDA graph (nothing runs) and
-/// the graph replayed once instead of an eager launch.
+/// `B` sequences, the layout of `oracle::gdn::batch`), left on the
+/// device. With `graph`, the step is captured in a CUDA graph (nothing
+/// runs) and the graph replayed once instead of an eager launch.
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn batched_ran(
+    e: &GdnEngine,
+    inputs: &BatchInputs<'_>,
+    entry: GdnFusedEntry,
+    graph: bool,
+) -> Result<Ran, DeviceError> {
+    let ds = inputs.ds;
+    let s = ds[0].shape;
+    let nb = ds.len();
+    let st = e.new_state_batched(&s, nb, &inputs.ring0, &inputs.state0, None)?;
+    let mut step = e.new_step_batched(&s, nb, weights(e, &ds[0])?, st)?;
+    e.set_step_entry(&mut step, Some(entry))?;
+    e.set_step_inputs(&mut step, &inputs.qkv, &inputs.beta_raw, &inputs.alpha)?;
+    if graph {
+        let g = e.capture_step(step)?;
+        g.launch()?;
+        Ok(Ran::Graph(g))
+    } else {
+        e.run_step(&mut step)?;
+        Ok(Ran::Eager(step))
+    }
+}
+
+/// [`batched_ran`], its six outputs read back over all sequences
+/// ([`BatchSix::parts`] cuts out one's).
 ///
 /// # Errors
 /// Every [`DeviceError`].
@@ -269,22 +460,29 @@ pub fn batched(
     entry: GdnFusedEntry,
     graph: bool,
 ) -> Result<BatchSix, DeviceError> {
-    let ds = inputs.ds;
-    let s = ds[0].shape;
-    let nb = ds.len();
-    let st = e.new_state_batched(&s, nb, &inputs.ring0, &inputs.state0, None)?;
-    let mut step = e.new_step_batched(&s, nb, weights(e, &ds[0])?, st)?;
-    e.set_step_entry(&mut step, Some(entry))?;
-    e.set_step_inputs(&mut step, &inputs.qkv, &inputs.beta_raw, &inputs.alpha)?;
-    let all = if graph {
-        let g = e.capture_step(step)?;
-        g.launch()?;
-        six_of(e, g.step())?
-    } else {
-        e.run_step(&mut step)?;
-        six_of(e, &step)?
-    };
-    Ok(BatchSix { all, batch: nb })
+    let ran = batched_ran(e, inputs, entry, graph)?;
+    Ok(BatchSix {
+        all: read_six(e, ran.parts())?,
+        batch: inputs.ds.len(),
+    })
+}
+
+/// A batched run's outputs judged against `reference` (another batched
+/// run's, on the device): [`Got::Same`] when all six are bit-identical,
+/// else (or without a reference) read back.
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn batch_got(
+    e: &GdnEngine,
+    ran: &Ran,
+    batch: usize,
+    reference: Option<Parts<'_>>,
+) -> Result<Got<BatchSix>, DeviceError> {
+    Ok(match got_six(e, ran.parts(), reference)? {
+        Got::Same => Got::Same,
+        Got::Read(all) => Got::Read(BatchSix { all, batch }),
+    })
 }
 
 /// The outputs of [`graph`]: two replays and the capture-time buffers.
@@ -292,11 +490,11 @@ pub fn batched(
 pub struct GraphRun {
     /// Replay 1, after rebinding the ring, canonical and alt to fresh
     /// buffers (alt poisoned with [`ALT_POISON`]).
-    pub rebound: Six,
+    pub rebound: Got<Six>,
     /// Replay 2, after exchanging canonical and alt (and rewriting the
     /// ring, the initial state into the new canonical and the poison into
     /// the new alt).
-    pub swapped: Six,
+    pub swapped: Got<Six>,
     /// The buffers the graph was captured with, `[ring, canonical, alt]`,
     /// read after both replays: the replays must not have touched them.
     pub capture_time: [Vec<f32>; 3],
@@ -306,10 +504,24 @@ pub struct GraphRun {
 /// buffers, as seed 003's `graph_rebind` gate does: capture on the step's
 /// own buffers (nothing runs), rebind to fresh buffers and replay, then
 /// swap canonical and alt, rewrite the initial data, and replay again.
+/// Both replays are read back.
 ///
 /// # Errors
 /// Every [`DeviceError`].
 pub fn graph(e: &GdnEngine, d: &CaseData) -> Result<GraphRun, DeviceError> {
+    graph_against(e, d, None)
+}
+
+/// [`graph`], each replay judged against `reference` on the device
+/// ([`Got`]) before the next one overwrites its outputs.
+///
+/// # Errors
+/// Every [`DeviceError`].
+pub fn graph_against(
+    e: &GdnEngine,
+    d: &CaseData,
+    reference: Option<Parts<'_>>,
+) -> Result<GraphRun, DeviceError> {
     let mut poison = POOL.take(d.shape.state_len());
     poison.fill(ALT_POISON);
     let mut g = e.capture_step(step(e, d)?)?;
@@ -320,11 +532,11 @@ pub fn graph(e: &GdnEngine, d: &CaseData) -> Result<GraphRun, DeviceError> {
         e.upload(&poison)?,
     )?;
     g.launch()?;
-    let rebound = six_of(e, g.step())?;
+    let rebound = got_six(e, step_parts(g.step()), reference)?;
     g.swap_slots(e)?;
     g.write_state(e, &d.ring0, &d.state0, Some(&poison))?;
     g.launch()?;
-    let swapped = six_of(e, g.step())?;
+    let swapped = got_six(e, step_parts(g.step()), reference)?;
     let [r, c, a] = &old;
     POOL.give(poison);
     Ok(GraphRun {

@@ -55,6 +55,7 @@
 //! it. The `_into` methods only launch (for timing loops), unless guards
 //! are on: then they synchronise and check the bands.
 
+mod bitdiff;
 mod buffer;
 mod check;
 pub mod cublaslt;
@@ -70,6 +71,7 @@ mod source;
 mod tensor_core;
 mod tma;
 
+pub use bitdiff::{BitDiff, BitDiffs, BIT_DIFF_KERNEL, BUILTIN_BIT_DIFF_CU};
 pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{
     check_grid, check_index_range, check_mmq, check_plan_geometry, check_quantize, I32_LIMIT,

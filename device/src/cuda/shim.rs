@@ -20,7 +20,7 @@ use cudarc::driver::{
     LaunchConfig, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// One stream on a device with one kernel source compiled and loaded, and
 /// whether outputs get guard bands. Everything an engine launches goes on
@@ -36,6 +36,8 @@ pub(crate) struct Shim {
     /// Compute capability `(major, minor)`.
     pub(crate) arch: (i32, i32),
     pub(crate) guards: bool,
+    /// `cu/bit_diff.cu`'s kernel on this context, loaded at first use.
+    bit_diff: OnceLock<CudaFunction>,
 }
 
 /// The NVRTC target for compute capability `major.minor` as the MoE and
@@ -157,7 +159,22 @@ impl Shim {
             name,
             arch,
             guards,
+            bit_diff: OnceLock::new(),
         })
+    }
+
+    /// `cu/bit_diff.cu`'s kernel, compiled and loaded on this context at
+    /// the first call ([`super::bitdiff::load`]).
+    ///
+    /// # Errors
+    /// As [`super::bitdiff::load`]; a failure is not kept (the next call
+    /// tries again).
+    pub(crate) fn bit_diff(&self) -> Result<&CudaFunction> {
+        if let Some(f) = self.bit_diff.get() {
+            return Ok(f);
+        }
+        let f = super::bitdiff::load(self)?;
+        Ok(self.bit_diff.get_or_init(|| f))
     }
 
     /// The kernel `kernel` of the loaded module.
@@ -303,6 +320,45 @@ macro_rules! shim_methods {
                 buf: &$crate::cuda::Buffer<T>,
             ) -> $crate::cuda::Result<Vec<T>> {
                 $crate::cuda::buffer::download(&self.shim.stream, buf)
+            }
+
+            /// Result words for `pairs` device-side comparisons of two
+            /// runs' outputs ([`BitDiffs`](crate::cuda::BitDiffs)).
+            ///
+            /// # Errors
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver).
+            pub fn bit_diffs(&self, pairs: usize) -> $crate::cuda::Result<$crate::cuda::BitDiffs> {
+                $crate::cuda::BitDiffs::new(&self.shim, pairs)
+            }
+
+            /// Queues, on this engine's stream, whether `a` and `b` (equal
+            /// lengths) are bit-identical, word for word, into the next pair
+            /// of `diffs`; returns the pair's index. Reads nothing back.
+            ///
+            /// # Errors
+            /// [`DeviceError::ArgLen`](crate::cuda::DeviceError::ArgLen)
+            /// when the lengths differ or `diffs` is full (nothing queued);
+            /// compile and driver errors of `cu/bit_diff.cu`.
+            pub fn queue_bit_diff(
+                &self,
+                a: &$crate::cuda::Buffer<f32>,
+                b: &$crate::cuda::Buffer<f32>,
+                diffs: &mut $crate::cuda::BitDiffs,
+            ) -> $crate::cuda::Result<usize> {
+                diffs.queue(&self.shim, a, b)
+            }
+
+            /// Waits for `diffs`' comparisons and reads their verdicts, in
+            /// queueing order (one copy back).
+            ///
+            /// # Errors
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver),
+            /// including a fault of an earlier launch.
+            pub fn read_bit_diffs(
+                &self,
+                diffs: &$crate::cuda::BitDiffs,
+            ) -> $crate::cuda::Result<Vec<$crate::cuda::BitDiff>> {
+                diffs.read(&self.shim)
             }
 
             /// Allocates an output of `len` elements: guarded and poisoned
