@@ -2,9 +2,12 @@
  * cu/bit_diff.cu -- the judge's device-side equality of two runs' outputs:
  * how many 32-bit words of two equal-length arrays differ, and the first
  * that does. Part of the harness, not of a kernel under test: no candidate
- * replaces it, and a case whose runs differ here is read back and compared
- * on the host, element by element (src/gdn/judge.rs), so this only decides
- * whether a read-back is needed.
+ * replaces it. A count of 0 is the whole evidence behind a run judged the
+ * same as its reference without a read-back (src/gdn/run.rs, Got::Same: it
+ * takes the reference's verdict); a run that differs here is read back and
+ * compared on the host, element by element (src/gdn/judge.rs). The judge
+ * also reads back every run of one fuzz case in 8, and of every gate and
+ * `case` run, and fails a row where this count and the host's disagree.
  *
  * Compiled at run time by NVRTC (device::cuda::bitdiff) for the device's
  * compute capability; no header.

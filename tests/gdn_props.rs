@@ -157,7 +157,7 @@ fn gdn_case_phases_timed() {
         // As `check` runs them: the chained outputs read back, the other
         // runs compared with them on the device.
         let (_, kept) = run::chained_kept(e, &data).unwrap();
-        let against = Some(kept.parts());
+        let against = Some(kept.reference(false));
         lap(2, &mut t);
         run::packed_against(e, &data, against).unwrap();
         lap(3, &mut t);
@@ -171,7 +171,7 @@ fn gdn_case_phases_timed() {
         if spec.batch > 1 {
             let ds = spec.generate_batch().unwrap();
             let inputs = run::BatchInputs::new(&ds);
-            for (_, got) in kernel_oracle::gdn::batched_runs(e, &inputs, spec.graph) {
+            for (_, got) in kernel_oracle::gdn::batched_runs(e, &inputs, spec.graph, false) {
                 got.unwrap();
             }
             inputs.give_back();

@@ -166,8 +166,9 @@ fn gpu_gdn_step_and_graph_refuse_wrong_lengths() {
 /// (`cu/bit_diff.cu`) against the host's word-by-word count, on lengths
 /// around the warp and the grid-stride loop's edges: equal buffers, one
 /// word flipped at the first, last and a middle index, a NaN payload, `-0`
-/// against `+0`, every word different, several pairs read at once, and a
-/// length mismatch refused before anything is queued.
+/// against `+0`, every word different, differences spread over many CTAs,
+/// several pairs read at once, and a length mismatch, a full set and
+/// another engine's stream refused before anything is queued.
 #[test]
 #[ignore = "needs a CUDA device"]
 fn gpu_bit_diff_matches_the_host() {
@@ -205,6 +206,13 @@ fn gpu_bit_diff_matches_the_host() {
             cases.push((x, y));
             let z: Vec<f32> = a.iter().map(|v| f32::from_bits(!v.to_bits())).collect();
             cases.push((a.clone(), z));
+            // Differences spread over many CTAs, none at index 0: the
+            // count sums every block's, the first is the least of them.
+            let mut w = a.clone();
+            for i in (n / 3..n).step_by(n / 7 + 1) {
+                w[i] = f32::from_bits(w[i].to_bits() ^ 0x8000_0000);
+            }
+            cases.push((w, a.clone()));
         }
     }
     let bufs: Vec<(Buffer<f32>, Buffer<f32>)> =
@@ -237,5 +245,9 @@ fn gpu_bit_diff_matches_the_host() {
         e.queue_bit_diff(&a, &a, &mut one).is_err(),
         "a full set refuses"
     );
+    let other = engine();
+    let mut theirs = other.bit_diffs(1).unwrap();
+    assert!(e.queue_bit_diff(&a, &a, &mut theirs).is_err());
+    assert!(e.read_bit_diffs(&theirs).is_err());
     eprintln!("{} comparisons agree with the host", cases.len());
 }

@@ -67,6 +67,9 @@ pub struct Stats {
     /// Cases also run as a batched call of 2 or more sequences (designed:
     /// 1/4).
     pub batched: AtomicU64,
+    /// Cases whose runs were all read back beside the device comparison
+    /// (one in [`AUDIT_EVERY`]).
+    pub audited: AtomicU64,
 }
 
 /// This process's counters.
@@ -81,6 +84,7 @@ pub static STATS: Stats = Stats {
     t1: AtomicU64::new(0),
     t_max: AtomicU64::new(0),
     batched: AtomicU64::new(0),
+    audited: AtomicU64::new(0),
 };
 
 /// The stats line [`check`] prints every [`STATS_EVERY`] cases: outcomes,
@@ -88,10 +92,11 @@ pub static STATS: Stats = Stats {
 pub fn stats_line() -> String {
     let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}, batched {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}",
+        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}, batched {}, audited {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}",
         pct(&STATS.nonfinite, n),
         pct(&STATS.graph, n),
         pct(&STATS.batched, n),
+        pct(&STATS.audited, n),
         pct(&STATS.specials, n),
         pct(&STATS.zero_qk, n),
         pct(&STATS.big_state, n),
@@ -122,6 +127,13 @@ pub fn count_drawn(spec: &CaseSpec) {
 /// How often [`check`] prints [`STATS`] (cases).
 pub const STATS_EVERY: u64 = 1_000;
 
+/// One case in this many (the process's first, then every this many) has
+/// [`check`] read back every run the device found the same as its
+/// reference, and hold the device comparison (`cu/bit_diff.cu`) to the
+/// host's ([`run::Got::Audited`]); the gate and `kernel-oracle case gdn`
+/// audit every case.
+pub const AUDIT_EVERY: u64 = 8;
+
 fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
     Row {
         gate,
@@ -139,7 +151,7 @@ fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
 /// device first ([`run::Got`]).
 #[derive(Debug)]
 pub struct CaseRuns {
-    /// `t` chained per-row launches ([`run::chained`]).
+    /// `t` chained per-row launches ([`run::chained_kept`]).
     pub chained: Result<Six, device::cuda::DeviceError>,
     /// The eager fused step ([`run::packed_against`]).
     pub packed: Result<Got<Six>, device::cuda::DeviceError>,
@@ -158,10 +170,7 @@ impl CaseRuns {
             twins,
             graph,
         } = self;
-        let read = |g: Got<Six>| match g {
-            Got::Read(six) => Some(six),
-            Got::Same => None,
-        };
+        let read = Got::into_read;
         let mut sixes: Vec<Six> = chained.into_iter().collect();
         sixes.extend([packed].into_iter().chain(twins).flatten().filter_map(read));
         if let Some(Ok(g)) = graph {
@@ -179,14 +188,14 @@ impl CaseRuns {
 /// Runs `data` through the device every way [`judge_case`] judges:
 /// chained, packed, and when `graph` the packed twins and the graph
 /// replays; the chained outputs are read back, the others compared with
-/// them on the device ([`run::Got`]). Compares nothing on the host (so the
-/// oracle can be computed meanwhile).
-pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool) -> CaseRuns {
+/// them on the device ([`run::Got`]), and with `audit` read back too.
+/// Compares nothing on the host (so the oracle can be computed meanwhile).
+pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool, audit: bool) -> CaseRuns {
     let (chained, kept) = match run::chained_kept(e, data) {
         Ok((six, kept)) => (Ok(six), Some(kept)),
         Err(err) => (Err(err), None),
     };
-    let reference = kept.as_ref().map(run::Kept::parts);
+    let reference = kept.as_ref().map(|k| k.reference(audit));
     CaseRuns {
         chained,
         packed: run::packed_against(e, data, reference),
@@ -197,12 +206,35 @@ pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool) -> CaseRuns {
 
 /// The diffs of a run judged against the chained launches' outputs `c`
 /// (every bit): [`Got::Same`] passes every output (the device found each
-/// word equal), [`Got::Read`] is compared element by element.
+/// word equal), [`Got::Read`] is compared element by element, and
+/// [`Got::Audited`] too, with a failing diff more when the device's
+/// verdict and the host's disagree ([`audit_diff`]).
 fn against_chained(got: &Got<Six>, c: &Six) -> Vec<Diff> {
     match got {
         Got::Same => identical(c),
         Got::Read(g) => compare_six(g, c, Bits::Exact),
+        Got::Audited { got, same } => {
+            let mut d = compare_six(got, c, Bits::Exact);
+            d.extend(audit_diff(*same, d.iter().all(Diff::pass)));
+            d
+        }
     }
+}
+
+/// The audit of the device comparison (`cu/bit_diff.cu`): a failing diff
+/// when its verdict `device_same` is not the host's `host_same`.
+fn audit_diff(device_same: bool, host_same: bool) -> Option<Diff> {
+    (device_same != host_same).then(|| Diff {
+        what: format!(
+            "device comparison (cu/bit_diff.cu) said {}, the host {}",
+            if device_same { "same" } else { "different" },
+            if host_same { "same" } else { "different" }
+        ),
+        len: 1,
+        diffs: 1,
+        first: None,
+        got_len: None,
+    })
 }
 
 /// A passing diff for each of `c`'s six outputs: what a run bit-identical
@@ -234,7 +266,7 @@ pub fn judge_case(
     want: &Six,
     graph: bool,
 ) -> Vec<Row> {
-    judge_runs(spec, data, want, &run_case(e, data, graph))
+    judge_runs(spec, data, want, &run_case(e, data, graph, true))
 }
 
 /// The rows of [`judge_case`] from the device's outputs `runs` of `data`
@@ -257,7 +289,7 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
         // Bit-identical to the chained outputs (there is no Same without
         // them): the chained diffs are this run's.
         Ok(Got::Same) => r_packed.diffs = r_chained.diffs.clone(),
-        Ok(Got::Read(p)) => {
+        Ok(Got::Read(p) | Got::Audited { got: p, .. }) => {
             // An output bit-identical to the chained one compares with the
             // oracle as the chained one did: its diff is the chained one's
             // (same name, same values); only the others are walked again.
@@ -323,7 +355,8 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
 /// CUDA graph, against each sequence's oracle ([`reference()`], any NaN
 /// equal to any NaN; `want0`, when given, is sequence 0's, already
 /// computed): one gate-2 row per entry and mode, its diffs named by
-/// sequence ([`run::batched`] then [`judge_batch_runs`]).
+/// sequence ([`batched_runs`], every run read back and its device
+/// comparison audited, then [`judge_batches`]).
 pub fn judge_batch(
     e: &GdnEngine,
     spec: &CaseSpec,
@@ -331,7 +364,7 @@ pub fn judge_batch(
     want0: Option<&Six>,
 ) -> Vec<Row> {
     let inputs = BatchInputs::new(datas);
-    let gots = batched_runs(e, &inputs, true);
+    let gots = batched_runs(e, &inputs, true, true);
     inputs.give_back();
     let computed: Vec<Six> = if gots.iter().any(|(_, g)| g.is_ok()) {
         datas[usize::from(want0.is_some())..]
@@ -350,15 +383,24 @@ pub fn judge_batch(
 /// The rows of the batched runs `gots` ([`batched_runs`]), in order, each
 /// sequence against its oracle `wants`: a run read back is compared
 /// element by element ([`judge_batch_runs`]); a run bit-identical to the
-/// reference run (the first read back) takes that run's diffs.
+/// reference run (the first read back) takes that run's diffs; an audited
+/// run is compared, and its device verdict held to the host's comparison
+/// with the reference run's outputs (a failing diff where they disagree).
 pub fn judge_batches(spec: &CaseSpec, gots: &[(BatchHow, BatchGot)], wants: &[&Six]) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::with_capacity(gots.len());
-    let mut reference: Option<usize> = None;
+    let mut reference: Option<(usize, &BatchSix)> = None;
     for (how, got) in gots {
-        let base = reference.map(|i| &rows[i]);
-        let r = judge_batch_runs(spec, *how, got, wants, base);
-        if reference.is_none() && matches!(got, Ok(Got::Read(_))) {
-            reference = Some(rows.len());
+        let mut r = judge_batch_runs(spec, *how, got, wants, reference.map(|(i, _)| &rows[i]));
+        if let (Ok(Got::Audited { got, same }), Some((_, base))) = (got, reference) {
+            let host_same = compare_six(&got.all, &base.all, Bits::Exact)
+                .iter()
+                .all(Diff::pass);
+            r.diffs.extend(audit_diff(*same, host_same));
+        }
+        if reference.is_none() {
+            if let Ok(got) = got {
+                reference = got.read().map(|g| (rows.len(), g));
+            }
         }
         rows.push(r);
     }
@@ -368,7 +410,7 @@ pub fn judge_batches(spec: &CaseSpec, gots: &[(BatchHow, BatchGot)], wants: &[&S
 /// Hands the batched runs' outputs read back to the host pool.
 fn give_back_batches(gots: Vec<(BatchHow, BatchGot)>) {
     for (_, got) in gots {
-        if let Ok(Got::Read(got)) = got {
+        if let Some(got) = got.ok().and_then(Got::into_read) {
             POOL.give_six(got.all);
         }
     }
@@ -386,11 +428,12 @@ pub type BatchGot = Result<Got<BatchSix>, device::cuda::DeviceError>;
 /// graph ([`run::batched_ran`]): each run with its outputs. The first run
 /// that succeeds is read back and kept on the device as the reference;
 /// every later run is compared with it there ([`run::batch_got`]) and read
-/// back only where it differs.
+/// back only where it differs (with `audit`, read back always).
 pub fn batched_runs(
     e: &GdnEngine,
     inputs: &BatchInputs<'_>,
     graph: bool,
+    audit: bool,
 ) -> Vec<(BatchHow, BatchGot)> {
     let modes: &[bool] = if graph { &[false, true] } else { &[false] };
     let hows: Vec<BatchHow> = e
@@ -403,7 +446,11 @@ pub fn batched_runs(
     let mut out = Vec::with_capacity(hows.len());
     for how in hows {
         let got = run::batched_ran(e, inputs, how.0, how.1).and_then(|ran| {
-            let got = run::batch_got(e, &ran, nb, reference.as_ref().map(run::Ran::parts));
+            let against = reference.as_ref().map(|r: &run::Ran| run::Reference {
+                parts: r.parts(),
+                audit,
+            });
+            let got = run::batch_got(e, &ran, nb, against);
             if reference.is_none() && got.is_ok() {
                 reference = Some(ran);
             }
@@ -457,7 +504,7 @@ pub fn judge_batch_runs(
             r.diffs = base.diffs.clone();
             r.error = base.error.clone();
         }
-        Ok(Got::Read(got)) => {
+        Ok(Got::Read(got) | Got::Audited { got, .. }) => {
             assert_eq!(got.batch, wants.len(), "sequences run and oracles given");
             for (b, want) in wants.iter().enumerate() {
                 for (i, (gp, wp)) in got.parts(b).iter().zip(want.parts()).enumerate() {
@@ -497,6 +544,10 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         Ok(e) => e,
         Err(msg) => panic!("gdn: no CUDA device to check against: {msg}"),
     };
+    let audit = (n - 1).is_multiple_of(AUDIT_EVERY);
+    if audit {
+        count(&STATS.audited);
+    }
     // A batched case's sequence 0 is the case's own data, so it is drawn
     // once, with the others.
     let datas = if spec.batch > 1 {
@@ -513,11 +564,11 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     // the two, not their sum.
     let (runs, batched, wants) = std::thread::scope(|sc| {
         let oracle = sc.spawn(|| datas.iter().map(reference).collect::<Vec<Six>>());
-        let runs = run_case(e, data, spec.graph);
+        let runs = run_case(e, data, spec.graph, audit);
         // Graph-replayed too when the case asks for graphs.
         let batched = if spec.batch > 1 {
             let inputs = BatchInputs::new(&datas);
-            let runs = batched_runs(e, &inputs, spec.graph);
+            let runs = batched_runs(e, &inputs, spec.graph, audit);
             inputs.give_back();
             runs
         } else {
@@ -659,6 +710,24 @@ mod tests {
             ["chained per-row == oracle", "packed eager == oracle"]
         );
 
+        // An audited run: the device's verdict held to the host's. Equal
+        // verdicts add nothing; a device that called a different run the
+        // same, or the same run different, fails "== chained".
+        let audited = |got: Six, same: bool| CaseRuns {
+            chained: Ok(want.clone()),
+            packed: Ok(Got::Audited { got, same }),
+            twins: None,
+            graph: None,
+        };
+        let rows = judge_runs(&spec, &data, &want, &audited(want.clone(), true));
+        assert!(rows.iter().all(Row::pass));
+        assert_eq!(rows[0].diffs.len(), 6);
+        for (got, same) in [(bad.clone(), true), (want.clone(), false)] {
+            let rows = judge_runs(&spec, &data, &want, &audited(got, same));
+            assert!(!rows[0].pass(), "{}", rows[0].label);
+            assert!(rows[0].diffs[6].what.starts_with("device comparison"));
+        }
+
         let batch = CaseSpec { batch: 2, ..spec };
         let datas = batch.generate_batch().unwrap();
         let wants: Vec<Six> = datas.iter().map(reference).collect();
@@ -697,5 +766,38 @@ mod tests {
         let pass: Vec<bool> = rows.iter().map(Row::pass).collect();
         assert_eq!(pass, [false, true, true]);
         assert_eq!(rows[2].diffs.len(), 12);
+
+        // Audited batched runs: held to the reference run's outputs.
+        let all = BatchSix::from_seqs(&wants);
+        let odd = BatchSix::from_seqs(&got);
+        let gots = [
+            (main, Ok(Got::Read(all.clone()))),
+            (
+                c2,
+                Ok(Got::Audited {
+                    got: all.clone(),
+                    same: true,
+                }),
+            ),
+            (
+                graph,
+                Ok(Got::Audited {
+                    got: all,
+                    same: false,
+                }),
+            ),
+            (
+                c2,
+                Ok(Got::Audited {
+                    got: odd,
+                    same: true,
+                }),
+            ),
+        ];
+        let rows = judge_batches(&batch, &gots, &refs);
+        let pass: Vec<bool> = rows.iter().map(Row::pass).collect();
+        assert_eq!(pass, [true, true, false, false]);
+        assert!(rows[2].diffs[12].what.starts_with("device comparison"));
+        assert!(rows[3].diffs[12].what.starts_with("device comparison"));
     }
 }

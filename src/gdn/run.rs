@@ -2,8 +2,9 @@
 //! candidate named by `KERNEL_ORACLE_GDN_CU`) three ways: `t` chained
 //! per-row launches, one eager packed step, and the packed step captured
 //! in a CUDA graph and replayed on rebound buffers. Each returns the six
-//! outputs; [`per_row_kernels`] also checks each per-row kernel on its own
-//! against the oracle.
+//! outputs (the `_against` forms: what [`Got`] says of them);
+//! [`per_row_kernels`] also checks each per-row kernel on its own against
+//! the oracle.
 //!
 //! The `_against` forms take a reference run's outputs still on the device
 //! (the chained launches', [`Kept`]) and compare with them there
@@ -11,7 +12,10 @@
 //! reference in all six outputs reads nothing back ([`Got::Same`]); one
 //! that differs anywhere is read back whole ([`Got::Read`]) for the host's
 //! element-by-element judgement. A case then reads back one run's outputs
-//! instead of five or more.
+//! (and a graph case the three capture-time buffers) instead of five or
+//! more. An audited [`Reference`] reads every run back anyway, with the
+//! device's verdict beside it ([`Got::Audited`]), so that the judge holds
+//! the device comparison to its own.
 
 use super::generate::CaseData;
 use super::judge::{compare, Bits, Diff, Six};
@@ -152,6 +156,14 @@ pub struct Kept {
 }
 
 impl Kept {
+    /// The reference of the `_against` runs, audited or not.
+    pub fn reference(&self, audit: bool) -> Reference<'_> {
+        Reference {
+            parts: self.parts(),
+            audit,
+        }
+    }
+
     /// The six outputs, in [`Six::parts`] order.
     pub fn parts(&self) -> Parts<'_> {
         let [conv_out, o, snap_conv, snap_state] = &self.gathered;
@@ -169,6 +181,17 @@ impl Kept {
 /// A run's six outputs on the device, in [`Six::parts`] order.
 pub type Parts<'a> = [&'a Buffer<f32>; 6];
 
+/// A reference run's outputs on the device for the `_against` runs, and
+/// whether to audit the comparison.
+#[derive(Clone, Copy, Debug)]
+pub struct Reference<'a> {
+    /// The reference run's six outputs.
+    pub parts: Parts<'a>,
+    /// Read every run back even when the device finds it the same
+    /// ([`Got::Audited`]).
+    pub audit: bool,
+}
+
 /// What a run compared on the device with a reference hands the judge.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Got<T> {
@@ -178,6 +201,32 @@ pub enum Got<T> {
     /// The outputs, read back: no reference was given, or some output
     /// differs from it (or has another length).
     Read(T),
+    /// The outputs, read back under an audited [`Reference`], with the
+    /// device's verdict: `same` when it found every word equal.
+    Audited {
+        /// The outputs.
+        got: T,
+        /// The device comparison's verdict.
+        same: bool,
+    },
+}
+
+impl<T> Got<T> {
+    /// The outputs read back, if they were.
+    pub fn read(&self) -> Option<&T> {
+        match self {
+            Got::Same => None,
+            Got::Read(got) | Got::Audited { got, .. } => Some(got),
+        }
+    }
+
+    /// The outputs read back, if they were, by value.
+    pub fn into_read(self) -> Option<T> {
+        match self {
+            Got::Same => None,
+            Got::Read(got) | Got::Audited { got, .. } => Some(got),
+        }
+    }
 }
 
 /// The six outputs of `parts`, read back into vectors of the host pool.
@@ -193,40 +242,48 @@ fn read_six(e: &GdnEngine, parts: Parts<'_>) -> Result<Six, DeviceError> {
     })
 }
 
-/// Whether every buffer of `got` is bit-identical to the same buffer of
+/// Whether every output of `got` is bit-identical to the same output of
 /// `reference` (equal lengths, every 32-bit word), decided on the device
 /// with one read-back of the verdicts.
 ///
 /// # Errors
 /// Every [`DeviceError`].
-pub fn same_on_device(
+fn same_on_device(
     e: &GdnEngine,
-    got: &[&Buffer<f32>],
-    reference: &[&Buffer<f32>],
+    got: Parts<'_>,
+    reference: Parts<'_>,
 ) -> Result<bool, DeviceError> {
-    if got.len() != reference.len() || got.iter().zip(reference).any(|(g, r)| g.len() != r.len()) {
+    if got.iter().zip(&reference).any(|(g, r)| g.len() != r.len()) {
         return Ok(false);
     }
     let mut diffs = e.bit_diffs(got.len())?;
-    for (g, r) in got.iter().zip(reference) {
+    for (g, r) in got.iter().zip(&reference) {
         e.queue_bit_diff(g, r, &mut diffs)?;
     }
     Ok(e.read_bit_diffs(&diffs)?.iter().all(|d| d.same()))
 }
 
 /// `parts` judged against `reference` on the device: [`Got::Same`] when
-/// all six are bit-identical, else (or without a reference) read back.
+/// all six are bit-identical, else (or without a reference) read back;
+/// audited, read back with the device's verdict.
 fn got_six(
     e: &GdnEngine,
     parts: Parts<'_>,
-    reference: Option<Parts<'_>>,
+    reference: Option<Reference<'_>>,
 ) -> Result<Got<Six>, DeviceError> {
-    if let Some(r) = reference {
-        if same_on_device(e, &parts, &r)? {
-            return Ok(Got::Same);
-        }
+    let Some(r) = reference else {
+        return read_six(e, parts).map(Got::Read);
+    };
+    let same = same_on_device(e, parts, r.parts)?;
+    if same && !r.audit {
+        return Ok(Got::Same);
     }
-    read_six(e, parts).map(Got::Read)
+    let got = read_six(e, parts)?;
+    Ok(if r.audit {
+        Got::Audited { got, same }
+    } else {
+        Got::Read(got)
+    })
 }
 
 /// A packed step holding `d`'s layer, initial state and inputs.
@@ -271,7 +328,7 @@ pub fn packed(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
 pub fn packed_against(
     e: &GdnEngine,
     d: &CaseData,
-    reference: Option<Parts<'_>>,
+    reference: Option<Reference<'_>>,
 ) -> Result<Got<Six>, DeviceError> {
     let mut st = step(e, d)?;
     e.run_step(&mut st)?;
@@ -297,7 +354,7 @@ pub fn twins(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
 pub fn twins_against(
     e: &GdnEngine,
     d: &CaseData,
-    reference: Option<Parts<'_>>,
+    reference: Option<Reference<'_>>,
 ) -> Result<Got<Six>, DeviceError> {
     let mut st = step(e, d)?;
     e.run_step_twins(&mut st)?;
@@ -477,11 +534,13 @@ pub fn batch_got(
     e: &GdnEngine,
     ran: &Ran,
     batch: usize,
-    reference: Option<Parts<'_>>,
+    reference: Option<Reference<'_>>,
 ) -> Result<Got<BatchSix>, DeviceError> {
+    let b = |all| BatchSix { all, batch };
     Ok(match got_six(e, ran.parts(), reference)? {
         Got::Same => Got::Same,
-        Got::Read(all) => Got::Read(BatchSix { all, batch }),
+        Got::Read(all) => Got::Read(b(all)),
+        Got::Audited { got, same } => Got::Audited { got: b(got), same },
     })
 }
 
@@ -520,7 +579,7 @@ pub fn graph(e: &GdnEngine, d: &CaseData) -> Result<GraphRun, DeviceError> {
 pub fn graph_against(
     e: &GdnEngine,
     d: &CaseData,
-    reference: Option<Parts<'_>>,
+    reference: Option<Reference<'_>>,
 ) -> Result<GraphRun, DeviceError> {
     let mut poison = POOL.take(d.shape.state_len());
     poison.fill(ALT_POISON);

@@ -12,14 +12,16 @@
 use super::buffer::Buffer;
 use super::error::{DeviceError, Result};
 use super::shim::{launch_config, launched, Shim};
-use cudarc::driver::{CudaFunction, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
+use std::sync::Arc;
 
 /// `cu/bit_diff.cu`, embedded at build time. It belongs to the harness: no
 /// environment variable replaces it.
 pub const BUILTIN_BIT_DIFF_CU: &str = include_str!("../../../cu/bit_diff.cu");
 /// Its kernel.
 pub const BIT_DIFF_KERNEL: &str = "bit_diff_u32";
-/// Threads per CTA of a comparison launch.
+/// Threads per CTA of a comparison launch (a multiple of 32: the kernel's
+/// reduction shuffles over whole warps).
 const THREADS: u32 = 256;
 /// The most CTAs of one comparison launch (a grid-stride loop covers the
 /// rest).
@@ -45,23 +47,38 @@ impl BitDiff {
 
 /// Result words for several comparisons on one stream: pair `i` is
 /// `[count, first]` at words `2 i`, `2 i + 1`, set to `[0, u64::MAX]` when
-/// made. Made by an engine's `bit_diffs`.
+/// made. Made by an engine's `bit_diffs`; its comparisons are queued and
+/// read on that engine's stream only (the verdicts are read after a wait
+/// for that stream: a comparison queued on another would be read before it
+/// ran, as "the same").
 #[derive(Debug)]
 pub struct BitDiffs {
     words: Buffer<u64>,
     lens: Vec<usize>,
+    stream: Arc<CudaStream>,
+}
+
+/// The refusal of a [`BitDiffs`] used on another engine's stream.
+fn other_stream() -> DeviceError {
+    DeviceError::ArgLen {
+        arg: "bit comparisons made on another engine's stream",
+        want: 0,
+        got: 1,
+    }
 }
 
 impl BitDiffs {
-    /// Room for `pairs` comparisons (stream ordered).
+    /// Room for `pairs` comparisons on `shim`'s stream (the initial words
+    /// are uploaded after the stream's earlier work, which this waits for).
     ///
     /// # Errors
-    /// [`DeviceError::Driver`].
+    /// [`DeviceError::Driver`], including a fault of an earlier launch.
     pub(crate) fn new(shim: &Shim, pairs: usize) -> Result<BitDiffs> {
         let init: Vec<u64> = (0..pairs).flat_map(|_| [0, u64::MAX]).collect();
         Ok(BitDiffs {
             words: super::buffer::upload(&shim.stream, &init)?,
             lens: Vec::with_capacity(pairs),
+            stream: shim.stream.clone(),
         })
     }
 
@@ -71,10 +88,14 @@ impl BitDiffs {
     /// `[0, u64::MAX]`: the same).
     ///
     /// # Errors
-    /// [`DeviceError::ArgLen`] when the lengths differ or every pair is
-    /// taken (nothing is queued); [`DeviceError::Compile`] or
-    /// [`DeviceError::Driver`] when the kernel cannot be built or launched.
+    /// [`DeviceError::ArgLen`] when the lengths differ, every pair is
+    /// taken, or `shim` is not on the stream these were made on (nothing is
+    /// queued); [`DeviceError::Compile`] or [`DeviceError::Driver`] when
+    /// the kernel cannot be built or launched.
     pub(crate) fn queue(&mut self, shim: &Shim, a: &Buffer<f32>, b: &Buffer<f32>) -> Result<usize> {
+        if !Arc::ptr_eq(&self.stream, &shim.stream) {
+            return Err(other_stream());
+        }
         if a.len() != b.len() {
             return Err(DeviceError::ArgLen {
                 arg: "bit comparison operand",
@@ -100,8 +121,13 @@ impl BitDiffs {
             let mut l = shim.stream.launch_builder(f);
             l.arg(&av).arg(&bv).arg(&n).arg(&mut out);
             // SAFETY: the ABI of cu/bit_diff.cu: two arrays of `n` 32-bit
-            // words (f32 buffers of equal length, checked above) and two
-            // u64 result words inside `words`.
+            // words (f32 buffers of equal length, checked above) and the
+            // two u64 result words of pair `pair` (in range, checked
+            // above), all allocations of this context, the launch queued
+            // on the stream every buffer here is ordered on (checked
+            // above), so it runs after their writers and before their
+            // stream-ordered frees; a 1-D grid of `THREADS`-thread CTAs,
+            // whole warps as the kernel's shuffles need.
             launched(BIT_DIFF_KERNEL, unsafe {
                 l.launch(launch_config((ctas, 1, 1), THREADS, 0))
             })?;
@@ -114,8 +140,12 @@ impl BitDiffs {
     /// queueing order (one copy).
     ///
     /// # Errors
-    /// [`DeviceError::Driver`], including a fault of an earlier launch.
+    /// [`DeviceError::Driver`], including a fault of an earlier launch;
+    /// [`DeviceError::ArgLen`] when `shim` is on another stream.
     pub(crate) fn read(&self, shim: &Shim) -> Result<Vec<BitDiff>> {
+        if !Arc::ptr_eq(&self.stream, &shim.stream) {
+            return Err(other_stream());
+        }
         let words = shim.read_back(&self.words, "bit comparison verdicts")?;
         Ok(self
             .lens
