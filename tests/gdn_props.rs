@@ -159,12 +159,12 @@ fn gdn_case_phases_timed() {
         let (_, kept) = run::chained_kept(e, &data).unwrap();
         let against = Some(kept.reference(false));
         lap(2, &mut t);
-        run::packed_against(e, &data, against).unwrap();
+        run::packed(e, &data, against).unwrap();
         lap(3, &mut t);
         if spec.graph {
-            run::twins_against(e, &data, against).unwrap();
+            run::twins(e, &data, against).unwrap();
             lap(4, &mut t);
-            run::graph_against(e, &data, against).unwrap();
+            run::graph(e, &data, against).unwrap();
             lap(5, &mut t);
         }
         drop(kept);
@@ -182,7 +182,7 @@ fn gdn_case_phases_timed() {
         }
         run::chained(&bare, &data).unwrap();
         lap(7, &mut t);
-        run::packed(&bare, &data).unwrap();
+        run::packed(&bare, &data, None).unwrap();
         lap(8, &mut t);
         check(&spec);
         lap(9, &mut t);

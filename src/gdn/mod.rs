@@ -153,11 +153,11 @@ fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
 pub struct CaseRuns {
     /// `t` chained per-row launches ([`run::chained_kept`]).
     pub chained: Result<Six, device::cuda::DeviceError>,
-    /// The eager fused step ([`run::packed_against`]).
+    /// The eager fused step ([`run::packed`]).
     pub packed: Result<Got<Six>, device::cuda::DeviceError>,
-    /// The packed twins ([`run::twins_against`]), when run.
+    /// The packed twins ([`run::twins`]), when run.
     pub twins: Option<Result<Got<Six>, device::cuda::DeviceError>>,
-    /// The graph replays ([`run::graph_against`]), when run.
+    /// The graph replays ([`run::graph`]), when run.
     pub graph: Option<Result<run::GraphRun, device::cuda::DeviceError>>,
 }
 
@@ -198,9 +198,9 @@ pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool, audit: bool) -> Cas
     let reference = kept.as_ref().map(|k| k.reference(audit));
     CaseRuns {
         chained,
-        packed: run::packed_against(e, data, reference),
-        twins: graph.then(|| run::twins_against(e, data, reference)),
-        graph: graph.then(|| run::graph_against(e, data, reference)),
+        packed: run::packed(e, data, reference),
+        twins: graph.then(|| run::twins(e, data, reference)),
+        graph: graph.then(|| run::graph(e, data, reference)),
     }
 }
 

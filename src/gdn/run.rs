@@ -1,12 +1,12 @@
 //! The runner: one case through the CUDA kernels (`cu/gdn.cu`, or the
 //! candidate named by `KERNEL_ORACLE_GDN_CU`) three ways: `t` chained
 //! per-row launches, one eager packed step, and the packed step captured
-//! in a CUDA graph and replayed on rebound buffers. Each returns the six
-//! outputs (the `_against` forms: what [`Got`] says of them);
-//! [`per_row_kernels`] also checks each per-row kernel on its own against
-//! the oracle.
+//! in a CUDA graph and replayed on rebound buffers; and the batched step
+//! over several sequences. [`per_row_kernels`] also checks each per-row
+//! kernel on its own against the oracle.
 //!
-//! The `_against` forms take a reference run's outputs still on the device
+//! The chained launches' outputs are read back. The other runs take a
+//! reference run's outputs still on the device
 //! (the chained launches', [`Kept`]) and compare with them there
 //! (`cu/bit_diff.cu`, every 32-bit word): a run bit-identical to the
 //! reference in all six outputs reads nothing back ([`Got::Same`]); one
@@ -83,7 +83,7 @@ pub fn chained(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
 }
 
 /// [`chained`], its outputs also left on the device as the reference of
-/// the `_against` runs.
+/// the other runs ([`Reference`]).
 ///
 /// # Errors
 /// Every [`DeviceError`].
@@ -156,7 +156,7 @@ pub struct Kept {
 }
 
 impl Kept {
-    /// The reference of the `_against` runs, audited or not.
+    /// The reference of the other runs, audited or not.
     pub fn reference(&self, audit: bool) -> Reference<'_> {
         Reference {
             parts: self.parts(),
@@ -181,7 +181,7 @@ impl Kept {
 /// A run's six outputs on the device, in [`Six::parts`] order.
 pub type Parts<'a> = [&'a Buffer<f32>; 6];
 
-/// A reference run's outputs on the device for the `_against` runs, and
+/// A reference run's outputs on the device for the other runs, and
 /// whether to audit the comparison.
 #[derive(Clone, Copy, Debug)]
 pub struct Reference<'a> {
@@ -306,26 +306,12 @@ fn step_parts(step: &GdnStep) -> Parts<'_> {
     ]
 }
 
-/// The six outputs a packed step left, read back.
-fn six_of(e: &GdnEngine, step: &GdnStep) -> Result<Six, DeviceError> {
-    read_six(e, step_parts(step))
-}
-
-/// One eager packed step, fused (`gdn_step_fused`, one launch).
+/// One eager packed step, fused (`gdn_step_fused`, one launch), judged
+/// against `reference` on the device ([`Got`]; without one, read back).
 ///
 /// # Errors
 /// Every [`DeviceError`].
-pub fn packed(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
-    let mut st = step(e, d)?;
-    e.run_step(&mut st)?;
-    six_of(e, &st)
-}
-
-/// [`packed`], judged against `reference` on the device ([`Got`]).
-///
-/// # Errors
-/// Every [`DeviceError`].
-pub fn packed_against(
+pub fn packed(
     e: &GdnEngine,
     d: &CaseData,
     reference: Option<Reference<'_>>,
@@ -337,21 +323,11 @@ pub fn packed_against(
 
 /// One eager packed step as the three packed twins
 /// (`gdn_conv1d_decode_tloop`, `gdn_prep_decode_rows`,
-/// `gdn_scan_s128_tsnap`).
+/// `gdn_scan_s128_tsnap`), judged as [`packed`] is.
 ///
 /// # Errors
 /// Every [`DeviceError`].
-pub fn twins(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
-    let mut st = step(e, d)?;
-    e.run_step_twins(&mut st)?;
-    six_of(e, &st)
-}
-
-/// [`twins`], judged against `reference` on the device ([`Got`]).
-///
-/// # Errors
-/// Every [`DeviceError`].
-pub fn twins_against(
+pub fn twins(
     e: &GdnEngine,
     d: &CaseData,
     reference: Option<Reference<'_>>,
@@ -506,24 +482,6 @@ pub fn batched_ran(
     }
 }
 
-/// [`batched_ran`], its six outputs read back over all sequences
-/// ([`BatchSix::parts`] cuts out one's).
-///
-/// # Errors
-/// Every [`DeviceError`].
-pub fn batched(
-    e: &GdnEngine,
-    inputs: &BatchInputs<'_>,
-    entry: GdnFusedEntry,
-    graph: bool,
-) -> Result<BatchSix, DeviceError> {
-    let ran = batched_ran(e, inputs, entry, graph)?;
-    Ok(BatchSix {
-        all: read_six(e, ran.parts())?,
-        batch: inputs.ds.len(),
-    })
-}
-
 /// A batched run's outputs judged against `reference` (another batched
 /// run's, on the device): [`Got::Same`] when all six are bit-identical,
 /// else (or without a reference) read back.
@@ -563,20 +521,12 @@ pub struct GraphRun {
 /// buffers, as seed 003's `graph_rebind` gate does: capture on the step's
 /// own buffers (nothing runs), rebind to fresh buffers and replay, then
 /// swap canonical and alt, rewrite the initial data, and replay again.
-/// Both replays are read back.
+/// Each replay is judged against `reference` on the device ([`Got`];
+/// without one, read back) before the next one overwrites its outputs.
 ///
 /// # Errors
 /// Every [`DeviceError`].
-pub fn graph(e: &GdnEngine, d: &CaseData) -> Result<GraphRun, DeviceError> {
-    graph_against(e, d, None)
-}
-
-/// [`graph`], each replay judged against `reference` on the device
-/// ([`Got`]) before the next one overwrites its outputs.
-///
-/// # Errors
-/// Every [`DeviceError`].
-pub fn graph_against(
+pub fn graph(
     e: &GdnEngine,
     d: &CaseData,
     reference: Option<Reference<'_>>,
