@@ -98,6 +98,14 @@
  *   and later, and sizes a lone sequence's CTA by the entry's largest
  *   (its __launch_bounds__). A candidate may leave _c2 out.
  *
+ * extern "C" __global__ void gdn_step_fused_split(...)  (optional)
+ *   gdn_step_fused's parameters, for one sequence with num_v = 2 num_k:
+ *   clusters of 8, grid (num_k * 8, 1), 256 threads per CTA (exactly);
+ *   each CTA's 32 columns split over four warps, the q/k, v and gate
+ *   preparation pipelined beside them ("the fused step, one sequence,
+ *   columns split" below). The shim launches it in place of
+ *   gdn_step_fused where it applies; sm_90 and later.
+ *
  * extern "C" __global__ void gdn_step_fused_persistent(...)  (optional)
  *   The same parameters and layout, then i32 batch (B): persistent CTAs
  *   over the num_k * B items (q/k head, sequence), each chunk's inputs
@@ -226,10 +234,41 @@ __device__ __forceinline__ f32 gdn_silu(f32 x)
     return gdn_scale(q, n);
 }
 
+/* gdn_silu without a branch: the same value for every input (each case of
+ * gdn_silu computed, the right one selected), so that a thread's several
+ * channels interleave. exp's argument is -|x| clamped to [-120, 0] (the
+ * clamped cases are selected away); y * 2^n is scaled in two steps, the
+ * first exact for every n this range gives (-174..0), so the one rounding
+ * is gdn_scale's; one division serves both signs (x / (1 + e) for x >= 0,
+ * x y / (1 + z) then scaled by 2^n below 0). */
+__device__ __forceinline__ f32 gdn_scale2(f32 y, i32 n)
+{
+    return __fmul_rn(__fmul_rn(y, gdn_pow2(n + 64)), gdn_pow2(-64));
+}
+__device__ __forceinline__ f32 gdn_silu_bf(f32 x)
+{
+    const bool pos = x >= 0.0f;
+    const f32 a = pos ? -x : x;
+    const f32 ac = fmaxf(a, gdn_bits(GDN_SILU_LO));
+    f32 y;
+    i32 n;
+    gdn_exp_parts(ac, &y, &n);
+    const f32 z = gdn_scale2(y, n);
+    const f32 e = (pos && a < gdn_bits(GDN_EXP_LO)) ? 0.0f : z;
+    const f32 d = __fadd_rn(1.0f, e);
+    const f32 num = pos ? x : __fmul_rn(x, y);
+    const f32 q = __fdiv_rn(num, d);
+    const f32 neg = x < gdn_bits(GDN_SILU_LO) ? -0.0f : gdn_scale2(q, n);
+    const f32 r = pos ? q : neg;
+    return x != x ? x : r;
+}
+
 /* ------------------------------- conv ------------------------------------ */
 
 /* One channel of one row (core/src/gdn/conv.rs conv1d_row, steps 1-3) on a
- * register copy of its ring hist[0..P-1]. */
+ * register copy of its ring hist[0..P-1]; BF: SiLU in its branch-free
+ * form (gdn_silu_bf, the same values). */
+template <bool BF = false>
 __device__ __forceinline__ f32 gdn_conv_channel(f32 hist[3], f32 xc, const f32 *taps, i32 d_conv)
 {
     const i32 p = d_conv - 1;
@@ -238,7 +277,7 @@ __device__ __forceinline__ f32 gdn_conv_channel(f32 hist[3], f32 xc, const f32 *
         const f32 win = i < p ? hist[i] : xc;
         acc = __fadd_rn(acc, __fmul_rn(taps[i], win));
     }
-    const f32 out = gdn_silu(acc);
+    const f32 out = BF ? gdn_silu_bf(acc) : gdn_silu(acc);
     for (i32 i = 0; i + 1 < p; ++i) hist[i] = hist[i + 1];
     hist[p - 1] = xc;
     return out;
@@ -1062,6 +1101,355 @@ __device__ __forceinline__ void gdn_step_fused_body(
     }
 }
 
+/* ---------------- the fused step, one sequence, columns split ----------- */
+
+/* Named barriers (PTX ISA, "Parallel synchronization and communication
+ * instructions: bar, barrier"): bar.sync waits until `n` threads (a
+ * multiple of 32) have arrived at barrier `id`; bar.arrive arrives without
+ * waiting. Either orders the arriving threads' earlier memory accesses
+ * before the waiting threads' later ones. mbarriers (same chapter,
+ * "mbarrier"): an arrival releases, a wait on a phase's parity acquires;
+ * the barrier counts `count` arrivals a phase. cp.async groups ("Data
+ * movement: cp.async.commit_group / wait_group"): gdn_cp_wait_prior waits
+ * for every group this thread committed but the newest `N`. The host
+ * emulator defines its own (it waits for every copy). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void gdn_bar_sync(i32 id, i32 n)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+typedef u64 gdn_mbar_t;
+__device__ __forceinline__ unsigned gdn_smem(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void gdn_mbar_init(gdn_mbar_t *b, i32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gdn_smem(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void gdn_mbar_arrive(gdn_mbar_t *b)
+{
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(gdn_smem(b))
+                 : "memory");
+}
+__device__ __forceinline__ void gdn_mbar_wait(gdn_mbar_t *b, i32 parity)
+{
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(gdn_smem(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void gdn_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <i32 N> __device__ __forceinline__ void gdn_cp_wait_prior()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#elif defined(__CUDA_ARCH__)
+/* The split form runs in clusters of 8 (sm_90 and later): declared only. */
+typedef u64 gdn_mbar_t;
+__device__ void gdn_bar_sync(i32 id, i32 n);
+__device__ void gdn_mbar_init(gdn_mbar_t *b, i32 count);
+__device__ void gdn_mbar_arrive(gdn_mbar_t *b);
+__device__ void gdn_mbar_wait(gdn_mbar_t *b, i32 parity);
+__device__ void gdn_cp_commit();
+template <i32 N> __device__ void gdn_cp_wait_prior();
+#endif
+
+/* The split form's named barrier: the q/k warps among themselves (128
+ * threads). */
+#define GDN_BAR_QKI 1
+
+/* The split form's conv channels: the q/k head's 256, then the CTA's 32 v
+ * channels. */
+#define GDN_SPLIT_CH (2 * GDN_D + 32)
+
+struct GdnSplitSmem {
+    gdn_mbar_t qkbar[2];   /* a row's q, k, v, beta, exp(g) ready (the 128 q/k threads), by parity */
+    gdn_mbar_t donebar[2]; /* a row's q, k, v, beta, exp(g) read (the 128 quarter threads), by parity */
+    gdn_mbar_t kvbar[3];   /* quarter w's kv partial sum written (its 32 threads), one phase a row */
+    gdn_mbar_t obar[3];    /* quarter w's o partial sum written (its 32 threads), one phase a row */
+    gdn_mbar_t dlbar;      /* delta written, every partial read (the 128 quarter threads), a phase a row */
+    f32 sx[4][GDN_SPLIT_CH]; /* the conv channels' inputs, rows mod 4 */
+    f32 xs[3][GDN_SPLIT_CH]; /* their conv outputs (q, k, the CTA's v), rows mod 3 */
+    f32 qk[2][2][GDN_D];     /* normalised q, k, rows by parity */
+    f32 vq[2][32];           /* the CTA's v channels, rows by parity */
+    f32 hbd[2][2];           /* beta, exp(g) of the CTA's head, rows by parity */
+    f32 inv[2][2];           /* 1 / norm of q and k, rows by parity */
+    f32 part[2][3][32];      /* the kv and o sums' partials by quarter */
+    f32 dl[2][32];           /* delta by column, rows by parity */
+};
+
+/* gdn_step_fused for one sequence in CTAs of 256 threads with 32 columns
+ * each (clusters of 8, num_v = 2 num_k). Each column's 128 state elements
+ * are split over four warps ("quarters": warp w holds i = 32 w .. 32 w +
+ * 31 of its lane's column in registers), so that a warp runs a quarter of
+ * the scan's code: a row's kv sum runs i = 0..127 in increasing order
+ * through the quarters (each continues the partial sum of the one before,
+ * handed over in shared memory at a named barrier), quarter 3 forms delta
+ * and hands it to the others, and the o sum runs through the quarters the
+ * same way; quarter w starts the next row's kv sum once it has handed on
+ * this row's o sum, so the two sums of consecutive rows overlap.
+ *
+ * Warps 4-7 prepare row r + 1's normalised q and k, v, beta and exp(g)
+ * while the quarters run row r (buffers by row parity, mbarriers between
+ * the groups): threads m = 0..95 convolve channels m, m + 96 and m + 192
+ * of the q/k head's 256 and the CTA's 32 v channels (their rings and taps
+ * in registers, their inputs copied three rows ahead by cp.async, SiLU in
+ * its branch-free form so that the three interleave), warp 7's lanes 0
+ * and 1 take the norms of the row before while the others convolve, and
+ * m = 95 the head's beta and exp(g). Every
+ * output's operations and their order are gdn_step_fused_body's and the
+ * contract's (core/src/gdn/conv.rs, prep.rs, scan.rs scan_row). */
+template <i32 DC>
+__device__ __forceinline__ void gdn_step_fused_split(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 t,
+    f32 eps, f32 scale, i32 hk, i32 rank, u64 b)
+{
+    constexpr i32 P = DC - 1;
+    __shared__ __align__(16) GdnSplitSmem sm;
+    const i32 tid = threadIdx.x;
+    const i32 ratio = num_v / num_k;
+    const i32 key_dim = GDN_D * num_k;
+    const u64 cd = 2 * (u64)key_dim + (u64)GDN_D * num_v;
+    const u64 vd = (u64)GDN_D * num_v;
+    const u64 n = vd * GDN_D;
+    const u64 rl = cd * P;
+    const u64 snaps = (u64)t - 1;
+    const GdnSeq sq = gdn_seq(tab, x, beta_raw, alpha, b, t, cd, rl, n, num_v);
+    const f32 *xb = sq.xb;
+    f32 *cob = conv_out + b * (u64)t * cd;
+    f32 *ob = o + b * (u64)t * vd;
+    f32 *scb = snap_conv + b * snaps * rl;
+    f32 *ssb = snap_state + b * snaps * n;
+    const i32 c0 = rank * 32; /* the CTA's first column in its q/k head's group */
+    const i32 h = hk * ratio + c0 / GDN_D;
+    const u64 qoff = (u64)hk * GDN_D, koff = (u64)key_dim + (u64)hk * GDN_D;
+    if (tid == 0) {
+        for (i32 i = 0; i < 2; ++i) {
+            gdn_mbar_init(&sm.qkbar[i], 128);
+            gdn_mbar_init(&sm.donebar[i], 128);
+        }
+        for (i32 i = 0; i < 3; ++i) {
+            gdn_mbar_init(&sm.kvbar[i], 32);
+            gdn_mbar_init(&sm.obar[i], 32);
+        }
+        gdn_mbar_init(&sm.dlbar, 128);
+    }
+    __syncthreads();
+    if (tid < 128) {
+        /* A quarter: warp qw, column j, elements i = 32 qw + e. */
+        const i32 qw = tid >> 5, l = tid & 31;
+        const i32 j = c0 % GDN_D + l;
+        const u64 base = (u64)h * GDN_D * GDN_D + j + (u64)(32 * qw) * GDN_D;
+        f32 *const fin = (t & 1) ? sq.alt : sq.canonical; /* rule PARITY */
+        f32 c[32];
+#pragma unroll
+        for (i32 e = 0; e < 32; ++e) c[e] = sq.canonical[base + (u64)e * GDN_D];
+        gdn_cluster_arrive<8>();
+        for (i32 r = 0; r < t; ++r) {
+            const i32 p = r & 1;
+            /* Decay and the kv sum, continued from the quarter before. */
+            gdn_mbar_wait(&sm.qkbar[p], (r >> 1) & 1);
+            if (qw > 0) gdn_mbar_wait(&sm.kvbar[qw - 1], r & 1);
+            const f32 d = sm.hbd[p][1];
+            const f32 *ks = sm.qk[p][1] + 32 * qw;
+            const f32 *qs = sm.qk[p][0] + 32 * qw;
+            f32 kv = qw == 0 ? 0.0f : sm.part[0][qw - 1][l];
+#pragma unroll
+            for (i32 q = 0; q < 8; ++q) {
+                const float4 k4 = gdn_ld4(ks, q);
+                c[4 * q] = __fmul_rn(c[4 * q], d);
+                kv = __fadd_rn(kv, __fmul_rn(c[4 * q], k4.x));
+                c[4 * q + 1] = __fmul_rn(c[4 * q + 1], d);
+                kv = __fadd_rn(kv, __fmul_rn(c[4 * q + 1], k4.y));
+                c[4 * q + 2] = __fmul_rn(c[4 * q + 2], d);
+                kv = __fadd_rn(kv, __fmul_rn(c[4 * q + 2], k4.z));
+                c[4 * q + 3] = __fmul_rn(c[4 * q + 3], d);
+                kv = __fadd_rn(kv, __fmul_rn(c[4 * q + 3], k4.w));
+            }
+            if (qw < 3) {
+                sm.part[0][qw][l] = kv;
+                gdn_mbar_arrive(&sm.kvbar[qw]);
+            } else {
+                sm.dl[p][l] = __fmul_rn(__fsub_rn(sm.vq[p][l], kv), sm.hbd[p][0]);
+            }
+            /* Every quarter has read the partial before its own and quarter
+             * 3 has written delta. */
+            gdn_mbar_arrive(&sm.dlbar);
+            gdn_mbar_wait(&sm.dlbar, r & 1);
+            const f32 delta = sm.dl[p][l];
+            /* The update, the o products; then the o sum, continued from
+             * the quarter before. */
+            f32 pr[32];
+#pragma unroll
+            for (i32 q = 0; q < 8; ++q) {
+                const float4 k4 = gdn_ld4(ks, q), q4 = gdn_ld4(qs, q);
+                c[4 * q] = __fadd_rn(c[4 * q], __fmul_rn(k4.x, delta));
+                c[4 * q + 1] = __fadd_rn(c[4 * q + 1], __fmul_rn(k4.y, delta));
+                c[4 * q + 2] = __fadd_rn(c[4 * q + 2], __fmul_rn(k4.z, delta));
+                c[4 * q + 3] = __fadd_rn(c[4 * q + 3], __fmul_rn(k4.w, delta));
+                pr[4 * q] = __fmul_rn(c[4 * q], q4.x);
+                pr[4 * q + 1] = __fmul_rn(c[4 * q + 1], q4.y);
+                pr[4 * q + 2] = __fmul_rn(c[4 * q + 2], q4.z);
+                pr[4 * q + 3] = __fmul_rn(c[4 * q + 3], q4.w);
+            }
+            /* This quarter has read row r's q, k, beta and exp(g): the q/k
+             * warps may refill the parity for row r + 2. */
+            if (r + 2 < t) gdn_mbar_arrive(&sm.donebar[p]);
+            if (qw > 0) gdn_mbar_wait(&sm.obar[qw - 1], r & 1);
+            f32 acc = qw == 0 ? 0.0f : sm.part[1][qw - 1][l];
+#pragma unroll
+            for (i32 e = 0; e < 32; ++e) acc = __fadd_rn(acc, pr[e]);
+            if (qw < 3) {
+                sm.part[1][qw][l] = acc;
+                gdn_mbar_arrive(&sm.obar[qw]);
+            } else {
+                ob[(u64)r * vd + (u64)h * GDN_D + j] = __fmul_rn(acc, scale);
+            }
+            if (r + 1 < t) {
+#pragma unroll
+                for (i32 e = 0; e < 32; ++e) ssb[(u64)r * n + base + (u64)e * GDN_D] = c[e];
+            }
+        }
+#pragma unroll
+        for (i32 e = 0; e < 32; ++e) fin[base + (u64)e * GDN_D] = c[e];
+        gdn_cluster_wait<8>();
+        return;
+    }
+    /* The q/k warps. */
+    const i32 m = tid - 128;
+    const bool conv_thread = m < 96;
+    /* Channel k of this thread: g = m + 96 k (q channels 0..127, k
+     * channels, then the CTA's v channels). */
+    const u64 v0 = 2 * (u64)key_dim + (u64)h * GDN_D + c0 % GDN_D;
+    f32 hist[3][3], taps[3][4];
+    u64 ch[3];
+#pragma unroll
+    for (i32 k = 0; k < 3; ++k) {
+        const i32 g = m + 96 * k;
+        ch[k] = g < GDN_D ? qoff + g : (g < 2 * GDN_D ? koff + (g - GDN_D) : v0 + (g - 2 * GDN_D));
+#pragma unroll
+        for (i32 i = 0; i < 3; ++i) hist[k][i] = 0.0f;
+#pragma unroll
+        for (i32 i = 0; i < 4; ++i) taps[k][i] = 0.0f;
+        if (conv_thread) {
+#pragma unroll
+            for (i32 i = 0; i < P; ++i) hist[k][i] = sq.ring[ch[k] * P + i];
+#pragma unroll
+            for (i32 i = 0; i < DC; ++i) taps[k][i] = w[ch[k] * DC + i];
+        }
+    }
+    /* Row u's inputs of this thread's channels into sx[u % 4]. */
+    auto stage = [&](i32 u) {
+        if (conv_thread && u < t) {
+#pragma unroll
+            for (i32 k = 0; k < 3; ++k) {
+                const i32 g = m + 96 * k;
+                gdn_cp4(&sm.sx[u & 3][g], xb + (u64)u * cd + ch[k]);
+            }
+        }
+        gdn_cp_commit();
+    };
+    /* Row u's conv of this thread's channels into xs[u % 3], and their
+     * conv outputs and ring snapshots (the q/k channels' by rank 0). */
+    const bool writes = rank == 0;
+    auto conv = [&](i32 u) {
+#pragma unroll
+        for (i32 k = 0; k < 3; ++k) {
+            const i32 g = m + 96 * k;
+            {
+                const f32 y = gdn_conv_channel<true>(hist[k], sm.sx[u & 3][g], taps[k], DC);
+                sm.xs[u % 3][g] = y;
+                if (writes || g >= 2 * GDN_D) {
+                    cob[(u64)u * cd + ch[k]] = y;
+                    if (u + 1 < t) {
+#pragma unroll
+                        for (i32 i = 0; i < P; ++i) scb[(u64)u * rl + ch[k] * P + i] = hist[k][i];
+                    }
+                }
+            }
+        }
+    };
+    f32 e_h = 0.0f, dtb = 0.0f, br1 = 0.0f, al1 = 0.0f;
+    if (m == 95) {
+        e_h = gdn_exp(a_log[h]);
+        dtb = dt_bias[h];
+        br1 = sq.brb[h];
+        al1 = sq.alb[h];
+    }
+    stage(0);
+    stage(1);
+    stage(2);
+    if (conv_thread) {
+        gdn_cp_wait_prior<2>();
+        conv(0);
+    }
+    /* Every CTA of the cluster has read the q/k ring once row 0's conv has
+     * used it. */
+    gdn_cluster_arrive<8>();
+    gdn_bar_sync(GDN_BAR_QKI, 128);
+    for (i32 u = 0; u < t; ++u) {
+        const i32 p = u & 1;
+        /* Row u + 1's conv and row u's beta and exp(g) | row u's norms. */
+        f32 beta = 0.0f, dd = 0.0f;
+        if (conv_thread) {
+            if (u + 1 < t) {
+                gdn_cp_wait_prior<1>();
+                conv(u + 1);
+                stage(u + 3);
+            }
+            if (m == 95) {
+                gdn_beta_decay(br1, al1, dtb, e_h, &beta, &dd);
+                if (u + 1 < t) {
+                    br1 = sq.brb[(u64)(u + 1) * num_v + h];
+                    al1 = sq.alb[(u64)(u + 1) * num_v + h];
+                }
+            }
+        } else if (m < 98) {
+            sm.inv[p][m - 96] = gdn_inv_norm(sm.xs[u % 3] + (m - 96) * GDN_D, eps);
+        }
+        gdn_bar_sync(GDN_BAR_QKI, 128);
+        /* Row u - 2, the last reader of this parity, is done. */
+        if (u >= 2) gdn_mbar_wait(&sm.donebar[p], ((u - 2) >> 1) & 1);
+        if (m == 95) {
+            sm.hbd[p][0] = beta;
+            sm.hbd[p][1] = dd;
+        }
+        if (m < 2 * GDN_D / 4) {
+            const i32 s = m / (GDN_D / 4), q = m % (GDN_D / 4);
+            const f32 iv = sm.inv[p][s];
+            float4 v = gdn_ld4(sm.xs[u % 3] + s * GDN_D, q);
+            v.x = __fmul_rn(v.x, iv);
+            v.y = __fmul_rn(v.y, iv);
+            v.z = __fmul_rn(v.z, iv);
+            v.w = __fmul_rn(v.w, iv);
+            gdn_st4(sm.qk[p][s], q, v);
+        } else if (m < 96) {
+            sm.vq[p][m - 64] = sm.xs[u % 3][2 * GDN_D + (m - 64)];
+        }
+        gdn_mbar_arrive(&sm.qkbar[p]);
+    }
+    gdn_cp_wait_prior<0>();
+    /* Every CTA of the cluster has read the q/k ring: rank 0 writes it. */
+    gdn_cluster_wait<8>();
+    if (conv_thread) {
+#pragma unroll
+        for (i32 k = 0; k < 3; ++k) {
+            if (writes || m + 96 * k >= 2 * GDN_D) {
+#pragma unroll
+                for (i32 i = 0; i < P; ++i) sq.ring[ch[k] * P + i] = hist[k][i];
+            }
+        }
+    }
+}
+
 /* One CTA of a clustered entry: q/k head and rank from blockIdx.x, the
  * sequence from blockIdx.y, the conv width dispatched to the template. */
 template <i32 CS>
@@ -1103,6 +1491,35 @@ __device__ __forceinline__ void gdn_step_fused_cta(
 
 GDN_FUSED_ENTRY(gdn_step_fused, GDN_CS)
 GDN_FUSED_ENTRY(gdn_step_fused_c2, 2)
+
+/* gdn_step_fused_split: gdn_step_fused's parameters; clusters of 8 (sm_90
+ * and later), 256 threads, one sequence (grid (num_k * 8, 1)), num_v = 2
+ * num_k; two CTAs fit an SM (__launch_bounds__(256, 2)), so that the 16
+ * clusters of Qwen3-Next's layer run in one wave. The shim launches it in
+ * place of gdn_step_fused where those hold; anything else traps. */
+#if GDN_CS == 8
+extern "C" __global__ void GDN_CLUSTER_DIMS(8) __launch_bounds__(256, 2) gdn_step_fused_split(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
+    f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 d_conv,
+    i32 t, f32 eps, f32 scale)
+{
+    if (blockDim.x != 256 || gridDim.y != 1 || num_v != 2 * num_k || d_conv < 2 || d_conv > 4)
+        __trap();
+    const i32 hk = blockIdx.x / 8, rank = blockIdx.x % 8;
+    if (d_conv == 4)
+        gdn_step_fused_split<4>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0);
+    else if (d_conv == 3)
+        gdn_step_fused_split<3>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0);
+    else
+        gdn_step_fused_split<2>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
+                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0);
+}
+#endif
+
 
 /* gdn_step_fused_persistent: the fused body on persistent CTAs, for many
  * sequences. Item i = (q/k head hk = i % num_k, sequence b = i / num_k),

@@ -39,6 +39,9 @@ const HARNESS: &str = r#"#include <cstring>
 #include <barrier>
 #include <vector>
 #include <functional>
+#include <mutex>
+#include <condition_variable>
+#include <algorithm>
 struct dim3 { unsigned x, y, z; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
@@ -52,9 +55,44 @@ static bool g_reverse = false;
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __trap() std::abort()
 #define __align__(n) __attribute__((aligned(n)))
 struct float4 { float x, y, z, w; };
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
+/* Named barriers (bar.sync / bar.arrive id, n): n threads arrive, the
+ * waiting ones go on when the n-th does. A CTA that ends with a barrier
+ * part-way is an error (launch below). */
+struct HostNamedBar { std::mutex mu; std::condition_variable cv; int count = 0; unsigned long gen = 0; };
+static HostNamedBar g_nbar[16];
+inline bool host_bar_arrive(HostNamedBar &b, int n) {
+    if (++b.count < n) return false;
+    b.count = 0; ++b.gen; b.cv.notify_all(); return true;
+}
+inline void gdn_bar_arrive(int id, int n) {
+    HostNamedBar &b = g_nbar[id]; std::lock_guard<std::mutex> lk(b.mu); host_bar_arrive(b, n);
+}
+/* mbarriers: a phase completes at its count-th arrival; a wait on parity
+ * p returns once the current phase's parity differs from p. */
+struct gdn_mbar_t { std::mutex mu; std::condition_variable cv; int count = 0, pending = 0; unsigned phase = 0; };
+inline void gdn_mbar_init(gdn_mbar_t *b, int count) {
+    std::lock_guard<std::mutex> lk(b->mu); b->count = count; b->pending = count; b->phase = 0;
+}
+inline void gdn_mbar_arrive(gdn_mbar_t *b) {
+    std::lock_guard<std::mutex> lk(b->mu);
+    if (--b->pending == 0) { b->pending = b->count; ++b->phase; b->cv.notify_all(); }
+}
+inline void gdn_mbar_wait(gdn_mbar_t *b, int parity) {
+    std::unique_lock<std::mutex> lk(b->mu);
+    b->cv.wait(lk, [&] { return (int)(b->phase & 1u) != parity; });
+}
+inline void gdn_host_wait();
+inline void gdn_cp_commit() {}
+template <int N> inline void gdn_cp_wait_prior() { gdn_host_wait(); }
+inline void gdn_bar_sync(int id, int n) {
+    HostNamedBar &b = g_nbar[id]; std::unique_lock<std::mutex> lk(b.mu);
+    const unsigned long g = b.gen;
+    if (!host_bar_arrive(b, n)) b.cv.wait(lk, [&] { return b.gen != g; });
+}
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
@@ -95,11 +133,12 @@ static void launch(unsigned gx, unsigned gy, unsigned threads, std::function<voi
             if (!g_pending.empty()) { fprintf(stderr, "CTA %u thread %u ends with %zu copies pending\n", bx, t, g_pending.size()); std::exit(3); }
         });
         for (auto &th : ts) th.join();
+        for (int id = 0; id < 16; ++id) if (g_nbar[id].count) { fprintf(stderr, "CTA %u ends with %d arrivals at named barrier %d\n", bx, g_nbar[id].count, id); std::exit(3); }
     }
 }
 
 extern "C" float emu_fn(int which, float x) {
-    switch (which) { case 0: return gdn_exp(x); case 1: return gdn_softplus(x); case 2: return gdn_sigmoid(x); default: return gdn_silu(x); }
+    switch (which) { case 0: return gdn_exp(x); case 1: return gdn_softplus(x); case 2: return gdn_sigmoid(x); case 3: return gdn_silu(x); default: return gdn_silu_bf(x); }
 }
 
 /* packed == 1: the twins; 0: chained per-row kernels; 2: the fused step with the shim's
@@ -128,7 +167,13 @@ extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
         const int threads = (packed % 2 == 0 && cpc % 32 == 0 && cpc < 128) ? 128 : (cpc < 128 ? cpc : 128);
         auto fused = c2 ? gdn_step_fused_c2 : gdn_step_fused;
         g_reverse = true;
-        launch(nk * cs, 1, threads, [&] { fused(qkv, beta_raw, alpha, tab, conv_w, dt_bias, a_log, conv_out, o, t > 1 ? snap_conv : nullptr, t > 1 ? snap_state : nullptr, nk, nv, dc, t, eps, scale); });
+        bool split = false;
+#if GDN_CS == 8
+        /* One sequence at num_v = 2 num_k: the split entry, as the shim. */
+        split = !c2 && packed % 2 == 0 && nv == 2 * nk;
+        if (split) launch(nk * 8, 1, 256, [&] { gdn_step_fused_split(qkv, beta_raw, alpha, tab, conv_w, dt_bias, a_log, conv_out, o, t > 1 ? snap_conv : nullptr, t > 1 ? snap_state : nullptr, nk, nv, dc, t, eps, scale); });
+#endif
+        if (!split) launch(nk * cs, 1, threads, [&] { fused(qkv, beta_raw, alpha, tab, conv_w, dt_bias, a_log, conv_out, o, t > 1 ? snap_conv : nullptr, t > 1 ? snap_state : nullptr, nk, nv, dc, t, eps, scale); });
         g_reverse = false;
     } else if (packed) {
         std::vector<float> q(t * V), k(t * V), v(t * V), b(t * nv), g(t * nv);
@@ -204,9 +249,26 @@ static void wr(const float *p, size_t n) { if (n) fwrite(p, 4, n, stdout); }
 int main(int argc, char **argv) {
     if (argc == 3 && argv[1][0] == 'f') {
         size_t n = strtoull(argv[2], 0, 10);
-        std::vector<float> xs = rd(n), out(4 * n);
-        for (size_t i = 0; i < n; ++i) for (int k = 0; k < 4; ++k) out[4 * i + k] = emu_fn(k, xs[i]);
+        std::vector<float> xs = rd(n), out(5 * n);
+        for (size_t i = 0; i < n; ++i) for (int k = 0; k < 5; ++k) out[5 * i + k] = emu_fn(k, xs[i]);
         wr(out.data(), out.size());
+        return 0;
+    }
+    if (argc == 2 && argv[1][0] == 'x') {
+        /* Every f32: gdn_silu_bf against gdn_silu, bit for bit (NaN: both). */
+        const unsigned nt = std::max(1u, std::thread::hardware_concurrency());
+        std::vector<unsigned long long> bad(nt, 0); std::vector<unsigned> first(nt, 0);
+        std::vector<std::thread> ts;
+        for (unsigned k = 0; k < nt; ++k) ts.emplace_back([&, k] {
+            for (unsigned long long b = k; b <= 0xFFFFFFFFull; b += nt) {
+                const float x = __uint_as_float((unsigned)b), a = gdn_silu_bf(x), c = gdn_silu(x);
+                if (std::memcmp(&a, &c, 4) && !(a != a && c != c)) { if (!bad[k]++) first[k] = (unsigned)b; }
+            }
+        });
+        for (auto &t : ts) t.join();
+        unsigned long long n = 0; for (auto v : bad) n += v;
+        printf("%llu", n); for (unsigned k = 0; k < nt; ++k) if (bad[k]) printf(" first 0x%08x", first[k]);
+        printf("\n");
         return 0;
     }
     if (argc == 9 && argv[1][0] == 'b')
@@ -316,16 +378,17 @@ fn host_emulated_transcendentals_match_the_oracle() {
     let mut xs: Vec<f32> = (0..=u32::MAX).step_by(4099).map(f32::from_bits).collect();
     xs.extend(SPECIALS);
     let out = run(&bin, &["f".into(), xs.len().to_string()], &xs);
-    assert_eq!(out.len(), 4 * xs.len());
-    let fs: [Named; 4] = [
+    assert_eq!(out.len(), 5 * xs.len());
+    let fs: [Named; 5] = [
         ("exp", exp),
         ("softplus", softplus),
         ("sigmoid", sigmoid),
         ("silu", silu),
+        ("silu (branch-free form)", silu),
     ];
     for (i, &x) in xs.iter().enumerate() {
         for (k, (name, f)) in fs.iter().enumerate() {
-            let (a, b) = (out[4 * i + k], f(x));
+            let (a, b) = (out[5 * i + k], f(x));
             assert!(
                 a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
                 "{name}({x:e} = {:#010x}): kernel {a:e}, oracle {b:e}",
@@ -333,6 +396,30 @@ fn host_emulated_transcendentals_match_the_oracle() {
             );
         }
     }
+    remove(&bin);
+}
+
+/// The branch-free SiLU of the split fused step (`gdn_silu_bf`) equals
+/// `gdn_silu` on every one of the 2^32 inputs, bit for bit (NaN for NaN).
+#[test]
+#[ignore = "exhaustive: every f32, about a minute on two cores"]
+fn branch_free_silu_matches_on_every_f32() {
+    let bin = emulator("silu-x");
+    let out = Command::new(&bin)
+        .arg("x")
+        .output()
+        .expect("run the emulator");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.split_whitespace().next(),
+        Some("0"),
+        "mismatches: {text}"
+    );
     remove(&bin);
 }
 

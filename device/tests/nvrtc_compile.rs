@@ -11,7 +11,7 @@
 
 use device::cuda::{
     compile, nvrtc_arch, nvrtc_available, nvrtc_version, KernelSource, ENV_FP8_MMQ_CU, ENV_GDN_CU,
-    GDN_KERNELS, REQUIRED_KERNELS,
+    GDN_FUSED_SPLIT, GDN_KERNELS, REQUIRED_KERNELS,
 };
 
 const ARCH: &str = "sm_90";
@@ -280,6 +280,30 @@ fn gdn_kernels_compile_for_sm_90_without_fma() {
         }
         _ => eprintln!("{ENV_GDN_CU} is not set: no candidate to compile"),
     }
+}
+
+/// The builtin's split form of the fused step (`gdn_step_fused_split`) is
+/// there for sm_90 as the shim launches it (clusters of 8, 256 threads,
+/// two CTAs an SM) and not for sm_89 (no clusters).
+#[test]
+fn gdn_split_entry_compiles_for_sm_90_only() {
+    require_nvrtc();
+    let src = KernelSource::builtin_gdn();
+    let c = compile(&src, ARCH).unwrap_or_else(|e| panic!("{e}"));
+    let ptx = entry_ptx(&c.ptx, GDN_FUSED_SPLIT);
+    for want in [
+        ".maxntid 256, 1, 1",
+        ".minnctapersm 2",
+        ".reqnctapercluster 8, 1, 1",
+        "mbarrier.try_wait.parity",
+    ] {
+        assert!(
+            ptx.contains(want),
+            "{GDN_FUSED_SPLIT}: no `{want}` in its PTX"
+        );
+    }
+    let old = compile(&src, "sm_89").unwrap_or_else(|e| panic!("{e}"));
+    assert!(!old.ptx.contains(&format!(".entry {GDN_FUSED_SPLIT}(")));
 }
 
 /// The tensor-core probes compile: the mma.sync ones for sm_89 and sm_90,

@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 8] = [
+pub const MUTANTS: [Mutant; 10] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -89,6 +89,20 @@ pub const MUTANTS: [Mutant; 8] = [
         what: "the persistent entry prefetches the next item's inputs and state from the current item's sequence (the next item's q/k head, but sequence b again): a CTA that runs items of two sequences scans another sequence's state",
         find: "const u64 nb = c0 + bd < cpc ? b : (u64)(nxt / num_k);",
         replace: "const u64 nb = b;",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "split-parity-swapped",
+        what: "the split form of the fused step (one sequence, num_v = 2 num_k) writes the final state to canonical for odd t and to alt for even t (rule PARITY reversed)",
+        find: "f32 *const fin = (t & 1) ? sq.alt : sq.canonical; /* rule PARITY */",
+        replace: "f32 *const fin = (t & 1) ? sq.canonical : sq.alt; /* rule PARITY */",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "split-kv-handoff",
+        what: "in the split form of the fused step every quarter continues the kv sum from quarter 0's partial instead of the one before its own: elements 32..63 are left out of quarter 3's kv",
+        find: "f32 kv = qw == 0 ? 0.0f : sm.part[0][qw - 1][l];",
+        replace: "f32 kv = qw == 0 ? 0.0f : sm.part[0][0][l];",
         caught_by: &[2],
     },
 ];

@@ -83,6 +83,16 @@ pub const GDN_KERNELS: [&str; 7] = [
 /// same step with clusters of 2 CTAs per q/k head; sm_90 and later).
 pub const GDN_FUSED_C2: &str = "gdn_step_fused_c2";
 
+/// The optional split form of the main entry (the ABI's
+/// `gdn_step_fused_split`): one sequence at `num_v = 2 num_k` in clusters
+/// of 8 CTAs of [`GDN_SPLIT_THREADS`] threads, each state column split over
+/// four warps and the q/k preparation pipelined beside them (`cu/gdn.cu`).
+/// sm_90 and later; [`GdnFusedEntry::Main`] launches it where it applies.
+pub const GDN_FUSED_SPLIT: &str = "gdn_step_fused_split";
+
+/// Threads per CTA of [`GDN_FUSED_SPLIT`].
+pub const GDN_SPLIT_THREADS: u32 = 256;
+
 /// The optional third fused entry (the ABI's `gdn_step_fused_persistent`:
 /// persistent CTAs over the (q/k head, sequence) items, every chunk's
 /// inputs and state prefetched into shared memory; no cluster).
@@ -107,7 +117,9 @@ pub const GDN_PERSISTENT_FEW_CTAS: u32 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GdnFusedEntry {
     /// `gdn_step_fused`: clusters of [`gdn_fused_cluster`] CTAs (8 on
-    /// sm_90 and later), for a lone sequence (latency).
+    /// sm_90 and later), for a lone sequence (latency). One sequence at
+    /// `num_v = 2 num_k` on sm_90 and later runs [`GDN_FUSED_SPLIT`]
+    /// instead where the source exports it.
     Main,
     /// `gdn_step_fused_c2`: clusters of 2 CTAs, 4x fewer CTAs convolving
     /// each q/k head, for many sequences (throughput). sm_90 and later.
@@ -567,6 +579,9 @@ pub struct GdnEngine {
     /// the device at once, where the source exports it and the device fits
     /// its CTA; else why not.
     persistent: std::result::Result<(CudaFunction, u32), String>,
+    /// [`GDN_FUSED_SPLIT`], where the source exports it for a device with
+    /// clusters and it takes [`GDN_SPLIT_THREADS`] threads.
+    split: Option<CudaFunction>,
     /// The largest CTA each clustered fused entry runs (`[Main, C2]`).
     max_threads: [u32; 2],
     /// Multiprocessors.
@@ -693,6 +708,11 @@ impl GdnEngine {
         let persistent = shim
             .function(GDN_FUSED_PERSISTENT)
             .map_err(|e| e.to_string());
+        let split = if shim.arch.0 >= 9 {
+            shim.function(GDN_FUSED_SPLIT).ok()
+        } else {
+            None
+        };
         // A fused entry compiled for another cluster than the shim launches
         // it with would order nothing between the CTAs sharing a q/k ring
         // (a width of 0: no cluster declared, nothing to compare; the
@@ -701,8 +721,9 @@ impl GdnEngine {
             (GDN_KERNELS[6], Some(&f[6])),
             (GDN_FUSED_C2, c2.as_ref().ok()),
             (GDN_FUSED_PERSISTENT, persistent.as_ref().ok()),
+            (GDN_FUSED_SPLIT, split.as_ref()),
         ];
-        let widths = [gdn_fused_cluster(shim.arch.0), 2, 1];
+        let widths = [gdn_fused_cluster(shim.arch.0), 2, 1, 8];
         for ((name, func), want) in entries.into_iter().zip(widths) {
             if let Some(func) = func {
                 let got = attr(func, A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?;
@@ -717,6 +738,11 @@ impl GdnEngine {
             }
         }
         let max_threads = [most(&f[6])?, c2.as_ref().map_or(Ok(0), most)?];
+        // A split entry that cannot take its CTA is not launched.
+        let split = match split {
+            Some(f) if most(&f)? >= GDN_SPLIT_THREADS => Some(f),
+            _ => None,
+        };
         let sm_count = shim
             .ctx
             .attribute(
@@ -731,6 +757,7 @@ impl GdnEngine {
             f,
             c2,
             persistent,
+            split,
             max_threads,
             sm_count,
         })
@@ -1736,6 +1763,17 @@ impl GdnEngine {
         })
     }
 
+    /// Whether `entry` runs [`GDN_FUSED_SPLIT`] for `shape` and `batch`:
+    /// the main entry, one sequence, `num_v = 2 num_k`, clusters of 8, and
+    /// the source exports it.
+    pub fn split_runs(&self, shape: &GdnShape, batch: usize, entry: GdnFusedEntry) -> bool {
+        entry == GdnFusedEntry::Main
+            && batch == 1
+            && shape.num_v() == 2 * shape.num_k()
+            && self.entry_cluster(entry) == 8
+            && self.split.is_some()
+    }
+
     /// The cluster size of `entry` on this device.
     fn entry_cluster(&self, entry: GdnFusedEntry) -> u32 {
         match entry {
@@ -1761,6 +1799,10 @@ impl GdnEngine {
         if let GdnFusedEntry::Persistent { ctas } = entry {
             let resident = self.persistent.as_ref().map_or(0, |p| p.1);
             return gdn_persistent_launch(shape, batch, resident, ctas);
+        }
+        if self.split_runs(shape, batch, entry) {
+            let grid = (shape.num_k() as u32 * 8, 1);
+            return (grid, GDN_SPLIT_THREADS, 0);
         }
         let most = self.max_threads[usize::from(entry == GdnFusedEntry::C2)];
         let (grid, threads) = gdn_fused_launch(shape, batch, self.entry_cluster(entry), most);
@@ -1819,9 +1861,16 @@ impl GdnEngine {
         // The name, function and grid of one resolved entry (a step set
         // to C2 on another engine sharing the context may meet one that
         // cannot launch it: refused, not run on the main entry's grid).
+        let split = self
+            .split
+            .as_ref()
+            .filter(|_| self.split_runs(&s, batch, entry));
         let (name, func) = match entry {
             GdnFusedEntry::C2 => (GDN_FUSED_C2, self.c2_function()?),
-            GdnFusedEntry::Main => (GDN_KERNELS[6], &self.f[6]),
+            GdnFusedEntry::Main => match split {
+                Some(f) => (GDN_FUSED_SPLIT, f),
+                None => (GDN_KERNELS[6], &self.f[6]),
+            },
             GdnFusedEntry::Persistent { .. } => {
                 (GDN_FUSED_PERSISTENT, self.persistent_function()?.0)
             }
