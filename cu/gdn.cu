@@ -609,10 +609,16 @@ __device__ __forceinline__ void gdn_stage(f32 *dst, const f32 *src, i32 n4, i32 
 /* Elements 4 q .. 4 q + 3 of a 16-byte-aligned array. */
 __device__ __forceinline__ float4 gdn_ld4(const f32 *a, i32 q)
 {
+#ifdef GDN_HOST_ASYNC
+    gdn_host_aligned(a + 4 * q, 16);
+#endif
     return reinterpret_cast<const float4 *>(a)[q];
 }
 __device__ __forceinline__ void gdn_st4(f32 *a, i32 q, float4 v)
 {
+#ifdef GDN_HOST_ASYNC
+    gdn_host_aligned(a + 4 * q, 16);
+#endif
     reinterpret_cast<float4 *>(a)[q] = v;
 }
 
@@ -1173,9 +1179,10 @@ struct GdnSplitSmem {
     gdn_mbar_t kvbar[3];   /* quarter w's kv partial sum written (its 32 threads), one phase a row */
     gdn_mbar_t obar[3];    /* quarter w's o partial sum written (its 32 threads), one phase a row */
     gdn_mbar_t dlbar;      /* delta written, every partial read (the 128 quarter threads), a phase a row */
-    f32 sx[4][GDN_SPLIT_CH]; /* the conv channels' inputs, rows mod 4 */
-    f32 xs[3][GDN_SPLIT_CH]; /* their conv outputs (q, k, the CTA's v), rows mod 3 */
-    f32 qk[2][2][GDN_D];     /* normalised q, k, rows by parity */
+    /* Read 16 bytes at a time: 16-byte aligned whatever precedes them. */
+    __align__(16) f32 sx[4][GDN_SPLIT_CH]; /* the conv channels' inputs, rows mod 4 */
+    __align__(16) f32 xs[3][GDN_SPLIT_CH]; /* their conv outputs (q, k, the CTA's v), rows mod 3 */
+    __align__(16) f32 qk[2][2][GDN_D];     /* normalised q, k, rows by parity */
     f32 vq[2][32];           /* the CTA's v channels, rows by parity */
     f32 hbd[2][2];           /* beta, exp(g) of the CTA's head, rows by parity */
     f32 inv[2][2];           /* 1 / norm of q and k, rows by parity */

@@ -42,6 +42,8 @@ const HARNESS: &str = r#"#include <cstring>
 #include <mutex>
 #include <condition_variable>
 #include <algorithm>
+#include <map>
+#include <memory>
 struct dim3 { unsigned x, y, z; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
@@ -73,17 +75,33 @@ inline void gdn_bar_arrive(int id, int n) {
 }
 /* mbarriers: a phase completes at its count-th arrival; a wait on parity
  * p returns once the current phase's parity differs from p. */
-struct gdn_mbar_t { std::mutex mu; std::condition_variable cv; int count = 0, pending = 0; unsigned phase = 0; };
+/* The device's 8 bytes (so that what follows one in shared memory lies
+ * where it lies on the device), the state kept beside them by address. */
+struct alignas(8) gdn_mbar_t { unsigned long long word; };
+struct HostMbar { std::mutex mu; std::condition_variable cv; int count = 0, pending = 0; unsigned phase = 0; };
+static std::mutex g_mbars_mu;
+static std::map<const void *, std::unique_ptr<HostMbar>> g_mbars;
+inline HostMbar &host_mbar(const gdn_mbar_t *b) {
+    std::lock_guard<std::mutex> lk(g_mbars_mu);
+    auto &m = g_mbars[b];
+    if (!m) m = std::make_unique<HostMbar>();
+    return *m;
+}
+inline void gdn_host_aligned(const void *p, unsigned long a);
 inline void gdn_mbar_init(gdn_mbar_t *b, int count) {
-    std::lock_guard<std::mutex> lk(b->mu); b->count = count; b->pending = count; b->phase = 0;
+    gdn_host_aligned(b, 8);
+    HostMbar &m = host_mbar(b);
+    std::lock_guard<std::mutex> lk(m.mu); m.count = count; m.pending = count; m.phase = 0;
 }
 inline void gdn_mbar_arrive(gdn_mbar_t *b) {
-    std::lock_guard<std::mutex> lk(b->mu);
-    if (--b->pending == 0) { b->pending = b->count; ++b->phase; b->cv.notify_all(); }
+    HostMbar &m = host_mbar(b);
+    std::lock_guard<std::mutex> lk(m.mu);
+    if (--m.pending == 0) { m.pending = m.count; ++m.phase; m.cv.notify_all(); }
 }
 inline void gdn_mbar_wait(gdn_mbar_t *b, int parity) {
-    std::unique_lock<std::mutex> lk(b->mu);
-    b->cv.wait(lk, [&] { return (int)(b->phase & 1u) != parity; });
+    HostMbar &m = host_mbar(b);
+    std::unique_lock<std::mutex> lk(m.mu);
+    m.cv.wait(lk, [&] { return (int)(m.phase & 1u) != parity; });
 }
 inline void gdn_host_wait();
 inline void gdn_cp_commit() {}
@@ -110,7 +128,13 @@ inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); retu
 struct HostCopy { float *dst; float v[4]; int n; };
 thread_local std::vector<HostCopy> g_pending;
 static const unsigned HOST_POISON = 0x7F80BEEFu; /* a signalling NaN */
+/* What the device requires of a 16-byte access or an mbarrier's 8 bytes
+ * (the host would not fault). */
+inline void gdn_host_aligned(const void *p, unsigned long a) {
+    if ((unsigned long)p % a) { fprintf(stderr, "%p is not %lu-byte aligned\n", p, a); fflush(stderr); std::_Exit(3); }
+}
 inline void gdn_host_cp(float *dst, const float *src, int n) {
+    if (n == 4) { gdn_host_aligned(dst, 16); gdn_host_aligned(src, 16); }
     HostCopy c{dst, {}, n};
     float pz; std::memcpy(&pz, &HOST_POISON, 4);
     for (int i = 0; i < n; ++i) { c.v[i] = src[i]; dst[i] = pz; }
