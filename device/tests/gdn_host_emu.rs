@@ -426,7 +426,7 @@ fn host_emulated_transcendentals_match_the_oracle() {
 /// The branch-free SiLU of the split fused step (`gdn_silu_bf`) equals
 /// `gdn_silu` on every one of the 2^32 inputs, bit for bit (NaN for NaN).
 #[test]
-#[ignore = "exhaustive: every f32, about a minute on two cores"]
+#[ignore = "exhaustive: every f32, about 3 minutes on two cores"]
 fn branch_free_silu_matches_on_every_f32() {
     let bin = emulator("silu-x");
     let out = Command::new(&bin)
