@@ -176,6 +176,15 @@ pub fn gdn_fused_launch(
     ((shape.num_k() as u32 * cs, batch as u32), threads)
 }
 
+/// Whether [`GdnFusedEntry::Main`] runs [`GDN_FUSED_SPLIT`] (where the
+/// source exports it) for `shape` and `batch` with the main entry's
+/// cluster size `cs`: one sequence, `num_v = 2 num_k` (32 columns a CTA in
+/// clusters of 8), `cs` = 8 (sm_90 and later). The ABI's rule for the
+/// entry (`cu/gdn.cu`); it traps on anything else.
+pub fn gdn_split_applies(shape: &GdnShape, batch: usize, entry: GdnFusedEntry, cs: u32) -> bool {
+    entry == GdnFusedEntry::Main && batch == 1 && shape.num_v() == 2 * shape.num_k() && cs == 8
+}
+
 /// The cluster size of `gdn_step_fused` on a device of compute capability
 /// `major` (the ABI's `GDN_CS`): 8 CTAs per q/k head on sm_90 and later,
 /// where the kernel is compiled with `__cluster_dims__(8, 1, 1)`; 1 before.
@@ -1763,15 +1772,11 @@ impl GdnEngine {
         })
     }
 
-    /// Whether `entry` runs [`GDN_FUSED_SPLIT`] for `shape` and `batch`:
-    /// the main entry, one sequence, `num_v = 2 num_k`, clusters of 8, and
-    /// the source exports it.
+    /// Whether `entry` runs [`GDN_FUSED_SPLIT`] for `shape` and `batch` on
+    /// this engine ([`gdn_split_applies`] with its cluster size and whether
+    /// the source exports the entry).
     pub fn split_runs(&self, shape: &GdnShape, batch: usize, entry: GdnFusedEntry) -> bool {
-        entry == GdnFusedEntry::Main
-            && batch == 1
-            && shape.num_v() == 2 * shape.num_k()
-            && self.entry_cluster(entry) == 8
-            && self.split.is_some()
+        self.split.is_some() && gdn_split_applies(shape, batch, entry, self.entry_cluster(entry))
     }
 
     /// The cluster size of `entry` on this device.
@@ -2011,6 +2016,32 @@ impl GdnEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The split entry's rule: the main entry, one sequence, ratio 2,
+    /// clusters of 8; nothing else.
+    #[test]
+    fn split_applies_to_one_sequence_at_ratio_2_in_clusters_of_8() {
+        let s = GdnShape::new(16, 32, 128, 4, 8).unwrap();
+        assert!(gdn_split_applies(&s, 1, GdnFusedEntry::Main, 8));
+        assert!(!gdn_split_applies(&s, 2, GdnFusedEntry::Main, 8));
+        assert!(!gdn_split_applies(&s, 1, GdnFusedEntry::Main, 1));
+        assert!(!gdn_split_applies(&s, 1, GdnFusedEntry::C2, 8));
+        let p = GdnFusedEntry::Persistent { ctas: None };
+        assert!(!gdn_split_applies(&s, 1, p, 8));
+        for (nk, nv) in [(4, 4), (4, 12), (2, 16), (1, 3)] {
+            let r = GdnShape::new(nk, nv, 128, 4, 1).unwrap();
+            assert!(
+                !gdn_split_applies(&r, 1, GdnFusedEntry::Main, 8),
+                "{nk} {nv}"
+            );
+        }
+        assert!(gdn_split_applies(
+            &GdnShape::new(1, 2, 128, 2, 34).unwrap(),
+            1,
+            GdnFusedEntry::Main,
+            8
+        ));
+    }
 
     /// The fused step's launch geometry for Qwen3-Next's layer (num_k 16,
     /// num_v 32: ratio 2) and a ratio-1 layout, per entry and CTA cap.

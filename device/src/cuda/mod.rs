@@ -88,10 +88,11 @@ pub use error::{DeviceError, Result, NVRTC_HINT};
 pub use gdn::{
     check_gdn_batch, check_gdn_batch_state, check_gdn_conv, check_gdn_limits, check_gdn_prep,
     check_gdn_scan, check_gdn_state, gdn_fused_cluster, gdn_fused_launch, gdn_persistent_launch,
-    gdn_shape, GdnEngine, GdnFusedEntry, GdnGraph, GdnHeads, GdnState, GdnStep, GdnWeights,
-    HeadLens, BUILTIN_GDN_CU, ENV_GDN_CU, GDN_CONV_THREADS, GDN_FUSED_C2, GDN_FUSED_MAX_THREADS,
-    GDN_FUSED_PERSISTENT, GDN_FUSED_SPLIT, GDN_HEAD_THREADS, GDN_KERNELS, GDN_MAX_BATCH, GDN_MAX_T,
-    GDN_PERSISTENT_FEW_CTAS, GDN_PERSISTENT_SMEM, GDN_PERSISTENT_THREADS, GDN_SPLIT_THREADS,
+    gdn_shape, gdn_split_applies, GdnEngine, GdnFusedEntry, GdnGraph, GdnHeads, GdnState, GdnStep,
+    GdnWeights, HeadLens, BUILTIN_GDN_CU, ENV_GDN_CU, GDN_CONV_THREADS, GDN_FUSED_C2,
+    GDN_FUSED_MAX_THREADS, GDN_FUSED_PERSISTENT, GDN_FUSED_SPLIT, GDN_HEAD_THREADS, GDN_KERNELS,
+    GDN_MAX_BATCH, GDN_MAX_T, GDN_PERSISTENT_FEW_CTAS, GDN_PERSISTENT_SMEM, GDN_PERSISTENT_THREADS,
+    GDN_SPLIT_THREADS,
 };
 pub use moe::{
     check_moe_tables, decode_moe_status, MoeEngine, MoeStatus, BUILTIN_MOE_TABLES_CU,
