@@ -61,22 +61,15 @@ static bool g_reverse = false;
 #define __align__(n) __attribute__((aligned(n)))
 struct float4 { float x, y, z, w; };
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
-/* Named barriers (bar.sync / bar.arrive id, n): n threads arrive, the
- * waiting ones go on when the n-th does. A CTA that ends with a barrier
- * part-way is an error (launch below). */
+/* Named barriers (bar.sync id, n): the waiting threads go on when the
+ * n-th arrives. A CTA that ends with a barrier part-way is an error
+ * (launch below). */
 struct HostNamedBar { std::mutex mu; std::condition_variable cv; int count = 0; unsigned long gen = 0; };
 static HostNamedBar g_nbar[16];
-inline bool host_bar_arrive(HostNamedBar &b, int n) {
-    if (++b.count < n) return false;
-    b.count = 0; ++b.gen; b.cv.notify_all(); return true;
-}
-inline void gdn_bar_arrive(int id, int n) {
-    HostNamedBar &b = g_nbar[id]; std::lock_guard<std::mutex> lk(b.mu); host_bar_arrive(b, n);
-}
 /* mbarriers: a phase completes at its count-th arrival; a wait on parity
- * p returns once the current phase's parity differs from p. */
-/* The device's 8 bytes (so that what follows one in shared memory lies
- * where it lies on the device), the state kept beside them by address. */
+ * p returns once the current phase's parity differs from p. An mbarrier
+ * takes the device's 8 bytes (so that what follows one in shared memory
+ * lies where it lies on the device), its state kept beside it by address. */
 struct alignas(8) gdn_mbar_t { unsigned long long word; };
 struct HostMbar { std::mutex mu; std::condition_variable cv; int count = 0, pending = 0; unsigned phase = 0; };
 static std::mutex g_mbars_mu;
@@ -109,7 +102,8 @@ template <int N> inline void gdn_cp_wait_prior() { gdn_host_wait(); }
 inline void gdn_bar_sync(int id, int n) {
     HostNamedBar &b = g_nbar[id]; std::unique_lock<std::mutex> lk(b.mu);
     const unsigned long g = b.gen;
-    if (!host_bar_arrive(b, n)) b.cv.wait(lk, [&] { return b.gen != g; });
+    if (++b.count < n) { b.cv.wait(lk, [&] { return b.gen != g; }); return; }
+    b.count = 0; ++b.gen; b.cv.notify_all();
 }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
