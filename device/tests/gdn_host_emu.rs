@@ -604,6 +604,7 @@ fn host_emulated_persistent_batches_match_the_main_entry() {
         (1, 3, 3, 2, 3, 2),
         (1, 1, 2, 4, 3, 2),
         (1, 4, 4, 5, 2, 1),
+        (1, 4, 3, 1, 3, 2),
         (4, 4, 4, 1, 2, 3),
         (2, 2, 2, 3, 4, 3),
     ] {
@@ -622,6 +623,6 @@ fn host_emulated_persistent_batches_match_the_main_entry() {
         );
         cases += 1;
     }
-    assert_eq!(cases, 9);
+    assert_eq!(cases, 10);
     remove(&bin);
 }

@@ -27,8 +27,11 @@ use device::cuda::GdnEngine;
 pub const SEED_HEADS: [(usize, usize); 2] = [(2, 4), (16, 32)];
 
 /// The batched rows: `(num_k, num_v, d_conv, t, batch)`.
-pub const BATCHED: [(usize, usize, usize, usize, usize); 9] = [
+pub const BATCHED: [(usize, usize, usize, usize, usize); 12] = [
     (2, 4, 4, 1, 2),
+    (1, 3, 2, 1, 4),
+    (1, 16, 4, 1, 3),
+    (2, 2, 3, 1, 5),
     (2, 4, 4, 3, 5),
     (2, 2, 3, 8, 3),
     (1, 3, 2, 2, 7),

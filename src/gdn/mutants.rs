@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 10] = [
+pub const MUTANTS: [Mutant; 11] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -89,6 +89,13 @@ pub const MUTANTS: [Mutant; 10] = [
         what: "the persistent entry prefetches the next item's inputs and state from the current item's sequence (the next item's q/k head, but sequence b again): a CTA that runs items of two sequences scans another sequence's state",
         find: "const u64 nb = c0 + bd < cpc ? b : (u64)(nxt / num_k);",
         replace: "const u64 nb = b;",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "persistent-qk-reuse-stage",
+        what: "with one row, the persistent entry's later chunks of an item read the normalised q and k from their own stage (written two chunks before, by another item, or never) instead of the stage the item's first chunk wrote",
+        find: "const GdnFusedSmem &qs = reuse ? smp[kf & 1] : sm;",
+        replace: "const GdnFusedSmem &qs = sm;",
         caught_by: &[2],
     },
     Mutant {
