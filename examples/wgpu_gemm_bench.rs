@@ -40,7 +40,13 @@
 //! (`WgpuEngine::default_path`: dequantize-then-GEMM at these n when the
 //! shader has a `dequant` entry), the others force one (f32 is always
 //! fused). The `path` column says which ran, and `x f32` gives a quantized
-//! row's time over the f32 row's on the same shape in the same run.
+//! row's time over the f32 row's on the same shape in the same run;
+//! `pre + main ms` a dequant row's two dispatches timed apart (each alone,
+//! `ITERS` times in one submission, as the row).
+//!
+//! `PASSES=one|each` (default `one`): the timed dispatches recorded in one
+//! compute pass (`MulMatJob::dispatch`, as the gate runs them) or in a
+//! pass each (what a pass costs).
 //!
 //! `SHADER=<path>`: a candidate with the ABI at the top of the shader. Every
 //! output of every shape is also computed by the production shader (at its
@@ -65,7 +71,7 @@
 //! `GEN-FINITE`), activations uniform in [-1, 1).
 
 use anyhow::{ensure, Context};
-use device::wgpu::{Dtype, Geometry, QuantPath, ShaderSource, WgpuEngine};
+use device::wgpu::{Dtype, Geometry, Parts, Passes, QuantPath, ShaderSource, WgpuEngine};
 use kernel_oracle::mul_mat::gate::LFM_SHAPES;
 use kernel_oracle::mul_mat::{Arm, CaseSpec};
 use std::collections::HashMap;
@@ -182,6 +188,11 @@ fn run() -> anyhow::Result<()> {
         Some(p) => ShaderSource::from_file(std::path::Path::new(p))?,
         None => ShaderSource::builtin(),
     };
+    let passes = match std::env::var("PASSES").as_deref() {
+        Err(_) | Ok("one") => Passes::One,
+        Ok("each") => Passes::Each,
+        Ok(other) => anyhow::bail!("PASSES={other:?}: one or each"),
+    };
     let quant = match std::env::var("QUANT").as_deref() {
         Err(_) | Ok("auto") => None,
         Ok("fused") => Some(QuantPath::Fused),
@@ -262,6 +273,38 @@ fn run() -> anyhow::Result<()> {
         geom.block_n(&decl),
         geom.workgroup_bytes(&decl) as f64 / 1024.0
     );
+    // The floor of a timed dispatch: one workgroup's job (64 x 64 outputs,
+    // k 16), timed as every row.
+    {
+        let (m, n, k) = (64, 64, 16);
+        let data = CaseSpec {
+            dtype: Dtype::F32,
+            m,
+            n,
+            k,
+            arm: Arm::Random,
+            seed: 1,
+        }
+        .generate();
+        let g = engine.default_geometry(m, n, k);
+        let job = engine.prepare_path(
+            Dtype::F32,
+            g,
+            QuantPath::Fused,
+            m,
+            n,
+            k,
+            &data.src0,
+            &data.src1,
+        )?;
+        job.dispatch_parts(2, Parts::Both, passes)?;
+        let t0 = std::time::Instant::now();
+        job.dispatch_parts(iters, Parts::Both, passes)?;
+        let us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
+        println!(
+            "floor: {us:.1} us a dispatch ({m}x{k}x{n} f32, one workgroup; PASSES={passes:?})"
+        );
+    }
     let (peer_header, peer) = if dtypes.contains(&Dtype::F32) {
         run_peer()
     } else {
@@ -270,7 +313,7 @@ fn run() -> anyhow::Result<()> {
     println!("{peer_header}");
     println!();
     println!(
-        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>9} {:<7}  {:>9} {:>10}  {:>10} {:>9} {:>6}",
+        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>9} {:<7}  {:>9} {:>10}  {:>10} {:>9} {:>6}  pre + main ms",
         "dtype",
         "shape",
         "m",
@@ -308,9 +351,9 @@ fn run() -> anyhow::Result<()> {
             };
             let job =
                 engine.prepare_path(dtype, geom, path, s.m, s.n, s.k, &data.src0, &data.src1)?;
-            job.dispatch(2)?;
+            job.dispatch_parts(2, Parts::Both, passes)?;
             let t0 = std::time::Instant::now();
-            job.dispatch(iters)?;
+            job.dispatch_parts(iters, Parts::Both, passes)?;
             let ms = t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters);
             if let Some(p) = &production {
                 let got = job.read()?;
@@ -351,6 +394,20 @@ fn run() -> anyhow::Result<()> {
                     .into());
                 }
             }
+            // The dequant path's two dispatches timed apart, the same way:
+            // where a quantized row's time over f32 goes.
+            let parts = if job.path() == QuantPath::Dequant {
+                let mut each = [0.0f64; 2];
+                for (slot, part) in each.iter_mut().zip([Parts::Pre, Parts::Main]) {
+                    job.dispatch_parts(2, part, passes)?;
+                    let t0 = std::time::Instant::now();
+                    job.dispatch_parts(iters, part, passes)?;
+                    *slot = t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters);
+                }
+                format!("{:.3} + {:.3}", each[0], each[1])
+            } else {
+                "-".to_string()
+            };
             let gflops = 2.0 * (s.m * s.k * s.n) as f64 / (ms * 1e6);
             let (g0, g1) = job.grid();
             let (peer_col, ratio) = match (dtype, peer.get(s.label)) {
@@ -368,7 +425,7 @@ fn run() -> anyhow::Result<()> {
                 _ => format!("{:>6}", "-"),
             };
             println!(
-                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>4}x{:<4} {:<7}  {:9.3} {:10.1}  {peer_col} {ratio} {vs_f32}",
+                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>4}x{:<4} {:<7}  {:9.3} {:10.1}  {peer_col} {ratio} {vs_f32}  {parts}",
                 dtype.name(),
                 s.label,
                 s.m,

@@ -970,6 +970,27 @@ impl WgpuEngine {
     }
 }
 
+/// Which dispatches of a job's run [`MulMatJob::dispatch_parts`] records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parts {
+    /// The `dequant` pre-pass (if the job has one) and `main`: a whole run.
+    Both,
+    /// The `dequant` pre-pass alone (nothing on [`QuantPath::Fused`]).
+    Pre,
+    /// `main` alone.
+    Main,
+}
+
+/// How [`MulMatJob::dispatch_parts`] groups its dispatches into compute
+/// passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Passes {
+    /// Every dispatch of the call in one compute pass.
+    One,
+    /// A compute pass for each dispatch.
+    Each,
+}
+
 /// The `dequant` dispatch of a [`QuantPath::Dequant`] job.
 struct PrePass {
     pipeline: Arc<wgpu::ComputePipeline>,
@@ -1011,21 +1032,55 @@ impl MulMatJob<'_> {
     /// # Errors
     /// [`WgpuError::Wgpu`] on a validation error or device loss.
     pub fn dispatch(&self, times: u32) -> Result<()> {
+        self.dispatch_parts(times, Parts::Both, Passes::One)
+    }
+
+    /// As [`MulMatJob::dispatch`], recording only the given dispatches of
+    /// each run (`Parts::Main` alone reads whatever the scratch holds, so
+    /// its output is meaningful only after a whole run), in one compute
+    /// pass or in a pass each: the benchmark's split of a
+    /// [`QuantPath::Dequant`] job's time and of what a pass costs.
+    ///
+    /// # Errors
+    /// As [`MulMatJob::dispatch`].
+    pub fn dispatch_parts(&self, times: u32, parts: Parts, passes: Passes) -> Result<()> {
         let dev = &self.engine.device;
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut enc = dev.create_command_encoder(&Default::default());
+        let mut steps: Vec<(&wgpu::ComputePipeline, &wgpu::BindGroup, (u32, u32))> = Vec::new();
         if self.grid.0 > 0 && self.grid.1 > 0 {
+            let pre = self
+                .pre
+                .as_ref()
+                .filter(|p| p.grid.1 > 0 && parts != Parts::Main);
             for _ in 0..times {
-                if let Some(pre) = self.pre.as_ref().filter(|p| p.grid.1 > 0) {
-                    let mut pass = enc.begin_compute_pass(&Default::default());
-                    pass.set_pipeline(&pre.pipeline);
-                    pass.set_bind_group(0, &pre.bind, &[]);
-                    pass.dispatch_workgroups(pre.grid.0, pre.grid.1, 1);
+                if let Some(p) = pre {
+                    steps.push((&p.pipeline, &p.bind, p.grid));
                 }
+                if parts != Parts::Pre {
+                    steps.push((&self.pipeline, &self.bind, self.grid));
+                }
+            }
+        }
+        // wgpu orders the dispatches of one pass by their bindings'
+        // usages (each dispatch is its own usage scope), as it orders
+        // passes: the same results either way.
+        match passes {
+            Passes::One if !steps.is_empty() => {
                 let mut pass = enc.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&self.pipeline);
-                pass.set_bind_group(0, &self.bind, &[]);
-                pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
+                for (pipeline, bind, grid) in &steps {
+                    pass.set_pipeline(pipeline);
+                    pass.set_bind_group(0, *bind, &[]);
+                    pass.dispatch_workgroups(grid.0, grid.1, 1);
+                }
+            }
+            _ => {
+                for (pipeline, bind, grid) in &steps {
+                    let mut pass = enc.begin_compute_pass(&Default::default());
+                    pass.set_pipeline(pipeline);
+                    pass.set_bind_group(0, *bind, &[]);
+                    pass.dispatch_workgroups(grid.0, grid.1, 1);
+                }
             }
         }
         self.engine.queue.submit(Some(enc.finish()));
