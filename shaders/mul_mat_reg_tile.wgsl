@@ -22,15 +22,22 @@
 //      element a shift, a mask, a conversion and the dtype's one or two
 //      operations. No barrier is added: the scales of tile t + 2 are
 //      written during tile t, into the slot tile t's codes were decoded
-//      from before the previous barrier.
+//      from before the previous barrier;
+//   4. a whole tile's products (TILE_K a multiple of 8, at most 64)
+//      written out without a loop, so naga's loop bounding (a counter and
+//      a test each iteration, which kept the driver from unrolling the
+//      loop) has nothing to count there (nor in the staging loop past
+//      the prefetch slots, behind a test on override constants), and f32
+//      units of four rows wholly inside the matrix loaded without a test
+//      each: on the H200 10-14% off every LFM2.5 shape, bit-identical.
 // Quantized src0 at n >= 32 goes through the `dequant` pre-pass (ABI
 // below; device::wgpu::QuantPath::Dequant): the whole of src0 decoded once
 // into an f32 scratch, then this GEMM's f32 pipeline over it.
-// H200 (2026-12-02, `ex_wgpu_gemm_bench`, naga's runtime checks on, cuBLAS
-// SGEMM with TF32 off in the same run): f32 0.32x-0.47x cuBLAS on the
-// LFM2.5 shapes (the 4 x 4 design: 0.11x-0.25x); the quantized dtypes
-// through the pre-pass 1.04x-1.31x of the f32 time on the same shape in
-// three sweeps of one run, except q4_0 on ffn_gate at 1.29x-1.42x.
+// H200 (2026-12-04, `ex_wgpu_gemm_bench`, naga's runtime checks on, the
+// runs of a job in one compute pass, cuBLAS SGEMM with TF32 off in the
+// same run): f32 0.54x-0.65x cuBLAS on the LFM2.5 shapes (the 4 x 4
+// design, 2026-12-02: 0.11x-0.25x); the quantized dtypes through the
+// pre-pass 1.05x-1.20x of the f32 time on the same shape.
 //
 //   dst[n * stride_dst + m] = sum over k of src0[m, k] * src1[n * stride_src1 + k]
 //
@@ -707,12 +714,21 @@ fn stage_units(first: u32, k0: u32, buf: u32, slot: u32, m0: u32) {
 fn col4_src0_f32(row: u32, k: u32) -> vec4<f32> {
     let m = params.m;
     let kdim = params.k;
+    let at = row * kdim + k;
+    // A whole group inside the matrix: four loads, no test each.
+    if (k < kdim && row + 3u < m) {
+        return vec4<f32>(
+            bitcast<f32>(src0[at]),
+            bitcast<f32>(src0[at + kdim]),
+            bitcast<f32>(src0[at + 2u * kdim]),
+            bitcast<f32>(src0[at + 3u * kdim]),
+        );
+    }
     var v = vec4<f32>(0.0);
     if (k < kdim) {
         if (row < m) { v.x = bitcast<f32>(src0[row * kdim + k]); }
         if (row + 1u < m) { v.y = bitcast<f32>(src0[(row + 1u) * kdim + k]); }
         if (row + 2u < m) { v.z = bitcast<f32>(src0[(row + 2u) * kdim + k]); }
-        if (row + 3u < m) { v.w = bitcast<f32>(src0[(row + 3u) * kdim + k]); }
     }
     return v;
 }
@@ -721,12 +737,15 @@ fn col4_src0_f32(row: u32, k: u32) -> vec4<f32> {
 fn col4_src1(col: u32, k: u32) -> vec4<f32> {
     let n = params.n;
     let s = params.stride_src1;
+    let at = col * s + k;
+    if (k < params.k && col + 3u < n) {
+        return vec4<f32>(src1[at], src1[at + s], src1[at + 2u * s], src1[at + 3u * s]);
+    }
     var v = vec4<f32>(0.0);
     if (k < params.k) {
         if (col < n) { v.x = src1[col * s + k]; }
         if (col + 1u < n) { v.y = src1[(col + 1u) * s + k]; }
         if (col + 2u < n) { v.z = src1[(col + 2u) * s + k]; }
-        if (col + 3u < n) { v.w = src1[(col + 3u) * s + k]; }
     }
     return v;
 }
@@ -911,6 +930,12 @@ fn step4(acc: ptr<function, Acc>, a: u32, b: u32) {
     step_at(acc, a + 3u * SM, b + 3u * SN);
 }
 
+// The products of the staged k rows at a, b and the seven after each.
+fn step8(acc: ptr<function, Acc>, a: u32, b: u32) {
+    step4(acc, a, b);
+    step4(acc, a + 4u * SM, b + 4u * SN);
+}
+
 // Stores output (gm, gn) if it is in bounds.
 fn store1(gm: u32, gn: u32, x: f32) {
     let m = params.m;
@@ -1023,7 +1048,21 @@ fn main(
         let a_at = buf * TILE_K * SM + lid.x;
         let b_at = buf * TILE_K * SN + lid.y;
         let kend = min(TILE_K, kdim - k0);
-        if (kend == TILE_K && TILE_K % 8u == 0u) {
+        if (kend == TILE_K && TILE_K % 8u == 0u && TILE_K <= 64u) {
+            // A whole tile of up to 64 k written out, no loop: naga's
+            // loop bounding (a counter and a test an iteration, which
+            // keeps the driver from unrolling the loop) has nothing to
+            // count here. Each test is on override constants, so every
+            // pipeline keeps only its own steps.
+            step8(&acc, a_at, b_at);
+            if (TILE_K > 8u) { step8(&acc, a_at + 8u * SM, b_at + 8u * SN); }
+            if (TILE_K > 16u) { step8(&acc, a_at + 16u * SM, b_at + 16u * SN); }
+            if (TILE_K > 24u) { step8(&acc, a_at + 24u * SM, b_at + 24u * SN); }
+            if (TILE_K > 32u) { step8(&acc, a_at + 32u * SM, b_at + 32u * SN); }
+            if (TILE_K > 40u) { step8(&acc, a_at + 40u * SM, b_at + 40u * SN); }
+            if (TILE_K > 48u) { step8(&acc, a_at + 48u * SM, b_at + 48u * SN); }
+            if (TILE_K > 56u) { step8(&acc, a_at + 56u * SM, b_at + 56u * SN); }
+        } else if (kend == TILE_K && TILE_K % 8u == 0u) {
             for (var kk = 0u; kk < TILE_K; kk += 8u) {
                 step4(&acc, a_at + kk * SM, b_at + kk * SN);
                 step4(&acc, a_at + (kk + 4u) * SM, b_at + (kk + 4u) * SN);
@@ -1052,8 +1091,13 @@ fn main(
             pre_store(5u, li, units, nbuf, pre5);
             pre_store(6u, li, units, nbuf, pre6);
             pre_store(7u, li, units, nbuf, pre7);
-            for (var u = li + 8u * threads; u < units; u += threads) {
-                store_vec_unit(u, nbuf, load_vec_unit(u, k1, m0, n0));
+            // Units past the eight prefetch slots, only where a tile has
+            // them (a test on override constants: no loop, and so no loop
+            // bounding, in the other pipelines).
+            if (units > 8u * threads) {
+                for (var u = li + 8u * threads; u < units; u += threads) {
+                    store_vec_unit(u, nbuf, load_vec_unit(u, k1, m0, n0));
+                }
             }
             if (scaled) {
                 if (li < CUNITS) {
