@@ -1019,8 +1019,10 @@ __device__ __forceinline__ void gdn_step_fused_body(
                                    tab, w, dt_bias, a_log, num_k, num_v, t, nhk, nb, nc0,
                                    GDN_PF_STATE);
         /* One row on the persistent entry: the q/k ring, convolved, back
-         * now (nothing reads it again in this call; a later chunk's copy
-         * of the next item lands in this stage before the item ends). */
+         * now. Nothing reads it again in this call (the item's later
+         * chunks copy no q/k inputs: GDN_PF_NO_QK), and with an even
+         * ratio the next item's copy lands in this stage before the item
+         * ends, so the item's end could not write it from here. */
         if (early_ring && !reuse && qk_thread) {
             for (i32 i = m; i < GDN_D * P / 4; i += nh) {
                 gdn_st4(ring + qoff * P, i, gdn_ld4(sm.ring, i));
@@ -1558,7 +1560,8 @@ extern "C" __global__ void GDN_CLUSTER_DIMS(8) __launch_bounds__(256, 2) gdn_ste
  * for i = blockIdx.x, blockIdx.x + gridDim.x, ... (any grid: no CTA waits
  * for another). No cluster (CS = 1): the CTA of 128 threads convolves
  * its q/k head and owns all ratio * 128 columns, in chunks of one v head,
- * and writes the q/k ring after its last chunk. gdn_prefetch_chunk copies
+ * and writes the q/k ring after its last chunk (with several rows; with
+ * one, after its first). gdn_prefetch_chunk copies
  * the next chunk's q/k and v inputs into the other of two stages and its
  * state into sbuf (dynamic shared memory, 128 * 128 floats) while this
  * chunk runs, so a chunk starts without a trip to memory: with one row,
@@ -1567,11 +1570,12 @@ extern "C" __global__ void GDN_CLUSTER_DIMS(8) __launch_bounds__(256, 2) gdn_ste
  * several rows, both in the last row (phase B2 waits for every copy this
  * thread issued, so an earlier prefetch would be waited for there). The
  * column registers are filled from sbuf. With one row, an item's chunks
- * after its first take the normalised q and k its first chunk wrote to
- * the other stage (no second conv, norm or scale of the same q/k head:
- * on the H200 at B = 64 graph-replayed 92.7-92.8 us against 94.0-94.2),
- * and the first chunk writes the convolved q/k ring back at once (the
- * stage it sits in takes the next item's copy before the item ends). The
+ * after its first take the normalised q and k from the stage its first
+ * chunk wrote them to (no second conv, norm or scale of the same q/k head;
+ * on the H200 at B = 64 worth 0-1%, within the run-to-run spread: the
+ * chunk's time is its state traffic), and the first chunk writes the
+ * convolved q/k ring back at once (with an even ratio the stage it sits
+ * in takes the next item's copy before the item ends). The
  * order of operations on every output is the body's. */
 template <i32 DC>
 __device__ __forceinline__ void gdn_step_fused_items(

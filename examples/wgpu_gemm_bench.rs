@@ -42,7 +42,9 @@
 //! fused). The `path` column says which ran, and `x f32` gives a quantized
 //! row's time over the f32 row's on the same shape in the same run;
 //! `pre + main ms` a dequant row's two dispatches timed apart (each alone,
-//! `ITERS` times in one submission, as the row).
+//! `ITERS` times in one submission, as the row: each part carries its own
+//! submission and wait, and runs without the other between its
+//! dispatches, so the two need not add up to the row).
 //!
 //! `PASSES=one|each` (default `one`): the timed dispatches recorded in one
 //! compute pass (`MulMatJob::dispatch`, as the gate runs them) or in a
@@ -62,9 +64,15 @@
 //! purpose should be judged by `kernel-oracle check mul-mat` instead.
 //!
 //! Peer: on the f32 shapes, cuBLAS SGEMM through torch with TF32 off
-//! (`scripts/sgemm_peer.py`), measured in the same run when `python3` can
-//! import torch and `torch.cuda.is_available()`, and `PEER` is not `0`;
-//! the table gives the ratio kernel / cuBLAS.
+//! (`scripts/sgemm_peer.py`, a `python3` process of its own), measured in
+//! the same run when `python3` can import torch and
+//! `torch.cuda.is_available()`, and `PEER` is not `0`; the table gives the
+//! ratio kernel / cuBLAS. The two sides are timed differently: this
+//! binary's rows by the host clock around one submission of `ITERS`
+//! dispatches and the wait for it (so a row carries its share of one
+//! submission and one wait: the `floor` row), the peer by CUDA events
+//! around `ITERS` calls, the median of five. Both sides' calls run back to
+//! back on the GPU.
 //!
 //! Data: RANDOM-arm data of the gate (`kernel_oracle::mul_mat`): random
 //! block bytes with every f16 scale finite and its sign kept (rule
@@ -92,7 +100,7 @@ fn env_u32(key: &str, default: u32) -> anyhow::Result<u32> {
 }
 
 /// cuBLAS SGEMM ms per call by shape label, and the peer's header line.
-fn run_peer() -> (String, HashMap<String, f64>) {
+fn run_peer(iters: u32) -> (String, HashMap<String, f64>) {
     let mut out = HashMap::new();
     if std::env::var("PEER").is_ok_and(|v| v == "0") {
         return ("peer: off (PEER=0)".into(), out);
@@ -111,7 +119,7 @@ fn run_peer() -> (String, HashMap<String, f64>) {
         Err(e) => return (format!("peer: none ({e})"), out),
     };
     let mut cmd = Command::new("python3");
-    cmd.arg(script);
+    cmd.arg(script).args(["--iters", &iters.to_string()]);
     for s in &LFM_SHAPES {
         cmd.args(["--shape", &format!("{},{},{},{}", s.label, s.m, s.k, s.n)]);
     }
@@ -301,12 +309,13 @@ fn run() -> anyhow::Result<()> {
         let t0 = std::time::Instant::now();
         job.dispatch_parts(iters, Parts::Both, passes)?;
         let us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
+        let (gx, gy) = job.grid();
         println!(
-            "floor: {us:.1} us a dispatch ({m}x{k}x{n} f32, one workgroup; PASSES={passes:?})"
+            "floor: {us:.1} us a dispatch ({m}x{k}x{n} f32, {gx}x{gy} workgroups; PASSES={passes:?})"
         );
     }
     let (peer_header, peer) = if dtypes.contains(&Dtype::F32) {
-        run_peer()
+        run_peer(iters)
     } else {
         ("peer: not run (no f32 in ONLY)".into(), HashMap::new())
     };

@@ -35,9 +35,9 @@
 // into an f32 scratch, then this GEMM's f32 pipeline over it.
 // H200 (2026-12-04, `ex_wgpu_gemm_bench`, naga's runtime checks on, the
 // runs of a job in one compute pass, cuBLAS SGEMM with TF32 off in the
-// same run): f32 0.54x-0.65x cuBLAS on the LFM2.5 shapes (the 4 x 4
+// same run): f32 0.53x-0.66x cuBLAS on the LFM2.5 shapes (the 4 x 4
 // design, 2026-12-02: 0.11x-0.25x); the quantized dtypes through the
-// pre-pass 1.05x-1.20x of the f32 time on the same shape.
+// pre-pass 1.07x-1.18x of the f32 time on the same shape.
 //
 //   dst[n * stride_dst + m] = sum over k of src0[m, k] * src1[n * stride_src1 + k]
 //

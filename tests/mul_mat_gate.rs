@@ -225,7 +225,8 @@ fn builtin_8x4_passes_the_ci_gate() {
 /// `WgpuEngine::default_geometry` takes on few workgroups, here at 8 x 8
 /// threads, which lavapipe's 32 KiB of workgroup memory holds). The gate
 /// itself runs TILE_K 16 (the declared geometry: the staged scales) and
-/// 40 (the four-k fallback).
+/// 40 (the four-k fallback); TILE_K 64 and 72 at 4 x 4 threads take the
+/// longest tile whose products are written out and the loop past it.
 #[test]
 fn builtin_odd_geometries() {
     ragged_shapes_pass_at(
@@ -245,6 +246,18 @@ fn builtin_odd_geometries() {
             tile_k: 32,
         },
     );
+    // The longest tile whose products are written out (eight steps of
+    // eight k), and one past it (the loop over whole tiles).
+    for tile_k in [64, 72] {
+        ragged_shapes_pass_at(
+            "shaders/mul_mat_reg_tile.wgsl",
+            device::wgpu::Geometry {
+                wg_m: 4,
+                wg_n: 4,
+                tile_k,
+            },
+        );
+    }
 }
 
 /// The seed's full LFM2.5 shapes (minutes on lavapipe; seconds on a GPU).

@@ -605,6 +605,7 @@ fn host_emulated_persistent_batches_match_the_main_entry() {
         (1, 1, 2, 4, 3, 2),
         (1, 4, 4, 5, 2, 1),
         (1, 4, 3, 1, 3, 2),
+        (1, 3, 3, 1, 3, 2),
         (4, 4, 4, 1, 2, 3),
         (2, 2, 2, 3, 4, 3),
     ] {
@@ -623,6 +624,6 @@ fn host_emulated_persistent_batches_match_the_main_entry() {
         );
         cases += 1;
     }
-    assert_eq!(cases, 10);
+    assert_eq!(cases, 11);
     remove(&bin);
 }

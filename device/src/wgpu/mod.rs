@@ -1025,9 +1025,12 @@ impl MulMatJob<'_> {
         self.path
     }
 
-    /// Records `times` runs (one compute pass per dispatch; on the dequant
-    /// path each run is the `dequant` dispatch then `main`'s) in one command
-    /// buffer, submits it and waits until the GPU is done.
+    /// Records `times` runs (on the dequant path each run is the `dequant`
+    /// dispatch then `main`'s) in one compute pass of one command buffer,
+    /// submits it and waits until the GPU is done. wgpu puts a barrier
+    /// between two dispatches of the pass wherever a buffer one writes is
+    /// used by the other (the scratch, `dst`), so each run sees the last
+    /// one's writes, as with a pass each.
     ///
     /// # Errors
     /// [`WgpuError::Wgpu`] on a validation error or device loss.
