@@ -99,6 +99,20 @@ fn env_u32(key: &str, default: u32) -> anyhow::Result<u32> {
     Ok(v)
 }
 
+/// Milliseconds a run of `job` (its `parts`, recorded by `passes`): two
+/// warm-up runs, then `iters` in one submission by the host clock.
+fn time_ms(
+    job: &device::wgpu::MulMatJob<'_>,
+    iters: u32,
+    parts: Parts,
+    passes: Passes,
+) -> anyhow::Result<f64> {
+    job.dispatch_parts(2, parts, passes)?;
+    let t0 = std::time::Instant::now();
+    job.dispatch_parts(iters, parts, passes)?;
+    Ok(t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters))
+}
+
 /// cuBLAS SGEMM ms per call by shape label, and the peer's header line.
 fn run_peer(iters: u32) -> (String, HashMap<String, f64>) {
     let mut out = HashMap::new();
@@ -305,10 +319,7 @@ fn run() -> anyhow::Result<()> {
             &data.src0,
             &data.src1,
         )?;
-        job.dispatch_parts(2, Parts::Both, passes)?;
-        let t0 = std::time::Instant::now();
-        job.dispatch_parts(iters, Parts::Both, passes)?;
-        let us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
+        let us = 1e3 * time_ms(&job, iters, Parts::Both, passes)?;
         let (gx, gy) = job.grid();
         println!(
             "floor: {us:.1} us a dispatch ({m}x{k}x{n} f32, {gx}x{gy} workgroups; PASSES={passes:?})"
@@ -360,10 +371,7 @@ fn run() -> anyhow::Result<()> {
             };
             let job =
                 engine.prepare_path(dtype, geom, path, s.m, s.n, s.k, &data.src0, &data.src1)?;
-            job.dispatch_parts(2, Parts::Both, passes)?;
-            let t0 = std::time::Instant::now();
-            job.dispatch_parts(iters, Parts::Both, passes)?;
-            let ms = t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters);
+            let ms = time_ms(&job, iters, Parts::Both, passes)?;
             if let Some(p) = &production {
                 let got = job.read()?;
                 let pg = p.decl().geometry;
@@ -406,14 +414,9 @@ fn run() -> anyhow::Result<()> {
             // The dequant path's two dispatches timed apart, the same way:
             // where a quantized row's time over f32 goes.
             let parts = if job.path() == QuantPath::Dequant {
-                let mut each = [0.0f64; 2];
-                for (slot, part) in each.iter_mut().zip([Parts::Pre, Parts::Main]) {
-                    job.dispatch_parts(2, part, passes)?;
-                    let t0 = std::time::Instant::now();
-                    job.dispatch_parts(iters, part, passes)?;
-                    *slot = t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters);
-                }
-                format!("{:.3} + {:.3}", each[0], each[1])
+                let pre = time_ms(&job, iters, Parts::Pre, passes)?;
+                let main = time_ms(&job, iters, Parts::Main, passes)?;
+                format!("{pre:.3} + {main:.3}")
             } else {
                 "-".to_string()
             };

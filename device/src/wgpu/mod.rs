@@ -1068,22 +1068,16 @@ impl MulMatJob<'_> {
         // wgpu orders the dispatches of one pass by their bindings'
         // usages (each dispatch is its own usage scope), as it orders
         // passes: the same results either way.
-        match passes {
-            Passes::One if !steps.is_empty() => {
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                for (pipeline, bind, grid) in &steps {
-                    pass.set_pipeline(pipeline);
-                    pass.set_bind_group(0, *bind, &[]);
-                    pass.dispatch_workgroups(grid.0, grid.1, 1);
-                }
-            }
-            _ => {
-                for (pipeline, bind, grid) in &steps {
-                    let mut pass = enc.begin_compute_pass(&Default::default());
-                    pass.set_pipeline(pipeline);
-                    pass.set_bind_group(0, *bind, &[]);
-                    pass.dispatch_workgroups(grid.0, grid.1, 1);
-                }
+        let per_pass = match passes {
+            Passes::One => steps.len().max(1),
+            Passes::Each => 1,
+        };
+        for chunk in steps.chunks(per_pass) {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for (pipeline, bind, grid) in chunk {
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, *bind, &[]);
+                pass.dispatch_workgroups(grid.0, grid.1, 1);
             }
         }
         self.engine.queue.submit(Some(enc.finish()));
