@@ -281,7 +281,7 @@ struct VariantCfg {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define HAVE_WGMMA 1
 #define N_WG_VARIANTS 6
-#define N_NV_VARIANTS 10
+#define N_NV_VARIANTS 11
 #else
 #define HAVE_WGMMA 0
 #define N_WG_VARIANTS 0
@@ -323,7 +323,10 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
  * tokens on the MMA's M side (64 NWG tokens per CTA, A) and BN weight rows
  * on its N side (B, BN <= 128: one scale row per tile), so that each
  * accumulator row is one token and a thread's fold reads two products
- * s * d per block where SW 0 reads BN / 4 (X8 is X3 swapped, X9 X6).
+ * s * d per block where SW 0 reads BN / 4 (X8 is X3 swapped, X9 X6);
+ * X10 is X8 with three consumer warpgroups and one accumulator set (192
+ * tokens by 128 weight rows a CTA; the third warpgroup's MMAs keep the
+ * tensor cores busy while the others fold, where X8 uses a second set).
  * Variant k<N_VARIANTS + N_WG_VARIANTS + i> is X<i>. */
 #define X0 128, 6, 8, 1, 4, 0, 0, 2, 0
 #define X1 64, 4, 8, 2, 2, 0, 0, 2, 0
@@ -335,8 +338,9 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
 #define X7 32, 6, 0, 2, 2, 1, 0, 1, 0
 #define X8 128, 6, 8, 1, 4, 1, 1, 2, 1
 #define X9 64, 6, 8, 1, 4, 1, 1, 2, 1
+#define X10 128, 5, 8, 1, 4, 1, 0, 3, 1
 /* Every native configuration in variant order: F(X0), F(X1), ... */
-#define NV_CFGS(F) F(X0), F(X1), F(X2), F(X3), F(X4), F(X5), F(X6), F(X7), F(X8), F(X9)
+#define NV_CFGS(F) F(X0), F(X1), F(X2), F(X3), F(X4), F(X5), F(X6), F(X7), F(X8), F(X9), F(X10)
 
 /* Bytes of one stage: A BM x 128, B BN x 128, the TR products s * d and
  * TR activation scales d of the tile's tokens (TR = BN, or BM with SW 1)
@@ -393,7 +397,11 @@ static __device__ __forceinline__ u32 cdiv(u32 a, u32 b) { return (a + b - 1) / 
  *   up to 256 tokens 64 x 32 tiles (k22: 24 CTAs per 32 tokens where
  *   128 x 32 ran 12; 1 .. 128 tokens 0.0119-0.0125 ms, k20 0.0143-0.0147;
  *   256 tokens 0.0141, k21 0.0163);
- *   beyond, 128 x 128 tiles with the tokens on the MMA's M side (k23, k18
+ *   beyond, 192 tokens x 128 weight rows (k25: three consumer
+ *   warpgroups) from 0.7 of a wave of them on (1536 tokens: k25 0.0300
+ *   ms, k23 0.0396; 2048: 0.0345, 0.0430; 4096: 0.0711, 0.0751; 8192^3:
+ *   964 TFLOP/s, 907; 1024 tokens, 72 tiles: k25 0.0271, k23 0.0216);
+ *   else 128 x 128 tiles with the tokens on the MMA's M side (k23, k18
  *   swapped) from half a wave of them on (1024 tokens: k23 0.0215 ms, k18
  *   0.0247; 4096: k23 0.0756, k18 0.0827; 8192^3: k23 910 TFLOP/s, k18
  *   798);
@@ -412,6 +420,8 @@ static __device__ __forceinline__ int nv_pick(u32 um, u32 uk, u32 un, u32 sms) {
     }
     if (um <= 256)
         return k15 + 7; /* k22 */
+    if (10u * cdiv(un, 128) * cdiv(um, 192) >= 7u * sms)
+        return k15 + 10; /* k25 */
     if (2u * tiles >= sms)
         return k15 + 8; /* k23 */
     return k15 + 9;     /* k24 */
@@ -1549,7 +1559,7 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  * landed) and a release arrival (after its st.shared: the scales, and the
  * slow path's tiles: weight rows not 16-byte aligned, copied byte exact
  * with zeros past in_f, then fenced for the async proxy). In the
- * TMA variants (k18 .. k22) producer thread 0 brings the A and B tiles
+ * TMA variants (k18 .. k25) producer thread 0 brings the A and B tiles
  * instead, by two tensor-map copies (cp.async.bulk.tensor, the boxes the
  * ABI's maps describe, 128-byte swizzled by the copy engine into the same
  * layout), announcing their bytes with its release arrival
@@ -1562,9 +1572,9 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  * consumers, 64 out_f rows each) wait on "full", fence the generic-proxy
  * writes for the async proxy, run the block's four MMAs, wait for them, fold
  * and arrive on the stage's "empty" mbarrier, which the producer waits on
- * before it refills the stage. With NWG 2 the consumers run on their own: the
+ * before it refills the stage. With NWG 2 or 3 the consumers run on their own: the
  * tensor cores take their MMAs in turn as they are issued, so one
- * warpgroup's fold overlaps the other's MMAs (device/NOTES.md: 6-14% faster
+ * warpgroup's fold overlaps the others' MMAs (device/NOTES.md: 6-14% faster
  * than making them alternate with named barriers). Every wgmma group is
  * waited for before its accumulators are read (no group in flight across
  * the loop's back edge).
@@ -1695,8 +1705,17 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     static_assert(!SW || BN <= 128, "one weight scale row per tile");
     static_assert(BN == 32 || BN == 64 || BN == 128, "wgmma N");
     static_assert(ST >= 2, "stages");
-    static_assert(NWG == 1 || NWG == 2, "consumer warpgroups");
-    static_assert(!DB || (NWG == 2 && NPW == 4 && MINB == 1), "the register split of setmaxnreg below");
+    static_assert(NWG >= 1 && NWG <= 3, "consumer warpgroups");
+    /* The register split (setmaxnreg, in registers per thread) of a CTA
+     * that needs more than an even share of the 64 Ki registers: two
+     * accumulator sets, or three consumer warpgroups (one set of BN / 2
+     * accumulators and BN / 2 sums each). PR + NWG CR <= 512 (64 Ki / 128
+     * threads); PR 40 spills in the producers. */
+    constexpr bool SPLIT = DB || NWG == 3;
+    constexpr int PR = NWG == 3 ? 48 : 56;   /* the producer warpgroup's */
+    constexpr int CR = NWG == 3 ? 152 : 224; /* each consumer warpgroup's */
+    static_assert(!SPLIT || (NPW == 4 && MINB == 1 && PR + NWG * CR <= 512), "the register split of setmaxnreg");
+    static_assert(!DB || NWG == 2, "two accumulator sets: two consumer warpgroups");
 
     extern __shared__ __align__(1024) u8 smem[];
     const u32 sbase = smem_addr(smem);
@@ -1744,8 +1763,8 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     __syncthreads();
 
     if (tid >= CT) {
-        if constexpr (DB)
-            setmaxnreg_dec<56>();
+        if constexpr (SPLIT)
+            setmaxnreg_dec<PR>();
         /* Producer: PT threads. Thread pt copies chunk kc = pt & 7 of rows
          * r0 + RS i, r0 = pt >> 3: each group of 8 threads writes one whole
          * swizzled 128-byte row (no bank conflict) and reads 128 contiguous
@@ -1862,8 +1881,8 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     }
 
     /* Consumers: warpgroup wg owns out_f rows 64 wg .. 64 wg + 63 of the tile. */
-    if constexpr (DB)
-        setmaxnreg_inc<224>();
+    if constexpr (SPLIT)
+        setmaxnreg_inc<CR>();
     const int wg = warp >> 2;
     const int wq = warp & 3;
     const int g = lane >> 2, t4 = lane & 3;
@@ -2065,5 +2084,6 @@ NV_TMA_VARIANT(fp8_mmq_v2_k21, X6)
 NV_TMA_VARIANT(fp8_mmq_v2_k22, X7)
 NV_TMA_VARIANT(fp8_mmq_v2_k23, X8)
 NV_TMA_VARIANT(fp8_mmq_v2_k24, X9)
+NV_TMA_VARIANT(fp8_mmq_v2_k25, X10)
 
 #endif /* HAVE_WGMMA */
