@@ -117,7 +117,7 @@
  *
  * ========================= ARITHMETIC CONTRACT ============================
  * Variants k0 .. k14 declare schedule 0 (v2, seed 000's), stated here;
- * k15 .. k22 (sm_90a) declare schedule 3, stated in section 4c (M2'). The
+ * k15 .. k25 (sm_90a) declare schedule 3, stated in section 4c (M2'). The
  * plan picks among them when in_f % 16 == 0 unless
  * schedule 0 is requested. (core/src/fp8_mmq.rs is normative; this restates it.) IEEE binary32,
  * round-to-nearest-even, each operation rounding on its own (no FMA: the
@@ -318,8 +318,8 @@ static __host__ __device__ constexpr u32 wg_smem(int nwg, int bn, int st, int hs
  * DB 1: two accumulator sets,
  * so that the MMAs of block kb + 1 run while block kb is folded (NPW 4,
  * MINB 1: the producer warpgroup gives registers to the consumers,
- * setmaxnreg), NWG consumer warpgroups (BM = 64 NWG out_f rows per CTA;
- * the weight tensor map's box is BM rows), SW 1: the operands swapped, the
+ * setmaxnreg, as with NWG 3), NWG consumer warpgroups (SW 0: BM = 64 NWG
+ * out_f rows per CTA, the weight tensor map's box BM rows), SW 1: the operands swapped, the
  * tokens on the MMA's M side (64 NWG tokens per CTA, A) and BN weight rows
  * on its N side (B, BN <= 128: one scale row per tile), so that each
  * accumulator row is one token and a thread's fold reads two products
@@ -1552,8 +1552,8 @@ WG_VARIANT(fp8_mmq_v2_k14, W5)
  *
  * Roles: warps 4 NWG .. 4 NWG + NPW - 1 (the producers) issue cp.async copies of
  * each block's tiles into a ring of ST stages, store the block's scale
- * products sd = s * d (one per token, rounded: computed once for both
- * consumer warpgroups, from scales loaded one block ahead) with the raw
+ * products sd = s * d (one per token, rounded: computed once for every
+ * consumer warpgroup, from scales loaded one block ahead) with the raw
  * scales beside them, and signal the stage's "full" mbarrier twice per
  * thread: cp.async.mbarrier.arrive.noinc (when that thread's copies have
  * landed) and a release arrival (after its st.shared: the scales, and the
@@ -1709,12 +1709,16 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
     /* The register split (setmaxnreg, in registers per thread) of a CTA
      * that needs more than an even share of the 64 Ki registers: two
      * accumulator sets, or three consumer warpgroups (one set of BN / 2
-     * accumulators and BN / 2 sums each). PR + NWG CR <= 512 (64 Ki / 128
-     * threads); PR 40 spills in the producers. */
+     * accumulators and BN / 2 sums each). The split cannot hand out more
+     * than the block starts with: PR + NWG CR <= (NWG + 1) CAP, CAP the
+     * compiler's per-thread cap (64 Ki / threads, rounded down to 8): 504
+     * at 384 threads, 512 at 512. PR 40 spills in the producers. */
     constexpr bool SPLIT = DB || NWG == 3;
     constexpr int PR = NWG == 3 ? 48 : 56;   /* the producer warpgroup's */
     constexpr int CR = NWG == 3 ? 152 : 224; /* each consumer warpgroup's */
-    static_assert(!SPLIT || (NPW == 4 && MINB == 1 && PR + NWG * CR <= 512), "the register split of setmaxnreg");
+    constexpr int CAP = (65536 / (128 * (NWG + 1))) & ~7; /* registers a thread starts with */
+    static_assert(!SPLIT || (NPW == 4 && MINB == 1 && PR + NWG * CR <= (NWG + 1) * CAP),
+                  "the register split of setmaxnreg: no more than the block starts with");
     static_assert(!DB || NWG == 2, "two accumulator sets: two consumer warpgroups");
 
     extern __shared__ __align__(1024) u8 smem[];
@@ -2001,7 +2005,7 @@ static __device__ __forceinline__ void nv_body(const u8 *__restrict__ w, const f
 
     /* M3 */
     if constexpr (SW) {
-        /* Through shared memory: once both consumer warpgroups are past
+        /* Through shared memory: once every consumer warpgroup is past
          * their last fold (named barrier 1, the CT consumer threads; every
          * tile copy has landed and every MMA has read its operands), the
          * tile's sums are staged row-major, token r at floats r * YS (YS =
