@@ -1064,8 +1064,7 @@ fn main(
             if (TILE_K > 56u) { step8(&acc, a_at + 56u * SM, b_at + 56u * SN); }
         } else if (kend == TILE_K && TILE_K % 8u == 0u) {
             for (var kk = 0u; kk < TILE_K; kk += 8u) {
-                step4(&acc, a_at + kk * SM, b_at + kk * SN);
-                step4(&acc, a_at + (kk + 4u) * SM, b_at + (kk + 4u) * SN);
+                step8(&acc, a_at + kk * SM, b_at + kk * SN);
             }
         } else {
             var kk = 0u;
