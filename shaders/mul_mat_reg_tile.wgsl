@@ -30,6 +30,10 @@
 //      the prefetch slots, behind a test on override constants), and f32
 //      units of four rows wholly inside the matrix loaded without a test
 //      each: on the H200 10-14% off every LFM2.5 shape, bit-identical.
+// Where the adapter has subgroups the shim also builds this source's
+// subgroup form (see "The subgroup form" below the products): src1's
+// staged vectors exchanged between lanes by subgroupShuffle, the same
+// bits; both forms are gated.
 // Quantized src0 at n >= 32 goes through the `dequant` pre-pass (ABI
 // below; device::wgpu::QuantPath::Dequant): the whole of src0 decoded once
 // into an f32 scratch, then this GEMM's f32 pipeline over it.
@@ -71,7 +75,10 @@
 //   G = ceil(M K / 256), then `main` with SRC0_DTYPE = 0 (f32) and the
 //   scratch as src0. Each element is the value `main` would decode, so the
 //   two paths give the same bits.
-//   Pipeline-overridable constants: SRC0_DTYPE, WG_M, WG_N, TILE_K.
+//   Pipeline-overridable constants: SRC0_DTYPE, WG_M, WG_N, TILE_K; and
+//   SG_LANES (the adapter's subgroup size) in the subgroup form only, which
+//   the shim derives from a source with `// SUBGROUP: ` lines
+//   (device::wgpu::subgroup; a candidate without them runs plain).
 //   Declared for the shim: const TILE_M, TILE_N, STAGES.
 //
 // Geometry: a WG_M x WG_N workgroup computes a (TILE_M WG_M) x (TILE_N WG_N)
@@ -173,6 +180,25 @@ override HDRS: u32 = WG_M * TILE_M * GROUPS;
 override HSLOT: u32 = HDRS;
 override QK: u32 = TILE_K / 4u;
 override CUNITS: u32 = RM * QK;
+
+// The subgroup form's exchange (see "The subgroup form" below the
+// products; named overrides are declared before the workgroup arrays,
+// whose override-sized lengths naga 30 must meet after them).
+// Lanes per subgroup the form is built for: the adapter's subgroup size,
+// set by the shim; 0 in the plain form.
+override SG_LANES: u32 = 0u;
+// Lanes of a subgroup that share one column group: the whole subgroup when
+// it fits in a row of WG_M invocations, else a row.
+override SG_SPAN: u32 = min(SG_LANES, WG_M);
+// SG_SPAN when the exchange applies, else 0: the plain form, and a WG_M
+// that SG_LANES neither divides nor is divided by (the lanes sharing a
+// column group would not be an aligned block), or a span that is not a
+// power of two (not a multiple of SG_C).
+override SG_G: u32 = select(0u, SG_SPAN, SG_SPAN > 0u && max(SG_LANES, WG_M) % max(SG_SPAN, 1u) == 0u && (SG_SPAN & (max(SG_SPAN, 1u) - 1u)) == 0u);
+// k rows of a step of eight that one read per lane covers: every lane of a
+// column group reads row lk = id % SG_C of each SG_C rows (lanes past SG_C
+// repeat the first SG_C's reads).
+override SG_C: u32 = max(min(SG_G, 8u), 1u);
 
 // Staged tiles, k-major, four consecutive rows to a vector:
 // sh0[b * TILE_K * SM + kk * SM + q][c] is src0 row m0 + 4 q + c at
@@ -936,6 +962,138 @@ fn step8(acc: ptr<function, Acc>, a: u32, b: u32) {
     step4(acc, a + 4u * SM, b + 4u * SN);
 }
 
+// ---- The subgroup form ----
+//
+// Where the adapter has subgroups (WGSL's `subgroups` extension), the shim
+// builds a second form of this source (device::wgpu::subgroup): the text
+// with `enable subgroups;` first and every line whose comment begins
+// `SUBGROUP:` replaced by the text after that word (its indentation
+// kept), the override SG_LANES set to the adapter's subgroup size. The
+// plain form is the text as it stands: SG_LANES is 0, the `sg_`
+// functions below return their plain values, and every exchange is
+// behind a test on SG_G (an override constant, 0 there), so the driver
+// drops it and the plain form computes what it computed before.
+//
+// What the subgroup form changes: in a whole step of eight k (`step8_sg`),
+// the lanes of one subgroup that share a column group (the same lid.y)
+// no longer each read the eight staged src1 vectors of that group from
+// workgroup memory. Each lane reads one of them (k row j + lk), and every
+// lane takes row j + i from the lane that read it (subgroupShuffle): one
+// workgroup-memory read of src1 per lane per SG_C k rows instead of one a
+// k row. The products are `step`'s, on the same values in the same k
+// order (rule MM-ORDER): only where an operand is read from changes, so
+// the two forms give the same bits (the gate runs both).
+//
+// What WGSL guarantees, and so what is checked at run time (W3C WGSL,
+// "Subgroup Built-in Functions" and the built-in values
+// `subgroup_invocation_id`, `subgroup_size`): the id is 0 ..
+// subgroup_size - 1 within the subgroup; nothing relates it to
+// local_invocation_index, the size may differ from the adapter's (Vulkan's
+// varying subgroup size, which wgpu allows), and a subgroup may have
+// inactive invocations. The exchange assumes subgroups of SG_LANES lanes,
+// all active, holding local_invocation_index base .. base + SG_LANES - 1 in
+// id order with base a multiple of SG_LANES (what NVIDIA and lavapipe do).
+// `sg_plan` checks exactly that per subgroup; a subgroup without it reads
+// src1 as the plain form does. subgroupShuffle is called only in control
+// flow uniform within the subgroup (the branch on the plan, which is the
+// same for every lane of a subgroup) with every lane active.
+
+// The subgroup operations: plain values here, the builtins in the
+// subgroup form (never called in the plain form).
+fn sg_shuffle4(v: vec4<f32>, lane: u32) -> vec4<f32> {
+    return v; // SUBGROUP: return subgroupShuffle(v, lane);
+}
+
+fn sg_all(p: bool) -> bool {
+    return false; // SUBGROUP: return subgroupAll(p);
+}
+
+fn sg_first(v: u32) -> u32 {
+    return v; // SUBGROUP: return subgroupBroadcastFirst(v);
+}
+
+fn sg_active() -> u32 {
+    return 0u; // SUBGROUP: return subgroupAdd(1u);
+}
+
+// The lane's rank among the subgroup's active lanes in id order: its
+// subgroup_invocation_id when every lane is active. (The built-in value
+// itself is not used: naga 30 rejects an entry point that takes it once
+// the pipeline's overrides are applied, "Entry point main at Compute is
+// invalid".)
+fn sg_rank() -> u32 {
+    return 0u; // SUBGROUP: return subgroupExclusiveAdd(1u);
+}
+
+// One lane's part in the exchange: `on` when its subgroup has the layout
+// the exchange assumes (the same for every lane of a subgroup), g0 the id
+// of the first lane of its column group, lk the k row it reads of each
+// SG_C.
+struct SgPlan {
+    on: bool,
+    g0: u32,
+    lk: u32,
+}
+
+// The plan of the invocation at local index li in a subgroup of sg_size
+// lanes (0 in the plain form). Every lane of the subgroup reaches the four
+// subgroup operations (uniform control flow): the test before them is on
+// override constants only. With every lane active (`whole`), the rank is
+// the lane's subgroup_invocation_id, the id subgroupShuffle takes.
+fn sg_plan(li: u32, sg_size: u32) -> SgPlan {
+    var p = SgPlan(false, 0u, 0u);
+    if (SG_G == 0u) {
+        return p;
+    }
+    let sg_id = sg_rank();
+    let base = li - sg_id;
+    // (Divisors kept nonzero: the plain form's SG_LANES and SG_G are 0,
+    // and naga folds a division by a zero constant even where it cannot
+    // run.)
+    let lined = sg_size == SG_LANES && sg_id <= li && base % max(SG_LANES, 1u) == 0u;
+    let same = sg_first(base) == base;
+    let whole = sg_active() == SG_LANES;
+    p.on = sg_all(lined && same) && whole;
+    p.g0 = sg_id - sg_id % max(SG_G, 1u);
+    p.lk = sg_id % SG_C;
+    return p;
+}
+
+// Staged k row j of a step of eight through the exchange: the lane reads
+// its row of the SG_C starting at j when j starts them, then every lane
+// takes row j from lane g0 + j % SG_C of its column group.
+fn sg_step(acc: ptr<function, Acc>, j: u32, a: u32, b: u32, plan: SgPlan, held: ptr<function, vec4<f32>>, held_hi: ptr<function, vec4<f32>>) {
+    if (j % SG_C == 0u) {
+        *held = sh1[b + (j + plan.lk) * SN];
+        *held_hi = b_hi(b + WG_N + (j + plan.lk) * SN);
+    }
+    let src = plan.g0 + j % SG_C;
+    var x_hi = vec4<f32>(0.0);
+    if (VN == 2u) {
+        x_hi = sg_shuffle4(*held_hi, src);
+    }
+    step(acc, sh0[a + j * SM], a_hi(a + WG_M + j * SM), sg_shuffle4(*held, src), x_hi);
+}
+
+// step8 (the staged k rows at a, b and the seven after each), src1's
+// vectors exchanged in the subgroup when `plan` is on; else step8 itself.
+fn step8_sg(acc: ptr<function, Acc>, a: u32, b: u32, plan: SgPlan) {
+    if (SG_G == 0u || !plan.on) {
+        step8(acc, a, b);
+        return;
+    }
+    var held = vec4<f32>(0.0);
+    var held_hi = vec4<f32>(0.0);
+    sg_step(acc, 0u, a, b, plan, &held, &held_hi);
+    sg_step(acc, 1u, a, b, plan, &held, &held_hi);
+    sg_step(acc, 2u, a, b, plan, &held, &held_hi);
+    sg_step(acc, 3u, a, b, plan, &held, &held_hi);
+    sg_step(acc, 4u, a, b, plan, &held, &held_hi);
+    sg_step(acc, 5u, a, b, plan, &held, &held_hi);
+    sg_step(acc, 6u, a, b, plan, &held, &held_hi);
+    sg_step(acc, 7u, a, b, plan, &held, &held_hi);
+}
+
 // Stores output (gm, gn) if it is in bounds.
 fn store1(gm: u32, gn: u32, x: f32) {
     let m = params.m;
@@ -959,6 +1117,7 @@ fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_id) lid: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
+    // SUBGROUP: @builtin(subgroup_size) sg_size: u32,
 ) {
     let kdim = params.k;
     let m0 = wg.x * WG_M * TILE_M;
@@ -971,6 +1130,9 @@ fn main(
     // half as many), the last threads decode the scales and the first
     // ones the codes.
     let hl = threads - 1u - li;
+    // This lane's part in the subgroup form's exchange (off in the plain
+    // form).
+    let plan = sg_plan(li, 0u); // SUBGROUP: let plan = sg_plan(li, sg_size);
 
     var acc: Acc;
     acc.c0_0 = vec4<f32>(0.0);
@@ -1054,17 +1216,17 @@ fn main(
             // keeps the driver from unrolling the loop) has nothing to
             // count here. Each test is on override constants, so every
             // pipeline keeps only its own steps.
-            step8(&acc, a_at, b_at);
-            if (TILE_K > 8u) { step8(&acc, a_at + 8u * SM, b_at + 8u * SN); }
-            if (TILE_K > 16u) { step8(&acc, a_at + 16u * SM, b_at + 16u * SN); }
-            if (TILE_K > 24u) { step8(&acc, a_at + 24u * SM, b_at + 24u * SN); }
-            if (TILE_K > 32u) { step8(&acc, a_at + 32u * SM, b_at + 32u * SN); }
-            if (TILE_K > 40u) { step8(&acc, a_at + 40u * SM, b_at + 40u * SN); }
-            if (TILE_K > 48u) { step8(&acc, a_at + 48u * SM, b_at + 48u * SN); }
-            if (TILE_K > 56u) { step8(&acc, a_at + 56u * SM, b_at + 56u * SN); }
+            step8_sg(&acc, a_at, b_at, plan);
+            if (TILE_K > 8u) { step8_sg(&acc, a_at + 8u * SM, b_at + 8u * SN, plan); }
+            if (TILE_K > 16u) { step8_sg(&acc, a_at + 16u * SM, b_at + 16u * SN, plan); }
+            if (TILE_K > 24u) { step8_sg(&acc, a_at + 24u * SM, b_at + 24u * SN, plan); }
+            if (TILE_K > 32u) { step8_sg(&acc, a_at + 32u * SM, b_at + 32u * SN, plan); }
+            if (TILE_K > 40u) { step8_sg(&acc, a_at + 40u * SM, b_at + 40u * SN, plan); }
+            if (TILE_K > 48u) { step8_sg(&acc, a_at + 48u * SM, b_at + 48u * SN, plan); }
+            if (TILE_K > 56u) { step8_sg(&acc, a_at + 56u * SM, b_at + 56u * SN, plan); }
         } else if (kend == TILE_K && TILE_K % 8u == 0u) {
             for (var kk = 0u; kk < TILE_K; kk += 8u) {
-                step8(&acc, a_at + kk * SM, b_at + kk * SN);
+                step8_sg(&acc, a_at + kk * SM, b_at + kk * SN, plan);
             }
         } else {
             var kk = 0u;

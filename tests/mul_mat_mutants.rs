@@ -12,9 +12,15 @@
 //! So on lavapipe the test asserts the catch. On a real GPU the outcome
 //! depends on warp scheduling; there the test reports the rate and
 //! asserts nothing (a flaky assertion would be a defect).
+//!
+//! Each check runs in every form the engine has (`WgpuEngine::forms`: the
+//! plain source and, where the adapter has subgroups, its subgroup form,
+//! which is derived from the mutated text, so the bug is in both). The
+//! subgroup-only bug is asserted where there is a subgroup form and
+//! reported as not run elsewhere.
 
-use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine, BUILTIN_MUL_MAT_WGSL};
-use kernel_oracle::mul_mat::gate::{run_one, spec, Shape};
+use device::wgpu::{Dtype, Form, Geometry, ShaderSource, WgpuEngine, BUILTIN_MUL_MAT_WGSL};
+use kernel_oracle::mul_mat::gate::{run_one_form, spec, Shape};
 use kernel_oracle::mul_mat::mutants::{apply, by_name, MUTANTS};
 use kernel_oracle::mul_mat::Arm;
 
@@ -40,15 +46,20 @@ const SMALL: Shape = Shape {
     n: 35,
 };
 
-/// Every anchor occurs once and every mutant builds for every dtype, so it
-/// reaches the gate as a wrong kernel rather than as a compile error.
+/// Every anchor occurs once and every mutant builds for every dtype in
+/// every form, so it reaches the gate as a wrong kernel rather than as a
+/// compile error.
 #[test]
 fn every_mutant_applies_once_and_builds() {
     for m in &MUTANTS {
         let e = engine_for(m.name);
-        for d in Dtype::ALL {
-            e.pipeline(d, Geometry::default())
-                .unwrap_or_else(|err| panic!("mutant {} ({}): {err}", m.name, d.name()));
+        for form in e.forms() {
+            for d in Dtype::ALL {
+                e.pipeline_form(d, Geometry::default(), form)
+                    .unwrap_or_else(|err| {
+                        panic!("mutant {} ({}, {}): {err}", m.name, d.name(), form.name())
+                    });
+            }
         }
     }
 }
@@ -76,38 +87,101 @@ fn every_anchor_occurs_once_in(candidate: &str) {
     let path = kernel_oracle::paths::project_file(candidate, env!("CARGO_MANIFEST_DIR"))
         .unwrap_or_else(|e| panic!("{e}"));
     let text = std::fs::read_to_string(&path).unwrap();
-    for m in &MUTANTS {
+    for m in MUTANTS.iter().filter(|m| !m.subgroup_only) {
         apply(m, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
 }
 
 /// Dropping the f16 sign fails both arms of every quantized dtype (the
-/// generators keep negative scales) and leaves f32 (no f16 scale) passing.
+/// generators keep negative scales) and leaves f32 (no f16 scale) passing,
+/// in each form.
 #[test]
 fn drop_f16_sign_is_caught() {
     let e = engine_for("drop-f16-sign");
-    for d in Dtype::ALL {
-        for arm in [Arm::Exact, Arm::Random] {
-            let v = run_one(&e, &spec(&SMALL, d, arm), &Geometry::default()).unwrap();
+    for form in e.forms() {
+        for d in Dtype::ALL {
+            for arm in [Arm::Exact, Arm::Random] {
+                let v =
+                    run_one_form(&e, &spec(&SMALL, d, arm), &Geometry::default(), form).unwrap();
+                assert_eq!(
+                    v.pass(),
+                    d == Dtype::F32,
+                    "drop-f16-sign on {} {} ({} form): pass = {}",
+                    d.name(),
+                    arm.name(),
+                    form.name(),
+                    v.pass()
+                );
+            }
+        }
+    }
+}
+
+/// Adding the q4_K min fails q4_K only, in each form.
+#[test]
+fn q4k_min_added_is_caught() {
+    let e = engine_for("q4k-min-added");
+    for form in e.forms() {
+        for d in Dtype::ALL {
+            let v =
+                run_one_form(&e, &spec(&SMALL, d, Arm::Exact), &Geometry::default(), form).unwrap();
             assert_eq!(
                 v.pass(),
-                d == Dtype::F32,
-                "drop-f16-sign on {} {}: pass = {}",
+                d != Dtype::Q4K,
+                "q4k-min-added on {} ({} form)",
                 d.name(),
-                arm.name(),
-                v.pass()
+                form.name()
             );
         }
     }
 }
 
-/// Adding the q4_K min fails q4_K only.
+/// The subgroup form's exchange taking the wrong lane's row fails every
+/// dtype's EXACT arm in the subgroup form (its f32 GEMM runs the exchange
+/// on every path), at the declared geometry and the gate's 8 x 4 / 40, and
+/// passes in the plain form, which never runs the exchange. On an adapter
+/// without a subgroup form it is reported as not run: that form is the
+/// only one that could catch it. This is also the proof that the exchange
+/// runs at all on the adapter (a subgroup whose layout check fails reads
+/// src1 as the plain form does, and would pass).
 #[test]
-fn q4k_min_added_is_caught() {
-    let e = engine_for("q4k-min-added");
-    for d in Dtype::ALL {
-        let v = run_one(&e, &spec(&SMALL, d, Arm::Exact), &Geometry::default()).unwrap();
-        assert_eq!(v.pass(), d != Dtype::Q4K, "q4k-min-added on {}", d.name());
+fn sg_shuffle_wrong_lane_is_caught_in_the_subgroup_form() {
+    let e = engine_for("sg-shuffle-wrong-lane");
+    if let Err(reason) = e.subgroup_form() {
+        println!(
+            "not run: no subgroup form on {} ({reason})",
+            e.adapter_name()
+        );
+        return;
+    }
+    let geoms = [
+        Geometry::default(),
+        Geometry {
+            wg_m: 8,
+            wg_n: 4,
+            tile_k: 40,
+        },
+    ];
+    for geom in geoms {
+        for d in Dtype::ALL {
+            let s = spec(&SMALL, d, Arm::Exact);
+            let plain = run_one_form(&e, &s, &geom, Form::Plain).unwrap();
+            let sg = run_one_form(&e, &s, &geom, Form::Subgroup).unwrap();
+            println!(
+                "sg-shuffle-wrong-lane, {} {geom:?}: plain {}, {} {} ({} bit mismatches)",
+                d.name(),
+                plain.pass(),
+                e.form_label(Form::Subgroup),
+                sg.pass(),
+                sg.cmp.bit_mismatches
+            );
+            assert!(plain.pass(), "the plain form runs no exchange");
+            assert!(
+                !sg.pass(),
+                "{} {geom:?}: the subgroup form passed",
+                d.name()
+            );
+        }
     }
 }
 
@@ -118,12 +192,20 @@ fn q4k_min_added_is_caught() {
 fn dequant_last_unit_dropped_is_caught_on_the_dequant_path() {
     use kernel_oracle::mul_mat::gate::dequant_spec;
     let e = engine_for("dequant-last-unit-dropped");
-    for d in Dtype::ALL {
-        let fused = spec(&SMALL, d, Arm::Exact);
-        assert!(run_one(&e, &fused, &Geometry::default()).unwrap().pass());
-        if d != Dtype::F32 {
-            let v = run_one(&e, &dequant_spec(&fused), &Geometry::default()).unwrap();
-            assert!(!v.pass(), "dequant-last-unit-dropped passes {}", d.name());
+    let g = Geometry::default();
+    for form in e.forms() {
+        for d in Dtype::ALL {
+            let fused = spec(&SMALL, d, Arm::Exact);
+            assert!(run_one_form(&e, &fused, &g, form).unwrap().pass());
+            if d != Dtype::F32 {
+                let v = run_one_form(&e, &dequant_spec(&fused), &g, form).unwrap();
+                assert!(
+                    !v.pass(),
+                    "dequant-last-unit-dropped passes {} ({} form)",
+                    d.name(),
+                    form.name()
+                );
+            }
         }
     }
 }
@@ -136,18 +218,20 @@ fn missing_barrier_catch_rate() {
     let lavapipe = e.adapter_name().contains("llvmpipe");
     let mut caught = 0;
     let mut runs = 0;
-    for d in Dtype::ALL {
-        for geom in [
-            Geometry::default(),
-            Geometry {
-                wg_m: 8,
-                wg_n: 4,
-                tile_k: 40,
-            },
-        ] {
-            let v = run_one(&e, &spec(&SMALL, d, Arm::Random), &geom).unwrap();
-            runs += 1;
-            caught += usize::from(!v.pass());
+    for form in e.forms() {
+        for d in Dtype::ALL {
+            for geom in [
+                Geometry::default(),
+                Geometry {
+                    wg_m: 8,
+                    wg_n: 4,
+                    tile_k: 40,
+                },
+            ] {
+                let v = run_one_form(&e, &spec(&SMALL, d, Arm::Random), &geom, form).unwrap();
+                runs += 1;
+                caught += usize::from(!v.pass());
+            }
         }
     }
     println!(
@@ -219,25 +303,34 @@ fn drop_k_tail_is_caught_by_the_one_output_row() {
         tile_k: 40,
     };
     let m1n1 = CI_SHAPES.iter().find(|s| s.label == "m1n1").unwrap();
-    let random = run_one(&e, &spec(m1n1, Dtype::Q4_0, Arm::Random), &geom).unwrap();
-    println!(
-        "drop-k-tail, q4_0 m1n1 RANDOM: max_abs {:e}, passes: {}",
-        random.cmp.max_abs,
-        random.pass()
-    );
-    for d in Dtype::ALL {
-        let v = run_one(&e, &spec(m1n1, d, Arm::Balanced), &geom).unwrap();
+    for form in e.forms() {
+        let random = run_one_form(&e, &spec(m1n1, Dtype::Q4_0, Arm::Random), &geom, form).unwrap();
         println!(
-            "drop-k-tail, {} m1n1 BAL: max_abs {:e}, over bound {}",
-            d.name(),
-            v.cmp.max_abs,
-            v.over_bound
+            "drop-k-tail, q4_0 m1n1 RANDOM ({} form): max_abs {:e}, passes: {}",
+            form.name(),
+            random.cmp.max_abs,
+            random.pass()
         );
-        assert!(!v.pass(), "drop-k-tail passes {} m1n1 BAL", d.name());
+        for d in Dtype::ALL {
+            let v = run_one_form(&e, &spec(m1n1, d, Arm::Balanced), &geom, form).unwrap();
+            println!(
+                "drop-k-tail, {} m1n1 BAL ({} form): max_abs {:e}, over bound {}",
+                d.name(),
+                form.name(),
+                v.cmp.max_abs,
+                v.over_bound
+            );
+            assert!(
+                !v.pass(),
+                "drop-k-tail passes {} m1n1 BAL ({} form)",
+                d.name(),
+                form.name()
+            );
+        }
+        let tail = CI_SHAPES.iter().find(|s| s.label == "k-tail").unwrap();
+        let v = run_one_form(&e, &spec(tail, Dtype::F32, Arm::Exact), &geom, form).unwrap();
+        assert!(!v.pass(), "{} form", form.name());
     }
-    let tail = CI_SHAPES.iter().find(|s| s.label == "k-tail").unwrap();
-    let v = run_one(&e, &spec(tail, Dtype::F32, Arm::Exact), &geom).unwrap();
-    assert!(!v.pass());
 }
 
 /// A store without the column check writes past dst from a partial
@@ -249,15 +342,17 @@ fn unguarded_column_reaches_the_guard_band() {
     use kernel_oracle::mul_mat::gate::CI_SHAPES;
     let e = engine_for("unguarded-column");
     let mut guard = 0;
-    for sh in CI_SHAPES.iter().filter(|s| s.n > s.m) {
-        for geom in kernel_oracle::mul_mat::gate::GEOMETRIES {
-            match run_one(&e, &spec(sh, Dtype::F32, Arm::Exact), &geom) {
-                Err(WgpuError::Guard { .. }) => guard += 1,
-                other => panic!("{} {geom:?}: {other:?}", sh.label),
+    for form in e.forms() {
+        for sh in CI_SHAPES.iter().filter(|s| s.n > s.m) {
+            for geom in kernel_oracle::mul_mat::gate::GEOMETRIES {
+                match run_one_form(&e, &spec(sh, Dtype::F32, Arm::Exact), &geom, form) {
+                    Err(WgpuError::Guard { .. }) => guard += 1,
+                    other => panic!("{} {geom:?} ({} form): {other:?}", sh.label, form.name()),
+                }
             }
         }
     }
-    assert!(guard >= 4, "{guard} guard-band hits");
+    assert!(guard >= 4 * e.forms().len(), "{guard} guard-band hits");
 }
 
 /// A write past `dst` is a failing gate row with the shim's message and
@@ -271,7 +366,7 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
     let sh = *CI_SHAPES.iter().find(|s| s.label == "n>m").unwrap();
     let geom = GEOMETRIES[0];
     let sp = spec(&sh, Dtype::F32, Arm::Exact);
-    let (pass, lines) = gate::row(&e, sh.label, &sp, &geom, &mut Vec::new());
+    let (pass, lines) = gate::row(&e, sh.label, &sp, &geom, Form::Plain, &mut Vec::new());
     assert!(!pass, "{lines}");
     assert!(
         lines.contains("wrote past dst") && lines.contains("FAIL"),
@@ -295,7 +390,7 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
         .count();
     assert!(e.decl().dequant);
     let geoms = gate::geometries(&e, &[geom]).len();
-    let rows = (geoms * dtypes + dtypes - 1) * Arm::ALL.len();
+    let rows = (geoms * dtypes + dtypes - 1) * Arm::ALL.len() * e.forms().len();
     assert_eq!(g.rows, rows);
     assert!(g.failures >= 1 && g.failures <= rows, "{g:?}");
     // The fuzzer: a panic with both rerun lines.

@@ -503,3 +503,144 @@ fn oracle_case(dtype: Dtype, m: usize, n: usize, k: usize) -> (Vec<u8>, Vec<f32>
     .generate();
     (data.src0, data.src1)
 }
+
+/// Where the adapter has subgroups (lavapipe does: 8 lanes on a 256-bit
+/// host), the builtin shader's subgroup form is the default and computes
+/// the plain form's bits on every dtype and path, at the declared
+/// geometry, at the gate's 8 x 4 / 40 (partial tiles), and at WG_M 3,
+/// where no exchange applies (SG_G 0: every subgroup reads src1 as the
+/// plain form). Without subgroups it is an explicit skip of that form,
+/// with the reason.
+#[test]
+fn the_subgroup_form_is_the_default_and_computes_the_plain_bits() {
+    use device::wgpu::{Form, QuantPath};
+    use kernel_oracle::mul_mat::{Arm, CaseSpec};
+    let e = builtin();
+    match e.subgroup_form() {
+        Err(reason) => {
+            assert_eq!(e.forms(), vec![Form::Plain]);
+            assert_eq!(e.default_form(), Form::Plain);
+            println!(
+                "not run: {} has no subgroup form: {reason}",
+                e.adapter_name()
+            );
+            return;
+        }
+        Ok(lanes) => {
+            println!("{}: subgroup form of {lanes} lanes", e.adapter_name());
+            assert!(lanes.is_power_of_two() && (4..=128).contains(&lanes));
+        }
+    }
+    assert_eq!(e.forms(), vec![Form::Plain, Form::Subgroup]);
+    if std::env::var_os(device::wgpu::ENV_MUL_MAT_SUBGROUPS).is_none() {
+        assert_eq!(e.default_form(), Form::Subgroup);
+    }
+    let geoms = [
+        Geometry::default(),
+        Geometry {
+            wg_m: 8,
+            wg_n: 4,
+            tile_k: 40,
+        },
+        Geometry {
+            wg_m: 3,
+            wg_n: 4,
+            tile_k: 16,
+        },
+    ];
+    for geom in geoms {
+        for d in Dtype::ALL {
+            let data = CaseSpec {
+                dtype: d,
+                m: 97,
+                n: 35,
+                k: 512,
+                arm: Arm::Random,
+                seed: 7,
+            }
+            .generate();
+            let paths = match d {
+                Dtype::F32 => vec![QuantPath::Fused],
+                _ => vec![QuantPath::Fused, QuantPath::Dequant],
+            };
+            for path in paths {
+                let run = |form| {
+                    let job = e
+                        .prepare_form(d, geom, path, form, 97, 35, 512, &data.src0, &data.src1)
+                        .unwrap();
+                    assert_eq!(job.form(), form);
+                    job.dispatch(1).unwrap();
+                    job.read().unwrap()
+                };
+                let (plain, sg) = (run(Form::Plain), run(Form::Subgroup));
+                let same = plain
+                    .iter()
+                    .zip(&sg)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{} {geom:?} {}: the forms differ",
+                    d.name(),
+                    path.name()
+                );
+            }
+        }
+    }
+}
+
+/// KERNEL_ORACLE_MUL_MAT_SUBGROUPS=off makes the plain form the default
+/// and keeps the subgroup form available to the gate; a value that is no
+/// policy is a typed error. A source without marker lines has no subgroup
+/// form, says why, and refuses a subgroup job. (One test, so no other test
+/// of this binary reads the variable meanwhile.)
+#[test]
+fn subgroup_policy_and_sources_without_a_subgroup_form() {
+    use device::wgpu::{Form, QuantPath, ENV_MUL_MAT_SUBGROUPS};
+    let (off, bad) = {
+        let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+        std::env::set_var(ENV_MUL_MAT_SUBGROUPS, "off");
+        let off = WgpuEngine::new(ShaderSource::builtin());
+        std::env::set_var(ENV_MUL_MAT_SUBGROUPS, "sometimes");
+        let bad = WgpuEngine::new(ShaderSource::builtin());
+        std::env::remove_var(ENV_MUL_MAT_SUBGROUPS);
+        (off.unwrap(), bad)
+    };
+    assert!(
+        matches!(bad, Err(WgpuError::BadSubgroupEnv { ref value }) if value == "sometimes"),
+        "{bad:?}"
+    );
+    assert_eq!(off.default_form(), Form::Plain);
+    assert_eq!(
+        off.forms().len(),
+        1 + usize::from(off.subgroup_form().is_ok())
+    );
+    let marked: Vec<&str> = BUILTIN_MUL_MAT_WGSL
+        .lines()
+        .filter(|l| l.contains("// SUBGROUP: "))
+        .collect();
+    assert!(marked.len() >= 4, "{marked:?}");
+    let plain_only = candidate(
+        "no-markers.wgsl",
+        &BUILTIN_MUL_MAT_WGSL.replace("// SUBGROUP: ", "// subgroup form: "),
+    );
+    let reason = plain_only.subgroup_form().unwrap_err();
+    assert!(reason.contains("no `// SUBGROUP:` lines"), "{reason}");
+    assert_eq!(plain_only.forms(), vec![Form::Plain]);
+    assert_eq!(plain_only.default_form(), Form::Plain);
+    let r = plain_only.prepare_form(
+        Dtype::F32,
+        Geometry::default(),
+        QuantPath::Fused,
+        Form::Subgroup,
+        1,
+        1,
+        4,
+        &[0; 16],
+        &[0.0; 4],
+    );
+    assert!(
+        matches!(r, Err(WgpuError::NoSubgroupForm { .. })),
+        "{:?}",
+        r.err()
+    );
+}

@@ -137,14 +137,20 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
     let desc = engine.source().describe();
     println!("shader: {desc}");
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
+    let form = engine.default_form();
+    println!("{}", gate::form_line(engine));
     println!("{}", report::table_header());
     match gate::run_one(engine, &spec, &geom) {
         Ok(v) => {
-            println!("{}", report::table_row("case", &spec, &geom, &v));
+            let label = engine.form_label(form);
+            println!("{}", report::table_row("case", &spec, &geom, &label, &v));
             if v.pass() {
                 ExitCode::SUCCESS
             } else {
-                print!("{}", report::divergence(&spec, &geom, &v, &desc, None));
+                print!(
+                    "{}",
+                    report::divergence(&spec, &geom, form, &v, &desc, None)
+                );
                 ExitCode::from(1)
             }
         }

@@ -16,12 +16,17 @@
 //! Every shape runs three arms: EXACT, RANDOM, and BAL (RANDOM data with
 //! balanced products, so the one-output row fails a kernel that drops any
 //! product; see `super::judge`).
+//!
+//! Every row runs in each form the engine has (`WgpuEngine::forms`: the
+//! plain source, and its subgroup form where the adapter has subgroups),
+//! the form named in the row; an engine without a subgroup form says why
+//! in the header ([`form_line`]), an explicit skip of that form only.
 
 use super::generate::{Arm, CaseSpec};
 use super::judge::{reference, Verdict};
 use super::report;
-use super::run::run_case;
-use device::wgpu::{Dtype, Geometry, WgpuEngine, WgpuError};
+use super::run::run_case_form;
+use device::wgpu::{Dtype, Form, Geometry, WgpuEngine, WgpuError};
 
 /// One named shape: `dst[n, m] = src0[m, k] * src1[n, k]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +109,8 @@ pub fn spec(shape: &Shape, dtype: Dtype, arm: Arm) -> CaseSpec {
     }
 }
 
-/// Runs one case; returns its verdict, or the shim's error.
+/// Runs one case in the engine's default form
+/// (`WgpuEngine::default_form`); returns its verdict, or the shim's error.
 ///
 /// # Errors
 /// The shim's [`WgpuError`] (a refusal, a compile error of
@@ -114,9 +120,43 @@ pub fn run_one(
     spec: &CaseSpec,
     geom: &Geometry,
 ) -> Result<Verdict, WgpuError> {
+    run_one_form(engine, spec, geom, engine.default_form())
+}
+
+/// [`run_one`] in the shader form `form`.
+///
+/// # Errors
+/// As [`run_one`]; `WgpuError::NoSubgroupForm` for the subgroup form on
+/// an engine without one.
+pub fn run_one_form(
+    engine: &WgpuEngine,
+    spec: &CaseSpec,
+    geom: &Geometry,
+    form: Form,
+) -> Result<Verdict, WgpuError> {
     let data = spec.generate();
-    let got = run_case(engine, &data, *geom)?;
+    let got = run_case_form(engine, &data, *geom, form)?;
     Ok(Verdict::judge(&data, &got, &reference(&data)))
+}
+
+/// The header line naming the forms the gate runs: `forms: plain, sg32
+/// (subgroup form: 32 lanes a subgroup)`, or `forms: plain (no subgroup
+/// form: REASON)`, and the default form.
+pub fn form_line(engine: &WgpuEngine) -> String {
+    let forms: Vec<String> = engine
+        .forms()
+        .iter()
+        .map(|&f| engine.form_label(f))
+        .collect();
+    let why = match engine.subgroup_form() {
+        Ok(lanes) => format!("subgroup form: {lanes} lanes a subgroup"),
+        Err(reason) => format!("no subgroup form: {reason}; that form is skipped"),
+    };
+    format!(
+        "forms: {} ({why}); default {}",
+        forms.join(", "),
+        engine.form_label(engine.default_form())
+    )
 }
 
 /// One gate row: runs `spec` with `geom` and returns whether it passes and
@@ -131,14 +171,19 @@ pub fn row(
     label: &str,
     spec: &CaseSpec,
     geom: &Geometry,
+    form: Form,
     compile_errors: &mut Vec<String>,
 ) -> (bool, String) {
     let dtype = spec.dtype;
-    match run_one(engine, spec, geom) {
+    let form_label = engine.form_label(form);
+    match run_one_form(engine, spec, geom, form) {
         Ok(v) => {
-            let mut s = format!("{}\n", report::table_row(label, spec, geom, &v));
+            let mut s = format!(
+                "{}\n",
+                report::table_row(label, spec, geom, &form_label, &v)
+            );
             if !v.pass() {
-                s += &report::divergence(spec, geom, &v, &engine.source().describe(), None);
+                s += &report::divergence(spec, geom, form, &v, &engine.source().describe(), None);
             }
             (v.pass(), s)
         }
@@ -147,18 +192,18 @@ pub fn row(
         Err(WgpuError::Compile { ref message, .. }) if compile_errors.contains(message) => (
             false,
             format!(
-                "{} {label} {}: the shader does not compile (the error above)  FAIL\n{}",
+                "{} {label} {} {form_label}: the shader does not compile (the error above)  FAIL\n{}",
                 dtype.name(),
                 spec.arm.name(),
-                report::rerun_lines(spec, geom, None)
+                report::rerun_lines(spec, geom, form, None)
             ),
         ),
         Err(e) => {
             let s = format!(
-                "{} {label} {}: the shim failed: {e}  FAIL\n{}",
+                "{} {label} {} {form_label}: the shim failed: {e}  FAIL\n{}",
                 dtype.name(),
                 spec.arm.name(),
-                report::rerun_lines(spec, geom, None)
+                report::rerun_lines(spec, geom, form, None)
             );
             if let WgpuError::Compile { message, .. } = e {
                 compile_errors.push(message);
@@ -201,8 +246,10 @@ pub fn dequant_spec(spec: &CaseSpec) -> CaseSpec {
 /// shape x arm on the dequantize-then-GEMM path ([`dequant_spec`]) at the
 /// shader's declared geometry (that path's GEMM is the f32 pipeline, which
 /// the f32 rows run at every geometry; what is new is the pre-pass, which
-/// no geometry changes). Prints the table, each failure's reproduction and
-/// the verdict line.
+/// no geometry changes). All of it once in each form the engine has
+/// ([`WgpuEngine::forms`]: plain, then subgroup). Prints the forms
+/// ([`form_line`]), the table, each failure's reproduction and the
+/// verdict line.
 pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateResult {
     let mut g = GateResult::default();
     let mut compile_errors: Vec<String> = Vec::new();
@@ -213,6 +260,7 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
         decl.tile_m, decl.tile_n, decl.stages
     );
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
+    println!("{}", form_line(engine));
     println!("{}", report::table_header());
     let all = geometries(engine, geoms);
     let mut runs: Vec<(Geometry, bool, Vec<&Shape>)> = all
@@ -232,22 +280,27 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
     if decl.dequant {
         runs.push((decl.geometry, true, shapes.iter().collect()));
     }
-    for (geom, dequant, list) in &runs {
-        for sh in list {
-            for dtype in Dtype::ALL {
-                if !sh.k.is_multiple_of(dtype.block_elems()) || (*dequant && dtype == Dtype::F32) {
-                    continue;
-                }
-                for arm in Arm::ALL {
-                    let spec = match dequant {
-                        false => spec(sh, dtype, arm),
-                        true => dequant_spec(&spec(sh, dtype, arm)),
-                    };
-                    g.rows += 1;
-                    let (pass, lines) = row(engine, sh.label, &spec, geom, &mut compile_errors);
-                    print!("{lines}");
-                    if !pass {
-                        g.failures += 1;
+    for form in engine.forms() {
+        for (geom, dequant, list) in &runs {
+            for sh in list {
+                for dtype in Dtype::ALL {
+                    if !sh.k.is_multiple_of(dtype.block_elems())
+                        || (*dequant && dtype == Dtype::F32)
+                    {
+                        continue;
+                    }
+                    for arm in Arm::ALL {
+                        let spec = match dequant {
+                            false => spec(sh, dtype, arm),
+                            true => dequant_spec(&spec(sh, dtype, arm)),
+                        };
+                        g.rows += 1;
+                        let (pass, lines) =
+                            row(engine, sh.label, &spec, geom, form, &mut compile_errors);
+                        print!("{lines}");
+                        if !pass {
+                            g.failures += 1;
+                        }
                     }
                 }
             }
@@ -256,8 +309,14 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
     println!();
     if g.failures == 0 {
         println!(
-            "=== mul-mat-check ALL GREEN ({} rows: EXACT bit-identical, RANDOM and BAL within 2 gamma_K sum|w x| per output) ===",
-            g.rows
+            "=== mul-mat-check ALL GREEN ({} rows: EXACT bit-identical, RANDOM and BAL within 2 gamma_K sum|w x| per output; forms {}) ===",
+            g.rows,
+            engine
+                .forms()
+                .iter()
+                .map(|&f| engine.form_label(f))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     } else {
         println!(

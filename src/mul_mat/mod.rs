@@ -194,15 +194,19 @@ pub fn check_on(
     artifact: Option<&str>,
 ) {
     let desc = engine.source().describe();
+    let form = engine.default_form();
     let v = match gate::run_one(engine, spec, geom) {
         Ok(v) => v,
         Err(e) => panic!(
             "{}",
-            report::shim_failure(spec, geom, &desc, &e.to_string(), artifact)
+            report::shim_failure(spec, geom, form, &desc, &e.to_string(), artifact)
         ),
     };
     if !v.pass() {
-        panic!("{}", report::divergence(spec, geom, &v, &desc, artifact));
+        panic!(
+            "{}",
+            report::divergence(spec, geom, form, &v, &desc, artifact)
+        );
     }
     count(&STATS.compared);
 }

@@ -3,6 +3,14 @@
 //! and the fuzzer can be shown to catch a wrong kernel, not only to pass a
 //! right one. `kernel-oracle mutant mul-mat NAME -o FILE` writes one; point
 //! `KERNEL_ORACLE_MUL_MAT_WGSL` (or the bench's `SHADER=`) at the file.
+//!
+//! The subgroup form (`device::wgpu::subgroup`) is derived from the text
+//! that carries the bug, so every planted bug lands in both forms, and the
+//! gate, which runs both, meets it in each. One bug
+//! ([`Mutant::subgroup_only`]) is in the subgroup form's exchange, which
+//! the plain form never runs: only the subgroup form can catch it, and on
+//! an adapter without subgroups it survives (the gate's header says why
+//! that form was skipped).
 
 /// One planted bug.
 #[derive(Clone, Copy, Debug)]
@@ -15,45 +23,62 @@ pub struct Mutant {
     pub find: &'static str,
     /// Its replacement.
     pub replace: &'static str,
+    /// The bug is in code only the subgroup form runs (its anchor is in
+    /// the production shader's "The subgroup form" section, which the
+    /// candidates in `shaders/candidates/` do not have).
+    pub subgroup_only: bool,
 }
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 6] = [
+pub const MUTANTS: [Mutant; 7] = [
     Mutant {
         name: "drop-f16-sign",
         what: "the f16 scale decode drops the sign bit: every negative scale reads as positive (seed 004's masked-sign generator let this pass)",
         find: "let sign = (h & 0x8000u) << 16u;",
         replace: "let sign = 0u;",
+        subgroup_only: false,
     },
     Mutant {
         name: "missing-barrier",
         what: "no workgroup barrier between staging a tile and reading it: threads read tile entries other threads have not written yet",
         find: "workgroupBarrier(); // staged tiles complete before anyone reads them",
         replace: "// (barrier removed)",
+        subgroup_only: false,
     },
     Mutant {
         name: "q4k-min-added",
         what: "q4_K adds the sub-block min instead of subtracting it",
         find: "return dj * f32(q) - mj;",
         replace: "return dj * f32(q) + mj;",
+        subgroup_only: false,
     },
     Mutant {
         name: "drop-k-tail",
         what: "the k loop runs whole TILE_K tiles only: the last K % TILE_K products of every output are dropped (one output of K = 256 with TILE_K = 40 passed the RANDOM arm's bound; the BAL arm fails it)",
         find: "for (var k0 = 0u; k0 < kdim; k0 += TILE_K) {",
         replace: "for (var k0 = 0u; k0 + TILE_K <= kdim; k0 += TILE_K) {",
+        subgroup_only: false,
     },
     Mutant {
         name: "unguarded-column",
         what: "the store checks the row n but not the column m: a partial workgroup block writes columns m >= M into the next row, and from the last row past dst into the guard band",
         find: "if (gm < m && gn < n) {",
         replace: "if (gn < n) {",
+        subgroup_only: false,
     },
     Mutant {
         name: "dequant-last-unit-dropped",
         what: "the dequantize-then-GEMM pre-pass stops one invocation short: the last four elements of src0's last row stay zero in the scratch, so every output of that row misses its last four products (the fused path never runs the pre-pass)",
         find: "if (i >= params.m * kq) {",
         replace: "if (i + 1u >= params.m * kq) {",
+        subgroup_only: false,
+    },
+    Mutant {
+        name: "sg-shuffle-wrong-lane",
+        what: "the subgroup form's exchange takes staged src1 row j + 1 (mod SG_C) for row j: every output's products pair w[k] with x[k + 1] within each group of SG_C k rows (the plain form never runs the exchange)",
+        find: "    let src = plan.g0 + j % SG_C;",
+        replace: "    let src = plan.g0 + (j + 1u) % SG_C;",
+        subgroup_only: true,
     },
 ];
 

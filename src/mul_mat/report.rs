@@ -2,13 +2,24 @@
 
 use super::generate::{Arm, CaseSpec};
 use super::judge::Verdict;
-use device::wgpu::Geometry;
+use device::wgpu::{Form, Geometry, ENV_MUL_MAT_SUBGROUPS};
 
 /// The gate table's header.
 pub fn table_header() -> String {
     format!(
-        "{:<6} {:<10} {:>5} {:>5} {:>5} {:<7} {:<11} {:>10} {:>10} {:>10} {:>8}  verdict",
-        "dtype", "shape", "m", "n", "k", "arm", "geometry", "max_abs", "nmse", "bound", "bit_diff"
+        "{:<6} {:<10} {:>5} {:>5} {:>5} {:<7} {:<11} {:<8} {:>10} {:>10} {:>10} {:>8}  verdict",
+        "dtype",
+        "shape",
+        "m",
+        "n",
+        "k",
+        "arm",
+        "geometry",
+        "form",
+        "max_abs",
+        "nmse",
+        "bound",
+        "bit_diff"
     )
 }
 
@@ -18,14 +29,15 @@ pub fn geometry(g: &Geometry) -> String {
 }
 
 /// One table row; the geometry column ends in `+dq` for a case on the
-/// dequantize-then-GEMM path ([`super::path_for`]).
-pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, v: &Verdict) -> String {
+/// dequantize-then-GEMM path ([`super::path_for`]); the form column is
+/// the shader form the row ran (`WgpuEngine::form_label`: `plain`, `sg8`).
+pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, form: &str, v: &Verdict) -> String {
     let bound = match v.arm {
         Arm::Exact => "0 bits".to_string(),
         Arm::Random | Arm::Balanced => format!("{:.2e}", v.nmse_bound),
     };
     format!(
-        "{:<6} {:<10} {:>5} {:>5} {:>5} {:<7} {:<11} {:>10.3e} {:>10.2e} {:>10} {:>8}  {}",
+        "{:<6} {:<10} {:>5} {:>5} {:>5} {:<7} {:<11} {:<8} {:>10.3e} {:>10.2e} {:>10} {:>8}  {}",
         spec.dtype.name(),
         label,
         spec.m,
@@ -41,6 +53,7 @@ pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, v: &Verdict) -> 
                 ""
             }
         ),
+        form,
         v.cmp.max_abs,
         v.cmp.nmse,
         bound,
@@ -57,10 +70,20 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
     )
 }
 
-/// The lines that rerun one case: the fuzz artifact's (when there is one),
-/// then the `case` command, each `  rerun: ...\n`.
-pub fn rerun_lines(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) -> String {
-    let env = crate::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL);
+/// The variable setting that makes the default form `form`
+/// (`KERNEL_ORACLE_MUL_MAT_SUBGROUPS=off ` or `=on `), for a rerun line.
+pub fn form_env(form: Form) -> String {
+    let v = match form {
+        Form::Plain => "off",
+        Form::Subgroup => "on",
+    };
+    format!("{ENV_MUL_MAT_SUBGROUPS}={v} ")
+}
+
+/// The lines that rerun one case in `form`: the fuzz artifact's (when
+/// there is one), then the `case` command, each `  rerun: ...\n`.
+pub fn rerun_lines(spec: &CaseSpec, geom: &Geometry, form: Form, artifact: Option<&str>) -> String {
+    let env = crate::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL) + &form_env(form);
     let mut s = String::new();
     if let Some(a) = artifact {
         s += &format!("  rerun: {env}cargo +nightly fuzz run mul_mat {a}\n");
@@ -86,19 +109,21 @@ pub fn rerun_lines(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) -> 
 pub fn shim_failure(
     spec: &CaseSpec,
     geom: &Geometry,
+    form: Form,
     source: &str,
     error: &str,
     artifact: Option<&str>,
 ) -> String {
     format!(
-        "MUL_MAT FAILURE ({source}): {} {} m={} n={} k={} geometry {}\n  the shim failed on a valid case: {error}\n{}  {}\n",
+        "MUL_MAT FAILURE ({source}, {} form): {} {} m={} n={} k={} geometry {}\n  the shim failed on a valid case: {error}\n{}  {}\n",
+        form.name(),
         spec.dtype.name(),
         spec.arm.name(),
         spec.m,
         spec.n,
         spec.k,
         geometry(geom),
-        rerun_lines(spec, geom, artifact),
+        rerun_lines(spec, geom, form, artifact),
         spec_literal(spec)
     )
 }
@@ -109,12 +134,14 @@ pub fn shim_failure(
 pub fn divergence(
     spec: &CaseSpec,
     geom: &Geometry,
+    form: Form,
     v: &Verdict,
     source: &str,
     artifact: Option<&str>,
 ) -> String {
     let mut s = format!(
-        "MUL_MAT DIVERGENCE ({source}): {} {} m={} n={} k={} geometry {}\n",
+        "MUL_MAT DIVERGENCE ({source}, {} form): {} {} m={} n={} k={} geometry {}\n",
+        form.name(),
         spec.dtype.name(),
         spec.arm.name(),
         spec.m,
@@ -145,7 +172,7 @@ pub fn divergence(
             v.cmp.non_finite
         );
     }
-    s += &rerun_lines(spec, geom, artifact);
+    s += &rerun_lines(spec, geom, form, artifact);
     s += &format!(
         "  #[test]\n  fn mul_mat_regression_{:x}() {{\n      kernel_oracle::mul_mat::check_geometry(&{}, &device::wgpu::Geometry {{ wg_m: {}, wg_n: {}, tile_k: {} }});\n  }}\n",
         spec.seed,

@@ -1,7 +1,7 @@
 //! The runner: one case through the wgpu shim.
 
 use super::generate::CaseData;
-use device::wgpu::{Geometry, QuantPath, ShaderSource, WgpuEngine, WgpuError};
+use device::wgpu::{Form, Geometry, QuantPath, ShaderSource, WgpuEngine, WgpuError};
 use std::sync::OnceLock;
 
 /// The process's wgpu engine: the adapter of `WGPU_BACKEND` (else Vulkan)
@@ -22,7 +22,8 @@ pub fn engine() -> Result<&'static WgpuEngine, String> {
         .map_err(Clone::clone)
 }
 
-/// Runs `data` through the kernel with `geom`, on the case's path
+/// Runs `data` through the kernel with `geom`, in the engine's default
+/// form (`WgpuEngine::default_form`), on the case's path
 /// ([`super::path_for`]; fused when the shader has no `dequant` entry);
 /// returns `dst` (N x M, stride M).
 ///
@@ -34,11 +35,28 @@ pub fn run_case(
     data: &CaseData,
     geom: Geometry,
 ) -> Result<Vec<f32>, WgpuError> {
+    run_case_form(engine, data, geom, engine.default_form())
+}
+
+/// [`run_case`] in the shader form `form` (the plain source, or its
+/// subgroup form: `device::wgpu::Form`).
+///
+/// # Errors
+/// As [`run_case`]; `WgpuError::NoSubgroupForm` for the subgroup form on
+/// an engine without one.
+pub fn run_case_form(
+    engine: &WgpuEngine,
+    data: &CaseData,
+    geom: Geometry,
+    form: Form,
+) -> Result<Vec<f32>, WgpuError> {
     let s = &data.spec;
     let path = if engine.decl().dequant {
         super::path_for(s)
     } else {
         QuantPath::Fused
     };
-    engine.mul_mat_path(s.dtype, geom, path, s.m, s.n, s.k, &data.src0, &data.src1)
+    engine.mul_mat_form(
+        s.dtype, geom, path, form, s.m, s.n, s.k, &data.src0, &data.src1,
+    )
 }

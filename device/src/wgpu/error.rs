@@ -47,6 +47,27 @@ pub enum WgpuError {
         feature: &'static str,
     },
 
+    /// `KERNEL_ORACLE_MUL_MAT_SUBGROUPS` ([`super::ENV_MUL_MAT_SUBGROUPS`])
+    /// is set to a value other than `off`, `0`, `plain`, `auto`, `on`, `1`
+    /// or empty.
+    #[error("KERNEL_ORACLE_MUL_MAT_SUBGROUPS={value:?} is not a policy (off, plain, 0; auto, on, 1, or unset)")]
+    BadSubgroupEnv {
+        /// The variable's value.
+        value: String,
+    },
+
+    /// [`super::Form::Subgroup`] asked of an engine without a subgroup
+    /// form: the source has no `// SUBGROUP: ` lines, the adapter lacks
+    /// `Features::SUBGROUP`, or its subgroup size is not one size
+    /// ([`super::subgroup::lanes_for`]).
+    #[error("no subgroup form of {source_desc}: {reason}")]
+    NoSubgroupForm {
+        /// [`super::ShaderSource::describe`].
+        source_desc: String,
+        /// Why ([`super::WgpuEngine::subgroup_form`]).
+        reason: String,
+    },
+
     /// [`super::QuantPath::Dequant`] asked of a case it cannot serve: an f32
     /// src0 (nothing to dequantize), or a shader that declares no
     /// `fn dequant` entry.

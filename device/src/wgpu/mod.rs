@@ -48,16 +48,26 @@
 //! prefill). [`WgpuEngine::default_path`] picks the second for
 //! `n >= DEQUANT_MIN_N`.
 //!
+//! Subgroups ([`subgroup`]): a source with `// SUBGROUP: ` lines (the
+//! production shader) has a second, subgroup form, built where the adapter
+//! offers `Features::SUBGROUP` with one subgroup size; it computes the same
+//! bits by other data movement. [`WgpuEngine::default_form`] takes it
+//! unless `KERNEL_ORACLE_MUL_MAT_SUBGROUPS=off`;
+//! [`WgpuEngine::subgroup_form`] says why an engine has none. Both forms
+//! run through [`WgpuEngine::prepare_form`], and the gate runs both.
+//!
 //! `dst` is allocated with a guard band of [`GUARD_WORDS`] words after it,
 //! filled with [`GUARD_BITS`] and checked after every read-back, so an
 //! out-of-bounds write fails even when the values look right.
 
 mod decl;
 mod error;
+pub mod subgroup;
 
 pub use decl::ShaderDecl;
 pub use error::{Result, WgpuError};
 pub use oracle::ggml::Dtype;
+pub use subgroup::{Form, SubgroupPolicy, ENV_MUL_MAT_SUBGROUPS};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -316,9 +326,9 @@ pub fn dtype_code(dtype: Dtype) -> u32 {
     }
 }
 
-/// A built pipeline's dtype, geometry and entry point (`"main"`,
-/// `"dequant"`).
-type PipelineKey = (Dtype, Geometry, &'static str);
+/// A built pipeline's dtype, geometry, entry point (`"main"`,
+/// `"dequant"`) and form.
+type PipelineKey = (Dtype, Geometry, &'static str, Form);
 
 /// An adapter, its device and the pipelines built so far for one shader
 /// source.
@@ -330,6 +340,9 @@ pub struct WgpuEngine {
     source: ShaderSource,
     decl: ShaderDecl,
     checks: wgpu::ShaderRuntimeChecks,
+    /// The subgroup form's text and lanes per subgroup, or why there is none.
+    subgroup: std::result::Result<(Arc<str>, u32), String>,
+    policy: SubgroupPolicy,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
 }
 
@@ -377,7 +390,10 @@ impl WgpuEngine {
     /// [`WgpuError::BadBackendEnv`], [`WgpuError::NoAdapter`],
     /// [`WgpuError::MissingFeature`] (a source with `enable f16;` on an
     /// adapter without `SHADER_F16`, or `enable subgroups;` without
-    /// `SUBGROUP`), [`WgpuError::RequestDevice`].
+    /// `SUBGROUP`), [`WgpuError::RequestDevice`],
+    /// [`WgpuError::BadSubgroupEnv`]. An adapter without subgroups is no
+    /// error for a source with a subgroup form: the engine then has the
+    /// plain form only ([`WgpuEngine::subgroup_form`] says why).
     pub fn new(source: ShaderSource) -> Result<WgpuEngine> {
         Self::with_checks(source, wgpu::ShaderRuntimeChecks::checked())
     }
@@ -439,6 +455,8 @@ impl WgpuEngine {
 
     fn with_checks(source: ShaderSource, checks: wgpu::ShaderRuntimeChecks) -> Result<WgpuEngine> {
         let decl = ShaderDecl::parse(source.text(), &source.describe())?;
+        let policy =
+            SubgroupPolicy::from_env().map_err(|value| WgpuError::BadSubgroupEnv { value })?;
         let backends = backends_from_env()?;
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = backends;
@@ -470,6 +488,18 @@ impl WgpuEngine {
             }
             features |= feature;
         }
+        // The subgroup form: a source with marker lines, on an adapter
+        // with subgroups of one size (subgroup::lanes_for).
+        let subgroup = subgroup::specialise(source.text()).and_then(|text| {
+            if !adapter.features().contains(wgpu::Features::SUBGROUP) {
+                return Err(format!("adapter {} lacks Features::SUBGROUP", info.name));
+            }
+            let lanes = subgroup::lanes_for(info.subgroup_min_size, info.subgroup_max_size)?;
+            Ok((Arc::from(text), lanes))
+        });
+        if subgroup.is_ok() {
+            features |= wgpu::Features::SUBGROUP;
+        }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kernel-oracle mul_mat"),
@@ -489,6 +519,8 @@ impl WgpuEngine {
             source,
             decl,
             checks,
+            subgroup,
+            policy,
             pipelines: Mutex::new(HashMap::new()),
         })
     }
@@ -520,34 +552,110 @@ impl WgpuEngine {
         &self.decl
     }
 
-    /// The pipeline for `dtype` and `geom`, built on first use.
+    /// The subgroup form's lanes per subgroup (the `SG_LANES` it is built
+    /// with), or why the engine has no subgroup form (the source has no
+    /// marker lines, the adapter lacks `Features::SUBGROUP`, its subgroup
+    /// size is a range: [`subgroup::lanes_for`]).
+    ///
+    /// # Errors
+    /// The reason, as text for a report.
+    pub fn subgroup_form(&self) -> std::result::Result<u32, &str> {
+        match &self.subgroup {
+            Ok((_, lanes)) => Ok(*lanes),
+            Err(reason) => Err(reason),
+        }
+    }
+
+    /// The forms this engine can run: [`Form::Plain`], then
+    /// [`Form::Subgroup`] when it has one.
+    pub fn forms(&self) -> Vec<Form> {
+        let mut v = vec![Form::Plain];
+        if self.subgroup.is_ok() {
+            v.push(Form::Subgroup);
+        }
+        v
+    }
+
+    /// The form [`WgpuEngine::prepare`], [`WgpuEngine::prepare_path`] and
+    /// [`WgpuEngine::mul_mat`] run: [`Form::Subgroup`] when the engine has
+    /// one and `KERNEL_ORACLE_MUL_MAT_SUBGROUPS` is not `off`
+    /// ([`SubgroupPolicy`]), else [`Form::Plain`].
+    pub fn default_form(&self) -> Form {
+        if self.subgroup.is_ok() && self.policy == SubgroupPolicy::Auto {
+            Form::Subgroup
+        } else {
+            Form::Plain
+        }
+    }
+
+    /// `form` as the gate and the bench print it: `"plain"`, or
+    /// `"sgN"` for the subgroup form built for N lanes.
+    pub fn form_label(&self, form: Form) -> String {
+        match (form, &self.subgroup) {
+            (Form::Subgroup, Ok((_, lanes))) => format!("sg{lanes}"),
+            (f, _) => f.name().to_string(),
+        }
+    }
+
+    /// The pipeline for `dtype` and `geom` in the default form
+    /// ([`WgpuEngine::default_form`]), built on first use.
     ///
     /// # Errors
     /// [`WgpuError::Geometry`] (see [`Geometry::validate`]);
     /// [`WgpuError::Compile`] if the source or its override constants do
     /// not validate.
     pub fn pipeline(&self, dtype: Dtype, geom: Geometry) -> Result<Arc<wgpu::ComputePipeline>> {
-        self.pipeline_entry(dtype, geom, "main")
+        self.pipeline_entry(dtype, geom, "main", self.default_form())
+    }
+
+    /// [`WgpuEngine::pipeline`] in the given form.
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::pipeline`]; [`WgpuError::NoSubgroupForm`] for
+    /// [`Form::Subgroup`] on an engine without one.
+    pub fn pipeline_form(
+        &self,
+        dtype: Dtype,
+        geom: Geometry,
+        form: Form,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.pipeline_entry(dtype, geom, "main", form)
     }
 
     /// The pipeline of entry point `entry` (`"main"`, `"dequant"`) for
-    /// `dtype` and `geom`, built on first use.
+    /// `dtype`, `geom` and `form`, built on first use.
     fn pipeline_entry(
         &self,
         dtype: Dtype,
         geom: Geometry,
         entry: &'static str,
+        form: Form,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
         geom.validate(&self.decl, &self.limits)?;
+        let sg = match form {
+            Form::Plain => None,
+            Form::Subgroup => {
+                Some(
+                    self.subgroup
+                        .as_ref()
+                        .map_err(|reason| WgpuError::NoSubgroupForm {
+                            source_desc: self.source.describe(),
+                            reason: reason.clone(),
+                        })?,
+                )
+            }
+        };
         let mut map = self.pipelines.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = map.get(&(dtype, geom, entry)) {
+        if let Some(p) = map.get(&(dtype, geom, entry, form)) {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let text = if self.decl.subgroups {
-            decl::without_subgroups_enable(self.source.text()).into()
-        } else {
-            std::borrow::Cow::Borrowed(self.source.text())
+        let text = match sg {
+            Some((text, _)) => decl::without_subgroups_enable(text).into(),
+            None if self.decl.subgroups => {
+                decl::without_subgroups_enable(self.source.text()).into()
+            }
+            None => std::borrow::Cow::Borrowed(self.source.text()),
         };
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some("mul_mat_reg_tile"),
@@ -557,12 +665,15 @@ impl WgpuEngine {
         // with them off (only through `new_unchecked`) its caller has
         // taken on the conditions of `create_shader_module_trusted`.
         let module = unsafe { self.device.create_shader_module_trusted(desc, self.checks) };
-        let constants = [
+        let mut constants = vec![
             ("SRC0_DTYPE", f64::from(dtype_code(dtype))),
             ("WG_M", f64::from(geom.wg_m)),
             ("WG_N", f64::from(geom.wg_n)),
             ("TILE_K", f64::from(geom.tile_k)),
         ];
+        if let Some((_, lanes)) = sg {
+            constants.push((subgroup::LANES_OVERRIDE, f64::from(*lanes)));
+        }
         let pipeline = self
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -577,14 +688,22 @@ impl WgpuEngine {
                 cache: None,
             });
         if let Some(e) = pollster::block_on(scope.pop()) {
+            // The error and its causes (naga's reason is a cause of
+            // wgpu's "... is invalid").
+            let mut message = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                message += &format!(": {c}");
+                cause = c.source();
+            }
             return Err(WgpuError::Compile {
                 source_desc: self.source.describe(),
                 dtype: dtype.name(),
-                message: e.to_string(),
+                message,
             });
         }
         let p = Arc::new(pipeline);
-        map.insert((dtype, geom, entry), p.clone());
+        map.insert((dtype, geom, entry, form), p.clone());
         Ok(p)
     }
 
@@ -689,7 +808,8 @@ impl WgpuEngine {
         }
     }
 
-    /// [`WgpuEngine::prepare`] on the given [`QuantPath`].
+    /// [`WgpuEngine::prepare`] on the given [`QuantPath`], in the default
+    /// form ([`WgpuEngine::default_form`]).
     ///
     /// # Errors
     /// As [`WgpuEngine::prepare`]; [`WgpuError::NoDequant`] for
@@ -703,6 +823,29 @@ impl WgpuEngine {
         dtype: Dtype,
         geom: Geometry,
         path: QuantPath,
+        m: usize,
+        n: usize,
+        k: usize,
+        src0: &[u8],
+        src1: &[f32],
+    ) -> Result<MulMatJob<'_>> {
+        let form = self.default_form();
+        self.prepare_form(dtype, geom, path, form, m, n, k, src0, src1)
+    }
+
+    /// [`WgpuEngine::prepare_path`] in the given [`Form`] (both
+    /// dispatches of [`QuantPath::Dequant`] in that form).
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::prepare_path`]; [`WgpuError::NoSubgroupForm`] for
+    /// [`Form::Subgroup`] on an engine without one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_form(
+        &self,
+        dtype: Dtype,
+        geom: Geometry,
+        path: QuantPath,
+        form: Form,
         m: usize,
         n: usize,
         k: usize,
@@ -796,14 +939,14 @@ impl WgpuEngine {
                         limit: self.limits.max_compute_workgroups_per_dimension,
                     });
                 }
-                let pipeline = self.pipeline_entry(dtype, geom, "dequant")?;
+                let pipeline = self.pipeline_entry(dtype, geom, "dequant", form)?;
                 // No workgroups (M K = 0): py is 0 and the dispatch is skipped.
                 Some((pipeline, bytes, (px as u32, py as u32)))
             }
         };
         // On the dequant path `main` is the f32 GEMM over the scratch.
         let main_dtype = if pre.is_some() { Dtype::F32 } else { dtype };
-        let pipeline = self.pipeline(main_dtype, geom)?;
+        let pipeline = self.pipeline_entry(main_dtype, geom, "main", form)?;
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         // A bind group that does not match the layout a candidate's entry
@@ -905,6 +1048,7 @@ impl WgpuEngine {
         Ok(MulMatJob {
             engine: self,
             path,
+            form,
             pre,
             pipeline,
             bind,
@@ -968,6 +1112,29 @@ impl WgpuEngine {
         job.dispatch(1)?;
         job.read()
     }
+
+    /// [`WgpuEngine::mul_mat_path`] in the given [`Form`].
+    ///
+    /// # Errors
+    /// As [`WgpuEngine::prepare_form`], [`MulMatJob::dispatch`] and
+    /// [`MulMatJob::read`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn mul_mat_form(
+        &self,
+        dtype: Dtype,
+        geom: Geometry,
+        path: QuantPath,
+        form: Form,
+        m: usize,
+        n: usize,
+        k: usize,
+        src0: &[u8],
+        src1: &[f32],
+    ) -> Result<Vec<f32>> {
+        let job = self.prepare_form(dtype, geom, path, form, m, n, k, src0, src1)?;
+        job.dispatch(1)?;
+        job.read()
+    }
 }
 
 /// Which dispatches of a job's run [`MulMatJob::dispatch_parts`] records.
@@ -1004,6 +1171,7 @@ struct PrePass {
 pub struct MulMatJob<'e> {
     engine: &'e WgpuEngine,
     path: QuantPath,
+    form: Form,
     pre: Option<PrePass>,
     pipeline: Arc<wgpu::ComputePipeline>,
     bind: wgpu::BindGroup,
@@ -1023,6 +1191,11 @@ impl MulMatJob<'_> {
     /// The path the job runs (an f32 src0 is always [`QuantPath::Fused`]).
     pub fn path(&self) -> QuantPath {
         self.path
+    }
+
+    /// The form the job runs.
+    pub fn form(&self) -> Form {
+        self.form
     }
 
     /// Records `times` runs (on the dequant path each run is the `dequant`
