@@ -50,11 +50,20 @@
 //! compute pass (`MulMatJob::dispatch`, as the gate runs them) or in a
 //! pass each (what a pass costs).
 //!
+//! `FORM=both|auto|plain|subgroup` (default `both`): the shader forms
+//! timed (`device::wgpu::Form`): `both` runs every row in each form the
+//! engine has (the plain source, and its subgroup form where the adapter
+//! has subgroups; the header's `forms:` line says which, or why there is
+//! no subgroup form), `auto` the shim's default form, the others one form
+//! (`subgroup` on an engine without one is an error). The `form` column
+//! says which ran (`plain`, `sg32`), and `x f32` is over the f32 row of
+//! the same form.
+//!
 //! `SHADER=<path>`: a candidate with the ABI at the top of the shader. Every
-//! output of every shape is also computed by the production shader (at its
-//! own declared geometry: by the contract's order every geometry gives the
-//! same bits) on the same inputs and compared bit for bit over the whole
-//! of `dst`: a
+//! output of every shape is also computed by the production shader in
+//! each of its forms (at its own declared geometry: by the contract's
+//! order every geometry gives the same bits) on the same inputs and
+//! compared bit for bit over the whole of `dst`: a
 //! non-finite output fails, and any difference stops the sweep (exit 1).
 //! Anything else that stops it (a bad variable, no adapter, a candidate
 //! that does not compile) exits 2, so a tuning script can tell a wrong
@@ -79,7 +88,7 @@
 //! `GEN-FINITE`), activations uniform in [-1, 1).
 
 use anyhow::{ensure, Context};
-use device::wgpu::{Dtype, Geometry, Parts, Passes, QuantPath, ShaderSource, WgpuEngine};
+use device::wgpu::{Dtype, Form, Geometry, Parts, Passes, QuantPath, ShaderSource, WgpuEngine};
 use kernel_oracle::mul_mat::gate::LFM_SHAPES;
 use kernel_oracle::mul_mat::{Arm, CaseSpec};
 use std::collections::HashMap;
@@ -234,6 +243,18 @@ fn run() -> anyhow::Result<()> {
         Ok("off") => unsafe { WgpuEngine::new_unchecked(source)? },
         Ok(other) => anyhow::bail!("CHECKS={other:?}: on, bounds or off"),
     };
+    let forms: Vec<Form> = match std::env::var("FORM").as_deref() {
+        Err(_) | Ok("both") => engine.forms(),
+        Ok("auto") => vec![engine.default_form()],
+        Ok("plain") => vec![Form::Plain],
+        Ok("subgroup") => {
+            if let Err(reason) = engine.subgroup_form() {
+                anyhow::bail!("FORM=subgroup: {reason}");
+            }
+            vec![Form::Subgroup]
+        }
+        Ok(other) => anyhow::bail!("FORM={other:?}: both, auto, plain or subgroup"),
+    };
     let decl = *engine.decl();
     let geom = Geometry {
         wg_m: env_u32("WG_M", decl.geometry.wg_m)?,
@@ -262,6 +283,18 @@ fn run() -> anyhow::Result<()> {
     };
     geom.validate(&decl, engine.limits())?;
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
+    println!(
+        "{}; timed: {}",
+        kernel_oracle::mul_mat::gate::form_line(&engine),
+        forms
+            .iter()
+            .map(|&f| engine.form_label(f))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Some(p) = &production {
+        println!("reference: {}", kernel_oracle::mul_mat::gate::form_line(p));
+    }
     println!(
         "shader: {}{}{}",
         engine.source().describe(),
@@ -333,7 +366,7 @@ fn run() -> anyhow::Result<()> {
     println!("{peer_header}");
     println!();
     println!(
-        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>9} {:<7}  {:>9} {:>10}  {:>10} {:>9} {:>6}  pre + main ms",
+        "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>9} {:<7} {:<8}  {:>9} {:>10}  {:>10} {:>9} {:>6}  pre + main ms",
         "dtype",
         "shape",
         "m",
@@ -342,42 +375,52 @@ fn run() -> anyhow::Result<()> {
         "geom",
         "grid",
         "path",
+        "form",
         "ms",
         "GFLOP/s",
         "cuBLAS",
         "ratio",
         "x f32"
     );
-    let mut f32_ms: HashMap<&str, f64> = HashMap::new();
+    let mut f32_ms: HashMap<(&str, Form), f64> = HashMap::new();
     for &dtype in &dtypes {
         for s in &LFM_SHAPES {
-            let data = CaseSpec {
-                dtype,
-                m: s.m,
-                n: s.n,
-                k: s.k,
-                arm: Arm::Random,
-                seed: 0x0004_BE4C,
-            }
-            .generate();
-            let path = match quant {
-                Some(QuantPath::Dequant) if dtype != Dtype::F32 => QuantPath::Dequant,
-                Some(_) => QuantPath::Fused,
-                None => engine.default_path(dtype, s.m, s.n, s.k),
-            };
-            let geom = match fixed {
-                true => geom,
-                false => engine.default_geometry(s.m, s.n, s.k),
-            };
-            let job =
-                engine.prepare_path(dtype, geom, path, s.m, s.n, s.k, &data.src0, &data.src1)?;
-            let ms = time_ms(&job, iters, Parts::Both, passes)?;
-            if let Some(p) = &production {
-                let got = job.read()?;
-                let pg = p.decl().geometry;
-                let want = p.mul_mat(dtype, pg, s.m, s.n, s.k, &data.src0, &data.src1)?;
-                if let Some(i) = got.iter().position(|v| !v.is_finite()) {
-                    return Err(Mismatch(format!(
+            for &form in &forms {
+                let data = CaseSpec {
+                    dtype,
+                    m: s.m,
+                    n: s.n,
+                    k: s.k,
+                    arm: Arm::Random,
+                    seed: 0x0004_BE4C,
+                }
+                .generate();
+                let path = match quant {
+                    Some(QuantPath::Dequant) if dtype != Dtype::F32 => QuantPath::Dequant,
+                    Some(_) => QuantPath::Fused,
+                    None => engine.default_path(dtype, s.m, s.n, s.k),
+                };
+                let geom = match fixed {
+                    true => geom,
+                    false => engine.default_geometry(s.m, s.n, s.k),
+                };
+                let job = engine.prepare_form(
+                    dtype, geom, path, form, s.m, s.n, s.k, &data.src0, &data.src1,
+                )?;
+                let ms = time_ms(&job, iters, Parts::Both, passes)?;
+                // Against every form of the production shader.
+                let refs = production
+                    .iter()
+                    .flat_map(|p| p.forms().into_iter().map(move |f| (p, f)));
+                for (p, pform) in refs {
+                    let got = job.read()?;
+                    let pg = p.decl().geometry;
+                    let ppath = p.default_path(dtype, s.m, s.n, s.k);
+                    let want = p.mul_mat_form(
+                        dtype, pg, ppath, pform, s.m, s.n, s.k, &data.src0, &data.src1,
+                    )?;
+                    if let Some(i) = got.iter().position(|v| !v.is_finite()) {
+                        return Err(Mismatch(format!(
                         "{} {}: non-finite output dst[n={}, m={}] = {} — the diff would validate nothing",
                         dtype.name(),
                         s.label,
@@ -386,58 +429,61 @@ fn run() -> anyhow::Result<()> {
                         got[i]
                     ))
                     .into());
+                    }
+                    let diff = got
+                        .iter()
+                        .zip(&want)
+                        .filter(|(a, b)| a.to_bits() != b.to_bits())
+                        .count();
+                    if let Some(i) = got
+                        .iter()
+                        .zip(&want)
+                        .position(|(a, b)| a.to_bits() != b.to_bits())
+                    {
+                        return Err(Mismatch(format!(
+                            "{} {} ({} form): {diff} of {} outputs differ from the production \
+                         shader's {} form, first dst[n={}, m={}]: candidate {:e}, production {:e} \
+                         — the sweep stops here",
+                            dtype.name(),
+                            s.label,
+                            form.name(),
+                            got.len(),
+                            pform.name(),
+                            i / s.m,
+                            i % s.m,
+                            got[i],
+                            want[i]
+                        ))
+                        .into());
+                    }
                 }
-                let diff = got
-                    .iter()
-                    .zip(&want)
-                    .filter(|(a, b)| a.to_bits() != b.to_bits())
-                    .count();
-                if let Some(i) = got
-                    .iter()
-                    .zip(&want)
-                    .position(|(a, b)| a.to_bits() != b.to_bits())
-                {
-                    return Err(Mismatch(format!(
-                        "{} {}: {diff} of {} outputs differ from the production shader, first \
-                         dst[n={}, m={}]: candidate {:e}, production {:e} — the sweep stops here",
-                        dtype.name(),
-                        s.label,
-                        got.len(),
-                        i / s.m,
-                        i % s.m,
-                        got[i],
-                        want[i]
-                    ))
-                    .into());
+                // The dequant path's two dispatches timed apart, the same way:
+                // where a quantized row's time over f32 goes.
+                let parts = if job.path() == QuantPath::Dequant {
+                    let pre = time_ms(&job, iters, Parts::Pre, passes)?;
+                    let main = time_ms(&job, iters, Parts::Main, passes)?;
+                    format!("{pre:.3} + {main:.3}")
+                } else {
+                    "-".to_string()
+                };
+                let gflops = 2.0 * (s.m * s.k * s.n) as f64 / (ms * 1e6);
+                let (g0, g1) = job.grid();
+                let (peer_col, ratio) = match (dtype, peer.get(s.label)) {
+                    (Dtype::F32, Some(&pm)) => {
+                        let pg = 2.0 * (s.m * s.k * s.n) as f64 / (pm * 1e6);
+                        (format!("{pg:10.1}"), format!("{:9.3}", gflops / pg))
+                    }
+                    _ => (format!("{:>10}", "-"), format!("{:>9}", "-")),
+                };
+                if dtype == Dtype::F32 {
+                    f32_ms.insert((s.label, form), ms);
                 }
-            }
-            // The dequant path's two dispatches timed apart, the same way:
-            // where a quantized row's time over f32 goes.
-            let parts = if job.path() == QuantPath::Dequant {
-                let pre = time_ms(&job, iters, Parts::Pre, passes)?;
-                let main = time_ms(&job, iters, Parts::Main, passes)?;
-                format!("{pre:.3} + {main:.3}")
-            } else {
-                "-".to_string()
-            };
-            let gflops = 2.0 * (s.m * s.k * s.n) as f64 / (ms * 1e6);
-            let (g0, g1) = job.grid();
-            let (peer_col, ratio) = match (dtype, peer.get(s.label)) {
-                (Dtype::F32, Some(&pm)) => {
-                    let pg = 2.0 * (s.m * s.k * s.n) as f64 / (pm * 1e6);
-                    (format!("{pg:10.1}"), format!("{:9.3}", gflops / pg))
-                }
-                _ => (format!("{:>10}", "-"), format!("{:>9}", "-")),
-            };
-            if dtype == Dtype::F32 {
-                f32_ms.insert(s.label, ms);
-            }
-            let vs_f32 = match f32_ms.get(s.label) {
-                Some(&f) if dtype != Dtype::F32 => format!("{:6.2}", ms / f),
-                _ => format!("{:>6}", "-"),
-            };
-            println!(
-                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>4}x{:<4} {:<7}  {:9.3} {:10.1}  {peer_col} {ratio} {vs_f32}  {parts}",
+                let vs_f32 = match f32_ms.get(&(s.label, form)) {
+                    Some(&f) if dtype != Dtype::F32 => format!("{:6.2}", ms / f),
+                    _ => format!("{:>6}", "-"),
+                };
+                println!(
+                "{:<5} {:<9} {:>5} {:>5} {:>4}  {:>8} {:>4}x{:<4} {:<7} {:<8}  {:9.3} {:10.1}  {peer_col} {ratio} {vs_f32}  {parts}",
                 dtype.name(),
                 s.label,
                 s.m,
@@ -447,9 +493,11 @@ fn run() -> anyhow::Result<()> {
                 g0,
                 g1,
                 job.path().name(),
+                engine.form_label(job.form()),
                 ms,
                 gflops
             );
+            }
         }
     }
     Ok(())

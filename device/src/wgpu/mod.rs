@@ -11,7 +11,8 @@
 //! is [`WgpuError::NoAdapter`] instead. On a machine with no GPU, Mesa's
 //! lavapipe (`mesa-vulkan-drivers`) is the CPU Vulkan adapter the tests use.
 //!
-//! Shader variants: one WGSL file, no preprocessor. Every knob is a WGSL
+//! Shader variants: one WGSL file, no preprocessor (beyond the subgroup
+//! form's marker lines, below). Every knob is a WGSL
 //! `override` constant set when the pipeline is built
 //! (`PipelineCompilationOptions::constants`): `SRC0_DTYPE` picks the loader
 //! through a `switch` on a pipeline constant, which the driver folds away,
