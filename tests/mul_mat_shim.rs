@@ -505,7 +505,8 @@ fn oracle_case(dtype: Dtype, m: usize, n: usize, k: usize) -> (Vec<u8>, Vec<f32>
 }
 
 /// Where the adapter has subgroups (lavapipe does: 8 lanes on a 256-bit
-/// host), the builtin shader's subgroup form is the default and computes
+/// host), the builtin shader's subgroup form is the default (unless it was
+/// measured slower there: NVIDIA) and computes
 /// the plain form's bits on every dtype and path, at the declared
 /// geometry, at the gate's 8 x 4 / 40 (partial tiles), and at WG_M 3,
 /// where no exchange applies (SG_G 0: every subgroup reads src1 as the
@@ -533,7 +534,12 @@ fn the_subgroup_form_is_the_default_and_computes_the_plain_bits() {
     }
     assert_eq!(e.forms(), vec![Form::Plain, Form::Subgroup]);
     if std::env::var_os(device::wgpu::ENV_MUL_MAT_SUBGROUPS).is_none() {
-        assert_eq!(e.default_form(), Form::Subgroup);
+        let slower = device::wgpu::subgroup::measured_slower(e.adapter_vendor());
+        let want = match slower {
+            Some(_) => Form::Plain,
+            None => Form::Subgroup,
+        };
+        assert_eq!(e.default_form(), want, "{}", e.default_reason());
     }
     let geoms = [
         Geometry::default(),
@@ -589,27 +595,40 @@ fn the_subgroup_form_is_the_default_and_computes_the_plain_bits() {
 }
 
 /// KERNEL_ORACLE_MUL_MAT_SUBGROUPS=off makes the plain form the default
-/// and keeps the subgroup form available to the gate; a value that is no
-/// policy is a typed error. A source without marker lines has no subgroup
+/// and keeps the subgroup form available to the gate, `on` makes the
+/// subgroup form the default wherever there is one (NVIDIA included); a
+/// value that is no policy is a typed error. A source without marker lines has no subgroup
 /// form, says why, and refuses a subgroup job. (One test, so no other test
 /// of this binary reads the variable meanwhile.)
 #[test]
 fn subgroup_policy_and_sources_without_a_subgroup_form() {
     use device::wgpu::{Form, QuantPath, ENV_MUL_MAT_SUBGROUPS};
-    let (off, bad) = {
+    let (off, on, bad) = {
         let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
         std::env::set_var(ENV_MUL_MAT_SUBGROUPS, "off");
         let off = WgpuEngine::new(ShaderSource::builtin());
+        std::env::set_var(ENV_MUL_MAT_SUBGROUPS, "on");
+        let on = WgpuEngine::new(ShaderSource::builtin());
         std::env::set_var(ENV_MUL_MAT_SUBGROUPS, "sometimes");
         let bad = WgpuEngine::new(ShaderSource::builtin());
         std::env::remove_var(ENV_MUL_MAT_SUBGROUPS);
-        (off.unwrap(), bad)
+        (off.unwrap(), on.unwrap(), bad)
     };
+    let on_want = match on.subgroup_form() {
+        Ok(_) => Form::Subgroup,
+        Err(_) => Form::Plain,
+    };
+    assert_eq!(on.default_form(), on_want, "{}", on.default_reason());
     assert!(
         matches!(bad, Err(WgpuError::BadSubgroupEnv { ref value }) if value == "sometimes"),
         "{bad:?}"
     );
     assert_eq!(off.default_form(), Form::Plain);
+    assert!(
+        off.default_reason().contains("=off"),
+        "{}",
+        off.default_reason()
+    );
     assert_eq!(
         off.forms().len(),
         1 + usize::from(off.subgroup_form().is_ok())

@@ -141,7 +141,7 @@ pub fn run_one_form(
 
 /// The header line naming the forms the gate runs: `forms: plain, sg32
 /// (subgroup form: 32 lanes a subgroup)`, or `forms: plain (no subgroup
-/// form: REASON)`, and the default form.
+/// form: REASON)`, and the default form with its reason.
 pub fn form_line(engine: &WgpuEngine) -> String {
     let forms: Vec<String> = engine
         .forms()
@@ -153,9 +153,10 @@ pub fn form_line(engine: &WgpuEngine) -> String {
         Err(reason) => format!("no subgroup form: {reason}; that form is skipped"),
     };
     format!(
-        "forms: {} ({why}); default {}",
+        "forms: {} ({why}); default {} ({})",
         forms.join(", "),
-        engine.form_label(engine.default_form())
+        engine.form_label(engine.default_form()),
+        engine.default_reason()
     )
 }
 

@@ -48,9 +48,9 @@ pub enum WgpuError {
     },
 
     /// `KERNEL_ORACLE_MUL_MAT_SUBGROUPS` ([`super::ENV_MUL_MAT_SUBGROUPS`])
-    /// is set to a value other than `off`, `0`, `plain`, `auto`, `on`, `1`
+    /// is set to a value other than `off`, `0`, `plain`, `on`, `1`, `auto`
     /// or empty.
-    #[error("KERNEL_ORACLE_MUL_MAT_SUBGROUPS={value:?} is not a policy (off, plain, 0; auto, on, 1, or unset)")]
+    #[error("KERNEL_ORACLE_MUL_MAT_SUBGROUPS={value:?} is not a policy (off, plain, 0; on, 1; auto, or unset)")]
     BadSubgroupEnv {
         /// The variable's value.
         value: String,

@@ -53,8 +53,11 @@
 //! production shader) has a second, subgroup form, built where the adapter
 //! offers `Features::SUBGROUP` with one subgroup size; it computes the same
 //! bits by other data movement. [`WgpuEngine::default_form`] takes it
-//! unless `KERNEL_ORACLE_MUL_MAT_SUBGROUPS=off`;
-//! [`WgpuEngine::subgroup_form`] says why an engine has none. Both forms
+//! unless it was measured slower on the adapter
+//! ([`subgroup::measured_slower`]: NVIDIA) or
+//! `KERNEL_ORACLE_MUL_MAT_SUBGROUPS=off` (`on` takes it everywhere);
+//! [`WgpuEngine::subgroup_form`] says why an engine has none, and
+//! [`WgpuEngine::default_reason`] why the default is what it is. Both forms
 //! run through [`WgpuEngine::prepare_form`], and the gate runs both.
 //!
 //! `dst` is allocated with a guard band of [`GUARD_WORDS`] words after it,
@@ -343,7 +346,8 @@ pub struct WgpuEngine {
     checks: wgpu::ShaderRuntimeChecks,
     /// The subgroup form's text and lanes per subgroup, or why there is none.
     subgroup: std::result::Result<(Arc<str>, u32), String>,
-    policy: SubgroupPolicy,
+    /// The default form and why.
+    default: (Form, String),
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
 }
 
@@ -501,6 +505,24 @@ impl WgpuEngine {
         if subgroup.is_ok() {
             features |= wgpu::Features::SUBGROUP;
         }
+        let default = match (&subgroup, policy, subgroup::measured_slower(info.vendor)) {
+            (Err(reason), _, _) => (Form::Plain, format!("no subgroup form: {reason}")),
+            (Ok(_), SubgroupPolicy::Off, _) => (
+                Form::Plain,
+                format!("{}=off", subgroup::ENV_MUL_MAT_SUBGROUPS),
+            ),
+            (Ok(_), SubgroupPolicy::On, _) => (
+                Form::Subgroup,
+                format!("{}=on", subgroup::ENV_MUL_MAT_SUBGROUPS),
+            ),
+            (Ok(_), SubgroupPolicy::Auto, Some(why)) => (
+                Form::Plain,
+                format!("{why}; {}=on takes it", subgroup::ENV_MUL_MAT_SUBGROUPS),
+            ),
+            (Ok(_), SubgroupPolicy::Auto, None) => {
+                (Form::Subgroup, "the adapter has subgroups".to_string())
+            }
+        };
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kernel-oracle mul_mat"),
@@ -521,7 +543,7 @@ impl WgpuEngine {
             decl,
             checks,
             subgroup,
-            policy,
+            default,
             pipelines: Mutex::new(HashMap::new()),
         })
     }
@@ -530,6 +552,12 @@ impl WgpuEngine {
     /// `"NVIDIA H200"`).
     pub fn adapter_name(&self) -> &str {
         &self.info.name
+    }
+
+    /// The adapter's vendor id (PCI: `0x10DE` NVIDIA; Mesa's lavapipe
+    /// `0x10005`), which [`subgroup::measured_slower`] reads.
+    pub fn adapter_vendor(&self) -> u32 {
+        self.info.vendor
     }
 
     /// The backend in use (`"vulkan"`, `"gl"`).
@@ -579,14 +607,18 @@ impl WgpuEngine {
 
     /// The form [`WgpuEngine::prepare`], [`WgpuEngine::prepare_path`] and
     /// [`WgpuEngine::mul_mat`] run: [`Form::Subgroup`] when the engine has
-    /// one and `KERNEL_ORACLE_MUL_MAT_SUBGROUPS` is not `off`
-    /// ([`SubgroupPolicy`]), else [`Form::Plain`].
+    /// one, unless [`subgroup::measured_slower`] names the adapter (NVIDIA)
+    /// or `KERNEL_ORACLE_MUL_MAT_SUBGROUPS=off`; `=on` takes it wherever
+    /// the engine has one ([`SubgroupPolicy`]). Else [`Form::Plain`].
     pub fn default_form(&self) -> Form {
-        if self.subgroup.is_ok() && self.policy == SubgroupPolicy::Auto {
-            Form::Subgroup
-        } else {
-            Form::Plain
-        }
+        self.default.0
+    }
+
+    /// Why [`WgpuEngine::default_form`] is what it is, for a report
+    /// (`"the adapter has subgroups"`, `"no subgroup form: ..."`, the
+    /// measurement that keeps NVIDIA plain, the variable that set it).
+    pub fn default_reason(&self) -> &str {
+        &self.default.1
     }
 
     /// `form` as the gate and the bench print it: `"plain"`, or

@@ -26,8 +26,9 @@
 //! forms, since the form is derived from the text that carries it.
 //!
 //! Which form a job runs is [`Form`]; the default is the subgroup form
-//! where the engine has one, unless [`ENV_MUL_MAT_SUBGROUPS`] says `off`
-//! ([`SubgroupPolicy`]). The gate runs both.
+//! where the engine has one, except on adapters where it was measured
+//! slower ([`measured_slower`]: NVIDIA), and [`ENV_MUL_MAT_SUBGROUPS`]
+//! overrides either way ([`SubgroupPolicy`]). The gate runs both forms.
 
 /// The marker of rule `MARK-1`.
 pub const MARKER: &str = "// SUBGROUP: ";
@@ -36,8 +37,10 @@ pub const MARKER: &str = "// SUBGROUP: ";
 pub const LANES_OVERRIDE: &str = "SG_LANES";
 
 /// Environment variable choosing the default [`Form`]: `off` (or `0`,
-/// `plain`) runs the plain form; unset, empty, `auto` or `on` the subgroup
-/// form where the engine has one ([`SubgroupPolicy::from_env`]).
+/// `plain`) the plain form; `on` (or `1`) the subgroup form wherever the
+/// engine has one; unset, empty or `auto` the subgroup form where the
+/// engine has one and it was not measured slower on the adapter
+/// ([`SubgroupPolicy::from_env`], [`measured_slower`]).
 pub const ENV_MUL_MAT_SUBGROUPS: &str = "KERNEL_ORACLE_MUL_MAT_SUBGROUPS";
 
 /// The two forms of one source.
@@ -63,13 +66,17 @@ impl Form {
     }
 }
 
-/// Which form [`super::WgpuEngine::default_form`] picks.
+/// Which form [`super::WgpuEngine::default_form`] picks. Whatever it
+/// picks, the other form stays available to
+/// [`super::WgpuEngine::prepare_form`] (and the gate runs both).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SubgroupPolicy {
-    /// The subgroup form where the engine has one, else the plain form.
+    /// The subgroup form where the engine has one, unless
+    /// [`measured_slower`] names the adapter; else the plain form.
     Auto,
-    /// Always the plain form (the subgroup form stays available to
-    /// [`super::WgpuEngine::prepare_form`]).
+    /// The subgroup form wherever the engine has one.
+    On,
+    /// Always the plain form.
     Off,
 }
 
@@ -82,11 +89,31 @@ impl SubgroupPolicy {
         match std::env::var(ENV_MUL_MAT_SUBGROUPS) {
             Err(_) => Ok(SubgroupPolicy::Auto),
             Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-                "" | "auto" | "on" | "1" => Ok(SubgroupPolicy::Auto),
+                "" | "auto" => Ok(SubgroupPolicy::Auto),
+                "on" | "1" => Ok(SubgroupPolicy::On),
                 "off" | "0" | "plain" => Ok(SubgroupPolicy::Off),
                 _ => Err(v),
             },
         }
+    }
+}
+
+/// Why [`SubgroupPolicy::Auto`] keeps the plain form as the default on
+/// the adapter of PCI `vendor`, or `None` where the subgroup form may be
+/// the default. The one entry is a measurement, not a guess: on the NVIDIA
+/// H200 (`device/NOTES.md`, run W1, `ex_wgpu_gemm_bench`, 32 lanes) the
+/// subgroup form's f32 GEMM took 1.25x-1.28x the plain form's time on
+/// every LFM2.5 shape (its shuffles, four 32-bit `SHFL` a vector, cost
+/// more than the broadcast workgroup-memory reads they replace). On
+/// lavapipe (8 lanes, 2 shared cores, `ITERS=2`) it took 1.00x-1.23x, a
+/// CPU timing too noisy to rank the forms by, so lavapipe, where CI runs,
+/// keeps the subgroup default; no adapter has yet measured it faster.
+pub fn measured_slower(vendor: u32) -> Option<&'static str> {
+    match vendor {
+        0x10DE => Some(
+            "NVIDIA: the subgroup form measured 1.25x-1.28x the plain form's time on the H200 (device/NOTES.md, run W1)",
+        ),
+        _ => None,
     }
 }
 
@@ -182,6 +209,13 @@ mod tests {
     fn no_markers_or_own_enable_gives_no_form() {
         assert!(specialise("let a = 1;\n").is_err());
         assert!(specialise("enable subgroups;\nreturn v; // SUBGROUP: return w;\n").is_err());
+    }
+
+    #[test]
+    fn nvidia_keeps_the_plain_default_and_others_do_not() {
+        assert!(measured_slower(0x10DE).is_some());
+        assert!(measured_slower(0x10005).is_none()); // Mesa (lavapipe)
+        assert!(measured_slower(0x8086).is_none());
     }
 
     #[test]
