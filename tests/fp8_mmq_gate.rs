@@ -10,18 +10,35 @@ fn fp8_mmq_gate_battery_is_all_green() {
     let engine = engine().unwrap_or_else(|e| panic!("no CUDA device: {e}"));
     let result = gate::run(engine, &gate::BATTERY);
     // Every variant the source exports (plan[12]) runs every arm on the
-    // reduced battery, and the NaN row with both codes.
+    // reduced battery and on its own tile-covering shape, and the NaN row
+    // with both codes.
     let variants = engine.mmq_variants() as usize;
     assert!(variants >= 1);
     assert_eq!(
         result.rows,
         Arm::ALL.len() * gate::BATTERY.len()
             + gate::NAN_ROWS.len()
-            + variants * (Arm::ALL.len() * gate::VARIANT_SHAPES.len() + 1)
+            + variants * (Arm::ALL.len() * (gate::VARIANT_SHAPES.len() + 1) + 1)
     );
     assert_eq!(result.not_run, 0);
     assert_eq!(result.codes_exact, gate::OBSERVABLE_CODES);
     assert_eq!(result.failures, 0, "see the table above");
+}
+
+/// The tile-covering shape gives every tile geometry a variant can plan
+/// (out_f rows and tokens a CTA, 16 to 256 each way) two whole tiles and a
+/// ragged third along both axes, and a k tail after two scale blocks.
+#[test]
+fn tile_covering_shapes_cover_two_tiles_and_a_ragged_third() {
+    for rows in [16, 32, 64, 96, 128, 192, 256] {
+        for cols in [16, 32, 64, 96, 128, 192, 256] {
+            let (in_f, out_f, m) = gate::covering_dims(rows, cols);
+            assert_eq!((in_f / 128, in_f % 128), (2, 16));
+            for (n, tile) in [(out_f, rows), (m, cols)] {
+                assert!(n / tile >= 2 && n % tile != 0, "{n} over tiles of {tile}");
+            }
+        }
+    }
 }
 
 /// The NaN-weight rows plant what they say: five distinct positions (the

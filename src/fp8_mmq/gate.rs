@@ -179,6 +179,41 @@ fn nan_row(engine: &Engine, row: &NanRow, variant: Option<u32>) -> bool {
 pub const VARIANT_SHAPES: [(usize, usize, usize); 3] =
     [(1000, 130, 7), (272, 200, 17), (384, 320, 96)];
 
+/// The k extent of [`tile_covering_shape`]: two 128-k scale blocks and a
+/// 16-k tail.
+pub const TILE_COVERING_IN_F: usize = 272;
+
+/// A shape that gives variant `v`'s tile grid (its plan's `tile_rows` out_f
+/// rows by `tile_cols` tokens a CTA, `plan[13]` and `plan[14]`) two whole
+/// tiles and a ragged third along both axes: out_f = 2.5 tile_rows + 3 and
+/// m = 2.5 tile_cols + 5, in_f [`TILE_COVERING_IN_F`]. Each output row
+/// group and token group a CTA splits its tile into (warpgroups, warps,
+/// accumulator sets) then holds real outputs in a whole tile and in a
+/// ragged one, whatever the variant's geometry; [`VARIANT_SHAPES`] alone
+/// (m <= 96) leaves a 192-token tile's third warpgroup empty.
+///
+/// # Errors
+/// The engine's message when `v` is not exported or its plan is refused.
+pub fn tile_covering_shape(engine: &Engine, v: u32) -> Result<(usize, usize, usize), String> {
+    let probe = oracle::fp8_mmq::Shape::new(1, TILE_COVERING_IN_F, 1).map_err(|e| e.to_string())?;
+    let plan =
+        run::with_variant(engine, Some(v), || engine.plan(&probe))?.map_err(|e| e.to_string())?;
+    Ok(covering_dims(
+        plan.tile_rows as usize,
+        plan.tile_cols as usize,
+    ))
+}
+
+/// [`tile_covering_shape`] of a tile of `rows` out_f rows by `cols` tokens
+/// (each at least 1): `(in_f, out_f, m)`.
+pub fn covering_dims(rows: usize, cols: usize) -> (usize, usize, usize) {
+    (
+        TILE_COVERING_IN_F,
+        (5 * rows).div_ceil(2) + 3,
+        (5 * cols).div_ceil(2) + 5,
+    )
+}
+
 /// The message of a row not run because the context was lost.
 fn not_run(lost: &device::cuda::Lost) -> String {
     format!(
@@ -379,11 +414,29 @@ pub fn run(engine: &Engine, shapes: &[(usize, usize, usize)]) -> GateResult {
         };
         println!();
         println!(
-            "every exported MMQ variant forced ({} of plan[12]), every arm on {variant_shapes:?}:",
-            engine.mmq_variants()
+            "every exported MMQ variant forced ({} of plan[12]), every arm on {variant_shapes:?}{}:",
+            engine.mmq_variants(),
+            if shapes.len() > 1 {
+                " and on its own tile-covering shape (in_f 272, out_f 2.5 tile rows + 3, m 2.5 tile tokens + 5)"
+            } else {
+                ""
+            }
         );
         for v in 0..engine.mmq_variants() {
-            for &(in_f, out_f, m) in variant_shapes {
+            // The battery's run also gives each variant a shape that covers
+            // its own tile geometry; no such shape is a failing row.
+            let mut own: Vec<(usize, usize, usize)> = variant_shapes.to_vec();
+            if shapes.len() > 1 {
+                match tile_covering_shape(engine, v) {
+                    Ok(shape) => own.push(shape),
+                    Err(msg) => {
+                        g.rows += 1;
+                        g.failures += 1;
+                        println!("variant {v}: no tile-covering shape: {msg}  FAIL");
+                    }
+                }
+            }
+            for &(in_f, out_f, m) in &own {
                 for arm in Arm::ALL {
                     let mut spec = CaseSpec::battery(in_f, out_f, m, arm);
                     spec.knobs.variant = Some(v as u8);

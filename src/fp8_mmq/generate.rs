@@ -318,6 +318,14 @@ pub mod bounds {
     pub const MAX_OUT_F: usize = 128 * 3 + 7;
     /// Largest m (rows).
     pub const MAX_M: usize = 72;
+    /// Largest m of the "anything" size class: two of the widest token
+    /// tile a variant plans (192 tokens, k25) and a ragged third, so that
+    /// every warpgroup of every tile geometry, and a CTA's second and
+    /// third token tile, hold real outputs.
+    pub const MAX_M_WIDE: usize = 2 * 192 + 17;
+    /// Largest in_f beside an m of that class (4 scale blocks and a
+    /// little), which keeps its cases' multiply-adds near the others'.
+    pub const MAX_IN_F_WIDE_M: usize = 128 * 4 + 7;
 }
 
 /// A dimension biased to the edges, its class chosen by a selector value
@@ -362,7 +370,11 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     ///   4, 1/4 each);
     /// - byte 3: the size classes of `edge_dim`, bits 0-1 in_f, bits 2-3
     ///   out_f, bits 4-5 m (1: 1/4; a multiple of the unit, 128 or 16,
-    ///   plus or minus 3: 1/2; anything: 1/4);
+    ///   plus or minus 3: 1/2; anything: 1/4); m's "anything" goes up to
+    ///   [`bounds::MAX_M_WIDE`] (past two 192-token tiles), drawn from the
+    ///   top (an exhausted input gives the largest), and then caps in_f at
+    ///   [`bounds::MAX_IN_F_WIDE_M`]; m's other classes stay within
+    ///   [`bounds::MAX_M`];
     /// - byte 4: bit 7 set: a forced MMQ variant (1/2), bits 0-6 the
     ///   variant before [`resolve_variant`] (so each of n exported variants
     ///   is forced in `floor(128 / n)` or `ceil(128 / n)` of 256 byte
@@ -386,9 +398,25 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         ];
         let arm = Arm::ALL[usize::from(sel[0]) % Arm::ALL.len()];
         let on = |byte: u8, mask: u8| byte & mask == mask;
-        let in_f = edge_dim(u, sel[3], 128, bounds::MAX_IN_F)?;
+        let wide_m = (sel[3] >> 4) & 3 == 3;
+        let in_f = edge_dim(
+            u,
+            sel[3],
+            128,
+            if wide_m {
+                bounds::MAX_IN_F_WIDE_M
+            } else {
+                bounds::MAX_IN_F
+            },
+        )?;
         let out_f = edge_dim(u, sel[3] >> 2, 128, bounds::MAX_OUT_F)?;
-        let m = edge_dim(u, sel[3] >> 4, 16, bounds::MAX_M)?;
+        // m's "anything" class from the top: an exhausted input (libFuzzer's
+        // first inputs are a few bytes) gives MAX_M_WIDE, not 1.
+        let m = if wide_m {
+            bounds::MAX_M_WIDE + 1 - u.int_in_range(1..=bounds::MAX_M_WIDE)?
+        } else {
+            edge_dim(u, sel[3] >> 4, 16, bounds::MAX_M)?
+        };
         let seed = u64::arbitrary(u)?;
         let knobs = Knobs {
             every_code: on(sel[1], 0x03),
