@@ -70,6 +70,39 @@ pub struct Stats {
     /// Cases whose runs were all read back beside the device comparison
     /// (one in [`AUDIT_EVERY`]).
     pub audited: AtomicU64,
+    /// Where [`check`]'s time went, nanoseconds summed over the cases
+    /// ([`Phase`] order): generating the data, the oracle's thread, the
+    /// device runs (this thread, beside the oracle), judging, the whole
+    /// case.
+    pub phase_ns: [AtomicU64; 5],
+    /// Cases timed in `phase_ns` (those that ended without a divergence).
+    pub timed: AtomicU64,
+}
+
+/// A part of [`check`] timed in [`Stats::phase_ns`].
+#[derive(Clone, Copy, Debug)]
+pub enum Phase {
+    /// The case's data (every sequence's).
+    Generate,
+    /// The oracle, on its own thread.
+    Oracle,
+    /// The device runs, chained, fused, packed, graph and batched.
+    Device,
+    /// The rows' verdicts and the buffers given back.
+    Judge,
+    /// The whole case.
+    Case,
+}
+
+impl Phase {
+    /// The names of the stats line, in [`Stats::phase_ns`] order.
+    pub const NAMES: [&'static str; 5] = ["generate", "oracle", "device", "judge", "case"];
+
+    /// Adds `since`'s elapsed time to this phase's counter.
+    pub fn add(self, since: std::time::Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        STATS.phase_ns[self as usize].fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// This process's counters.
@@ -85,6 +118,8 @@ pub static STATS: Stats = Stats {
     t_max: AtomicU64::new(0),
     batched: AtomicU64::new(0),
     audited: AtomicU64::new(0),
+    phase_ns: [const { AtomicU64::new(0) }; 5],
+    timed: AtomicU64::new(0),
 };
 
 /// The stats line [`check`] prints every [`STATS_EVERY`] cases: outcomes,
@@ -92,7 +127,7 @@ pub static STATS: Stats = Stats {
 pub fn stats_line() -> String {
     let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}, batched {}, audited {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}",
+        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}, batched {}, audited {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}{}",
         pct(&STATS.nonfinite, n),
         pct(&STATS.graph, n),
         pct(&STATS.batched, n),
@@ -103,8 +138,27 @@ pub fn stats_line() -> String {
         pct(&STATS.eps_zero, n),
         pct(&STATS.t1, n),
         generate::config::MAX_T,
-        pct(&STATS.t_max, n)
+        pct(&STATS.t_max, n),
+        phase_ms()
     )
+}
+
+/// `; ms a case: generate 0.20, oracle 1.31, ...`: [`Stats::phase_ns`]
+/// over the cases timed (empty for none).
+fn phase_ms() -> String {
+    let n = STATS.timed.load(std::sync::atomic::Ordering::Relaxed);
+    if n == 0 {
+        return String::new();
+    }
+    let parts: Vec<String> = Phase::NAMES
+        .iter()
+        .zip(&STATS.phase_ns)
+        .map(|(name, ns)| {
+            let ns = ns.load(std::sync::atomic::Ordering::Relaxed);
+            format!("{name} {:.2}", ns as f64 / n as f64 / 1e6)
+        })
+        .collect();
+    format!("; ms a case: {}", parts.join(", "))
 }
 
 /// Counts what the generator drew for `spec` in [`STATS`] (the graph
@@ -548,6 +602,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     if audit {
         count(&STATS.audited);
     }
+    let case_start = std::time::Instant::now();
     // A batched case's sequence 0 is the case's own data, so it is drawn
     // once, with the others.
     let datas = if spec.batch > 1 {
@@ -559,11 +614,18 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
             .unwrap_or_else(|err| panic!("gdn: the generator made a refused shape: {err}"))]
     };
     let data = &datas[0];
+    Phase::Generate.add(case_start);
     // The oracle (every sequence's) on another thread while this one drives
     // the device, which it mostly waits for: a case costs the longer of
     // the two, not their sum.
     let (runs, batched, wants) = std::thread::scope(|sc| {
-        let oracle = sc.spawn(|| datas.iter().map(reference).collect::<Vec<Six>>());
+        let oracle = sc.spawn(|| {
+            let t = std::time::Instant::now();
+            let wants = datas.iter().map(reference).collect::<Vec<Six>>();
+            Phase::Oracle.add(t);
+            wants
+        });
+        let device_start = std::time::Instant::now();
         let runs = run_case(e, data, spec.graph, audit);
         // Graph-replayed too when the case asks for graphs.
         let batched = if spec.batch > 1 {
@@ -574,11 +636,13 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         } else {
             Vec::new()
         };
+        Phase::Device.add(device_start);
         let wants = oracle
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         (runs, batched, wants)
     });
+    let judge_start = std::time::Instant::now();
     let want = &wants[0];
     if want.parts().iter().any(|p| judge::any_nonfinite(p)) {
         count(&STATS.nonfinite);
@@ -606,6 +670,9 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     for d in datas {
         POOL.give_data(d);
     }
+    Phase::Judge.add(judge_start);
+    Phase::Case.add(case_start);
+    count(&STATS.timed);
 }
 
 /// The oracle against itself (CPU only): one packed `decode_rows` call
