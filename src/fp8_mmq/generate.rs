@@ -318,14 +318,17 @@ pub mod bounds {
     pub const MAX_OUT_F: usize = 128 * 3 + 7;
     /// Largest m (rows).
     pub const MAX_M: usize = 72;
-    /// Largest m of the "anything" size class: two of the widest token
-    /// tile a variant plans (192 tokens, k25) and a ragged third, so that
-    /// every warpgroup of every tile geometry, and a CTA's second and
-    /// third token tile, hold real outputs.
-    pub const MAX_M_WIDE: usize = 2 * 192 + 17;
-    /// Largest in_f beside an m of that class (4 scale blocks and a
+    /// Largest m of the wide class (m's "anything" class with byte 1's
+    /// bits 6-7 set): the widest token tile a variant plans (192 tokens,
+    /// k25) and a ragged second, so that every warpgroup of every tile
+    /// geometry, and a CTA's second token tile, hold real outputs.
+    pub const MAX_M_WIDE: usize = 192 + 17;
+    /// Largest in_f beside an m of the wide class (two scale blocks and a
     /// little), which keeps its cases' multiply-adds near the others'.
-    pub const MAX_IN_F_WIDE_M: usize = 128 * 4 + 7;
+    pub const MAX_IN_F_WIDE_M: usize = 128 * 2 + 7;
+    /// Largest out_f beside an m of the wide class (a weight tile and a
+    /// little).
+    pub const MAX_OUT_F_WIDE_M: usize = 128 + 7;
 }
 
 /// A dimension biased to the edges, its class chosen by a selector value
@@ -370,10 +373,12 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     ///   4, 1/4 each);
     /// - byte 3: the size classes of `edge_dim`, bits 0-1 in_f, bits 2-3
     ///   out_f, bits 4-5 m (1: 1/4; a multiple of the unit, 128 or 16,
-    ///   plus or minus 3: 1/2; anything: 1/4); m's "anything" goes up to
-    ///   [`bounds::MAX_M_WIDE`] (past two 192-token tiles), drawn from the
-    ///   top (an exhausted input gives the largest), and then caps in_f at
-    ///   [`bounds::MAX_IN_F_WIDE_M`]; m's other classes stay within
+    ///   plus or minus 3: 1/2; anything: 1/4); with byte 1's bits 6-7 both
+    ///   set too (1/16 of the cases), m's "anything" is the wide class: up
+    ///   to [`bounds::MAX_M_WIDE`] (past a 192-token tile), drawn from the
+    ///   top (an exhausted input gives the largest), in_f and out_f then
+    ///   capped at [`bounds::MAX_IN_F_WIDE_M`] and
+    ///   [`bounds::MAX_OUT_F_WIDE_M`]; else m stays within
     ///   [`bounds::MAX_M`];
     /// - byte 4: bit 7 set: a forced MMQ variant (1/2), bits 0-6 the
     ///   variant before [`resolve_variant`] (so each of n exported variants
@@ -398,7 +403,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         ];
         let arm = Arm::ALL[usize::from(sel[0]) % Arm::ALL.len()];
         let on = |byte: u8, mask: u8| byte & mask == mask;
-        let wide_m = (sel[3] >> 4) & 3 == 3;
+        let wide_m = (sel[3] >> 4) & 3 == 3 && on(sel[1], 0xC0);
         let in_f = edge_dim(
             u,
             sel[3],
@@ -409,7 +414,16 @@ impl<'a> Arbitrary<'a> for CaseSpec {
                 bounds::MAX_IN_F
             },
         )?;
-        let out_f = edge_dim(u, sel[3] >> 2, 128, bounds::MAX_OUT_F)?;
+        let out_f = edge_dim(
+            u,
+            sel[3] >> 2,
+            128,
+            if wide_m {
+                bounds::MAX_OUT_F_WIDE_M
+            } else {
+                bounds::MAX_OUT_F
+            },
+        )?;
         // m's "anything" class from the top: an exhausted input (libFuzzer's
         // first inputs are a few bytes) gives MAX_M_WIDE, not 1.
         let m = if wide_m {

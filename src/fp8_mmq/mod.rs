@@ -52,9 +52,10 @@ pub struct Stats {
     pub forced_variant: AtomicU64,
     /// ... with a k tail, `in_f % 128 != 0`.
     pub k_tail: AtomicU64,
-    /// ... with m past two 192-token tiles (designed: 1/4, m's "anything"
-    /// class, whose exhausted input gives `MAX_M_WIDE`).
-    pub m_third_tile: AtomicU64,
+    /// ... with m past a 192-token tile (designed: 1/16 less the wide
+    /// class's draws of 192 or less; an exhausted input gives
+    /// `MAX_M_WIDE`).
+    pub m_second_tile: AtomicU64,
     /// Cases refused by the dispatch precondition (never compared).
     pub refused_nan_weights: AtomicU64,
     /// Cases run on the kernel and compared.
@@ -75,7 +76,7 @@ pub static STATS: Stats = Stats {
     m1: AtomicU64::new(0),
     forced_variant: AtomicU64::new(0),
     k_tail: AtomicU64::new(0),
-    m_third_tile: AtomicU64::new(0),
+    m_second_tile: AtomicU64::new(0),
     refused_nan_weights: AtomicU64::new(0),
     compared: AtomicU64::new(0),
     refused_by_peer: AtomicU64::new(0),
@@ -100,7 +101,7 @@ pub fn count_drawn(spec: &CaseSpec) {
             !spec.in_f.is_multiple_of(oracle::fp8_mmq::BLOCK_K),
             &STATS.k_tail,
         ),
-        (spec.m > 2 * 192, &STATS.m_third_tile),
+        (spec.m > 192, &STATS.m_second_tile),
     ] {
         if on {
             count(c);
@@ -119,7 +120,7 @@ pub fn stats_line() -> String {
         .map(|(a, c)| format!("{} {}", a.name(), pct(c, n)))
         .collect();
     format!(
-        "fp8_mmq stats: {n} cases, {} compared, {} refused (NaN weight codes), {} refused by the peer; arms: {}; knobs: every_code {}, zero_blocks {}, act_exp {}, nan_codes {}, variant forced {}; m = 1 {}, k tail {}, m past two 192-token tiles {}",
+        "fp8_mmq stats: {n} cases, {} compared, {} refused (NaN weight codes), {} refused by the peer; arms: {}; knobs: every_code {}, zero_blocks {}, act_exp {}, nan_codes {}, variant forced {}; m = 1 {}, k tail {}, m past a 192-token tile {}",
         pct(&STATS.compared, n),
         pct(&STATS.refused_nan_weights, n),
         pct(&STATS.refused_by_peer, n),
@@ -131,7 +132,7 @@ pub fn stats_line() -> String {
         pct(&STATS.forced_variant, n),
         pct(&STATS.m1, n),
         pct(&STATS.k_tail, n),
-        pct(&STATS.m_third_tile, n)
+        pct(&STATS.m_second_tile, n)
     )
 }
 
