@@ -460,6 +460,30 @@ fn fuzz(exe: &Path, e: &Entry, logs: &Path, secs: u64, seed: u64) -> Verdict {
 
 /// The planted bugs `score` runs: every kind's (or `only`'s), filtered by
 /// `bugs`, their candidates written under `logs`, then the `also` files.
+/// Why planted bug `name` of kind `k` cannot be caught on this machine, if
+/// so: a bug planted only in the WGSL GEMM's subgroup form
+/// (`mul_mat::mutants::Mutant::subgroup_only`) where the adapter has no
+/// subgroup form (or no adapter). Such a bug is scored "cannot run", not
+/// a survivor.
+fn unreachable_here(k: &Kind, name: &str) -> Option<String> {
+    if k.name != "mul-mat" {
+        return None;
+    }
+    let m = crate::mul_mat::mutants::MUTANTS
+        .iter()
+        .find(|m| m.name == name)?;
+    if !m.subgroup_only {
+        return None;
+    }
+    match crate::mul_mat::engine() {
+        Ok(e) => e
+            .subgroup_form()
+            .err()
+            .map(|why| format!("planted in the subgroup form, which this adapter lacks: {why}")),
+        Err(msg) => Some(msg),
+    }
+}
+
 fn entries(
     only: Option<&'static Kind>,
     bugs: &[String],
@@ -476,6 +500,9 @@ fn entries(
                 continue;
             }
             let (env, error) = match p.plant {
+                _ if unreachable_here(k, p.name).is_some() => {
+                    (Vec::new(), unreachable_here(k, p.name))
+                }
                 Plant::Env { var, value } => (vec![(var.to_string(), value.to_string())], None),
                 Plant::Source(Err(e)) => (Vec::new(), Some(e)),
                 Plant::Source(Ok(text)) => {

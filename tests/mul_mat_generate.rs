@@ -45,7 +45,7 @@ fn short_inputs_draw_every_arm_and_dtype() {
 fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
     use device::wgpu::QuantPath;
     use kernel_oracle::mul_mat::generate::config::K_MAX;
-    use kernel_oracle::mul_mat::{geometry_index, path_for, FUZZ_GEOMETRIES};
+    use kernel_oracle::mul_mat::{asks_subgroup_form, geometry_index, path_for, FUZZ_GEOMETRIES};
     let draw = |b: [u8; 4]| CaseSpec::arbitrary(&mut Unstructured::new(&b)).unwrap();
     let (mut arm, mut dtype) = ([0u32; 3], [0u32; 5]);
     for x in 0..=u16::MAX {
@@ -73,18 +73,20 @@ fn every_knob_is_reached_at_its_designed_rate_from_four_bytes() {
     let s = draw([0; 4]);
     assert_eq!((s.arm, s.dtype, s.m, s.n), (Arm::Exact, Dtype::F32, 1, 1));
     // Byte 3's bit 7: a quantized case's path, dequantize-then-GEMM at
-    // 1/2, each geometry on each path at 1/8; an f32 case is always
-    // fused.
-    let mut by = [[0u32; 4]; 2];
+    // 1/2, and bit 6 the subgroup form asked for at 1/2: each geometry on
+    // each path in each form at 1/16; an f32 case is always fused.
+    let mut by = [[[0u32; 4]; 2]; 2];
     for b3 in 0..=u8::MAX {
         let s = draw([0, 1, 0, b3]);
         assert_eq!(s.dtype, Dtype::Q4_0);
-        by[usize::from(path_for(&s) == QuantPath::Dequant)][geometry_index(&s)] += 1;
+        by[usize::from(asks_subgroup_form(&s))][usize::from(path_for(&s) == QuantPath::Dequant)]
+            [geometry_index(&s)] += 1;
         let f = draw([0, 0, 0, b3]);
         assert_eq!(path_for(&f), QuantPath::Fused);
         assert_eq!(geometry_index(&f), geometry_index(&s));
+        assert_eq!(asks_subgroup_form(&f), asks_subgroup_form(&s));
     }
-    assert_eq!(by, [[32; 4]; 2]);
+    assert_eq!(by, [[[16; 4]; 2]; 2]);
 }
 
 /// The BALANCED arm sees one dropped product: on the gate's one-output

@@ -404,7 +404,9 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     ///   n (1: 1/4, a multiple of 64 plus or minus 2: 1/4, any: 1/2), bits
     ///   4-5 k (one block: 1/4, [`config::K_MAX`]: 1/4, any: 1/2);
     /// - byte 3: the geometry, bits 0-1 (seed bits 61-62, which
-    ///   [`super::geometry_for`] reads: 1/4 each), and bit 7 the path of a
+    ///   [`super::geometry_for`] reads: 1/4 each), bit 6 the shader form
+    ///   (seed bit 60, which [`super::form_for`] reads: the subgroup form,
+    ///   where the adapter has one, 1/2), and bit 7 the path of a
     ///   quantized src0 (seed bit 63, which [`super::path_for`] reads:
     ///   dequantize-then-GEMM 1/2);
     /// - then m, n, k within their classes, and the seed.
@@ -433,8 +435,12 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             _ => u.int_in_range(1..=config::K_MAX / be)?,
         };
         let geometry = u64::from(sel[3] & 3);
+        let subgroup = u64::from((sel[3] >> 6) & 1);
         let dequant = u64::from(sel[3] >> 7);
-        let seed = (u64::arbitrary(u)? & !(7 << 61)) | (geometry << 61) | (dequant << 63);
+        let seed = (u64::arbitrary(u)? & !(15 << 60))
+            | (subgroup << 60)
+            | (geometry << 61)
+            | (dequant << 63);
         Ok(CaseSpec {
             dtype,
             m,

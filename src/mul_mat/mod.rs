@@ -25,7 +25,7 @@ pub use judge::{reference, Verdict};
 pub use run::engine;
 
 use crate::stats::{count, pct};
-use device::wgpu::{Geometry, QuantPath};
+use device::wgpu::{Form, Geometry, QuantPath};
 use oracle::ggml::Dtype;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -123,6 +123,31 @@ pub fn geometry_index(spec: &CaseSpec) -> usize {
     ((spec.seed >> 61) & 3) as usize
 }
 
+/// Whether a fuzz case asks for the subgroup form ([`form_for`]): bit 60
+/// of its seed.
+pub fn asks_subgroup_form(spec: &CaseSpec) -> bool {
+    (spec.seed >> 60) & 1 == 1
+}
+
+/// The shader form a fuzz case runs on `engine` ([`Form`]): with
+/// `KERNEL_ORACLE_MUL_MAT_SUBGROUPS` unset or `auto`, bit 60 of its seed
+/// set gives [`Form::Subgroup`] where the engine has one (which
+/// `CaseSpec`'s `Arbitrary` sets from a leading byte: 1/2), else
+/// [`Form::Plain`]; `=on` or `=off` (a rerun line's) gives the engine's
+/// default form, which that setting fixes.
+pub fn form_for(engine: &device::wgpu::WgpuEngine, spec: &CaseSpec) -> Form {
+    match device::wgpu::SubgroupPolicy::from_env() {
+        Ok(device::wgpu::SubgroupPolicy::Auto) => {
+            if asks_subgroup_form(spec) && engine.forms().contains(&Form::Subgroup) {
+                Form::Subgroup
+            } else {
+                Form::Plain
+            }
+        }
+        _ => engine.default_form(),
+    }
+}
+
 /// The path a case's quantized src0 takes ([`QuantPath`]): bit 63 of its
 /// seed set gives [`QuantPath::Dequant`] (which `CaseSpec`'s `Arbitrary`
 /// sets from a leading byte, and the gate sets for its dequant rows), else
@@ -156,15 +181,25 @@ pub fn check(spec: &CaseSpec) {
 
 /// [`check`] with an explicit geometry.
 pub fn check_geometry(spec: &CaseSpec, geom: &Geometry) {
-    check_inner(spec, geom, None)
+    check_inner(spec, geom, None, None)
+}
+
+/// [`check_geometry`] in the shader form `form` (a divergence's pasted
+/// regression test names the form it failed in).
+///
+/// # Panics
+/// As [`check`]; a shim failure (`NoSubgroupForm`) for the subgroup form
+/// on an adapter without one.
+pub fn check_geometry_form(spec: &CaseSpec, geom: &Geometry, form: Form) {
+    check_inner(spec, geom, None, Some(form))
 }
 
 /// [`check`], naming the fuzz artifact in the reproduction.
 pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
-    check_inner(spec, &geometry_for(spec), artifact)
+    check_inner(spec, &geometry_for(spec), artifact, None)
 }
 
-fn check_inner(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) {
+fn check_inner(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>, form: Option<Form>) {
     let n = count(&STATS.cases);
     count_drawn(spec);
     if n.is_multiple_of(STATS_EVERY) {
@@ -178,7 +213,13 @@ fn check_inner(spec: &CaseSpec, geom: &Geometry, artifact: Option<&str>) {
         Ok(e) => e,
         Err(msg) => panic!("mul_mat: no wgpu adapter to check against: {msg}"),
     };
-    check_on(engine, spec, geom, artifact);
+    check_form_on(
+        engine,
+        spec,
+        geom,
+        artifact,
+        form.unwrap_or_else(|| form_for(engine, spec)),
+    );
 }
 
 /// [`check`] on `engine` with `geom`, naming the fuzz artifact (if any) in
@@ -193,9 +234,22 @@ pub fn check_on(
     geom: &Geometry,
     artifact: Option<&str>,
 ) {
+    check_form_on(engine, spec, geom, artifact, form_for(engine, spec))
+}
+
+/// [`check_on`] in the shader form `form`.
+///
+/// # Panics
+/// As [`check_on`].
+pub fn check_form_on(
+    engine: &device::wgpu::WgpuEngine,
+    spec: &CaseSpec,
+    geom: &Geometry,
+    artifact: Option<&str>,
+    form: Form,
+) {
     let desc = engine.source().describe();
-    let form = engine.default_form();
-    let v = match gate::run_one(engine, spec, geom) {
+    let v = match gate::run_one_form(engine, spec, geom, form) {
         Ok(v) => v,
         Err(e) => panic!(
             "{}",

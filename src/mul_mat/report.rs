@@ -174,12 +174,13 @@ pub fn divergence(
     }
     s += &rerun_lines(spec, geom, form, artifact);
     s += &format!(
-        "  #[test]\n  fn mul_mat_regression_{:x}() {{\n      kernel_oracle::mul_mat::check_geometry(&{}, &device::wgpu::Geometry {{ wg_m: {}, wg_n: {}, tile_k: {} }});\n  }}\n",
+        "  #[test]\n  fn mul_mat_regression_{:x}() {{\n      kernel_oracle::mul_mat::check_geometry_form(&{}, &device::wgpu::Geometry {{ wg_m: {}, wg_n: {}, tile_k: {} }}, device::wgpu::Form::{:?});\n  }}\n",
         spec.seed,
         spec_literal(spec),
         geom.wg_m,
         geom.wg_n,
-        geom.tile_k
+        geom.tile_k,
+        form
     );
     s
 }

@@ -130,8 +130,9 @@ pub fn has_markers(text: &str) -> bool {
 }
 
 /// The subgroup form of `text`: rules `MARK-1` and `MARK-2` (the override
-/// of `MARK-3` is the pipeline's). Lines keep their numbers past the first
-/// (the directive is one line before them).
+/// of `MARK-3` is the pipeline's). The directive takes a line of its own
+/// before the source's, so naga's line numbers for the subgroup form are
+/// the source's plus one.
 ///
 /// # Errors
 /// A reason, when `text` has no marker line (so no subgroup form) or
