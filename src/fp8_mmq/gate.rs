@@ -188,8 +188,9 @@ pub const TILE_COVERING_IN_F: usize = 272;
 /// tiles and a ragged third along both axes: out_f = 2.5 tile_rows + 3 and
 /// m = 2.5 tile_cols + 5, in_f [`TILE_COVERING_IN_F`]. Each output row
 /// group and token group a CTA splits its tile into (warpgroups, warps,
-/// accumulator sets) then holds real outputs in a whole tile and in a
-/// ragged one, whatever the variant's geometry; [`VARIANT_SHAPES`] alone
+/// accumulator sets) then holds real outputs in the two whole tiles, and
+/// the ragged third (half a tile and 3 rows or 5 tokens) ends inside a
+/// group, whatever the variant's geometry; [`VARIANT_SHAPES`] alone
 /// (m <= 96) leaves a 192-token tile's third warpgroup empty.
 ///
 /// # Errors
@@ -205,7 +206,7 @@ pub fn tile_covering_shape(engine: &Engine, v: u32) -> Result<(usize, usize, usi
 }
 
 /// [`tile_covering_shape`] of a tile of `rows` out_f rows by `cols` tokens
-/// (each at least 1): `(in_f, out_f, m)`.
+/// (multiples of 16, as every variant plans them): `(in_f, out_f, m)`.
 pub fn covering_dims(rows: usize, cols: usize) -> (usize, usize, usize) {
     (
         TILE_COVERING_IN_F,
@@ -375,9 +376,9 @@ fn shared_reference(spec: &CaseSpec, data: &CaseData, schedule: Schedule) -> Ref
 ///
 /// Then every MMQ variant the source exports (`plan[12]`, so a variant
 /// added to the source is run without a change here) runs forced, every
-/// arm on [`VARIANT_SHAPES`] (on `shapes` itself when it is one shape, not
-/// the battery) and the NaN row with both codes, each judged under the
-/// schedule that variant declares.
+/// arm on [`VARIANT_SHAPES`] and on its own [`tile_covering_shape`] (on
+/// `shapes` itself when it is one shape), and the NaN row with both codes,
+/// each judged under the schedule that variant declares.
 ///
 /// A device failure (a launch error, a write past an output, a fault, a
 /// launch past the deadline `KERNEL_ORACLE_LAUNCH_TIMEOUT`) is a failing

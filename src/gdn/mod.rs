@@ -98,9 +98,9 @@ impl Phase {
     /// The names of the stats line, in [`Stats::phase_ns`] order.
     pub const NAMES: [&'static str; 5] = ["generate", "oracle", "device", "judge", "case"];
 
-    /// Adds `since`'s elapsed time to this phase's counter.
-    pub fn add(self, since: std::time::Instant) {
-        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    /// Adds `d` to this phase's counter.
+    pub fn add(self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         STATS.phase_ns[self as usize].fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
     }
 }
@@ -614,16 +614,15 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
             .unwrap_or_else(|err| panic!("gdn: the generator made a refused shape: {err}"))]
     };
     let data = &datas[0];
-    Phase::Generate.add(case_start);
+    let generate = case_start.elapsed();
     // The oracle (every sequence's) on another thread while this one drives
     // the device, which it mostly waits for: a case costs the longer of
     // the two, not their sum.
-    let (runs, batched, wants) = std::thread::scope(|sc| {
+    let (runs, batched, wants, oracle, device) = std::thread::scope(|sc| {
         let oracle = sc.spawn(|| {
             let t = std::time::Instant::now();
             let wants = datas.iter().map(reference).collect::<Vec<Six>>();
-            Phase::Oracle.add(t);
-            wants
+            (wants, t.elapsed())
         });
         let device_start = std::time::Instant::now();
         let runs = run_case(e, data, spec.graph, audit);
@@ -636,11 +635,11 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         } else {
             Vec::new()
         };
-        Phase::Device.add(device_start);
-        let wants = oracle
+        let device = device_start.elapsed();
+        let (wants, oracle) = oracle
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (runs, batched, wants)
+        (runs, batched, wants, oracle, device)
     });
     let judge_start = std::time::Instant::now();
     let want = &wants[0];
@@ -670,8 +669,16 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     for d in datas {
         POOL.give_data(d);
     }
-    Phase::Judge.add(judge_start);
-    Phase::Case.add(case_start);
+    // Timed only when the case ends without a divergence (`Stats::timed`).
+    for (phase, d) in [
+        (Phase::Generate, generate),
+        (Phase::Oracle, oracle),
+        (Phase::Device, device),
+        (Phase::Judge, judge_start.elapsed()),
+        (Phase::Case, case_start.elapsed()),
+    ] {
+        phase.add(d);
+    }
     count(&STATS.timed);
 }
 
