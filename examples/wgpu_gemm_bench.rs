@@ -286,11 +286,7 @@ fn run() -> anyhow::Result<()> {
     println!(
         "{}; timed: {}",
         kernel_oracle::mul_mat::gate::form_line(&engine),
-        forms
-            .iter()
-            .map(|&f| engine.form_label(f))
-            .collect::<Vec<_>>()
-            .join(", ")
+        engine.form_labels(&forms)
     );
     if let Some(p) = &production {
         println!("reference: {}", kernel_oracle::mul_mat::gate::form_line(p));

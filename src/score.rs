@@ -499,13 +499,13 @@ fn entries(
             if !bugs.is_empty() && !bugs.iter().any(|b| b == p.name) {
                 continue;
             }
-            let (env, error) = match p.plant {
-                _ if unreachable_here(k, p.name).is_some() => {
-                    (Vec::new(), unreachable_here(k, p.name))
+            let (env, error) = match (unreachable_here(k, p.name), p.plant) {
+                (Some(why), _) => (Vec::new(), Some(why)),
+                (None, Plant::Env { var, value }) => {
+                    (vec![(var.to_string(), value.to_string())], None)
                 }
-                Plant::Env { var, value } => (vec![(var.to_string(), value.to_string())], None),
-                Plant::Source(Err(e)) => (Vec::new(), Some(e)),
-                Plant::Source(Ok(text)) => {
+                (None, Plant::Source(Err(e))) => (Vec::new(), Some(e)),
+                (None, Plant::Source(Ok(text))) => {
                     let path = logs.join(format!("{}-{}.{}", k.short, p.name, k.ext));
                     std::fs::write(&path, text)
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -137,10 +137,12 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
     let desc = engine.source().describe();
     println!("shader: {desc}");
     println!("adapter: {} ({})", engine.adapter_name(), engine.backend());
-    let form = engine.default_form();
+    // The fuzzer's form for this case (its seed, or the variable a rerun
+    // line sets), so that a fuzz case reruns as it ran.
+    let form = super::form_for(engine, &spec);
     println!("{}", gate::form_line(engine));
     println!("{}", report::table_header());
-    match gate::run_one(engine, &spec, &geom) {
+    match gate::run_one_form(engine, &spec, &geom, form) {
         Ok(v) => {
             let label = engine.form_label(form);
             println!("{}", report::table_row("case", &spec, &geom, &label, &v));

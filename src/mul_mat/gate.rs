@@ -143,18 +143,13 @@ pub fn run_one_form(
 /// (subgroup form: 32 lanes a subgroup)`, or `forms: plain (no subgroup
 /// form: REASON)`, and the default form with its reason.
 pub fn form_line(engine: &WgpuEngine) -> String {
-    let forms: Vec<String> = engine
-        .forms()
-        .iter()
-        .map(|&f| engine.form_label(f))
-        .collect();
     let why = match engine.subgroup_form() {
         Ok(lanes) => format!("subgroup form: {lanes} lanes a subgroup"),
         Err(reason) => format!("no subgroup form: {reason}; that form is skipped"),
     };
     format!(
         "forms: {} ({why}); default {} ({})",
-        forms.join(", "),
+        engine.form_labels(&engine.forms()),
         engine.form_label(engine.default_form()),
         engine.default_reason()
     )
@@ -312,12 +307,7 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
         println!(
             "=== mul-mat-check ALL GREEN ({} rows: EXACT bit-identical, RANDOM and BAL within 2 gamma_K sum|w x| per output; forms {}) ===",
             g.rows,
-            engine
-                .forms()
-                .iter()
-                .map(|&f| engine.form_label(f))
-                .collect::<Vec<_>>()
-                .join(", ")
+            engine.form_labels(&engine.forms())
         );
     } else {
         println!(

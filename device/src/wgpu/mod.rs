@@ -630,6 +630,16 @@ impl WgpuEngine {
         }
     }
 
+    /// `forms`' labels ([`WgpuEngine::form_label`]), comma-separated
+    /// (`"plain, sg32"`).
+    pub fn form_labels(&self, forms: &[Form]) -> String {
+        forms
+            .iter()
+            .map(|&f| self.form_label(f))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The pipeline for `dtype` and `geom` in the default form
     /// ([`WgpuEngine::default_form`]), built on first use.
     ///
@@ -1141,9 +1151,8 @@ impl WgpuEngine {
         src0: &[u8],
         src1: &[f32],
     ) -> Result<Vec<f32>> {
-        let job = self.prepare_path(dtype, geom, path, m, n, k, src0, src1)?;
-        job.dispatch(1)?;
-        job.read()
+        let form = self.default_form();
+        self.mul_mat_form(dtype, geom, path, form, m, n, k, src0, src1)
     }
 
     /// [`WgpuEngine::mul_mat_path`] in the given [`Form`].
