@@ -404,26 +404,12 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         let arm = Arm::ALL[usize::from(sel[0]) % Arm::ALL.len()];
         let on = |byte: u8, mask: u8| byte & mask == mask;
         let wide_m = (sel[3] >> 4) & 3 == 3 && on(sel[1], 0xC0);
-        let in_f = edge_dim(
-            u,
-            sel[3],
-            128,
-            if wide_m {
-                bounds::MAX_IN_F_WIDE_M
-            } else {
-                bounds::MAX_IN_F
-            },
-        )?;
-        let out_f = edge_dim(
-            u,
-            sel[3] >> 2,
-            128,
-            if wide_m {
-                bounds::MAX_OUT_F_WIDE_M
-            } else {
-                bounds::MAX_OUT_F
-            },
-        )?;
+        let (max_in_f, max_out_f) = match wide_m {
+            true => (bounds::MAX_IN_F_WIDE_M, bounds::MAX_OUT_F_WIDE_M),
+            false => (bounds::MAX_IN_F, bounds::MAX_OUT_F),
+        };
+        let in_f = edge_dim(u, sel[3], 128, max_in_f)?;
+        let out_f = edge_dim(u, sel[3] >> 2, 128, max_out_f)?;
         // m's "anything" class from the top: an exhausted input (libFuzzer's
         // first inputs are a few bytes) gives MAX_M_WIDE, not 1.
         let m = if wide_m {
