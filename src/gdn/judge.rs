@@ -199,10 +199,12 @@ pub fn any_nonfinite(v: &[f32]) -> bool {
     }) != 0
 }
 
-/// The six comparisons of `got` against `want`.
+/// The six comparisons of `got` against `want` (made in parallel, listed
+/// in [`OUTPUTS`] order).
 pub fn compare_six(got: &Six, want: &Six, rule: Bits) -> Vec<Diff> {
     let (g, w) = (got.parts(), want.parts());
     (0..6)
+        .into_par_iter()
         .map(|i| compare(OUTPUTS[i], g[i], w[i], rule))
         .collect()
 }

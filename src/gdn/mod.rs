@@ -38,6 +38,7 @@ pub use run::engine;
 use crate::stats::{count, pct};
 use device::cuda::{GdnEngine, GdnFusedEntry};
 use pool::POOL;
+use rayon::prelude::*;
 use run::{BatchInputs, BatchSix, Got};
 use std::sync::atomic::AtomicU64;
 
@@ -72,11 +73,21 @@ pub struct Stats {
     pub audited: AtomicU64,
     /// Where [`check`]'s time went, nanoseconds summed over the cases
     /// ([`Phase`] order): generating the data, the oracle's thread, the
-    /// device runs (this thread, beside the oracle), judging, the whole
-    /// case.
-    pub phase_ns: [AtomicU64; 5],
+    /// device runs (this thread, beside the oracle), judging, handing the
+    /// buffers back, the whole case.
+    pub phase_ns: [AtomicU64; 6],
     /// Cases timed in `phase_ns` (those that ended without a divergence).
     pub timed: AtomicU64,
+    /// The judge's nanoseconds ([`Phase::Judge`]) of the audited cases
+    /// among them (every run read back and compared on the host).
+    pub audited_judge_ns: AtomicU64,
+    /// Audited cases timed in `audited_judge_ns`.
+    pub audited_timed: AtomicU64,
+    /// Minor page faults of the whole process over the timed cases (Linux's
+    /// `/proc/self/stat` field 10; 0 elsewhere): fresh pages touched,
+    /// which a sanitizer's allocator makes costly. Split as
+    /// [`FAULT_PARTS`].
+    pub page_faults: [AtomicU64; 3],
 }
 
 /// A part of [`check`] timed in [`Stats::phase_ns`].
@@ -84,19 +95,24 @@ pub struct Stats {
 pub enum Phase {
     /// The case's data (every sequence's).
     Generate,
-    /// The oracle, on its own thread.
+    /// The oracle (every sequence's, in parallel), on its own thread.
     Oracle,
     /// The device runs, chained, fused, packed, graph and batched.
     Device,
-    /// The rows' verdicts and the buffers given back.
+    /// The rows' verdicts: the host's comparisons, but the chained
+    /// outputs' against the oracle's, which the oracle's thread makes
+    /// beside the device runs.
     Judge,
+    /// The case's buffers handed back to the host pool ([`pool::POOL`]).
+    GiveBack,
     /// The whole case.
     Case,
 }
 
 impl Phase {
     /// The names of the stats line, in [`Stats::phase_ns`] order.
-    pub const NAMES: [&'static str; 5] = ["generate", "oracle", "device", "judge", "case"];
+    pub const NAMES: [&'static str; 6] =
+        ["generate", "oracle", "device", "judge", "give back", "case"];
 
     /// Adds `d` to this phase's counter.
     pub fn add(self, d: std::time::Duration) {
@@ -118,9 +134,29 @@ pub static STATS: Stats = Stats {
     t_max: AtomicU64::new(0),
     batched: AtomicU64::new(0),
     audited: AtomicU64::new(0),
-    phase_ns: [const { AtomicU64::new(0) }; 5],
+    phase_ns: [const { AtomicU64::new(0) }; 6],
     timed: AtomicU64::new(0),
+    audited_judge_ns: AtomicU64::new(0),
+    audited_timed: AtomicU64::new(0),
+    page_faults: [const { AtomicU64::new(0) }; 3],
 };
+
+/// The parts of a case [`Stats::page_faults`] counts apart.
+pub const FAULT_PARTS: [&str; 3] = ["generate, oracle and device", "judge", "give back"];
+
+/// The process's minor page faults so far: field 10 of
+/// `/proc/self/stat` (proc(5)), 0 where it cannot be read.
+pub fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name, which is in parentheses and
+            // may hold spaces: state is field 3, minflt field 10.
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace().nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
 
 /// The stats line [`check`] prints every [`STATS_EVERY`] cases: outcomes,
 /// then what the generator drew, each with its share of the cases.
@@ -158,7 +194,19 @@ fn phase_ms() -> String {
             format!("{name} {:.2}", ns as f64 / n as f64 / 1e6)
         })
         .collect();
-    format!("; ms a case: {}", parts.join(", "))
+    let load = |c: &AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let audited = load(&STATS.audited_timed).max(1);
+    let faults: Vec<String> = FAULT_PARTS
+        .iter()
+        .zip(&STATS.page_faults)
+        .map(|(name, c)| format!("{name} {}", load(c) / n))
+        .collect();
+    format!(
+        "; ms a case: {} (judge of an audited case {:.2}); minor page faults a case: {}",
+        parts.join(", "),
+        load(&STATS.audited_judge_ns) as f64 / audited as f64 / 1e6,
+        faults.join(", ")
+    )
 }
 
 /// Counts what the generator drew for `spec` in [`STATS`] (the graph
@@ -206,7 +254,7 @@ fn row(gate: u8, label: &'static str, spec: &CaseSpec, rule: Bits) -> Row {
 #[derive(Debug)]
 pub struct CaseRuns {
     /// `t` chained per-row launches ([`run::chained_kept`]).
-    pub chained: Result<Six, device::cuda::DeviceError>,
+    pub chained: ChainedSix,
     /// The eager fused step ([`run::packed`]).
     pub packed: Result<Got<Six>, device::cuda::DeviceError>,
     /// The packed twins ([`run::twins`]), when run.
@@ -245,10 +293,25 @@ impl CaseRuns {
 /// them on the device ([`run::Got`]), and with `audit` read back too.
 /// Compares nothing on the host (so the oracle can be computed meanwhile).
 pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool, audit: bool) -> CaseRuns {
+    run_case_handing(e, data, graph, audit, |c| c)
+}
+
+/// [`run_case`], the chained launches' outputs handed to `hand` as soon
+/// as they are read back, before the other runs start (so another thread
+/// can judge them meanwhile); what `hand` returns is the result's
+/// `chained`.
+pub fn run_case_handing(
+    e: &GdnEngine,
+    data: &CaseData,
+    graph: bool,
+    audit: bool,
+    hand: impl FnOnce(ChainedSix) -> ChainedSix,
+) -> CaseRuns {
     let (chained, kept) = match run::chained_kept(e, data) {
         Ok((six, kept)) => (Ok(six), Some(kept)),
         Err(err) => (Err(err), None),
     };
+    let chained = hand(chained);
     let reference = kept.as_ref().map(|k| k.reference(audit));
     CaseRuns {
         chained,
@@ -257,6 +320,9 @@ pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool, audit: bool) -> Cas
         graph: graph.then(|| run::graph(e, data, reference)),
     }
 }
+
+/// The chained launches' outputs read back, or why not.
+pub type ChainedSix = Result<Six, device::cuda::DeviceError>;
 
 /// The diffs of a run judged against the chained launches' outputs `c`
 /// (every bit): [`Got::Same`] passes every output (the device found each
@@ -326,17 +392,54 @@ pub fn judge_case(
 /// The rows of [`judge_case`] from the device's outputs `runs` of `data`
 /// and the oracle's `want`.
 pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns) -> Vec<Row> {
+    judge_runs_given(spec, data, want, runs, None)
+}
+
+/// [`judge_runs`], with the chained outputs' diffs against `want`
+/// (`compare_six(chained, want, Bits::NanAny)`) already made, when
+/// `chained_vs_oracle` holds them. The runs' comparisons with the chained
+/// outputs are independent and made in parallel.
+pub fn judge_runs_given(
+    spec: &CaseSpec,
+    data: &CaseData,
+    want: &Six,
+    runs: &CaseRuns,
+    chained_vs_oracle: Option<Vec<Diff>>,
+) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut r_chained = row(2, "chained per-row == oracle", spec, Bits::NanAny);
     let mut r_packed = row(2, "packed eager == oracle", spec, Bits::NanAny);
     let mut r_1 = row(1, "packed eager == chained", spec, Bits::Exact);
     let (chained, packed) = (&runs.chained, &runs.packed);
+    // Each run read back (or found the same on the device) against the
+    // chained outputs: packed, twins, the two graph replays.
+    let vs = |got: Option<&Got<Six>>| Some(against_chained(got?, chained.as_ref().ok()?));
+    let graph_ok = match &runs.graph {
+        Some(Ok(g)) => Some(g),
+        _ => None,
+    };
+    let twins_ok = match &runs.twins {
+        Some(Ok(p)) => Some(p),
+        _ => None,
+    };
+    let ((p_vs, twins_vs), (rebound_vs, swapped_vs)) = rayon::join(
+        || rayon::join(|| vs(packed.as_ref().ok()), || vs(twins_ok)),
+        || {
+            rayon::join(
+                || vs(graph_ok.map(|g| &g.rebound)),
+                || vs(graph_ok.map(|g| &g.swapped)),
+            )
+        },
+    );
     match chained {
-        Ok(c) => r_chained.diffs = compare_six(c, want, Bits::NanAny),
+        Ok(c) => {
+            r_chained.diffs =
+                chained_vs_oracle.unwrap_or_else(|| compare_six(c, want, Bits::NanAny))
+        }
         Err(err) => r_chained.error = Some(err.to_string()),
     }
     match (packed, chained) {
-        (Ok(p), Ok(c)) => r_1.diffs = against_chained(p, c),
+        (Ok(_), Ok(_)) => r_1.diffs = p_vs.expect("both runs read"),
         (Err(err), _) | (_, Err(err)) => r_1.error = Some(err.to_string()),
     }
     match packed {
@@ -365,7 +468,7 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
     if let Some(twins) = &runs.twins {
         let mut r_twins = row(1, "packed twins == chained", spec, Bits::Exact);
         match (twins, chained) {
-            (Ok(p), Ok(c)) => r_twins.diffs = against_chained(p, c),
+            (Ok(_), Ok(_)) => r_twins.diffs = twins_vs.expect("both runs read"),
             (Err(err), _) | (_, Err(err)) => r_twins.error = Some(err.to_string()),
         }
         rows.push(r_twins);
@@ -374,9 +477,9 @@ pub fn judge_runs(spec: &CaseSpec, data: &CaseData, want: &Six, runs: &CaseRuns)
         let mut rebound = row(1, "graph replay, rebound == chained", spec, Bits::Exact);
         let mut swapped = row(1, "graph replay, swapped == chained", spec, Bits::Exact);
         match (graph, chained) {
-            (Ok(g), Ok(c)) => {
-                rebound.diffs = against_chained(&g.rebound, c);
-                swapped.diffs = against_chained(&g.swapped, c);
+            (Ok(g), Ok(_)) => {
+                rebound.diffs = rebound_vs.expect("both runs read");
+                swapped.diffs = swapped_vs.expect("both runs read");
                 let zeros = vec![0f32; data.shape.state_len()];
                 let before = [&data.ring0, &data.state0, &zeros];
                 let names = [
@@ -560,16 +663,19 @@ pub fn judge_batch_runs(
         }
         Ok(Got::Read(got) | Got::Audited { got, .. }) => {
             assert_eq!(got.batch, wants.len(), "sequences run and oracles given");
-            for (b, want) in wants.iter().enumerate() {
-                for (i, (gp, wp)) in got.parts(b).iter().zip(want.parts()).enumerate() {
-                    r.diffs.push(judge::compare(
+            // Every sequence's every output, in parallel, listed in order.
+            r.diffs = (0..6 * wants.len())
+                .into_par_iter()
+                .map(|k| {
+                    let (b, i) = (k / 6, k % 6);
+                    judge::compare(
                         &format!("sequence {b} {}", judge::OUTPUTS[i]),
-                        gp,
-                        wp,
+                        got.parts(b)[i],
+                        wants[b].parts()[i],
                         Bits::NanAny,
-                    ));
-                }
-            }
+                    )
+                })
+                .collect();
         }
         Err(err) => r.error = Some(err.to_string()),
     }
@@ -603,6 +709,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         count(&STATS.audited);
     }
     let case_start = std::time::Instant::now();
+    let faults_start = minor_faults();
     // A batched case's sequence 0 is the case's own data, so it is drawn
     // once, with the others.
     let datas = if spec.batch > 1 {
@@ -615,41 +722,72 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     };
     let data = &datas[0];
     let generate = case_start.elapsed();
-    // The oracle (every sequence's) on another thread while this one drives
-    // the device, which it mostly waits for: a case costs the longer of
-    // the two, not their sum.
-    let (runs, batched, wants, oracle, device) = std::thread::scope(|sc| {
-        let oracle = sc.spawn(|| {
-            let t = std::time::Instant::now();
-            let wants = datas.iter().map(reference).collect::<Vec<Six>>();
-            (wants, t.elapsed())
+    // The oracle (every sequence's, in parallel) on another thread while
+    // this one drives the device, which it mostly waits for: a case costs
+    // the longer of the two, not their sum. That thread then takes the
+    // chained launches' outputs as soon as they are read back, and
+    // compares them with the oracle's while the other runs go on.
+    let (runs, batched, wants, nonfinite, chained_vs_oracle, oracle, device) =
+        std::thread::scope(|sc| {
+            // The sender is this closure's: a panic here drops it, so the
+            // oracle's thread does not wait forever.
+            let (tx, rx) = std::sync::mpsc::channel::<ChainedSix>();
+            let ds = &datas;
+            let oracle = sc.spawn(move || {
+                let t = std::time::Instant::now();
+                let wants = ds.par_iter().map(reference).collect::<Vec<Six>>();
+                let oracle = t.elapsed();
+                let nonfinite = wants[0].parts().iter().any(|p| judge::any_nonfinite(p));
+                // Nothing comes when the device thread panicked before
+                // sending (the scope then resumes its panic).
+                let chained = rx.recv().ok();
+                let diffs = chained
+                    .as_ref()
+                    .and_then(|c| c.as_ref().ok())
+                    .map(|c| compare_six(c, &wants[0], Bits::NanAny));
+                (wants, nonfinite, chained, diffs, oracle)
+            });
+            let device_start = std::time::Instant::now();
+            let mut runs = run_case_handing(e, data, spec.graph, audit, |c| {
+                // The outputs go to the oracle's thread, which hands them
+                // back with its verdict; this placeholder is replaced
+                // before anything judges it. (A send fails only when that
+                // thread panicked: its join below resumes the panic.)
+                match tx.send(c) {
+                    Ok(()) => Err(device::cuda::DeviceError::ArgLen {
+                        arg: "chained outputs (with the oracle's thread)",
+                        want: 0,
+                        got: 0,
+                    }),
+                    Err(back) => back.0,
+                }
+            });
+            // Graph-replayed too when the case asks for graphs.
+            let batched = if spec.batch > 1 {
+                let inputs = BatchInputs::new(&datas);
+                let runs = batched_runs(e, &inputs, spec.graph, audit);
+                inputs.give_back();
+                runs
+            } else {
+                Vec::new()
+            };
+            let device = device_start.elapsed();
+            let (wants, nonfinite, chained, diffs, oracle) = oracle
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            runs.chained = chained.expect("the chained outputs were sent");
+            (runs, batched, wants, nonfinite, diffs, oracle, device)
         });
-        let device_start = std::time::Instant::now();
-        let runs = run_case(e, data, spec.graph, audit);
-        // Graph-replayed too when the case asks for graphs.
-        let batched = if spec.batch > 1 {
-            let inputs = BatchInputs::new(&datas);
-            let runs = batched_runs(e, &inputs, spec.graph, audit);
-            inputs.give_back();
-            runs
-        } else {
-            Vec::new()
-        };
-        let device = device_start.elapsed();
-        let (wants, oracle) = oracle
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (runs, batched, wants, oracle, device)
-    });
     let judge_start = std::time::Instant::now();
+    let faults_judge = minor_faults();
     let want = &wants[0];
-    if want.parts().iter().any(|p| judge::any_nonfinite(p)) {
+    if nonfinite {
         count(&STATS.nonfinite);
     }
     if spec.graph {
         count(&STATS.graph);
     }
-    let mut rows = judge_runs(spec, data, want, &runs);
+    let mut rows = judge_runs_given(spec, data, want, &runs, chained_vs_oracle);
     if !batched.is_empty() {
         count(&STATS.batched);
     }
@@ -661,6 +799,9 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
             report::divergence(spec, &rows, &e.kernel_source(), artifact)
         );
     }
+    let judge = judge_start.elapsed();
+    let faults_give_back = minor_faults();
+    let give_back_start = std::time::Instant::now();
     runs.give_back();
     give_back_batches(batched);
     for six in wants {
@@ -674,10 +815,25 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         (Phase::Generate, generate),
         (Phase::Oracle, oracle),
         (Phase::Device, device),
-        (Phase::Judge, judge_start.elapsed()),
+        (Phase::Judge, judge),
+        (Phase::GiveBack, give_back_start.elapsed()),
         (Phase::Case, case_start.elapsed()),
     ] {
         phase.add(d);
+    }
+    if audit {
+        count(&STATS.audited_timed);
+        let ns = u64::try_from(judge.as_nanos()).unwrap_or(u64::MAX);
+        STATS
+            .audited_judge_ns
+            .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+    let faults = [faults_start, faults_judge, faults_give_back, minor_faults()];
+    for (c, w) in STATS.page_faults.iter().zip(faults.windows(2)) {
+        c.fetch_add(
+            w[1].saturating_sub(w[0]),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
     count(&STATS.timed);
 }
@@ -720,6 +876,26 @@ pub fn oracle_packed_matches_chained(spec: &CaseSpec) {
 mod tests {
     use super::*;
     use device::cuda::DeviceError;
+
+    /// On Linux the fault count is read, and touching 64 MiB of fresh
+    /// pages raises it by at least half their number (huge pages aside).
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn minor_faults_counts_fresh_pages() {
+        let before = minor_faults();
+        assert!(before > 0, "/proc/self/stat read");
+        let mut v: Vec<u8> = Vec::with_capacity(64 << 20);
+        for i in (0..v.capacity()).step_by(4096) {
+            v.spare_capacity_mut()[i].write(1);
+        }
+        std::hint::black_box(&v);
+        let after = minor_faults();
+        assert!(after >= before, "{before} -> {after}");
+        assert!(
+            after - before >= (64 << 20) / 4096 / 2 / 512,
+            "{before} -> {after}"
+        );
+    }
 
     fn err() -> DeviceError {
         DeviceError::ArgLen {
