@@ -73,9 +73,10 @@ pub struct Stats {
     pub audited: AtomicU64,
     /// Where [`check`]'s time went, nanoseconds summed over the cases
     /// ([`Phase`] order): generating the data, the oracle's thread, the
-    /// device runs (this thread, beside the oracle), judging, handing the
-    /// buffers back, the whole case.
-    pub phase_ns: [AtomicU64; 6],
+    /// device runs (this thread, beside the oracle), the chained outputs
+    /// judged on the oracle's thread, judging the rest, handing the buffers
+    /// back, the whole case.
+    pub phase_ns: [AtomicU64; 7],
     /// Cases timed in `phase_ns` (those that ended without a divergence).
     pub timed: AtomicU64,
     /// The judge's nanoseconds ([`Phase::Judge`]) of the audited cases
@@ -99,9 +100,11 @@ pub enum Phase {
     Oracle,
     /// The device runs, chained, fused, packed, graph and batched.
     Device,
-    /// The rows' verdicts: the host's comparisons, but the chained
-    /// outputs' against the oracle's, which the oracle's thread makes
-    /// beside the device runs.
+    /// The chained outputs compared with the oracle's, on the oracle's
+    /// thread beside the device runs that follow the chained ones (a
+    /// case waits for it only where it ends after them).
+    ChainedJudge,
+    /// The rows' verdicts: the host's other comparisons.
     Judge,
     /// The case's buffers handed back to the host pool ([`pool::POOL`]).
     GiveBack,
@@ -111,8 +114,15 @@ pub enum Phase {
 
 impl Phase {
     /// The names of the stats line, in [`Stats::phase_ns`] order.
-    pub const NAMES: [&'static str; 6] =
-        ["generate", "oracle", "device", "judge", "give back", "case"];
+    pub const NAMES: [&'static str; 7] = [
+        "generate",
+        "oracle",
+        "device",
+        "chained judge (oracle's thread)",
+        "judge",
+        "give back",
+        "case",
+    ];
 
     /// Adds `d` to this phase's counter.
     pub fn add(self, d: std::time::Duration) {
@@ -134,7 +144,7 @@ pub static STATS: Stats = Stats {
     t_max: AtomicU64::new(0),
     batched: AtomicU64::new(0),
     audited: AtomicU64::new(0),
-    phase_ns: [const { AtomicU64::new(0) }; 6],
+    phase_ns: [const { AtomicU64::new(0) }; 7],
     timed: AtomicU64::new(0),
     audited_judge_ns: AtomicU64::new(0),
     audited_timed: AtomicU64::new(0),
@@ -199,7 +209,7 @@ fn phase_ms() -> String {
     let faults: Vec<String> = FAULT_PARTS
         .iter()
         .zip(&STATS.page_faults)
-        .map(|(name, c)| format!("{name} {}", load(c) / n))
+        .map(|(name, c)| format!("{name} {:.1}", load(c) as f64 / n as f64))
         .collect();
     format!(
         "; ms a case: {} (judge of an audited case {:.2}); minor page faults a case: {}",
@@ -300,7 +310,7 @@ pub fn run_case(e: &GdnEngine, data: &CaseData, graph: bool, audit: bool) -> Cas
 /// as they are read back, before the other runs start (so another thread
 /// can judge them meanwhile); what `hand` returns is the result's
 /// `chained`.
-pub fn run_case_handing(
+pub(crate) fn run_case_handing(
     e: &GdnEngine,
     data: &CaseData,
     graph: bool,
@@ -727,7 +737,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     // the longer of the two, not their sum. That thread then takes the
     // chained launches' outputs as soon as they are read back, and
     // compares them with the oracle's while the other runs go on.
-    let (runs, batched, wants, nonfinite, chained_vs_oracle, oracle, device) =
+    let (runs, batched, wants, nonfinite, chained_vs_oracle, [oracle, chained_judge], device) =
         std::thread::scope(|sc| {
             // The sender is this closure's: a panic here drops it, so the
             // oracle's thread does not wait forever.
@@ -741,11 +751,12 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
                 // Nothing comes when the device thread panicked before
                 // sending (the scope then resumes its panic).
                 let chained = rx.recv().ok();
+                let t = std::time::Instant::now();
                 let diffs = chained
                     .as_ref()
                     .and_then(|c| c.as_ref().ok())
                     .map(|c| compare_six(c, &wants[0], Bits::NanAny));
-                (wants, nonfinite, chained, diffs, oracle)
+                (wants, nonfinite, chained, diffs, [oracle, t.elapsed()])
             });
             let device_start = std::time::Instant::now();
             let mut runs = run_case_handing(e, data, spec.graph, audit, |c| {
@@ -772,11 +783,11 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
                 Vec::new()
             };
             let device = device_start.elapsed();
-            let (wants, nonfinite, chained, diffs, oracle) = oracle
+            let (wants, nonfinite, chained, diffs, times) = oracle
                 .join()
                 .unwrap_or_else(|p| std::panic::resume_unwind(p));
             runs.chained = chained.expect("the chained outputs were sent");
-            (runs, batched, wants, nonfinite, diffs, oracle, device)
+            (runs, batched, wants, nonfinite, diffs, times, device)
         });
     let judge_start = std::time::Instant::now();
     let faults_judge = minor_faults();
@@ -815,6 +826,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         (Phase::Generate, generate),
         (Phase::Oracle, oracle),
         (Phase::Device, device),
+        (Phase::ChainedJudge, chained_judge),
         (Phase::Judge, judge),
         (Phase::GiveBack, give_back_start.elapsed()),
         (Phase::Case, case_start.elapsed()),
@@ -828,12 +840,15 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
             .audited_judge_ns
             .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
     }
+    // Counted only where every read succeeded (a failed read gives 0).
     let faults = [faults_start, faults_judge, faults_give_back, minor_faults()];
-    for (c, w) in STATS.page_faults.iter().zip(faults.windows(2)) {
-        c.fetch_add(
-            w[1].saturating_sub(w[0]),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    if faults.iter().all(|&f| f > 0) {
+        for (c, w) in STATS.page_faults.iter().zip(faults.windows(2)) {
+            c.fetch_add(
+                w[1].saturating_sub(w[0]),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
     }
     count(&STATS.timed);
 }
@@ -878,7 +893,8 @@ mod tests {
     use device::cuda::DeviceError;
 
     /// On Linux the fault count is read, and touching 64 MiB of fresh
-    /// pages raises it by at least half their number (huge pages aside).
+    /// pages raises it by at least half their number counted as 2 MiB
+    /// huge pages (16), whatever page size the kernel backs them with.
     #[test]
     #[cfg(target_os = "linux")]
     fn minor_faults_counts_fresh_pages() {
