@@ -63,6 +63,10 @@ pub struct Stats {
     /// Cases the GEMM peer (`KERNEL_ORACLE_FP8_MMQ=cublaslt`) refused
     /// (never compared, not failures).
     pub refused_by_peer: AtomicU64,
+    /// Compared cases per forced variant (`fp8_mmq_v2_k<i>`, after
+    /// [`generate::resolve_variant`]): a variant the fuzzer never reaches
+    /// shows by its absence from the stats line.
+    pub compared_by_variant: [AtomicU64; 128],
 }
 
 /// This process's counters.
@@ -80,6 +84,7 @@ pub static STATS: Stats = Stats {
     refused_nan_weights: AtomicU64::new(0),
     compared: AtomicU64::new(0),
     refused_by_peer: AtomicU64::new(0),
+    compared_by_variant: [const { AtomicU64::new(0) }; 128],
 };
 
 /// How often [`check`] prints [`STATS`] (cases).
@@ -119,8 +124,17 @@ pub fn stats_line() -> String {
         .zip(&STATS.arm)
         .map(|(a, c)| format!("{} {}", a.name(), pct(c, n)))
         .collect();
+    let by_variant: Vec<String> = STATS
+        .compared_by_variant
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let c = c.load(Ordering::Relaxed);
+            (c > 0).then(|| format!("k{i} {c}"))
+        })
+        .collect();
     format!(
-        "fp8_mmq stats: {n} cases, {} compared, {} refused (NaN weight codes), {} refused by the peer; arms: {}; knobs: every_code {}, zero_blocks {}, act_exp {}, nan_codes {}, variant forced {}; m = 1 {}, k tail {}, m past a 192-token tile {}",
+        "fp8_mmq stats: {n} cases, {} compared, {} refused (NaN weight codes), {} refused by the peer; arms: {}; knobs: every_code {}, zero_blocks {}, act_exp {}, nan_codes {}, variant forced {}; m = 1 {}, k tail {}, m past a 192-token tile {}; compared with a variant forced: {}",
         pct(&STATS.compared, n),
         pct(&STATS.refused_nan_weights, n),
         pct(&STATS.refused_by_peer, n),
@@ -132,7 +146,12 @@ pub fn stats_line() -> String {
         pct(&STATS.forced_variant, n),
         pct(&STATS.m1, n),
         pct(&STATS.k_tail, n),
-        pct(&STATS.m_second_tile, n)
+        pct(&STATS.m_second_tile, n),
+        if by_variant.is_empty() {
+            "none".to_string()
+        } else {
+            by_variant.join(", ")
+        }
     )
 }
 
@@ -189,6 +208,9 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         }
         Outcome::Judged(v) => {
             count(&STATS.compared);
+            if let Some(c) = variant.and_then(|i| STATS.compared_by_variant.get(i as usize)) {
+                count(c);
+            }
             if !v.pass() {
                 panic!(
                     "{}",
@@ -232,5 +254,25 @@ pub fn fast_matches_spec(spec: &CaseSpec) {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stats line names each forced variant with its compared cases,
+    /// and only those compared at least once.
+    #[test]
+    fn stats_line_counts_compared_cases_per_forced_variant() {
+        count(&STATS.compared_by_variant[25]);
+        count(&STATS.compared_by_variant[25]);
+        let line = stats_line();
+        let tail = line
+            .split("compared with a variant forced: ")
+            .nth(1)
+            .expect("the per-variant part");
+        assert!(tail.split(", ").any(|p| p == "k25 2"), "{line}");
+        assert!(!tail.split(", ").any(|p| p.starts_with("k127 ")), "{line}");
     }
 }
