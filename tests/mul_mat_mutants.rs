@@ -20,22 +20,18 @@
 //! reported as not run elsewhere.
 
 use device::wgpu::{Dtype, Form, Geometry, ShaderSource, WgpuEngine, BUILTIN_MUL_MAT_WGSL};
-use kernel_oracle::mul_mat::gate::{run_one_form, spec, Shape};
+use kernel_oracle::mul_mat::gate::{self, run_one_form, spec, Shape};
 use kernel_oracle::mul_mat::mutants::{apply, by_name, MUTANTS};
 use kernel_oracle::mul_mat::Arm;
 
 fn engine_for(name: &str) -> WgpuEngine {
     let m = by_name(name).unwrap();
     let text = apply(m, BUILTIN_MUL_MAT_WGSL).unwrap_or_else(|e| panic!("{e}"));
-    let dir = std::env::temp_dir().join(format!("kernel-oracle-wgsl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    // One file per call: tests run in parallel and must not read a file
-    // another test is rewriting.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = dir.join(format!("{name}-{call}.wgsl"));
-    std::fs::write(&path, text).unwrap();
-    WgpuEngine::new(ShaderSource::from_file(&path).unwrap())
+    engine_of(text, &format!("mutant {name}"))
+}
+
+fn engine_of(text: String, what: &str) -> WgpuEngine {
+    WgpuEngine::new(ShaderSource::builtin().derived(text, what))
         .unwrap_or_else(|e| panic!("no wgpu adapter (CI must provide lavapipe): {e}"))
 }
 
@@ -390,7 +386,13 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
         .count();
     assert!(e.decl().dequant);
     let geoms = gate::geometries(&e, &[geom]).len();
-    let rows = (geoms * dtypes + dtypes - 1) * Arm::ALL.len() * e.forms().len();
+    // The exchange canary adds a row a geometry in the subgroup form.
+    let canary = if e.forms().contains(&Form::Subgroup) {
+        geoms
+    } else {
+        0
+    };
+    let rows = (geoms * dtypes + dtypes - 1) * Arm::ALL.len() * e.forms().len() + canary;
     assert_eq!(g.rows, rows);
     assert!(g.failures >= 1 && g.failures <= rows, "{g:?}");
     // The fuzzer: a panic with both rerun lines.
@@ -405,4 +407,52 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
         "{msg}"
     );
     assert!(msg.contains(&case), "{msg}");
+}
+
+/// The gate's exchange canary (`gate::EXCHANGE_CANARY`): on the builtin
+/// source the planted lane changes the subgroup form's outputs at every
+/// geometry (the exchange runs), and on a source whose run-time layout
+/// check always falls back to the plain reads (the same outputs as the
+/// plain form, so every `sgN` row passes) every canary row fails. Asserted
+/// where the adapter has a subgroup form (lavapipe's sg8 in CI), reported
+/// as not run elsewhere.
+#[test]
+fn exchange_canary_fails_where_the_subgroup_form_falls_back() {
+    let geoms = [
+        Geometry::default(),
+        Geometry {
+            wg_m: 8,
+            wg_n: 4,
+            tile_k: 16,
+        },
+    ];
+    let shapes: Vec<(Geometry, &Shape)> = geoms.iter().map(|g| (*g, &SMALL)).collect();
+    let builtin = engine_of(BUILTIN_MUL_MAT_WGSL.to_string(), "builtin");
+    if !builtin.forms().contains(&Form::Subgroup) {
+        eprintln!(
+            "not run: no subgroup form on {} ({:?})",
+            builtin.adapter_name(),
+            builtin.subgroup_form()
+        );
+        return;
+    }
+    assert_eq!(gate::exchange_canary(&builtin, &shapes), (2, 0));
+    let find = "    p.on = sg_all(lined && same) && whole;";
+    assert_eq!(BUILTIN_MUL_MAT_WGSL.matches(find).count(), 1);
+    let off =
+        BUILTIN_MUL_MAT_WGSL.replace(find, "    p.on = sg_all(lined && same) && whole && false;");
+    let fallback = engine_of(off, "the exchange's plan always off");
+    // Its subgroup rows pass: the fallback computes the plain form's
+    // outputs.
+    for g in &geoms {
+        let v = run_one_form(
+            &fallback,
+            &spec(&SMALL, Dtype::F32, Arm::Exact),
+            g,
+            Form::Subgroup,
+        )
+        .unwrap();
+        assert!(v.pass());
+    }
+    assert_eq!(gate::exchange_canary(&fallback, &shapes), (2, 2));
 }

@@ -20,7 +20,10 @@
 //! Every row runs in each form the engine has (`WgpuEngine::forms`: the
 //! plain source, and its subgroup form where the adapter has subgroups),
 //! the form named in the row; an engine without a subgroup form says why
-//! in the header ([`form_line`]), an explicit skip of that form only.
+//! in the header ([`form_line`]), an explicit skip of that form only. The
+//! subgroup rows are followed by the [`exchange_canary`] rows, which show
+//! that the form's exchange ran at each geometry rather than its run-time
+//! fallback to the plain reads (which computes the same outputs).
 
 use super::generate::{Arm, CaseSpec};
 use super::judge::{reference, Verdict};
@@ -209,6 +212,89 @@ pub fn row(
     }
 }
 
+/// The planted change whose failure shows that the subgroup form's
+/// exchange runs ([`super::mutants::MUTANTS`]): it pairs each weight with
+/// the wrong lane's activation, so it changes the outputs exactly where
+/// the exchange runs. The subgroup form checks the subgroup layout at run
+/// time and falls back to the plain reads without it, which computes the
+/// same outputs; so a passing `sgN` row alone does not show that the
+/// exchange ran.
+pub const EXCHANGE_CANARY: &str = "sg-shuffle-wrong-lane";
+
+/// The exchange canary's rows, one for each `(geometry, shape)` the gate
+/// runs in the subgroup form: the f32 EXACT case of `shape` in the
+/// subgroup form through the engine's source and through that source with
+/// [`EXCHANGE_CANARY`] planted. A row passes when the two outputs differ
+/// (the exchange ran: the planted line changed them), and fails when they
+/// are bit-identical (every subgroup of that geometry fell back to the
+/// plain reads, so its `sgN` rows tested the plain form) or either does
+/// not run. A source without the canary's anchor gets a note and no rows.
+/// Prints the rows; returns (rows, failures).
+pub fn exchange_canary(engine: &WgpuEngine, geoms: &[(Geometry, &Shape)]) -> (usize, usize) {
+    let m = super::mutants::by_name(EXCHANGE_CANARY).expect("the canary is a planted bug");
+    let text = match super::mutants::apply(m, engine.source().text()) {
+        Ok(t) => t,
+        Err(why) => {
+            println!(
+                "exchange canary {EXCHANGE_CANARY}: cannot be planted in this source ({why}); its sg rows show the subgroup form's outputs, not that its exchange ran"
+            );
+            return (0, 0);
+        }
+    };
+    let label = engine.form_label(Form::Subgroup);
+    let canary = engine
+        .source()
+        .derived(text, &format!("exchange canary {EXCHANGE_CANARY}"));
+    let canary = WgpuEngine::new(canary);
+    let mut failures = 0;
+    for (geom, sh) in geoms {
+        let spec = spec(sh, Dtype::F32, Arm::Exact);
+        let what = format!(
+            "exchange canary {EXCHANGE_CANARY}: f32 {} {}x{}x{} EXACT {} {label}",
+            sh.label,
+            sh.m,
+            sh.n,
+            sh.k,
+            report::geometry(geom)
+        );
+        let data = spec.generate();
+        let outputs = canary
+            .as_ref()
+            .map_err(|e| format!("the canary engine: {e}"))
+            .and_then(|c| {
+                let run = |e: &WgpuEngine| {
+                    run_case_form(e, &data, *geom, Form::Subgroup).map_err(|e| e.to_string())
+                };
+                Ok((run(engine)?, run(c)?))
+            });
+        match outputs {
+            Ok((source_out, planted)) => {
+                let differ = source_out
+                    .iter()
+                    .zip(&planted)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                if differ > 0 {
+                    println!(
+                        "{what}: {differ} of {} outputs changed by the planted line: the exchange ran  PASS",
+                        source_out.len()
+                    );
+                } else {
+                    failures += 1;
+                    println!(
+                        "{what}: no output changed by the planted line: the subgroup form fell back to the plain reads at this geometry, so its {label} rows did not test the exchange  FAIL"
+                    );
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                println!("{what}: the canary did not run: {e}  FAIL");
+            }
+        }
+    }
+    (geoms.len(), failures)
+}
+
 /// The geometries [`run`] runs for every shape: `geoms`, then the shader's
 /// declared geometry (the defaults of its `override` declarations) when it
 /// is not among them. ([`run`] also runs each shape at its
@@ -243,7 +329,8 @@ pub fn dequant_spec(spec: &CaseSpec) -> CaseSpec {
 /// shader's declared geometry (that path's GEMM is the f32 pipeline, which
 /// the f32 rows run at every geometry; what is new is the pre-pass, which
 /// no geometry changes). All of it once in each form the engine has
-/// ([`WgpuEngine::forms`]: plain, then subgroup). Prints the forms
+/// ([`WgpuEngine::forms`]: plain, then subgroup); with a subgroup form,
+/// then the [`exchange_canary`] rows, one a geometry. Prints the forms
 /// ([`form_line`]), the table, each failure's reproduction and the
 /// verdict line.
 pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateResult {
@@ -301,6 +388,17 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
                 }
             }
         }
+    }
+    if engine.forms().contains(&Form::Subgroup) {
+        let mut geoms: Vec<(Geometry, &Shape)> = Vec::new();
+        for (geom, _, list) in &runs {
+            if let (false, Some(sh)) = (geoms.iter().any(|(g, _)| g == geom), list.first()) {
+                geoms.push((*geom, sh));
+            }
+        }
+        let (rows, failures) = exchange_canary(engine, &geoms);
+        g.rows += rows;
+        g.failures += failures;
     }
     println!();
     if g.failures == 0 {

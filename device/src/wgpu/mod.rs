@@ -146,6 +146,9 @@ pub const DEQUANT_WG: u64 = 64;
 pub struct ShaderSource {
     text: Arc<str>,
     path: Option<PathBuf>,
+    /// What [`ShaderSource::describe`] says of a source made in memory
+    /// ([`ShaderSource::derived`]).
+    note: Option<Arc<str>>,
 }
 
 impl ShaderSource {
@@ -154,6 +157,18 @@ impl ShaderSource {
         ShaderSource {
             text: Arc::from(BUILTIN_MUL_MAT_WGSL),
             path: None,
+            note: None,
+        }
+    }
+
+    /// A source made in memory from this one (a planted change, a
+    /// canary): `text`, described as `what` followed by this source's
+    /// description in parentheses.
+    pub fn derived(&self, text: String, what: &str) -> ShaderSource {
+        ShaderSource {
+            text: Arc::from(text),
+            path: None,
+            note: Some(Arc::from(format!("{what} (from {})", self.describe()))),
         }
     }
 
@@ -169,6 +184,7 @@ impl ShaderSource {
         Ok(ShaderSource {
             text: Arc::from(text),
             path: Some(path.to_path_buf()),
+            note: None,
         })
     }
 
@@ -189,11 +205,13 @@ impl ShaderSource {
         &self.text
     }
 
-    /// `"builtin shaders/mul_mat_reg_tile.wgsl"` or `"candidate PATH"`.
+    /// `"builtin shaders/mul_mat_reg_tile.wgsl"`, `"candidate PATH"`, or
+    /// a derived source's note ([`ShaderSource::derived`]).
     pub fn describe(&self) -> String {
-        match &self.path {
-            None => "builtin shaders/mul_mat_reg_tile.wgsl".into(),
-            Some(p) => format!("candidate {}", p.display()),
+        match (&self.note, &self.path) {
+            (Some(n), _) => n.to_string(),
+            (None, None) => "builtin shaders/mul_mat_reg_tile.wgsl".into(),
+            (None, Some(p)) => format!("candidate {}", p.display()),
         }
     }
 }
