@@ -84,6 +84,9 @@ pub struct Stats {
     pub audited_judge_ns: AtomicU64,
     /// Audited cases timed in `audited_judge_ns`.
     pub audited_timed: AtomicU64,
+    /// The device phase split by run ([`DEVICE_RUNS`] order), nanoseconds
+    /// summed over the timed cases (a run a case does not make adds 0).
+    pub device_ns: [AtomicU64; 5],
     /// Minor page faults of the whole process over the timed cases (Linux's
     /// `/proc/self/stat` field 10; 0 elsewhere): fresh pages touched,
     /// which a sanitizer's allocator makes costly. Split as
@@ -148,8 +151,12 @@ pub static STATS: Stats = Stats {
     timed: AtomicU64::new(0),
     audited_judge_ns: AtomicU64::new(0),
     audited_timed: AtomicU64::new(0),
+    device_ns: [const { AtomicU64::new(0) }; 5],
     page_faults: [const { AtomicU64::new(0) }; 3],
 };
+
+/// The runs of a case [`Stats::device_ns`] times apart.
+pub const DEVICE_RUNS: [&str; 5] = ["chained", "packed", "twins", "graph", "batched"];
 
 /// The parts of a case [`Stats::page_faults`] counts apart.
 pub const FAULT_PARTS: [&str; 3] = ["generate, oracle and device", "judge", "give back"];
@@ -206,14 +213,20 @@ fn phase_ms() -> String {
         .collect();
     let load = |c: &AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     let audited = load(&STATS.audited_timed).max(1);
+    let runs: Vec<String> = DEVICE_RUNS
+        .iter()
+        .zip(&STATS.device_ns)
+        .map(|(name, c)| format!("{name} {:.2}", load(c) as f64 / n as f64 / 1e6))
+        .collect();
     let faults: Vec<String> = FAULT_PARTS
         .iter()
         .zip(&STATS.page_faults)
         .map(|(name, c)| format!("{name} {:.1}", load(c) as f64 / n as f64))
         .collect();
     format!(
-        "; ms a case: {} (judge of an audited case {:.2}); minor page faults a case: {}",
+        "; ms a case: {} (judge of an audited case {:.2}; device runs: {}); minor page faults a case: {}",
         parts.join(", "),
+        runs.join(", "),
         load(&STATS.audited_judge_ns) as f64 / audited as f64 / 1e6,
         faults.join(", ")
     )
@@ -271,6 +284,9 @@ pub struct CaseRuns {
     pub twins: Option<Result<Got<Six>, device::cuda::DeviceError>>,
     /// The graph replays ([`run::graph`]), when run.
     pub graph: Option<Result<run::GraphRun, device::cuda::DeviceError>>,
+    /// How long the chained, packed, twin and graph runs took (zero for
+    /// one not made), for [`Stats::device_ns`].
+    pub times: [std::time::Duration; 4],
 }
 
 impl CaseRuns {
@@ -281,6 +297,7 @@ impl CaseRuns {
             packed,
             twins,
             graph,
+            times: _,
         } = self;
         let read = Got::into_read;
         let mut sixes: Vec<Six> = chained.into_iter().collect();
@@ -317,17 +334,34 @@ pub(crate) fn run_case_handing(
     audit: bool,
     hand: impl FnOnce(ChainedSix) -> ChainedSix,
 ) -> CaseRuns {
+    let t = std::time::Instant::now();
     let (chained, kept) = match run::chained_kept(e, data) {
         Ok((six, kept)) => (Ok(six), Some(kept)),
         Err(err) => (Err(err), None),
     };
+    let mut times = [
+        t.elapsed(),
+        Default::default(),
+        Default::default(),
+        Default::default(),
+    ];
     let chained = hand(chained);
     let reference = kept.as_ref().map(|k| k.reference(audit));
+    let t = std::time::Instant::now();
+    let packed = run::packed(e, data, reference);
+    times[1] = t.elapsed();
+    let t = std::time::Instant::now();
+    let twins = graph.then(|| run::twins(e, data, reference));
+    times[2] = t.elapsed();
+    let t = std::time::Instant::now();
+    let graph = graph.then(|| run::graph(e, data, reference));
+    times[3] = t.elapsed();
     CaseRuns {
         chained,
-        packed: run::packed(e, data, reference),
-        twins: graph.then(|| run::twins(e, data, reference)),
-        graph: graph.then(|| run::graph(e, data, reference)),
+        packed,
+        twins,
+        graph,
+        times,
     }
 }
 
@@ -737,58 +771,75 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     // the longer of the two, not their sum. That thread then takes the
     // chained launches' outputs as soon as they are read back, and
     // compares them with the oracle's while the other runs go on.
-    let (runs, batched, wants, nonfinite, chained_vs_oracle, [oracle, chained_judge], device) =
-        std::thread::scope(|sc| {
-            // The sender is this closure's: a panic here drops it, so the
-            // oracle's thread does not wait forever.
-            let (tx, rx) = std::sync::mpsc::channel::<ChainedSix>();
-            let ds = &datas;
-            let oracle = sc.spawn(move || {
-                let t = std::time::Instant::now();
-                let wants = ds.par_iter().map(reference).collect::<Vec<Six>>();
-                let oracle = t.elapsed();
-                let nonfinite = wants[0].parts().iter().any(|p| judge::any_nonfinite(p));
-                // Nothing comes when the device thread panicked before
-                // sending (the scope then resumes its panic).
-                let chained = rx.recv().ok();
-                let t = std::time::Instant::now();
-                let diffs = chained
-                    .as_ref()
-                    .and_then(|c| c.as_ref().ok())
-                    .map(|c| compare_six(c, &wants[0], Bits::NanAny));
-                (wants, nonfinite, chained, diffs, [oracle, t.elapsed()])
-            });
-            let device_start = std::time::Instant::now();
-            let mut runs = run_case_handing(e, data, spec.graph, audit, |c| {
-                // The outputs go to the oracle's thread, which hands them
-                // back with its verdict; this placeholder is replaced
-                // before anything judges it. (A send fails only when that
-                // thread panicked: its join below resumes the panic.)
-                match tx.send(c) {
-                    Ok(()) => Err(device::cuda::DeviceError::ArgLen {
-                        arg: "chained outputs (with the oracle's thread)",
-                        want: 0,
-                        got: 0,
-                    }),
-                    Err(back) => back.0,
-                }
-            });
-            // Graph-replayed too when the case asks for graphs.
-            let batched = if spec.batch > 1 {
-                let inputs = BatchInputs::new(&datas);
-                let runs = batched_runs(e, &inputs, spec.graph, audit);
-                inputs.give_back();
-                runs
-            } else {
-                Vec::new()
-            };
-            let device = device_start.elapsed();
-            let (wants, nonfinite, chained, diffs, times) = oracle
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            runs.chained = chained.expect("the chained outputs were sent");
-            (runs, batched, wants, nonfinite, diffs, times, device)
+    let (
+        runs,
+        batched,
+        wants,
+        nonfinite,
+        chained_vs_oracle,
+        [oracle, chained_judge],
+        [device, batched_time],
+    ) = std::thread::scope(|sc| {
+        // The sender is this closure's: a panic here drops it, so the
+        // oracle's thread does not wait forever.
+        let (tx, rx) = std::sync::mpsc::channel::<ChainedSix>();
+        let ds = &datas;
+        let oracle = sc.spawn(move || {
+            let t = std::time::Instant::now();
+            let wants = ds.par_iter().map(reference).collect::<Vec<Six>>();
+            let oracle = t.elapsed();
+            let nonfinite = wants[0].parts().iter().any(|p| judge::any_nonfinite(p));
+            // Nothing comes when the device thread panicked before
+            // sending (the scope then resumes its panic).
+            let chained = rx.recv().ok();
+            let t = std::time::Instant::now();
+            let diffs = chained
+                .as_ref()
+                .and_then(|c| c.as_ref().ok())
+                .map(|c| compare_six(c, &wants[0], Bits::NanAny));
+            (wants, nonfinite, chained, diffs, [oracle, t.elapsed()])
         });
+        let device_start = std::time::Instant::now();
+        let mut runs = run_case_handing(e, data, spec.graph, audit, |c| {
+            // The outputs go to the oracle's thread, which hands them
+            // back with its verdict; this placeholder is replaced
+            // before anything judges it. (A send fails only when that
+            // thread panicked: its join below resumes the panic.)
+            match tx.send(c) {
+                Ok(()) => Err(device::cuda::DeviceError::ArgLen {
+                    arg: "chained outputs (with the oracle's thread)",
+                    want: 0,
+                    got: 0,
+                }),
+                Err(back) => back.0,
+            }
+        });
+        // Graph-replayed too when the case asks for graphs.
+        let batched_start = std::time::Instant::now();
+        let batched = if spec.batch > 1 {
+            let inputs = BatchInputs::new(&datas);
+            let runs = batched_runs(e, &inputs, spec.graph, audit);
+            inputs.give_back();
+            runs
+        } else {
+            Vec::new()
+        };
+        let batched_time = batched_start.elapsed();
+        let device = device_start.elapsed();
+        let (wants, nonfinite, chained, diffs, times) = oracle
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        runs.chained = chained.expect("the chained outputs were sent");
+        (
+            runs,
+            batched,
+            wants,
+            nonfinite,
+            diffs,
+            times,
+            [device, batched_time],
+        )
+    });
     let judge_start = std::time::Instant::now();
     let faults_judge = minor_faults();
     let want = &wants[0];
@@ -811,6 +862,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         );
     }
     let judge = judge_start.elapsed();
+    let runs_times = runs.times;
     let faults_give_back = minor_faults();
     let give_back_start = std::time::Instant::now();
     runs.give_back();
@@ -832,6 +884,16 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         (Phase::Case, case_start.elapsed()),
     ] {
         phase.add(d);
+    }
+    for (c, d) in STATS
+        .device_ns
+        .iter()
+        .zip(runs_times.iter().chain([&batched_time]))
+    {
+        c.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
     if audit {
         count(&STATS.audited_timed);
@@ -937,6 +999,7 @@ mod tests {
             packed: Ok(Got::Read(packed)),
             twins: None,
             graph: None,
+            times: Default::default(),
         };
         let rows = judge_runs(&spec, &data, &want, &runs(want.clone()));
         assert_eq!(rows.len(), 3);
@@ -964,6 +1027,7 @@ mod tests {
             packed: Ok(Got::Same),
             twins: Some(Ok(Got::Same)),
             graph: None,
+            times: Default::default(),
         };
         let rows = judge_runs(&spec, &data, &want, &same(want.clone()));
         assert!(rows.iter().all(Row::pass));
@@ -984,6 +1048,7 @@ mod tests {
             packed: Ok(Got::Audited { got, same }),
             twins: None,
             graph: None,
+            times: Default::default(),
         };
         let rows = judge_runs(&spec, &data, &want, &audited(want.clone(), true));
         assert!(rows.iter().all(Row::pass));
