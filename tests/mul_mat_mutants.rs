@@ -413,7 +413,8 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
 /// source the planted lane changes the subgroup form's outputs at every
 /// geometry (the exchange runs), and on a source whose run-time layout
 /// check always falls back to the plain reads (the same outputs as the
-/// plain form, so every `sgN` row passes) every canary row fails. Asserted
+/// plain form, so every `sgN` row passes) every canary row fails, as on one
+/// where every other subgroup falls back. Asserted
 /// where the adapter has a subgroup form (lavapipe's sg8 in CI), reported
 /// as not run elsewhere.
 #[test]
@@ -455,4 +456,12 @@ fn exchange_canary_fails_where_the_subgroup_form_falls_back() {
         assert!(v.pass());
     }
     assert_eq!(gate::exchange_canary(&fallback, &shapes), (2, 2));
+    // Every other subgroup of a workgroup falls back: half the outputs
+    // unchanged by the planted line, still a failing row.
+    let half = BUILTIN_MUL_MAT_WGSL.replace(
+        find,
+        "    p.on = sg_all(lined && same) && whole && base % (2u * SG_LANES) == 0u;",
+    );
+    let half = engine_of(half, "the exchange in every other subgroup");
+    assert_eq!(gate::exchange_canary(&half, &shapes), (2, 2));
 }
