@@ -226,8 +226,8 @@ fn phase_ms() -> String {
     format!(
         "; ms a case: {} (judge of an audited case {:.2}; device runs: {}); minor page faults a case: {}",
         parts.join(", "),
-        runs.join(", "),
         load(&STATS.audited_judge_ns) as f64 / audited as f64 / 1e6,
+        runs.join(", "),
         faults.join(", ")
     )
 }
@@ -973,6 +973,34 @@ mod tests {
             after - before >= (64 << 20) / 4096 / 2 / 512,
             "{before} -> {after}"
         );
+    }
+
+    /// The stats line names each phase with its time, the audited cases'
+    /// judge, each device run and each part's page faults, in that order.
+    #[test]
+    fn stats_line_puts_each_figure_after_its_name() {
+        STATS
+            .timed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let line = stats_line();
+        let tail = line.split("; ms a case: ").nth(1).expect("the timed part");
+        let mut at = 0;
+        for name in Phase::NAMES
+            .iter()
+            .chain(&["judge of an audited case"])
+            .chain(&DEVICE_RUNS)
+            .chain(&FAULT_PARTS)
+        {
+            let i = tail[at..]
+                .find(&format!("{name} "))
+                .unwrap_or_else(|| panic!("{name} after byte {at}: {tail}"));
+            at += i + name.len() + 1;
+            let figure: String = tail[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            assert!(figure.parse::<f64>().is_ok(), "{name}: {tail}");
+        }
     }
 
     fn err() -> DeviceError {
