@@ -20,7 +20,7 @@
 //! reported as not run elsewhere.
 
 use device::wgpu::{Dtype, Form, Geometry, ShaderSource, WgpuEngine, BUILTIN_MUL_MAT_WGSL};
-use kernel_oracle::mul_mat::gate::{self, run_one_form, spec, Shape};
+use kernel_oracle::mul_mat::gate::{self, run_one_form, spec, GateResult, Shape};
 use kernel_oracle::mul_mat::mutants::{apply, by_name, MUTANTS};
 use kernel_oracle::mul_mat::Arm;
 
@@ -414,9 +414,8 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
 /// geometry (the exchange runs), and on a source whose run-time layout
 /// check always falls back to the plain reads (the same outputs as the
 /// plain form, so every `sgN` row passes) every canary row fails, as on one
-/// where every other subgroup falls back. Asserted
-/// where the adapter has a subgroup form (lavapipe's sg8 in CI), reported
-/// as not run elsewhere.
+/// where every other subgroup falls back. Asserted where the adapter has a
+/// subgroup form (lavapipe's sg8 in CI), reported as not run elsewhere.
 #[test]
 fn exchange_canary_fails_where_the_subgroup_form_falls_back() {
     let geoms = [
@@ -437,7 +436,8 @@ fn exchange_canary_fails_where_the_subgroup_form_falls_back() {
         );
         return;
     }
-    assert_eq!(gate::exchange_canary(&builtin, &shapes), (2, 0));
+    let result = |failures| GateResult { failures, rows: 2 };
+    assert_eq!(gate::exchange_canary(&builtin, &shapes), result(0));
     let find = "    p.on = sg_all(lined && same) && whole;";
     assert_eq!(BUILTIN_MUL_MAT_WGSL.matches(find).count(), 1);
     let off =
@@ -455,7 +455,7 @@ fn exchange_canary_fails_where_the_subgroup_form_falls_back() {
         .unwrap();
         assert!(v.pass());
     }
-    assert_eq!(gate::exchange_canary(&fallback, &shapes), (2, 2));
+    assert_eq!(gate::exchange_canary(&fallback, &shapes), result(2));
     // Every other subgroup of a workgroup falls back: half the outputs
     // unchanged by the planted line, still a failing row.
     let half = BUILTIN_MUL_MAT_WGSL.replace(
@@ -463,5 +463,5 @@ fn exchange_canary_fails_where_the_subgroup_form_falls_back() {
         "    p.on = sg_all(lined && same) && whole && base % (2u * SG_LANES) == 0u;",
     );
     let half = engine_of(half, "the exchange in every other subgroup");
-    assert_eq!(gate::exchange_canary(&half, &shapes), (2, 2));
+    assert_eq!(gate::exchange_canary(&half, &shapes), result(2));
 }

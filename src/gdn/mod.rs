@@ -129,9 +129,21 @@ impl Phase {
 
     /// Adds `d` to this phase's counter.
     pub fn add(self, d: std::time::Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        STATS.phase_ns[self as usize].fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        add_ns(&STATS.phase_ns[self as usize], d);
     }
+}
+
+/// Adds `d` to the nanosecond counter `c`.
+fn add_ns(c: &AtomicU64, d: std::time::Duration) {
+    let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    c.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `f`'s result and how long it took.
+fn timed<R>(f: impl FnOnce() -> R) -> (R, std::time::Duration) {
+    let t = std::time::Instant::now();
+    let r = f();
+    (r, t.elapsed())
 }
 
 /// This process's counters.
@@ -334,28 +346,16 @@ pub(crate) fn run_case_handing(
     audit: bool,
     hand: impl FnOnce(ChainedSix) -> ChainedSix,
 ) -> CaseRuns {
-    let t = std::time::Instant::now();
-    let (chained, kept) = match run::chained_kept(e, data) {
+    let ((chained, kept), t_chained) = timed(|| match run::chained_kept(e, data) {
         Ok((six, kept)) => (Ok(six), Some(kept)),
         Err(err) => (Err(err), None),
-    };
-    let mut times = [
-        t.elapsed(),
-        Default::default(),
-        Default::default(),
-        Default::default(),
-    ];
+    });
     let chained = hand(chained);
     let reference = kept.as_ref().map(|k| k.reference(audit));
-    let t = std::time::Instant::now();
-    let packed = run::packed(e, data, reference);
-    times[1] = t.elapsed();
-    let t = std::time::Instant::now();
-    let twins = graph.then(|| run::twins(e, data, reference));
-    times[2] = t.elapsed();
-    let t = std::time::Instant::now();
-    let graph = graph.then(|| run::graph(e, data, reference));
-    times[3] = t.elapsed();
+    let (packed, t_packed) = timed(|| run::packed(e, data, reference));
+    let (twins, t_twins) = timed(|| graph.then(|| run::twins(e, data, reference)));
+    let (graph, t_graph) = timed(|| graph.then(|| run::graph(e, data, reference)));
+    let times = [t_chained, t_packed, t_twins, t_graph];
     CaseRuns {
         chained,
         packed,
@@ -785,19 +785,18 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         let (tx, rx) = std::sync::mpsc::channel::<ChainedSix>();
         let ds = &datas;
         let oracle = sc.spawn(move || {
-            let t = std::time::Instant::now();
-            let wants = ds.par_iter().map(reference).collect::<Vec<Six>>();
-            let oracle = t.elapsed();
+            let (wants, oracle) = timed(|| ds.par_iter().map(reference).collect::<Vec<Six>>());
             let nonfinite = wants[0].parts().iter().any(|p| judge::any_nonfinite(p));
             // Nothing comes when the device thread panicked before
             // sending (the scope then resumes its panic).
             let chained = rx.recv().ok();
-            let t = std::time::Instant::now();
-            let diffs = chained
-                .as_ref()
-                .and_then(|c| c.as_ref().ok())
-                .map(|c| compare_six(c, &wants[0], Bits::NanAny));
-            (wants, nonfinite, chained, diffs, [oracle, t.elapsed()])
+            let (diffs, judged) = timed(|| {
+                chained
+                    .as_ref()
+                    .and_then(|c| c.as_ref().ok())
+                    .map(|c| compare_six(c, &wants[0], Bits::NanAny))
+            });
+            (wants, nonfinite, chained, diffs, [oracle, judged])
         });
         let device_start = std::time::Instant::now();
         let mut runs = run_case_handing(e, data, spec.graph, audit, |c| {
@@ -815,16 +814,16 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
             }
         });
         // Graph-replayed too when the case asks for graphs.
-        let batched_start = std::time::Instant::now();
-        let batched = if spec.batch > 1 {
-            let inputs = BatchInputs::new(&datas);
-            let runs = batched_runs(e, &inputs, spec.graph, audit);
-            inputs.give_back();
-            runs
-        } else {
-            Vec::new()
-        };
-        let batched_time = batched_start.elapsed();
+        let (batched, batched_time) = timed(|| {
+            if spec.batch > 1 {
+                let inputs = BatchInputs::new(&datas);
+                let runs = batched_runs(e, &inputs, spec.graph, audit);
+                inputs.give_back();
+                runs
+            } else {
+                Vec::new()
+            }
+        });
         let device = device_start.elapsed();
         let (wants, nonfinite, chained, diffs, times) = oracle
             .join()
@@ -890,17 +889,11 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         .iter()
         .zip(runs_times.iter().chain([&batched_time]))
     {
-        c.fetch_add(
-            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        add_ns(c, *d);
     }
     if audit {
         count(&STATS.audited_timed);
-        let ns = u64::try_from(judge.as_nanos()).unwrap_or(u64::MAX);
-        STATS
-            .audited_judge_ns
-            .fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        add_ns(&STATS.audited_judge_ns, judge);
     }
     // Counted only where every read succeeded (a failed read gives 0).
     let faults = [faults_start, faults_judge, faults_give_back, minor_faults()];

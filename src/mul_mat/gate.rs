@@ -84,7 +84,7 @@ pub const GEOMETRIES: [Geometry; 2] = [
 ];
 
 /// The gate's result.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct GateResult {
     /// Failed rows.
     pub failures: usize,
@@ -274,8 +274,8 @@ pub fn exchange_blocked(geom: &Geometry, lanes: u32) -> Option<String> {
 /// A source with a subgroup form but without the canary's anchor fails
 /// one row: its exchange cannot be shown to run. It checks the f32
 /// pipeline (the quantized ones share its subgroup size and geometry).
-/// Prints the rows; returns (rows, failures).
-pub fn exchange_canary(engine: &WgpuEngine, geoms: &[(Geometry, &Shape)]) -> (usize, usize) {
+/// Prints the rows; returns their count and failures.
+pub fn exchange_canary(engine: &WgpuEngine, geoms: &[(Geometry, &Shape)]) -> GateResult {
     let m = super::mutants::by_name(EXCHANGE_CANARY).expect("the canary is a planted bug");
     let text = match super::mutants::apply(m, engine.source().text()) {
         Ok(t) => t,
@@ -283,7 +283,10 @@ pub fn exchange_canary(engine: &WgpuEngine, geoms: &[(Geometry, &Shape)]) -> (us
             println!(
                 "exchange canary {EXCHANGE_CANARY}: cannot be planted in this source ({why}), so nothing shows that its subgroup form's exchange runs rather than a fallback  FAIL"
             );
-            return (1, 1);
+            return GateResult {
+                failures: 1,
+                rows: 1,
+            };
         }
     };
     let label = engine.form_label(Form::Subgroup);
@@ -292,7 +295,7 @@ pub fn exchange_canary(engine: &WgpuEngine, geoms: &[(Geometry, &Shape)]) -> (us
         .source()
         .derived(text, &format!("exchange canary {EXCHANGE_CANARY}"));
     let canary = WgpuEngine::new(canary);
-    let (mut rows, mut failures) = (0, 0);
+    let mut g = GateResult::default();
     for (geom, sh) in geoms {
         let spec = spec(sh, Dtype::F32, Arm::Exact);
         let what = format!(
@@ -330,26 +333,26 @@ pub fn exchange_canary(engine: &WgpuEngine, geoms: &[(Geometry, &Shape)]) -> (us
                     }
                     _ => {}
                 }
-                rows += 1;
+                g.rows += 1;
                 if changed * 100 >= n * CANARY_MIN_CHANGED_PCT {
                     println!(
                         "{what}: {changed} of {n} outputs changed by the planted line: the exchange ran  PASS"
                     );
                 } else {
-                    failures += 1;
+                    g.failures += 1;
                     println!(
                         "{what}: {changed} of {n} outputs changed by the planted line (fewer than {CANARY_MIN_CHANGED_PCT}%): subgroups fell back to the plain reads at this geometry, so its {label} rows did not test the exchange there  FAIL"
                     );
                 }
             }
             Err(e) => {
-                rows += 1;
-                failures += 1;
+                g.rows += 1;
+                g.failures += 1;
                 println!("{what}: the canary did not run: {e}  FAIL");
             }
         }
     }
-    (rows, failures)
+    g
 }
 
 /// The geometries [`run`] runs for every shape: `geoms`, then the shader's
@@ -446,7 +449,8 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
             }
         }
     }
-    if engine.forms().contains(&Form::Subgroup) {
+    let subgroup = engine.forms().contains(&Form::Subgroup);
+    if subgroup {
         // Each geometry once, with the shape of the longest k it runs
         // (the most steps of eight k through the exchange).
         let mut geoms: Vec<(Geometry, &Shape)> = Vec::new();
@@ -459,16 +463,16 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
                 }
             }
         }
-        let (rows, failures) = exchange_canary(engine, &geoms);
-        g.rows += rows;
-        g.failures += failures;
+        let c = exchange_canary(engine, &geoms);
+        g.rows += c.rows;
+        g.failures += c.failures;
     }
     println!();
     if g.failures == 0 {
         println!(
             "=== mul-mat-check ALL GREEN ({} rows: EXACT bit-identical, RANDOM and BAL within 2 gamma_K sum|w x| per output{}; forms {}) ===",
             g.rows,
-            if engine.forms().contains(&Form::Subgroup) {
+            if subgroup {
                 ", the subgroup exchange shown to run by its canary"
             } else {
                 ""
