@@ -128,16 +128,77 @@ impl CheckReport {
     }
 }
 
+/// What a call that returned left to judge: its outputs in order, and the
+/// names of the inputs it wrote.
+pub(crate) type Returned = (Vec<Vec<f32>>, Vec<String>);
+
+impl CheckReport {
+    /// Counts one case and records what needs no judge: a refusal (a row)
+    /// or an error (a row and a failure with `head` and `repro`). Returns
+    /// the outputs and the inputs written of a call that returned.
+    pub(crate) fn take(
+        &mut self,
+        out: &mut Out<'_>,
+        called: Called,
+        row: &str,
+        head: &str,
+        repro: &str,
+    ) -> PyResult<Option<Returned>> {
+        self.cases += 1;
+        match called {
+            Called::Output(got, written) => Ok(Some((got, written))),
+            Called::Refused(msg) => {
+                self.refused += 1;
+                out.row(&format!("{row}  refused: {msg}"))?;
+                Ok(None)
+            }
+            Called::Error(msg) => {
+                out.row(&format!("{row}  FAIL  {msg}"))?;
+                let r = format!("{head}\n  the callable {msg}\nreproduce:\n  {repro}");
+                self.fail(out, r, repro.to_string())?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Records a failed case: prints its report `r` and keeps it with its
+    /// rerun line.
+    pub(crate) fn fail(&mut self, out: &mut Out<'_>, r: String, repro: String) -> PyResult<()> {
+        self.failed += 1;
+        out.always(&r)?;
+        self.failures.push(r);
+        self.reproductions.push(repro);
+        Ok(())
+    }
+
+    /// Prints the summary line, `"<contract>: N cases, ... refused;
+    /// <extra>PASS"` (or `FAIL`), and keeps the printed text.
+    pub(crate) fn finish(mut self, mut out: Out<'_>, extra: &str) -> PyResult<CheckReport> {
+        let summary = format!(
+            "{}: {} cases, {} passed, {} FAILED, {} refused; {extra}{}",
+            self.contract,
+            self.cases,
+            self.passed,
+            self.failed,
+            self.refused,
+            if self.ok() { "PASS" } else { "FAIL" }
+        );
+        out.always(&summary)?;
+        self.text = out.text;
+        Ok(self)
+    }
+}
+
 /// Prints through Python's `print` (so pytest and notebooks capture it)
 /// and keeps the text.
-struct Out<'py> {
+pub(crate) struct Out<'py> {
     print: Bound<'py, PyAny>,
     verbose: bool,
-    text: String,
+    pub(crate) text: String,
 }
 
 impl<'py> Out<'py> {
-    fn new(py: Python<'py>, verbose: bool) -> PyResult<Out<'py>> {
+    pub(crate) fn new(py: Python<'py>, verbose: bool) -> PyResult<Out<'py>> {
         Ok(Out {
             print: py.import("builtins")?.getattr("print")?,
             verbose,
@@ -146,7 +207,7 @@ impl<'py> Out<'py> {
     }
 
     /// Prints `line` when verbose (rows), always keeping it.
-    fn row(&mut self, line: &str) -> PyResult<()> {
+    pub(crate) fn row(&mut self, line: &str) -> PyResult<()> {
         self.text.push_str(line);
         self.text.push('\n');
         if self.verbose {
@@ -156,7 +217,7 @@ impl<'py> Out<'py> {
     }
 
     /// Prints `line` whatever `verbose` says (failures, the summary).
-    fn always(&mut self, line: &str) -> PyResult<()> {
+    pub(crate) fn always(&mut self, line: &str) -> PyResult<()> {
         self.text.push_str(line);
         self.text.push('\n');
         self.print.call1((line,))?;
@@ -165,10 +226,10 @@ impl<'py> Out<'py> {
 }
 
 /// What a callable did with one case, before judging its output.
-enum Called {
-    /// It returned; the output it produced (returned, or written into the
-    /// NaN-filled buffer), and the inputs it overwrote.
-    Output(Vec<f32>, Vec<String>),
+pub(crate) enum Called {
+    /// It returned; the outputs it produced (returned, or written into the
+    /// NaN-filled buffers), in order, and the inputs it overwrote.
+    Output(Vec<Vec<f32>>, Vec<String>),
     /// It raised `kernel_oracle.Refused` (the message).
     Refused(String),
     /// It raised something else, or returned something that is not an
@@ -176,23 +237,28 @@ enum Called {
     Error(String),
 }
 
-/// Calls `f(*inputs, out)` with `out` a NaN-filled float32 array of
-/// `out_shape`, then reads the output and compares each input with its
-/// copy `before`.
-fn call<'py>(
+/// Calls `f(*lead, *inputs, *outs)` with each of `outs` a NaN-filled
+/// float32 array of its shape in `out_shapes`, then reads the outputs and
+/// compares each input with its copy `before`. The callable writes the
+/// outputs and returns None, or returns them: one array for one output, a
+/// tuple or list of arrays in `out_shapes`' order for several.
+pub(crate) fn call<'py>(
     py: Python<'py>,
     f: &Bound<'py, PyAny>,
     lead: Vec<Bound<'py, PyAny>>,
     inputs: &[(&str, Input<'_, 'py>)],
-    out_shape: &[usize],
+    out_shapes: &[&[usize]],
 ) -> PyResult<(Called, f64)> {
-    let n: usize = out_shape.iter().product();
-    let out = array(py, out_shape, vec![f32::NAN; n])?;
+    let mut outs = Vec::new();
+    for shape in out_shapes {
+        let n: usize = shape.iter().product();
+        outs.push(array(py, shape, vec![f32::NAN; n])?);
+    }
     let mut args = lead;
     for (_, i) in inputs {
         args.push(i.array());
     }
-    args.push(out.clone().into_any());
+    args.extend(outs.iter().map(|o| o.clone().into_any()));
     let args = pyo3::types::PyTuple::new(py, args)?;
     let t0 = Instant::now();
     let r = f.call1(args);
@@ -216,47 +282,74 @@ fn call<'py>(
             written.push(name.to_string());
         }
     }
-    let got = if ret.is_none() {
-        to_vec(&out.readonly())
+    let expected = if out_shapes.len() == 1 {
+        format!(
+            "None (the output written into `out`) or a float32 array of shape {:?}",
+            out_shapes[0]
+        )
     } else {
-        match ret.extract::<PyReadonlyArrayDyn<'py, f32>>() {
-            Ok(a) if a.shape() == out_shape => to_vec(&a),
-            Ok(a) => {
-                return Ok((
-                    Called::Error(format!(
-                        "returned a float32 array of shape {:?}, expected {out_shape:?}",
-                        a.shape()
-                    )),
-                    ms,
-                ))
+        format!("None (the outputs written) or a tuple of float32 arrays of shapes {out_shapes:?}")
+    };
+    let got = if ret.is_none() {
+        outs.iter().map(|o| to_vec(&o.readonly())).collect()
+    } else {
+        let items: Vec<Bound<'py, PyAny>> = if out_shapes.len() == 1 {
+            vec![ret]
+        } else {
+            match ret.extract::<Vec<Bound<'py, PyAny>>>() {
+                Ok(v) if v.len() == out_shapes.len() => v,
+                _ => {
+                    return Ok((
+                        Called::Error(format!("returned {}: expected {expected}", describe(&ret))),
+                        ms,
+                    ))
+                }
             }
-            Err(_) => {
-                let what = ret
-                    .getattr("dtype")
-                    .map(|d| format!("an array of dtype {d}"))
-                    .unwrap_or_else(|_| {
-                        format!(
-                            "a {}",
-                            ret.get_type()
-                                .name()
-                                .map(|n| n.to_string())
-                                .unwrap_or_else(|_| "?".into())
-                        )
-                    });
-                return Ok((
-                    Called::Error(format!(
-                        "returned {what}: expected None (the output written into `out`) or a float32 array of shape {out_shape:?}"
-                    )),
-                    ms,
-                ));
+        };
+        let mut got = Vec::new();
+        for (item, shape) in items.iter().zip(out_shapes) {
+            match item.extract::<PyReadonlyArrayDyn<'py, f32>>() {
+                Ok(a) if a.shape() == *shape => got.push(to_vec(&a)),
+                Ok(a) => {
+                    return Ok((
+                        Called::Error(format!(
+                            "returned a float32 array of shape {:?}, expected {shape:?}",
+                            a.shape()
+                        )),
+                        ms,
+                    ))
+                }
+                Err(_) => {
+                    return Ok((
+                        Called::Error(format!("returned {}: expected {expected}", describe(item))),
+                        ms,
+                    ))
+                }
             }
         }
+        got
     };
     Ok((Called::Output(got, written), ms))
 }
 
+/// What a returned object is, for a message: its dtype if it has one, else
+/// its type's name.
+fn describe(x: &Bound<'_, PyAny>) -> String {
+    x.getattr("dtype")
+        .map(|d| format!("an array of dtype {d}"))
+        .unwrap_or_else(|_| {
+            format!(
+                "a {}",
+                x.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "?".into())
+            )
+        })
+}
+
 /// An input array handed to a callable and the copy it is compared with.
-enum Input<'a, 'py> {
+pub(crate) enum Input<'a, 'py> {
     /// uint8 codes or bytes.
     U8(Bound<'py, PyArrayDyn<u8>>, &'a [u8]),
     /// float32 values (compared by bits).
@@ -293,7 +386,7 @@ impl<'py> Input<'_, 'py> {
     }
 }
 
-fn value(x: f32) -> String {
+pub(crate) fn value(x: f32) -> String {
     format!("{x:e} (0x{:08X})", x.to_bits())
 }
 
@@ -307,7 +400,7 @@ fn mismatch_line(label: &str, m: &Mismatch, row: &str, col: &str) -> String {
     )
 }
 
-fn comparison_lines(r: &mut String, y: &Comparison, row: &str, col: &str) {
+pub(crate) fn comparison_lines(r: &mut String, y: &Comparison, row: &str, col: &str) {
     let _ = writeln!(
         r,
         "  out: max_abs {:e}, rms_rel {:e}, nmse {:e}, {}/{} bit patterns differ, {} non-finite",
@@ -323,7 +416,7 @@ fn comparison_lines(r: &mut String, y: &Comparison, row: &str, col: &str) {
 
 /// A name for `f` in reproductions: `name` if given, else `f.__name__`
 /// when it is an identifier (not `<lambda>`), else `fn`.
-fn callable_name(f: &Bound<'_, PyAny>, name: Option<String>) -> String {
+pub(crate) fn callable_name(f: &Bound<'_, PyAny>, name: Option<String>) -> String {
     name.or_else(|| {
         f.getattr("__name__")
             .ok()
@@ -349,7 +442,7 @@ fn derive_seed(base: u64, trial: usize) -> u64 {
     }
 }
 
-fn seeds_for(base: u64, seeds: &Option<Vec<u64>>, trials: usize) -> Vec<u64> {
+pub(crate) fn seeds_for(base: u64, seeds: &Option<Vec<u64>>, trials: usize) -> Vec<u64> {
     match seeds {
         Some(s) => s.clone(),
         None => (0..trials.max(1)).map(|t| derive_seed(base, t)).collect(),
@@ -453,8 +546,7 @@ fn check_fp8_block_gemm<'py>(
                     ("q", Input::U8(ca.q.clone(), &ca.gq)),
                     ("d", Input::F32(ca.d.clone(), &ca.gd)),
                 ];
-                let (called, ms) = call(py, &gemm, Vec::new(), &inputs, &[m, out_f])?;
-                rep.cases += 1;
+                let (called, ms) = call(py, &gemm, Vec::new(), &inputs, &[&[m, out_f]])?;
                 let shape_s = format!("{in_f},{out_f},{m}");
                 let repro = format!(
                     "kernel_oracle.check_fp8_block_gemm({fname}, shapes=[({in_f}, {out_f}, {m})], arms=[\"{}\"], seeds=[0x{seed:016x}], schedule=kernel_oracle.Schedule.{schedule:?})",
@@ -465,87 +557,73 @@ fn check_fp8_block_gemm<'py>(
                     arm.name(),
                     schedule.core()
                 );
-                match called {
-                    Called::Refused(msg) => {
-                        rep.refused += 1;
-                        out.row(&format!(
-                            "{shape_s:<16} {:>5} 0x{seed:016x}  refused: {msg}",
-                            arm.name()
-                        ))?;
-                    }
-                    Called::Error(msg) => {
-                        rep.failed += 1;
-                        out.row(&format!(
-                            "{shape_s:<16} {:>5} 0x{seed:016x}  FAIL  {msg}",
-                            arm.name()
-                        ))?;
-                        let r = format!("{head}\n  the callable {msg}\nreproduce:\n  {repro}");
-                        out.always(&r)?;
-                        rep.failures.push(r);
-                        rep.reproductions.push(repro);
-                    }
-                    Called::Output(got, written) => {
-                        let kout = KernelOut {
-                            nan: want.nan as u64,
-                            q: want.q.clone(),
-                            d: want.d.clone(),
-                            y: got,
-                        };
-                        let v = Verdict::judge(&ca.data, arm, &kout, &want);
-                        let pass = v.pass() && written.is_empty();
-                        let ids = v.identified.clone().unwrap_or_default();
-                        let meet = |acc: &mut Option<Vec<oracle::fp8_mmq::Schedule>>| {
-                            let now = acc.take().unwrap_or_else(|| ids.clone());
-                            *acc = Some(now.into_iter().filter(|s| ids.contains(s)).collect());
-                        };
-                        meet(&mut all);
-                        if arm.bit_exact() {
-                            meet(&mut exact);
-                        }
-                        codes.union(&v.codes);
-                        out.row(&format!(
-                            "{shape_s:<16} {:>5} 0x{seed:016x} {:>10.3e} {:>10.3e} {:>7}/{:<5} {:>5} {:>9.2}  {}  {}",
-                            arm.name(),
-                            v.y.max_abs,
-                            v.y.rms_rel,
-                            v.y.bit_mismatches,
-                            v.y.n,
-                            if arm == Arm::Codes { v.codes.count().to_string() } else { "-".into() },
-                            ms,
-                            if pass { "PASS" } else { "FAIL" },
-                            schedule_line(&v)
-                        ))?;
-                        if pass {
-                            rep.passed += 1;
+                let Some((mut got, written)) = rep.take(
+                    &mut out,
+                    called,
+                    &format!("{shape_s:<16} {:>5} 0x{seed:016x}", arm.name()),
+                    &head,
+                    &repro,
+                )?
+                else {
+                    continue;
+                };
+                let got = got.swap_remove(0);
+                let kout = KernelOut {
+                    nan: want.nan as u64,
+                    q: want.q.clone(),
+                    d: want.d.clone(),
+                    y: got,
+                };
+                let v = Verdict::judge(&ca.data, arm, &kout, &want);
+                let pass = v.pass() && written.is_empty();
+                let ids = v.identified.clone().unwrap_or_default();
+                let meet = |acc: &mut Option<Vec<oracle::fp8_mmq::Schedule>>| {
+                    let now = acc.take().unwrap_or_else(|| ids.clone());
+                    *acc = Some(now.into_iter().filter(|s| ids.contains(s)).collect());
+                };
+                meet(&mut all);
+                if arm.bit_exact() {
+                    meet(&mut exact);
+                }
+                codes.union(&v.codes);
+                out.row(&format!(
+                    "{shape_s:<16} {:>5} 0x{seed:016x} {:>10.3e} {:>10.3e} {:>7}/{:<5} {:>5} {:>9.2}  {}  {}",
+                    arm.name(),
+                    v.y.max_abs,
+                    v.y.rms_rel,
+                    v.y.bit_mismatches,
+                    v.y.n,
+                    if arm == Arm::Codes { v.codes.count().to_string() } else { "-".into() },
+                    ms,
+                    if pass { "PASS" } else { "FAIL" },
+                    schedule_line(&v)
+                ))?;
+                if pass {
+                    rep.passed += 1;
+                } else {
+                    let mut r = failure_head(&head, &written);
+                    if !v.pass() {
+                        let bound = if v.y_bit_exact() {
+                            "bit-identical (0 differing bits)".to_string()
                         } else {
-                            rep.failed += 1;
-                            let mut r = failure_head(&head, &written);
-                            if !v.pass() {
-                                let bound = if v.y_bit_exact() {
-                                    "bit-identical (0 differing bits)".to_string()
-                                } else {
-                                    format!("every |got - want| <= 3 gamma_(130+nblk) sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on")
-                                };
-                                let _ = writeln!(r, "  bound: {bound}");
-                                let _ = writeln!(r, "  schedule: {}", schedule_line(&v));
-                                if let (n, Some((j, i, err, allowed))) = v.over_bound {
-                                    let _ = writeln!(
-                                        r,
-                                        "  out: {n} outputs over the per-output bound; first at (row j={j}, col i={i}): |got - want| = {err:e}, allowed {allowed:e}"
-                                    );
-                                }
-                                comparison_lines(&mut r, &v.y, "row j", "col i");
-                            }
-                            let _ = write!(
+                            format!("every |got - want| <= 3 gamma_(130+nblk) sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on")
+                        };
+                        let _ = writeln!(r, "  bound: {bound}");
+                        let _ = writeln!(r, "  schedule: {}", schedule_line(&v));
+                        if let (n, Some((j, i, err, allowed))) = v.over_bound {
+                            let _ = writeln!(
                                 r,
-                                "reproduce:\n  {repro}\nthe case's arrays:\n  kernel_oracle.fp8_block_gemm_case({in_f}, {out_f}, {m}, \"{}\", seed=0x{seed:016x})",
-                                arm.name()
+                                "  out: {n} outputs over the per-output bound; first at (row j={j}, col i={i}): |got - want| = {err:e}, allowed {allowed:e}"
                             );
-                            out.always(&r)?;
-                            rep.failures.push(r);
-                            rep.reproductions.push(repro);
                         }
+                        comparison_lines(&mut r, &v.y, "row j", "col i");
                     }
+                    let _ = write!(
+                        r,
+                        "reproduce:\n  {repro}\nthe case's arrays:\n  kernel_oracle.fp8_block_gemm_case({in_f}, {out_f}, {m}, \"{}\", seed=0x{seed:016x})",
+                        arm.name()
+                    );
+                    rep.fail(&mut out, r, repro)?;
                 }
             }
         }
@@ -561,23 +639,16 @@ fn check_fp8_block_gemm<'py>(
         None => "(no case compared)".into(),
     };
     rep.codes_decoded_exactly = codes.count();
-    let summary = format!(
-        "fp8_block_gemm: {} cases, {} passed, {} FAILED, {} refused; bit-identical on every compared case under: {}; on every EXACT/FOLD/CODES case under: {}; e4m3 codes decoded bit-exactly: {} of {}; {}",
-        rep.cases,
-        rep.passed,
-        rep.failed,
-        rep.refused,
+    rep.identified = to_py(all.clone());
+    rep.identified_exact_arms = to_py(exact.clone());
+    let extra = format!(
+        "bit-identical on every compared case under: {}; on every EXACT/FOLD/CODES case under: {}; e4m3 codes decoded bit-exactly: {} of {}; ",
         list(&all),
         list(&exact),
         rep.codes_decoded_exactly,
         kernel_oracle::fp8_mmq::gate::OBSERVABLE_CODES,
-        if rep.failed == 0 && rep.passed > 0 { "PASS" } else { "FAIL" }
     );
-    out.always(&summary)?;
-    rep.identified = to_py(all);
-    rep.identified_exact_arms = to_py(exact);
-    rep.text = out.text;
-    Ok(rep)
+    rep.finish(out, &extra)
 }
 
 /// check_mul_mat(mul_mat, dtypes=None, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
@@ -689,8 +760,7 @@ fn check_mul_mat<'py>(
                         ),
                     ];
                     let dt_obj = Bound::new(py, dt)?.into_any();
-                    let (called, ms) = call(py, &mul_mat, vec![dt_obj], &inputs, &[n, m])?;
-                    rep.cases += 1;
+                    let (called, ms) = call(py, &mul_mat, vec![dt_obj], &inputs, &[&[n, m]])?;
                     let arm_s = match arm {
                         MArm::Exact => "EXACT",
                         MArm::Random => "RAND",
@@ -704,77 +774,50 @@ fn check_mul_mat<'py>(
                     let head = format!(
                         "FAIL mul_mat: dtype={dname} m={m} k={k} n={n} arm={arm_s} seed=0x{seed:016x}"
                     );
-                    match called {
-                        Called::Refused(msg) => {
-                            rep.refused += 1;
-                            out.row(&format!(
-                                "{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x}  refused: {msg}"
-                            ))?;
+                    let Some((got, written)) = rep.take(
+                        &mut out,
+                        called,
+                        &format!("{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x}"),
+                        &head,
+                        &repro,
+                    )?
+                    else {
+                        continue;
+                    };
+                    let v = mul_mat::Verdict::judge(&data, &got[0], &want);
+                    let pass = v.pass() && written.is_empty();
+                    out.row(&format!(
+                        "{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x} {:>10.3e} {:>10.3e} {:>7}/{:<5} {:>9.2}  {}",
+                        v.cmp.max_abs,
+                        v.cmp.nmse,
+                        v.cmp.bit_mismatches,
+                        v.cmp.n,
+                        ms,
+                        if pass { "PASS" } else { "FAIL" }
+                    ))?;
+                    if pass {
+                        rep.passed += 1;
+                    } else {
+                        let mut r = failure_head(&head, &written);
+                        if !v.pass() {
+                            let bound = match arm {
+                                MArm::Exact => "bit-identical (0 differing bits)".to_string(),
+                                MArm::Random | MArm::Balanced => format!(
+                                    "every |got - want| <= 2 gamma_k sum|terms|, nmse <= {:e}; {} outputs over",
+                                    v.nmse_bound, v.over_bound
+                                ),
+                            };
+                            let _ = writeln!(r, "  bound: {bound}");
+                            comparison_lines(&mut r, &v.cmp, "n", "m");
                         }
-                        Called::Error(msg) => {
-                            rep.failed += 1;
-                            out.row(&format!(
-                                "{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x}  FAIL  {msg}"
-                            ))?;
-                            let r = format!("{head}\n  the callable {msg}\nreproduce:\n  {repro}");
-                            out.always(&r)?;
-                            rep.failures.push(r);
-                            rep.reproductions.push(repro);
-                        }
-                        Called::Output(got, written) => {
-                            let v = mul_mat::Verdict::judge(&data, &got, &want);
-                            let pass = v.pass() && written.is_empty();
-                            out.row(&format!(
-                                "{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x} {:>10.3e} {:>10.3e} {:>7}/{:<5} {:>9.2}  {}",
-                                v.cmp.max_abs,
-                                v.cmp.nmse,
-                                v.cmp.bit_mismatches,
-                                v.cmp.n,
-                                ms,
-                                if pass { "PASS" } else { "FAIL" }
-                            ))?;
-                            if pass {
-                                rep.passed += 1;
-                            } else {
-                                rep.failed += 1;
-                                let mut r = failure_head(&head, &written);
-                                if !v.pass() {
-                                    let bound = match arm {
-                                        MArm::Exact => "bit-identical (0 differing bits)".to_string(),
-                                        MArm::Random | MArm::Balanced => format!(
-                                            "every |got - want| <= 2 gamma_k sum|terms|, nmse <= {:e}; {} outputs over",
-                                            v.nmse_bound, v.over_bound
-                                        ),
-                                    };
-                                    let _ = writeln!(r, "  bound: {bound}");
-                                    comparison_lines(&mut r, &v.cmp, "n", "m");
-                                }
-                                let _ = write!(r, "reproduce:\n  {repro}");
-                                out.always(&r)?;
-                                rep.failures.push(r);
-                                rep.reproductions.push(repro);
-                            }
-                        }
+                        let _ = write!(r, "reproduce:\n  {repro}");
+                        rep.fail(&mut out, r, repro)?;
                     }
                 }
             }
         }
     }
-    let summary = format!(
-        "mul_mat: {} cases, {} passed, {} FAILED, {} refused; {}",
-        rep.cases,
-        rep.passed,
-        rep.failed,
-        rep.refused,
-        if rep.failed == 0 && rep.passed > 0 {
-            "PASS"
-        } else {
-            "FAIL"
-        }
-    );
-    out.always(&summary)?;
-    rep.text = out.text;
-    Ok(rep)
+    rep.finish(out, "")
 }
 
 /// Adds the check drivers and their default shapes to the module.
@@ -789,7 +832,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// The first lines of a failure report: the row's header, then, when the
 /// callable changed any input, which ones.
-fn failure_head(head: &str, written: &[String]) -> String {
+pub(crate) fn failure_head(head: &str, written: &[String]) -> String {
     let mut r = format!("{head}\n");
     if !written.is_empty() {
         let _ = writeln!(

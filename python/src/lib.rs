@@ -17,12 +17,15 @@
 //! - [`ggml`]: ggml block dequantization and `mul_mat`;
 //! - [`gdn`]: Gated DeltaNet decode rows (one step or packed);
 //! - [`moe`]: the MoE verify-rows tables;
-//! - [`check`]: `check_fp8_block_gemm` and `check_mul_mat`.
+//! - [`check`]: `check_fp8_block_gemm` and `check_mul_mat`;
+//! - [`check_gdn`]: `check_gated_delta_rule` (fla's and vLLM's GDN decode
+//!   kernels against the contract, by a written error bound).
 
 #![warn(missing_docs)]
 
 pub mod arrays;
 pub mod check;
+pub mod check_gdn;
 pub mod codecs;
 pub mod conventions;
 pub mod fp8;
@@ -55,5 +58,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gdn::register(m)?;
     moe::register(m)?;
     check::register(m)?;
+    check_gdn::register(m)?;
     Ok(())
 }

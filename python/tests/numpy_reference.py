@@ -1,8 +1,10 @@
-"""Plain numpy implementations of two contracts, written for the tests
+"""Plain numpy implementations of three contracts, written for the tests
 from the contracts' definitions (not from the Rust code): the per-block
 FP8 GEMM in v2's order (one accumulator per 128-k block, folded as
-``sum + (s * d) * c`` in increasing block order) and ggml's ``mul_mat``
-on weights dequantized by the module.
+``sum + (s * d) * c`` in increasing block order), ggml's ``mul_mat``
+on weights dequantized by the module, and the gated delta rule (GDN
+decode from the conv output on) in float32 with numpy's own
+transcendentals and summation order.
 
 They are what a Python kernel author would write as a reference, so the
 checks must pass them, and the planted bugs in ``test_check_*.py`` are
@@ -46,3 +48,57 @@ def mul_mat(dtype, src0, src1, dst):
     matmul (exact on the EXACT arm, within the bound on RAND)."""
     w = ko.ggml_dequantize(dtype, src0)
     dst[...] = src1 @ w.T
+
+
+def gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state, bug=None):
+    """The gated delta rule with its L2 norm and gates inside, in float32:
+    q, k [B, t, num_k, 128], v [B, t, num_v, 128], alpha, beta_raw
+    [B, t, num_v], a_log, dt_bias [num_v], state [B, num_v, 128, 128]
+    (S[h][key][value]); writes o [B, t, num_v, 128] and final_state.
+
+    ``bug`` plants one of the mistakes ``test_check_gdn.py`` expects the
+    check to catch (see there); None computes the contract."""
+    f32 = np.float32
+    nb, nt, nk, _ = q.shape
+    nv = v.shape[2]
+    scale = f32(1) / np.sqrt(f32(128))
+    heads = np.arange(nv) % nk if bug == "gqa-modulo" else np.arange(nv) // (nv // nk)
+    src = state if bug == "updates-state-in-place" else state.copy()
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for b in range(nb):
+            S = src[0 if bug == "first-sequence-state" else b]
+
+            def norm(x):
+                ss = np.sum(x * x, axis=-1, keepdims=True, dtype=f32)
+                if bug == "eps-outside-sqrt":
+                    return x / (np.sqrt(ss) + f32(1e-6))
+                if bug == "no-eps":
+                    return x / np.sqrt(ss)
+                return x / np.sqrt(ss + f32(1e-6))
+
+            for r in range(nt):
+                qh, kh = norm(q[b, r])[heads], norm(k[b, r])[heads]
+                beta = f32(1) / (f32(1) + np.exp(-beta_raw[b, r]))
+                x = alpha[b, r] + dt_bias
+                sp = np.log1p(np.exp(x))
+                if bug != "softplus-overflow":
+                    sp = np.where(x > f32(20), x, sp)
+                decay = np.exp(-np.exp(a_log) * sp)[:, None, None]
+                if bug == "decay-after-delta":
+                    kv = np.einsum("hi,hij->hj", kh, S)
+                    S = S * decay
+                else:
+                    S = S * decay
+                    kv = np.einsum("hi,hij->hj", kh, S)
+                delta = beta[:, None] * (v[b, r] - kv)
+                if bug == "read-before-update":
+                    o[b, r] = np.einsum("hi,hij->hj", qh, S) * scale
+                S = S + kh[:, :, None] * delta[:, None, :]
+                if bug != "read-before-update":
+                    o[b, r] = np.einsum("hi,hij->hj", qh, S) * scale
+                if bug == "updates-state-in-place":
+                    src[b] = S
+            if bug == "stores-bf16-state":
+                S = ko.decode_bf16(ko.encode_bf16(S))
+            if bug != "leaves-final-state-unwritten":
+                final_state[b] = S

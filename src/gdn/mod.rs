@@ -10,7 +10,9 @@
 //! - [`report`]: table rows, mismatch lines, reproductions;
 //! - [`gate`]: `kernel-oracle check gdn`;
 //! - [`mutants`]: planted bugs in `cu/gdn.cu`;
-//! - [`cli`]: the kind's registry entry (`kernel_oracle::kind`).
+//! - [`cli`]: the kind's registry entry (`kernel_oracle::kind`);
+//! - [`rule`]: the gated delta rule from the conv output on, judged by a
+//!   written error bound, for other implementations (fla, vLLM).
 //!
 //! Two checks, as the issue states them. Gate 1 (seed 003's check): the
 //! packed twins against `t` chained per-row launches, every bit of the six
@@ -28,6 +30,7 @@ pub mod judge;
 pub mod mutants;
 pub mod pool;
 pub mod report;
+pub mod rule;
 pub mod run;
 
 pub use generate::{CaseData, CaseSpec};

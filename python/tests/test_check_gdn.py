@@ -1,0 +1,132 @@
+"""check_gated_delta_rule on a float32 numpy implementation of the gated
+delta rule (another summation order, numpy's own exp and log1p) and on
+planted bugs: the implementation passes within the bound on every arm;
+each bug is caught by the arm meant to catch it, and its printed
+reproduction reruns the failing case alone."""
+
+import re
+
+import numpy as np
+import pytest
+
+import kernel_oracle as ko
+from numpy_reference import gated_delta_rule
+
+# Small shapes: one head, GQA ratios 2 and 4 with several rows and
+# sequences (pytest runs on 2 cores in CI).
+SHAPES = [(1, 1, 1, 1), (1, 2, 2, 1), (2, 8, 3, 2)]
+
+# A failure line that counts at least one NaN or infinite element.
+NON_FINITE = r"\([1-9][0-9]* NaN or infinite\)"
+
+
+def rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state):
+    gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state)
+
+
+def planted(bug):
+    def f(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state):
+        gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state, bug=bug)
+
+    f.__name__ = bug.replace("-", "_")
+    return f
+
+
+def test_the_numpy_rule_passes_within_the_bound_and_is_not_bit_exact(capsys):
+    r = ko.check_gated_delta_rule(rule, shapes=SHAPES)
+    assert r.ok and r.passed == r.cases == len(SHAPES) * 3 and r.refused == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("PASS")
+    # Another order and other transcendentals: not core's bits, so a
+    # bit-exact declaration fails, with a differing element named.
+    r = ko.check_gated_delta_rule(rule, shapes=SHAPES[2:], arms=["RAND"], bit_exact=True, verbose=False)
+    assert not r.ok and "differ from core's bits" in r.failures[0] and "first differing at" in r.failures[0]
+
+
+def test_the_oracle_passes_bit_for_bit():
+    def oracle(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state):
+        case = cases[(q.shape, float(q.flat[0]))]
+        return case["o"], case["final_state"]
+
+    cases = {}
+    for sh in SHAPES:
+        for arm in ("RAND", "GATES", "NORM"):
+            c = ko.gated_delta_rule_case(*sh, arm)
+            cases[(c["q"].shape, float(c["q"].flat[0]))] = c
+    r = ko.check_gated_delta_rule(oracle, shapes=SHAPES, bit_exact=True, verbose=False)
+    assert r.ok and r.passed == len(SHAPES) * 3
+    assert "identical" in r.text and " 100.0% " in r.text
+
+
+def test_the_case_function_gives_arrays_and_limits():
+    c = ko.gated_delta_rule_case(2, 4, 3, 2, "gates")
+    assert c["q"].shape == (2, 3, 2, 128) and c["v"].shape == (2, 3, 4, 128)
+    assert c["state"].shape == c["final_state"].shape == (2, 4, 128, 128)
+    assert c["o"].shape == c["o_limit"].shape == (2, 3, 4, 128)
+    assert c["o_limit"].dtype == np.float64 and (c["o_limit"] > 0).all()
+    o, s = np.full_like(c["o"], np.nan), np.full_like(c["final_state"], np.nan)
+    gated_delta_rule(*(c[n] for n in ("q", "k", "v", "alpha", "beta_raw", "a_log", "dt_bias", "state")), o, s)
+    assert (np.abs(o.astype(np.float64) - c["o"]) <= c["o_limit"]).all()
+    with pytest.raises(ValueError, match="num_v"):
+        ko.gated_delta_rule_case(3, 4, 1, 1, "RAND")
+    with pytest.raises(ValueError, match="arm"):
+        ko.gated_delta_rule_case(1, 1, 1, 1, "EXACT")
+
+
+@pytest.mark.parametrize(
+    "bug,arm,caught_by",
+    [
+        ("softplus-overflow", "GATES", "over their limit"),
+        ("eps-outside-sqrt", "NORM", "over their limit"),
+        ("no-eps", "NORM", NON_FINITE),
+        ("gqa-modulo", "RAND", "over their limit"),
+        ("decay-after-delta", "RAND", "over their limit"),
+        ("read-before-update", "RAND", "over their limit"),
+        ("first-sequence-state", "RAND", "over their limit"),
+        ("stores-bf16-state", "RAND", "final_state:"),
+        ("updates-state-in-place", "RAND", r"wrote its input\(s\): state"),
+        ("leaves-final-state-unwritten", "RAND", NON_FINITE),
+    ],
+)
+def test_planted_bug_is_caught_and_its_reproduction_reruns(bug, arm, caught_by, capsys):
+    f = planted(bug)
+    r = ko.check_gated_delta_rule(f, shapes=SHAPES, verbose=False)
+    assert not r.ok and r.failed > 0
+    failing = [x for x in r.failures if f"arm={arm}" in x]
+    assert failing and any(re.search(caught_by, x) for x in failing), r.failures[0]
+    assert len(r.reproductions) == r.failed
+    printed = capsys.readouterr().out
+    line = r.reproductions[0]
+    assert line in printed and line.startswith(f"kernel_oracle.check_gated_delta_rule({f.__name__}, ")
+    again = eval(line, {"kernel_oracle": ko, f.__name__: f})
+    assert again.cases == 1 and again.failed == 1
+    assert again.failures[0].splitlines()[0] == r.failures[0].splitlines()[0]
+
+
+def test_returned_outputs_are_judged_and_a_wrong_return_fails():
+    def returns(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state):
+        o2, s2 = np.empty_like(o), np.empty_like(final_state)
+        gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o2, s2)
+        return o2, s2
+
+    assert ko.check_gated_delta_rule(returns, shapes=SHAPES[:2], verbose=False).ok
+
+    def returns_one(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state):
+        return o
+
+    r = ko.check_gated_delta_rule(returns_one, shapes=SHAPES[:1], arms=["RAND"], verbose=False)
+    assert not r.ok and "expected None (the outputs written) or a tuple" in r.failures[0]
+
+
+def test_refused_and_bad_arguments():
+    def picky(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state):
+        if v.shape[2] != q.shape[2]:
+            raise ko.Refused("GQA not supported")
+        gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state)
+
+    r = ko.check_gated_delta_rule(picky, shapes=SHAPES, verbose=False)
+    assert r.ok and r.refused == 6 and r.passed == 3
+    with pytest.raises(ValueError, match="num_v"):
+        ko.check_gated_delta_rule(rule, shapes=[(3, 4, 1, 1)])
+    with pytest.raises(ValueError, match="arm"):
+        ko.check_gated_delta_rule(rule, arms=["EXACT"])
