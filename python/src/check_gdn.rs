@@ -1,15 +1,19 @@
-//! `check_gated_delta_rule`: any Python callable computing the gated
-//! delta rule from the conv output on (GDN decode, seed 003; fla's
-//! `fused_recurrent_gated_delta_rule` with its gates and L2 norm in the
-//! kernel) run through the case library's cases (`gdn::rule::Spec`),
-//! oracle (`gdn::rule::reference`: core's prep and scan) and verdict
-//! (`gdn::rule::Verdict`: the written error bound, or bit for bit when
-//! declared), with the drivers' common steps (`check`): NaN-filled
-//! outputs, inputs compared after the call, a row per case, a rerun line
-//! per failure.
+//! The GDN decode step's two halves as the field's kernels compute them,
+//! each with the drivers' common steps (`check`: NaN-filled outputs,
+//! inputs compared after the call, a row per case, a rerun line per
+//! failure):
+//! - `check_causal_conv1d_update`: the conv (causal-conv1d's
+//!   `causal_conv1d_update`, vLLM's Triton port) through
+//!   `gdn::conv_update`'s cases, oracle (core's conv) and verdict (the
+//!   state bit for bit, the output by a written bound);
+//! - `check_gated_delta_rule`: the rest from the conv output on (fla's
+//!   `fused_recurrent_gated_delta_rule` with its gates and L2 norm in the
+//!   kernel) through `gdn::rule`'s cases, oracle (core's prep and scan)
+//!   and verdict (a written error bound, or bit for bit when declared).
 
 use crate::arrays::array;
 use crate::check::{call, callable_name, failure_head, seeds_for, value, CheckReport, Input, Out};
+use kernel_oracle::gdn::conv_update;
 use kernel_oracle::gdn::rule::{self, o_index, reference, state_index, Arm, Part, Spec, Verdict};
 use oracle::gdn::D_STATE;
 use pyo3::exceptions::PyValueError;
@@ -201,27 +205,11 @@ fn check_gated_delta_rule<'py>(
         contract: "gated_delta_rule".into(),
         ..CheckReport::default()
     };
-    let declared = if bit_exact {
-        "core's arithmetic (bit for bit)"
-    } else {
-        "within 2B of the oracle (B: first-order bound of any f32 evaluation)"
-    };
+    let declared = declared(bit_exact);
     out.row(&format!(
         "check_gated_delta_rule({fname}), declared: {declared}"
     ))?;
-    out.row(&format!(
-        "{:<14} {:>5} {:>18} | {:>10} {:>9} {:>8} | {:>10} {:>9} {:>8} | {:>9}  verdict",
-        "nk,nv,t,B",
-        "arm",
-        "seed",
-        "o max ulp",
-        "identical",
-        "err/lim",
-        "S max ulp",
-        "identical",
-        "err/lim",
-        "call_ms"
-    ))?;
+    out.row(&header("nk,nv,t,B", ["o", "S"]))?;
     for &sh in &shape_list {
         let (nk, nv, t, b) = sh;
         for &arm in &arms {
@@ -235,126 +223,462 @@ fn check_gated_delta_rule<'py>(
                 for ((n, x), shape) in INPUTS.iter().zip(data_slices(&d)).zip(&dims) {
                     inputs.push((*n, Input::F32(array(py, shape, x.to_vec())?, x)));
                 }
-                let (called, ms) = call(py, &rule, Vec::new(), &inputs, &[&dims[8], &dims[9]])?;
-                let shape_s = format!("{nk},{nv},{t},{b}");
-                let repro = format!(
-                    "kernel_oracle.check_gated_delta_rule({fname}, shapes=[({nk}, {nv}, {t}, {b})], arms=[\"{}\"], seeds=[0x{seed:016x}]{})",
-                    arm.name(),
-                    if bit_exact { ", bit_exact=True" } else { "" }
-                );
-                let head = format!(
-                    "FAIL gated_delta_rule: num_k={nk} num_v={nv} t={t} B={b} arm={} seed=0x{seed:016x}, declared: {declared}",
-                    arm.name()
-                );
-                let Some((got, written)) = rep.take(
+                let a = arm.name();
+                let case = Case {
+                    row: format!("{:<14} {a:>5} 0x{seed:016x}", format!("{nk},{nv},{t},{b}")),
+                    head: format!(
+                        "FAIL gated_delta_rule: num_k={nk} num_v={nv} t={t} B={b} arm={a} seed=0x{seed:016x}, declared: {declared}"
+                    ),
+                    repro: format!(
+                        "kernel_oracle.check_gated_delta_rule({fname}, shapes=[({nk}, {nv}, {t}, {b})], arms=[\"{a}\"], seeds=[0x{seed:016x}]{})",
+                        if bit_exact { ", bit_exact=True" } else { "" }
+                    ),
+                    arrays: format!(
+                        "kernel_oracle.gated_delta_rule_case({nk}, {nv}, {t}, {b}, \"{a}\", seed=0x{seed:016x})"
+                    ),
+                };
+                let o_place = |i: usize| {
+                    let (b, r, h, j) = o_index(&s, i);
+                    format!("[{b}, {r}, {h}, {j}] (sequence, row, v head, value)")
+                };
+                let s_place = |i: usize| {
+                    let (b, h, k, j) = state_index(&s, i);
+                    format!("[{b}, {h}, {k}, {j}] (sequence, v head, key, value)")
+                };
+                case.run(
+                    py,
+                    &mut rep,
                     &mut out,
-                    called,
-                    &format!("{shape_s:<14} {:>5} 0x{seed:016x}", arm.name()),
-                    &head,
-                    &repro,
-                )?
-                else {
-                    continue;
-                };
-                let v = Verdict::judge(&got[0], &got[1], &want, bit_exact);
-                let pass = v.pass() && written.is_empty();
-                let cols = |p: &Part| {
-                    format!(
-                        "{:>10} {:>8.1}% {:>8.3}",
-                        p.max_ulp,
-                        100.0 * p.identical as f64 / p.n.max(1) as f64,
-                        p.worst
-                    )
-                };
-                out.row(&format!(
-                    "{shape_s:<14} {:>5} 0x{seed:016x} | {} | {} | {ms:>9.2}  {}",
-                    arm.name(),
-                    cols(&v.o),
-                    cols(&v.state),
-                    if pass { "PASS" } else { "FAIL" }
-                ))?;
-                if pass {
-                    rep.passed += 1;
-                } else {
-                    let mut r = failure_head(&head, &written);
-                    if !v.pass() {
-                        part_lines(&mut r, &s, &v, true);
-                        part_lines(&mut r, &s, &v, false);
-                    }
-                    let _ = write!(
-                        r,
-                        "reproduce:\n  {repro}\nthe case's arrays, the oracle's outputs and their limits:\n  kernel_oracle.gated_delta_rule_case({nk}, {nv}, {t}, {b}, \"{}\", seed=0x{seed:016x})",
-                        arm.name()
-                    );
-                    rep.fail(&mut out, r, repro)?;
-                }
+                    &rule,
+                    &inputs,
+                    [&dims[8], &dims[9]],
+                    |o, st| {
+                        let v = Verdict::judge(o, st, &want, bit_exact);
+                        [
+                            Judged {
+                                what: "o",
+                                part: v.o,
+                                exact: bit_exact,
+                                place: &o_place,
+                            },
+                            Judged {
+                                what: "final_state",
+                                part: v.state,
+                                exact: bit_exact,
+                                place: &s_place,
+                            },
+                        ]
+                    },
+                )?;
             }
         }
     }
     rep.finish(out, "")
 }
 
-/// The failure lines of one output (`o` when `is_o`, else the final
-/// state): how many elements fail, the first and the worst with their
-/// place, both values and the limit.
-fn part_lines(r: &mut String, s: &Spec, v: &Verdict, is_o: bool) {
-    let (p, what) = if is_o {
-        (&v.o, "o")
+/// "what the callable declared", for the first line and failure heads.
+fn declared(bit_exact: bool) -> &'static str {
+    if bit_exact {
+        "core's arithmetic (bit for bit)"
     } else {
-        (&v.state, "final_state")
-    };
-    let failing = if v.bit_exact {
-        p.n - p.identical
-    } else {
-        p.over
-    };
-    if failing == 0 {
-        return;
+        "within 2B of the oracle (B: first-order bound of any f32 evaluation)"
     }
-    let place = |i: usize| {
-        if is_o {
-            let (b, r, h, j) = o_index(s, i);
-            format!("[{b}, {r}, {h}, {j}] (sequence, row, v head, value)")
-        } else {
-            let (b, h, k, j) = state_index(s, i);
-            format!("[{b}, {h}, {k}, {j}] (sequence, v head, key, value)")
-        }
-    };
-    let _ = writeln!(
-        r,
-        "  {what}: {failing} of {} elements {} ({} NaN or infinite); largest distance {} ulps",
-        p.n,
-        if v.bit_exact {
-            "differ from core's bits"
-        } else {
-            "over their limit 2B + 2^-100"
-        },
-        p.non_finite,
-        p.max_ulp
-    );
-    let at = |label: &str, e: Option<(usize, f32, f32, f64)>, r: &mut String| {
-        if let Some((i, g, w, l)) = e {
-            let _ = writeln!(
-                r,
-                "    {label} at {}: got {}, want {}, |got - want| {:e}, limit {l:e}",
-                place(i),
-                value(g),
-                value(w),
-                (f64::from(g) - f64::from(w)).abs()
-            );
-        }
-    };
-    if v.bit_exact {
-        at("first differing", p.first_diff, r);
-    } else {
-        at("first over", p.first_over, r);
-    }
-    at("worst", p.worst_at, r);
 }
 
-/// Adds the gated delta rule's check, its case and default shapes.
+/// The column header of a two-output check: the shape, the arm and seed,
+/// then for each output its largest ulp distance, its share of
+/// bit-identical elements and its worst error-to-limit ratio.
+fn header(shape: &str, outs: [&str; 2]) -> String {
+    format!(
+        "{shape:<14} {:>5} {:>18} | {:>10} {:>9} {:>8} | {:>10} {:>9} {:>8} | {:>9}  verdict",
+        "arm",
+        "seed",
+        format!("{} max ulp", outs[0]),
+        "identical",
+        "err/lim",
+        format!("{} max ulp", outs[1]),
+        "identical",
+        "err/lim",
+        "call_ms"
+    )
+}
+
+/// One output of a case as judged: its name, its comparison, whether its
+/// bits are required, and how a flat index reads.
+struct Judged<'a> {
+    what: &'static str,
+    part: Part,
+    exact: bool,
+    place: &'a dyn Fn(usize) -> String,
+}
+
+impl Judged<'_> {
+    fn pass(&self) -> bool {
+        if self.exact {
+            self.part.bit_exact()
+        } else {
+            self.part.within()
+        }
+    }
+
+    /// The row's columns: largest ulp distance, share bit-identical, worst
+    /// error-to-limit ratio.
+    fn cols(&self) -> String {
+        let p = &self.part;
+        format!(
+            "{:>10} {:>8.1}% {:>8.3}",
+            p.max_ulp,
+            100.0 * p.identical as f64 / p.n.max(1) as f64,
+            p.worst
+        )
+    }
+
+    /// The failure lines: how many elements fail, the first and the worst
+    /// with their place, both values and the limit.
+    fn lines(&self, r: &mut String) {
+        let p = &self.part;
+        let failing = if self.exact {
+            p.n - p.identical
+        } else {
+            p.over
+        };
+        if failing == 0 {
+            return;
+        }
+        let _ = writeln!(
+            r,
+            "  {}: {failing} of {} elements {} ({} NaN or infinite); largest distance {} ulps",
+            self.what,
+            p.n,
+            if self.exact {
+                "differ from core's bits"
+            } else {
+                "over their limit 2B + 2^-100"
+            },
+            p.non_finite,
+            p.max_ulp
+        );
+        let at = |label: &str, e: Option<(usize, f32, f32, f64)>, r: &mut String| {
+            if let Some((i, g, w, l)) = e {
+                let _ = writeln!(
+                    r,
+                    "    {label} at {}: got {}, want {}, |got - want| {:e}, limit {l:e}",
+                    (self.place)(i),
+                    value(g),
+                    value(w),
+                    (f64::from(g) - f64::from(w)).abs()
+                );
+            }
+        };
+        if self.exact {
+            at("first differing", p.first_diff, r);
+        } else {
+            at("first over", p.first_over, r);
+        }
+        at("worst", p.worst_at, r);
+    }
+}
+
+/// A case's lines: its row's lead, its failure head, its rerun line and
+/// the Python line that gives its arrays.
+struct Case {
+    row: String,
+    head: String,
+    repro: String,
+    arrays: String,
+}
+
+impl Case {
+    /// Calls `f` on `inputs` with two NaN-filled outputs of `outs`' shapes,
+    /// records a refusal or an error, else judges both outputs with
+    /// `judge`, prints the row and, on a failure, the report.
+    #[allow(clippy::too_many_arguments)]
+    fn run<'py, 'j>(
+        self,
+        py: Python<'py>,
+        rep: &mut CheckReport,
+        out: &mut Out<'py>,
+        f: &Bound<'py, PyAny>,
+        inputs: &[(&str, Input<'_, 'py>)],
+        outs: [&[usize]; 2],
+        judge: impl FnOnce(&[f32], &[f32]) -> [Judged<'j>; 2],
+    ) -> PyResult<()> {
+        let (called, ms) = call(py, f, Vec::new(), inputs, &outs)?;
+        let Some((got, written)) = rep.take(out, called, &self.row, &self.head, &self.repro)?
+        else {
+            return Ok(());
+        };
+        let parts = judge(&got[0], &got[1]);
+        let judged = parts.iter().all(Judged::pass);
+        let pass = judged && written.is_empty();
+        out.row(&format!(
+            "{} | {} | {} | {ms:>9.2}  {}",
+            self.row,
+            parts[0].cols(),
+            parts[1].cols(),
+            if pass { "PASS" } else { "FAIL" }
+        ))?;
+        if pass {
+            rep.passed += 1;
+            return Ok(());
+        }
+        let mut r = failure_head(&self.head, &written);
+        for p in &parts {
+            p.lines(&mut r);
+        }
+        let _ = write!(
+            r,
+            "reproduce:\n  {}\nthe case's arrays, the oracle's outputs and their limits:\n  {}",
+            self.repro, self.arrays
+        );
+        rep.fail(out, r, self.repro)
+    }
+}
+
+/// The shapes `(dim, d_conv, t, B)` `check_causal_conv1d_update` runs by
+/// default, ragged first: one channel, a 128-channel tile plus two, 1000
+/// channels with three taps and two new inputs, five new inputs past a
+/// two-tap state (`t > P`), then Qwen3-Next's 8192 conv channels for one
+/// decode step of four sequences and for eight verification rows.
+pub const CONV_SHAPES: [(usize, usize, usize, usize); 6] = [
+    (1, 4, 1, 1),
+    (130, 4, 1, 3),
+    (1000, 3, 2, 2),
+    (700, 2, 5, 1),
+    (8192, 4, 1, 4),
+    (8192, 4, 8, 1),
+];
+
+fn conv_spec(
+    shape: (usize, usize, usize, usize),
+    arm: conv_update::Arm,
+    seed: Option<u64>,
+) -> PyResult<conv_update::Spec> {
+    let (dim, d_conv, t, batch) = shape;
+    let s = conv_update::Spec {
+        dim,
+        d_conv,
+        t,
+        batch,
+        arm,
+        seed: seed.unwrap_or_else(|| conv_update::Spec::base_seed(dim, d_conv, t, batch, arm)),
+    };
+    s.shape().map_err(PyValueError::new_err)?;
+    Ok(s)
+}
+
+/// The array shapes of a conv case: `x`, `conv_state`, `weight`, `out`,
+/// `final_state`.
+fn conv_shapes(s: &conv_update::Spec) -> [Vec<usize>; 5] {
+    let (c, k, t, b) = (s.dim, s.d_conv, s.t, s.batch);
+    [
+        vec![b, c, t],
+        vec![b, c, k - 1],
+        vec![c, k],
+        vec![b, c, t],
+        vec![b, c, k - 1],
+    ]
+}
+
+/// causal_conv1d_update_case(dim, d_conv, t, batch, arm, seed=None) -> dict
+///
+/// One case of `check_causal_conv1d_update` as new arrays: the inputs
+/// `x`, `conv_state`, `weight` (float32, the shapes of that check's
+/// docstring), the oracle's `out` and `final_state` (float32, core's bits)
+/// and `out_limit` (float64, `2 B + 2^-100` per element). `seed` None: the
+/// check's first seed.
+///
+/// Errors: `ValueError` for an unknown arm, a zero dimension, `d_conv`
+/// outside 2..=4 or a case over 2^26 elements.
+#[pyfunction]
+#[pyo3(signature = (dim, d_conv, t, batch, arm, seed = None))]
+fn causal_conv1d_update_case<'py>(
+    py: Python<'py>,
+    dim: usize,
+    d_conv: usize,
+    t: usize,
+    batch: usize,
+    arm: &str,
+    seed: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let arm = conv_update::Arm::parse(arm).map_err(PyValueError::new_err)?;
+    let s = conv_spec((dim, d_conv, t, batch), arm, seed)?;
+    let d = s.generate().map_err(PyValueError::new_err)?;
+    let w = conv_update::reference(&s, &d).map_err(PyValueError::new_err)?;
+    let sh = conv_shapes(&s);
+    let dict = PyDict::new(py);
+    dict.set_item("x", array(py, &sh[0], d.x)?)?;
+    dict.set_item("conv_state", array(py, &sh[1], d.state)?)?;
+    dict.set_item("weight", array(py, &sh[2], d.weight)?)?;
+    dict.set_item("out", array(py, &sh[3], w.out)?)?;
+    dict.set_item("final_state", array(py, &sh[4], w.state)?)?;
+    dict.set_item("out_limit", array(py, &sh[3], w.out_limit)?)?;
+    Ok(dict)
+}
+
+/// check_causal_conv1d_update(conv, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, verbose=True, name=None) -> CheckReport
+///
+/// Runs `conv`, a causal depthwise conv1d update with SiLU and no bias
+/// (GDN decode's conv, seed 003; causal-conv1d's
+/// `causal_conv1d_update(x, conv_state, weight, None, "silu")`, vLLM's
+/// Triton port), through the arms `RAND` (normal data) and `WIDE` (inputs
+/// 60x wider: pre-activations past SiLU's f32 `exp` overflow) and judges
+/// it against core's conv.
+///
+/// The callable: `conv(x, conv_state, weight, out, final_state)`, float32
+/// arrays (elements, causal-conv1d's layouts):
+/// - `x`: `[B, dim, t]`, `t` new inputs per channel, oldest first;
+/// - `conv_state`: `[B, dim, d_conv - 1]`, the previous inputs, oldest
+///   first;
+/// - `weight`: `[dim, d_conv]`, tap `d_conv - 1` on the newest input
+///   (cross-correlation);
+/// - `out`: `[B, dim, t]` and `final_state`: `[B, dim, d_conv - 1]`,
+///   filled with NaN;
+///
+/// computing `out[b, c, r] = silu(sum_i weight[c, i] * win[i])` over the
+/// window of the `d_conv` inputs ending at `x[b, c, r]` (state then `x`),
+/// and `final_state`, the last `d_conv - 1` inputs; writing both and
+/// returning None, or returning both as a tuple. It must not write its
+/// inputs (an in-place kernel updates a copy: `final_state[...] =
+/// conv_state`, then the kernel on `final_state`).
+///
+/// Verdict per case: `final_state` bit for bit (data moved, never
+/// computed); `out` within `2 B + 2^-100` of the oracle's per element
+/// (`B = 8u |silu(a)| + 1.1 gamma_(d_conv+1) sum |w win|`, any order, FMA,
+/// SiLU within 8 ulps; `kernel_oracle` docs of `gdn::conv_update::bound`)
+/// or, with `bit_exact=True`, core's bits. Rows report ulps, the share of
+/// bit-identical elements and the worst error-to-limit ratio.
+///
+/// Arguments: `shapes` `(dim, d_conv, t, B)` tuples (default
+/// `CONV_SHAPES`), `arms` (`"RAND"`, `"WIDE"`; default both), `seeds` /
+/// `trials` / `verbose` / `name` as `check_fp8_block_gemm`.
+///
+/// Errors: `ValueError` on an unknown arm, a zero dimension, `d_conv`
+/// outside 2..=4 or a case over 2^26 elements, before any call.
+#[pyfunction]
+#[pyo3(signature = (conv, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, verbose = true, name = None))]
+#[allow(clippy::too_many_arguments)]
+fn check_causal_conv1d_update<'py>(
+    py: Python<'py>,
+    conv: Bound<'py, PyAny>,
+    shapes: Option<Vec<(usize, usize, usize, usize)>>,
+    arms: Option<Vec<String>>,
+    seeds: Option<Vec<u64>>,
+    trials: usize,
+    bit_exact: bool,
+    verbose: bool,
+    name: Option<String>,
+) -> PyResult<CheckReport> {
+    let shape_list = shapes.unwrap_or_else(|| CONV_SHAPES.to_vec());
+    let arms: Vec<conv_update::Arm> = match arms {
+        Some(a) => a
+            .iter()
+            .map(|s| conv_update::Arm::parse(s).map_err(PyValueError::new_err))
+            .collect::<PyResult<_>>()?,
+        None => conv_update::Arm::ALL.to_vec(),
+    };
+    for &sh in &shape_list {
+        conv_spec(sh, conv_update::Arm::Rand, None)?;
+    }
+    let fname = callable_name(&conv, name);
+    let mut out = Out::new(py, verbose)?;
+    let mut rep = CheckReport {
+        contract: "causal_conv1d_update".into(),
+        ..CheckReport::default()
+    };
+    let declared = declared(bit_exact);
+    out.row(&format!(
+        "check_causal_conv1d_update({fname}), declared: {declared}; the state bit for bit"
+    ))?;
+    out.row(&header("dim,d_conv,t,B", ["out", "state"]))?;
+    for &sh in &shape_list {
+        let (c, k, t, b) = sh;
+        for &arm in &arms {
+            let base = conv_update::Spec::base_seed(c, k, t, b, arm);
+            for seed in seeds_for(base, &seeds, trials) {
+                let s = conv_spec(sh, arm, Some(seed))?;
+                let d = s.generate().map_err(PyValueError::new_err)?;
+                let want = conv_update::reference(&s, &d).map_err(PyValueError::new_err)?;
+                let dims = conv_shapes(&s);
+                let inputs = [
+                    ("x", Input::F32(array(py, &dims[0], d.x.clone())?, &d.x)),
+                    (
+                        "conv_state",
+                        Input::F32(array(py, &dims[1], d.state.clone())?, &d.state),
+                    ),
+                    (
+                        "weight",
+                        Input::F32(array(py, &dims[2], d.weight.clone())?, &d.weight),
+                    ),
+                ];
+                let a = arm.name();
+                let case = Case {
+                    row: format!("{:<14} {a:>5} 0x{seed:016x}", format!("{c},{k},{t},{b}")),
+                    head: format!(
+                        "FAIL causal_conv1d_update: dim={c} d_conv={k} t={t} B={b} arm={a} seed=0x{seed:016x}, declared: {declared}"
+                    ),
+                    repro: format!(
+                        "kernel_oracle.check_causal_conv1d_update({fname}, shapes=[({c}, {k}, {t}, {b})], arms=[\"{a}\"], seeds=[0x{seed:016x}]{})",
+                        if bit_exact { ", bit_exact=True" } else { "" }
+                    ),
+                    arrays: format!(
+                        "kernel_oracle.causal_conv1d_update_case({c}, {k}, {t}, {b}, \"{a}\", seed=0x{seed:016x})"
+                    ),
+                };
+                let o_place = |i: usize| {
+                    format!(
+                        "[{}, {}, {}] (sequence, channel, input)",
+                        i / (c * t),
+                        (i / t) % c,
+                        i % t
+                    )
+                };
+                let s_place = |i: usize| {
+                    let p = k - 1;
+                    format!(
+                        "[{}, {}, {}] (sequence, channel, tap)",
+                        i / (c * p),
+                        (i / p) % c,
+                        i % p
+                    )
+                };
+                case.run(
+                    py,
+                    &mut rep,
+                    &mut out,
+                    &conv,
+                    &inputs,
+                    [&dims[3], &dims[4]],
+                    |o, st| {
+                        let v = conv_update::Verdict::judge(o, st, &want, bit_exact);
+                        [
+                            Judged {
+                                what: "out",
+                                part: v.out,
+                                exact: bit_exact,
+                                place: &o_place,
+                            },
+                            Judged {
+                                what: "final_state",
+                                part: v.state,
+                                exact: true,
+                                place: &s_place,
+                            },
+                        ]
+                    },
+                )?;
+            }
+        }
+    }
+    rep.finish(out, "")
+}
+
+/// Adds the two GDN checks, their cases and default shapes.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("GDN_SHAPES", GDN_SHAPES.to_vec())?;
+    m.add("CONV_SHAPES", CONV_SHAPES.to_vec())?;
+    m.add_function(wrap_pyfunction!(check_causal_conv1d_update, m)?)?;
+    m.add_function(wrap_pyfunction!(causal_conv1d_update_case, m)?)?;
     m.add_function(wrap_pyfunction!(check_gated_delta_rule, m)?)?;
     m.add_function(wrap_pyfunction!(gated_delta_rule_case, m)?)?;
     Ok(())

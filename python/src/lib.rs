@@ -18,8 +18,9 @@
 //! - [`gdn`]: Gated DeltaNet decode rows (one step or packed);
 //! - [`moe`]: the MoE verify-rows tables;
 //! - [`check`]: `check_fp8_block_gemm` and `check_mul_mat`;
-//! - [`check_gdn`]: `check_gated_delta_rule` (fla's and vLLM's GDN decode
-//!   kernels against the contract, by a written error bound).
+//! - [`check_gdn`]: `check_causal_conv1d_update` and `check_gated_delta_rule`
+//!   (the two halves of GDN decode as the field's kernels run them,
+//!   judged by a written error bound).
 
 #![warn(missing_docs)]
 

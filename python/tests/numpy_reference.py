@@ -102,3 +102,34 @@ def gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_s
                 S = ko.decode_bf16(ko.encode_bf16(S))
             if bug != "leaves-final-state-unwritten":
                 final_state[b] = S
+
+
+def causal_conv1d_update(x, conv_state, weight, out, final_state, bug=None):
+    """The causal depthwise conv1d update with SiLU and no bias, in
+    float32: x [B, dim, t] (oldest first), conv_state [B, dim, d_conv - 1],
+    weight [dim, d_conv] (tap d_conv - 1 on the newest input); writes out
+    [B, dim, t] and final_state [B, dim, d_conv - 1].
+
+    ``bug`` plants one of the mistakes ``test_check_gdn.py`` expects the
+    check to catch; None computes the contract."""
+    f32 = np.float32
+    k = weight.shape[1]
+    p = k - 1
+    taps = weight[:, ::-1] if bug == "convolution" else weight
+    win = np.concatenate([conv_state, x], axis=2)
+    with np.errstate(over="ignore"):
+        for r in range(x.shape[2]):
+            w = np.concatenate([conv_state, x[:, :, r:r + 1]], axis=2) if bug == "stale-window" else win[:, :, r:r + k]
+            a = np.sum(w * taps[None], axis=2, dtype=f32)
+            y = a if bug == "no-silu" else a / (f32(1) + np.exp(-a))
+            if bug == "ragged-channels-unwritten":
+                full = (x.shape[1] // 128) * 128
+                out[:, :full, r] = y[:, :full]
+            else:
+                out[:, :, r] = y
+    state = win[:, :, -p:]
+    if bug == "state-shifted-once":
+        state = win[:, :, 1:1 + p]
+    if bug == "state-newest-first":
+        state = state[:, :, ::-1]
+    final_state[...] = state

@@ -1,8 +1,9 @@
-"""check_gated_delta_rule on a float32 numpy implementation of the gated
-delta rule (another summation order, numpy's own exp and log1p) and on
-planted bugs: the implementation passes within the bound on every arm;
-each bug is caught by the arm meant to catch it, and its printed
-reproduction reruns the failing case alone."""
+"""check_gated_delta_rule and check_causal_conv1d_update on float32 numpy
+implementations of the two halves of GDN decode (another summation
+order, numpy's own exp and log1p) and on planted bugs: the
+implementations pass within the bound on every arm; each bug is caught
+by the arm meant to catch it, and its printed reproduction reruns the
+failing case alone."""
 
 import re
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import kernel_oracle as ko
-from numpy_reference import gated_delta_rule
+from numpy_reference import causal_conv1d_update, gated_delta_rule
 
 # Small shapes: one head, GQA ratios 2 and 4 with several rows and
 # sequences (pytest runs on 2 cores in CI).
@@ -130,3 +131,59 @@ def test_refused_and_bad_arguments():
         ko.check_gated_delta_rule(rule, shapes=[(3, 4, 1, 1)])
     with pytest.raises(ValueError, match="arm"):
         ko.check_gated_delta_rule(rule, arms=["EXACT"])
+
+
+# Ragged channel counts, t past the state, sequences (CI's 2 cores).
+CONV_SHAPES = [(1, 4, 1, 1), (130, 4, 1, 3), (300, 3, 2, 2), (200, 2, 5, 1)]
+
+
+def conv(x, conv_state, weight, out, final_state):
+    causal_conv1d_update(x, conv_state, weight, out, final_state)
+
+
+def planted_conv(bug):
+    def f(x, conv_state, weight, out, final_state):
+        causal_conv1d_update(x, conv_state, weight, out, final_state, bug=bug)
+
+    f.__name__ = bug.replace("-", "_")
+    return f
+
+
+def test_the_numpy_conv_passes_within_the_bound_with_its_state_bit_for_bit(capsys):
+    r = ko.check_causal_conv1d_update(conv, shapes=CONV_SHAPES)
+    assert r.ok and r.passed == r.cases == len(CONV_SHAPES) * 2
+    assert capsys.readouterr().out.rstrip().endswith("PASS")
+    c = ko.causal_conv1d_update_case(130, 4, 3, 2, "WIDE")
+    out, st = np.full_like(c["out"], np.nan), np.full_like(c["final_state"], np.nan)
+    causal_conv1d_update(c["x"], c["conv_state"], c["weight"], out, st)
+    assert (st == c["final_state"]).all()
+    assert (np.abs(out.astype(np.float64) - c["out"]) <= c["out_limit"]).all()
+
+
+@pytest.mark.parametrize(
+    "bug,caught_by",
+    [
+        ("convolution", r"out: \d+ of \d+ elements over their limit"),
+        ("stale-window", r"out: \d+ of \d+ elements over their limit"),
+        ("no-silu", r"out: \d+ of \d+ elements over their limit"),
+        ("ragged-channels-unwritten", NON_FINITE),
+        ("state-shifted-once", r"final_state: \d+ of \d+ elements differ from core's bits"),
+        ("state-newest-first", r"final_state: \d+ of \d+ elements differ from core's bits"),
+    ],
+)
+def test_planted_conv_bug_is_caught_and_its_reproduction_reruns(bug, caught_by, capsys):
+    f = planted_conv(bug)
+    r = ko.check_causal_conv1d_update(f, shapes=CONV_SHAPES, verbose=False)
+    assert not r.ok and any(re.search(caught_by, x) for x in r.failures), r.failures[0]
+    line = r.reproductions[0]
+    assert line in capsys.readouterr().out
+    again = eval(line, {"kernel_oracle": ko, f.__name__: f})
+    assert again.cases == 1 and again.failed == 1
+    assert again.failures[0].splitlines()[0] == r.failures[0].splitlines()[0]
+
+
+def test_conv_arguments_are_checked_before_any_call():
+    with pytest.raises(ValueError, match="d_conv"):
+        ko.check_causal_conv1d_update(conv, shapes=[(8, 5, 1, 1)])
+    with pytest.raises(ValueError, match="arm"):
+        ko.check_causal_conv1d_update(conv, arms=["GATES"])

@@ -12,7 +12,9 @@
 //! - [`mutants`]: planted bugs in `cu/gdn.cu`;
 //! - [`cli`]: the kind's registry entry (`kernel_oracle::kind`);
 //! - [`rule`]: the gated delta rule from the conv output on, judged by a
-//!   written error bound, for other implementations (fla, vLLM).
+//!   written error bound, for other implementations (fla, vLLM);
+//! - [`conv_update`]: the conv in causal-conv1d's `causal_conv1d_update`
+//!   layouts, its state bit for bit and its output by a bound.
 //!
 //! Two checks, as the issue states them. Gate 1 (seed 003's check): the
 //! packed twins against `t` chained per-row launches, every bit of the six
@@ -24,6 +26,7 @@
 //! the oracle on the host.
 
 pub mod cli;
+pub mod conv_update;
 pub mod gate;
 pub mod generate;
 pub mod judge;

@@ -1,0 +1,68 @@
+"""GDN decode's conv as the field runs it, against the contract (seed 003,
+core's conv), through `kernel_oracle.check_causal_conv1d_update`:
+
+- `torch_update`: transformers' `torch_causal_conv1d_update` (the path
+  Qwen3-Next takes without a conv kernel): the state and the new inputs
+  concatenated, `F.conv1d(..., groups=dim)` (cuDNN on a GPU), `F.silu`;
+- Dao-AILab causal-conv1d's `causal_conv1d_update(x, conv_state, weight,
+  None, "silu")` (CUDA), when the package is installed.
+
+Both update the state in place, so each wrapper runs on a copy of it
+(`final_state`). The check compares the final state bit for bit (data
+moved, never computed) and every output within `2 B` of core's (`B` a
+first-order bound of any f32 evaluation), over ragged channel counts,
+`t > d_conv - 1` new inputs and inputs wide enough to reach SiLU's
+`exp` overflow.
+
+Exit status 1 unless every available implementation passes. Run on a
+CUDA GPU with torch (and causal-conv1d, optionally):
+    python3 python/examples/causal_conv1d_update.py
+"""
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import kernel_oracle as ko
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def torch_update(x, conv_state, weight, out, final_state):
+    xs = torch.from_numpy(x).to(DEV)
+    state = torch.from_numpy(conv_state).to(DEV)
+    w = torch.from_numpy(weight).to(DEV)
+    t, p = xs.shape[-1], state.shape[-1]
+    cat = torch.cat([state, xs], dim=-1)
+    state.copy_(cat[:, :, -p:])
+    y = F.silu(F.conv1d(cat, w.unsqueeze(1), None, padding=0, groups=xs.shape[1])[:, :, -t:])
+    out[...] = y.cpu().numpy()
+    final_state[...] = state.cpu().numpy()
+
+
+def dao_update(x, conv_state, weight, out, final_state):
+    from causal_conv1d import causal_conv1d_update
+
+    state = torch.from_numpy(conv_state).to(DEV)
+    y = causal_conv1d_update(torch.from_numpy(x).to(DEV), state, torch.from_numpy(weight).to(DEV), None, "silu")
+    out[...] = y.cpu().numpy()
+    final_state[...] = state.cpu().numpy()
+
+
+def main():
+    impls = [torch_update]
+    try:
+        import causal_conv1d  # noqa: F401
+
+        impls.append(dao_update)
+    except ImportError:
+        print("causal-conv1d not installed: checking transformers' torch path only")
+    bad = 0
+    for f in impls:
+        bad += not ko.check_causal_conv1d_update(f)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,377 @@
+//! The causal conv1d update as the field's kernels compute it: GDN
+//! decode's conv (seed 003; core's [`conv1d_rows`]) in the layouts of
+//! Dao-AILab causal-conv1d's `causal_conv1d_update(x, conv_state, weight,
+//! bias=None, activation="silu")` and vLLM's Triton port, for judging
+//! them. Any channel count is allowed (channels are independent, so the
+//! oracle runs core's conv on the channels padded to a GDN shape and
+//! keeps the first `dim`).
+//!
+//! A case, per sequence `b` of `B` (f32 elements, row-major):
+//! - `x`: `[B][dim][t]`, `t` new inputs per channel, oldest first;
+//! - `conv_state`: `[B][dim][P]`, `P = d_conv - 1`, the previous inputs,
+//!   oldest first;
+//! - `weight`: `[dim][d_conv]`, tap `d_conv - 1` on the newest input (a
+//!   cross-correlation, `Conv1d`'s weight without its middle axis).
+//!
+//! Outputs: `out [B][dim][t]`, `SiLU(sum_i weight[c][i] win[i])` over the
+//! window of the `d_conv` inputs ending at each new one, and the final
+//! state `[B][dim][P]`, the last `P` inputs (state then `x`).
+//!
+//! The judge: the state bit for bit always (it is data moved, never
+//! computed); `out` bit for bit when the implementation declares core's
+//! arithmetic, else within `2 B + 2^-100` of the oracle's ([`bound`]).
+
+use super::rule::{gamma, Part, FLOOR, TRANSCENDENTAL, U};
+use crate::rng::Rng;
+use oracle::gdn::conv::conv1d_rows;
+use oracle::gdn::{GdnShape, D_STATE};
+
+/// The data a case draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    /// Normal inputs and state, weights `0.5 N(0, 1)`.
+    Rand,
+    /// Inputs and state `60 N(0, 1)`: pre-activations past +-88 in about
+    /// one output in seven, where SiLU's `exp` overflows or underflows in f32 and a
+    /// naive `x / (1 + exp(-x))` must still give `x` or a signed zero.
+    Wide,
+}
+
+impl Arm {
+    /// Every arm, in the order a check runs them.
+    pub const ALL: [Arm; 2] = [Arm::Rand, Arm::Wide];
+
+    /// The arm's name in rows and reproductions.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arm::Rand => "RAND",
+            Arm::Wide => "WIDE",
+        }
+    }
+
+    /// The arm named `s` (any case).
+    ///
+    /// # Errors
+    /// A sentence naming the arms.
+    pub fn parse(s: &str) -> Result<Arm, String> {
+        Arm::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("arm {s:?}: expected \"RAND\" or \"WIDE\""))
+    }
+}
+
+/// The largest case: `B dim max(t, d_conv)` at most this.
+pub const MAX_ELEMS: usize = 1 << 26;
+
+/// One case: the shape, the arm and the data seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// Channels (any count from 1).
+    pub dim: usize,
+    /// Taps, 2 to 4 (core's range; causal-conv1d's kernels take 2 to 4).
+    pub d_conv: usize,
+    /// New inputs per channel (1: one decode step).
+    pub t: usize,
+    /// Sequences.
+    pub batch: usize,
+    /// The data.
+    pub arm: Arm,
+    /// The data seed.
+    pub seed: u64,
+}
+
+impl Spec {
+    /// The default seed of a shape and arm.
+    pub fn base_seed(dim: usize, d_conv: usize, t: usize, batch: usize, arm: Arm) -> u64 {
+        0xC0A7_1D00_0000_0000
+            ^ ((dim as u64) << 24)
+            ^ ((d_conv as u64) << 20)
+            ^ ((t as u64) << 8)
+            ^ ((batch as u64) << 1)
+            ^ u64::from(arm == Arm::Wide)
+    }
+
+    /// The GDN shape whose channels cover `dim` (`num_k` 1, `num_v` the
+    /// fewest that reach it), as core checks it.
+    ///
+    /// # Errors
+    /// A zero dimension, `d_conv` outside 2..=4 (core's sentence), a case
+    /// over [`MAX_ELEMS`].
+    pub fn shape(&self) -> Result<GdnShape, String> {
+        if self.dim == 0 || self.batch == 0 {
+            return Err(format!(
+                "dim={} batch={}: both must be at least 1",
+                self.dim, self.batch
+            ));
+        }
+        let big = self
+            .batch
+            .saturating_mul(self.dim)
+            .saturating_mul(self.t.max(self.d_conv));
+        if big > MAX_ELEMS {
+            return Err(format!(
+                "dim={} d_conv={} t={} batch={}: {big} elements, over the check's {MAX_ELEMS}",
+                self.dim, self.d_conv, self.t, self.batch
+            ));
+        }
+        let num_v = self
+            .dim
+            .saturating_sub(2 * D_STATE)
+            .div_ceil(D_STATE)
+            .max(1);
+        GdnShape::new(1, num_v, D_STATE, self.d_conv, self.t).map_err(|e| e.to_string())
+    }
+
+    /// The case's inputs, drawn from `seed` alone.
+    ///
+    /// # Errors
+    /// As [`Spec::shape`].
+    pub fn generate(&self) -> Result<Data, String> {
+        self.shape()?;
+        let (c, p, t, b) = (self.dim, self.d_conv - 1, self.t, self.batch);
+        let mut rng = Rng(self.seed);
+        let mut normal = || {
+            let u1 = 1.0 - f64::from(rng.f01());
+            let u2 = f64::from(rng.f01());
+            ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+        };
+        let wide = if self.arm == Arm::Wide { 60.0 } else { 1.0 };
+        let weight = (0..c * self.d_conv).map(|_| 0.5 * normal()).collect();
+        let x = (0..b * c * t).map(|_| wide * normal()).collect();
+        let state = (0..b * c * p).map(|_| wide * normal()).collect();
+        Ok(Data { x, state, weight })
+    }
+}
+
+/// A case's inputs (layouts in the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Data {
+    /// `[B][dim][t]`.
+    pub x: Vec<f32>,
+    /// `[B][dim][P]`.
+    pub state: Vec<f32>,
+    /// `[dim][d_conv]`.
+    pub weight: Vec<f32>,
+}
+
+/// The oracle's outputs and `out`'s limits.
+#[derive(Clone, Debug)]
+pub struct Want {
+    /// `[B][dim][t]`: core's bits.
+    pub out: Vec<f32>,
+    /// `[B][dim][P]`: the state after the last input.
+    pub state: Vec<f32>,
+    /// Per element of `out`: `2 B + FLOOR`.
+    pub out_limit: Vec<f64>,
+}
+
+/// The oracle: core's [`conv1d_rows`] on each sequence, its channels
+/// padded with zeros to [`Spec::shape`]'s; and `out`'s limits from
+/// [`bound`].
+///
+/// # Errors
+/// As [`Spec::shape`]; a slice of `d` whose length disagrees with `spec`.
+pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
+    let s = spec.shape()?;
+    let (c, k, t, b) = (spec.dim, spec.d_conv, spec.t, spec.batch);
+    let (p, cp) = (k - 1, s.conv_dim());
+    for (what, got, want) in [
+        ("x", d.x.len(), b * c * t),
+        ("state", d.state.len(), b * c * p),
+        ("weight", d.weight.len(), c * k),
+    ] {
+        if got != want {
+            return Err(format!("{what}: {got} elements, expected {want}"));
+        }
+    }
+    let mut w = vec![0f32; cp * k];
+    w[..c * k].copy_from_slice(&d.weight);
+    let mut want = Want {
+        out: vec![0.0; b * c * t],
+        state: vec![0.0; b * c * p],
+        out_limit: vec![0.0; b * c * t],
+    };
+    let (mut xs, mut ring, mut out) = (vec![0f32; t * cp], vec![0f32; cp * p], vec![0f32; t * cp]);
+    let mut snap = vec![0f32; (t - 1) * cp * p];
+    for seq in 0..b {
+        let x = &d.x[seq * c * t..(seq + 1) * c * t];
+        let st = &d.state[seq * c * p..(seq + 1) * c * p];
+        xs.fill(0.0);
+        ring.fill(0.0);
+        for ch in 0..c {
+            for r in 0..t {
+                xs[r * cp + ch] = x[ch * t + r];
+            }
+        }
+        ring[..c * p].copy_from_slice(st);
+        conv1d_rows(&s, &xs, &w, &mut ring, &mut out, &mut snap).map_err(|e| e.to_string())?;
+        let lim = bound(k, t, &d.weight, x, st);
+        for ch in 0..c {
+            for r in 0..t {
+                let i = seq * c * t + ch * t + r;
+                want.out[i] = out[r * cp + ch];
+                want.out_limit[i] = 2.0 * lim[ch * t + r] + FLOOR;
+            }
+        }
+        want.state[seq * c * p..(seq + 1) * c * p].copy_from_slice(&ring[..c * p]);
+    }
+    Ok(want)
+}
+
+/// A first-order forward-error bound `B` of one f32 evaluation of `out`
+/// for one sequence (`x` `[dim][t]`, `state` `[dim][P]`, `weight`
+/// `[dim][d_conv]`), returned `[dim][t]`: with `a = sum_i w_i win_i` (in
+/// any order, with or without FMA, from a zero or no bias) and `S =
+/// sum_i |w_i win_i|`, `B = T |silu(a)| + 1.1 gamma(d_conv + 1) S`, where
+/// `T` = [`TRANSCENDENTAL`] covers SiLU's own evaluation and `1.1` bounds
+/// `|silu'|` (Higham, *Accuracy and Stability of Numerical Algorithms*,
+/// 2nd ed., section 3.1).
+pub fn bound(d_conv: usize, t: usize, weight: &[f32], x: &[f32], state: &[f32]) -> Vec<f64> {
+    let p = d_conv - 1;
+    let dim = weight.len() / d_conv;
+    let g = gamma(d_conv as f64 + 1.0);
+    let mut b = vec![0f64; dim * t];
+    for c in 0..dim {
+        // The channel's inputs, oldest first: the state, then x.
+        let hist: Vec<f64> = state[c * p..(c + 1) * p]
+            .iter()
+            .chain(&x[c * t..(c + 1) * t])
+            .map(|&v| f64::from(v))
+            .collect();
+        for r in 0..t {
+            let (mut a, mut s) = (0f64, 0f64);
+            for i in 0..d_conv {
+                let term = f64::from(weight[c * d_conv + i]) * hist[r + i];
+                a += term;
+                s += term.abs();
+            }
+            let silu = a / (1.0 + (-a).exp());
+            b[c * t + r] = TRANSCENDENTAL * silu.abs() + 1.1 * g * s + U * silu.abs();
+        }
+    }
+    b
+}
+
+/// A case's verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// `out`, by the bound or bit for bit.
+    pub out: Part,
+    /// The final state, bit for bit.
+    pub state: Part,
+    /// The implementation declared core's arithmetic.
+    pub bit_exact: bool,
+}
+
+impl Verdict {
+    /// Judges the callable's `out` and final `state` against `want`.
+    pub fn judge(out: &[f32], state: &[f32], want: &Want, bit_exact: bool) -> Verdict {
+        Verdict {
+            out: Part::judge(out, &want.out, &want.out_limit),
+            state: Part::judge(state, &want.state, &vec![0.0; want.state.len()]),
+            bit_exact,
+        }
+    }
+
+    /// Passed: the state bit for bit, and `out` bit for bit when declared
+    /// or within the bound.
+    pub fn pass(&self) -> bool {
+        self.state.bit_exact()
+            && if self.bit_exact {
+                self.out.bit_exact()
+            } else {
+                self.out.within()
+            }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(dim: usize, d_conv: usize, t: usize, batch: usize, arm: Arm) -> Spec {
+        Spec {
+            dim,
+            d_conv,
+            t,
+            batch,
+            arm,
+            seed: Spec::base_seed(dim, d_conv, t, batch, arm),
+        }
+    }
+
+    /// The oracle against the direct definition in f64: within `B`.
+    #[test]
+    fn the_oracle_lies_within_the_bound_and_moves_the_state_exactly() {
+        for arm in Arm::ALL {
+            for (dim, k, t, b) in [(1, 4, 1, 1), (130, 3, 5, 2), (700, 2, 2, 3), (260, 4, 3, 1)] {
+                let sp = spec(dim, k, t, b, arm);
+                let d = sp.generate().unwrap();
+                let w = reference(&sp, &d).unwrap();
+                let p = k - 1;
+                for seq in 0..b {
+                    let x = &d.x[seq * dim * t..(seq + 1) * dim * t];
+                    let st = &d.state[seq * dim * p..(seq + 1) * dim * p];
+                    let lim = bound(k, t, &d.weight, x, st);
+                    for c in 0..dim {
+                        let hist: Vec<f32> = st[c * p..(c + 1) * p]
+                            .iter()
+                            .chain(&x[c * t..(c + 1) * t])
+                            .copied()
+                            .collect();
+                        for r in 0..t {
+                            let a: f64 = (0..k)
+                                .map(|i| f64::from(d.weight[c * k + i]) * f64::from(hist[r + i]))
+                                .sum();
+                            let exact = a / (1.0 + (-a).exp());
+                            let got = f64::from(w.out[seq * dim * t + c * t + r]);
+                            assert!(
+                                (got - exact).abs() <= lim[c * t + r] + FLOOR,
+                                "{arm:?} {dim},{k},{t},{b} c={c} r={r}: {got:e} vs {exact:e}"
+                            );
+                        }
+                        let last = &hist[hist.len() - p..];
+                        assert_eq!(&w.state[(seq * dim + c) * p..(seq * dim + c + 1) * p], last);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_judge_passes_the_oracle_and_fails_changes() {
+        let sp = spec(130, 4, 3, 2, Arm::Rand);
+        let d = sp.generate().unwrap();
+        let w = reference(&sp, &d).unwrap();
+        assert!(Verdict::judge(&w.out, &w.state, &w, true).pass());
+        let bumped: Vec<f32> = w.out.iter().map(|e| e * 1.0001).collect();
+        assert!(!Verdict::judge(&bumped, &w.state, &w, false).pass());
+        let mut st = w.state.clone();
+        st[5] = f32::from_bits(st[5].to_bits() ^ 1);
+        let v = Verdict::judge(&w.out, &st, &w, false);
+        assert!(!v.pass() && v.out.within() && v.state.first_diff.unwrap().0 == 5);
+        let mut o = w.out.clone();
+        o[2] = f32::from_bits(o[2].to_bits() ^ 1);
+        assert!(Verdict::judge(&o, &w.state, &w, false).pass());
+        assert!(!Verdict::judge(&o, &w.state, &w, true).pass());
+    }
+
+    #[test]
+    fn the_wide_arm_reaches_silu_tails_and_bad_shapes_are_errors() {
+        let sp = spec(512, 4, 2, 2, Arm::Wide);
+        let d = sp.generate().unwrap();
+        let w = reference(&sp, &d).unwrap();
+        // Pre-activations past +-88 (f32 exp's overflow): SiLU near 0 on
+        // the left, the identity on the right.
+        let tails = w.out.iter().filter(|o| o.abs() < 1e-30).count();
+        assert!(tails > 0, "no left tail reached");
+        assert!(w.out.iter().any(|&o| o > 88.0), "no right tail reached");
+        assert!(spec(0, 4, 1, 1, Arm::Rand).generate().is_err());
+        assert!(spec(8, 5, 1, 1, Arm::Rand).generate().is_err());
+        assert!(spec(8, 1, 1, 1, Arm::Rand).generate().is_err());
+        assert!(spec(8, 4, 0, 1, Arm::Rand).generate().is_err());
+        assert!(spec(1 << 20, 4, 65, 1, Arm::Rand).generate().is_err());
+        assert_eq!(Arm::parse("wide"), Ok(Arm::Wide));
+    }
+}
