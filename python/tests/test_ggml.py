@@ -71,3 +71,17 @@ def test_check_mul_mat_catches_a_dropped_k_and_reruns_it():
     assert not r.ok and r.failed == 6
     again = eval(r.reproductions[0], {"kernel_oracle": ko, "drops_the_last_k": drops_the_last_k})
     assert again.cases == 1 and again.failed == 1
+
+
+def test_check_mul_mat_judges_k_zero_and_refuses_a_case_without_outputs():
+    def skips_empty_k(dtype, src0, src1, dst):
+        if src1.shape[1]:
+            numpy_reference.mul_mat(dtype, src0, src1, dst)
+
+    # k = 0: every output is the empty sum +0, so a kernel that leaves dst
+    # alone fails; m = 0 or n = 0 would compare nothing, so it is refused.
+    assert ko.check_mul_mat(numpy_reference.mul_mat, dtypes=[GgmlType.F32], shapes=[(4, 0, 2)], verbose=False).ok
+    assert not ko.check_mul_mat(skips_empty_k, dtypes=[GgmlType.F32], shapes=[(4, 0, 2)], verbose=False).ok
+    for shape in [(0, 32, 2), (4, 32, 0)]:
+        with pytest.raises(ValueError, match="at least one output"):
+            ko.check_mul_mat(numpy_reference.mul_mat, dtypes=[GgmlType.F32], shapes=[shape])

@@ -67,7 +67,7 @@ struct CaseArgs {
     #[arg(long)]
     m: usize,
     /// The gate's arm (see the README's FP8 section).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, ignore_case = true)]
     arm: ArmArg,
     /// splitmix64 seed, decimal or 0x-hex.
     #[arg(long, value_parser = kind::parse_u64)]

@@ -41,6 +41,8 @@ struct CheckArgs {
 #[derive(Clone, Copy, ValueEnum)]
 enum ArmArg {
     Exact,
+    /// The RANDOM arm (`rand` also accepted).
+    #[value(alias = "rand")]
     Random,
     /// The BAL arm (its reproductions print `bal`).
     #[value(name = "bal", alias = "balanced")]
@@ -64,7 +66,7 @@ struct CaseArgs {
     k: usize,
     /// The gate's arm (data that make every order exact, random, or
     /// random with balanced products).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, ignore_case = true)]
     arm: ArmArg,
     /// The data seed, decimal or 0x-hex.
     #[arg(long, value_parser = kind::parse_u64)]

@@ -327,6 +327,14 @@ impl CaseSpec {
 
     /// Why this spec cannot be generated, if it cannot.
     pub fn valid(&self) -> Result<(), String> {
+        // A case without outputs compares nothing, so it could only pass.
+        // k = 0 stays: every output is then an empty sum, +0.
+        if self.m == 0 || self.n == 0 {
+            return Err(format!(
+                "m = {}, n = {}: a case needs at least one output to compare",
+                self.m, self.n
+            ));
+        }
         if !self.k.is_multiple_of(self.dtype.block_elems()) {
             return Err(format!(
                 "k = {} is not a multiple of {}",
