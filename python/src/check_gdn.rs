@@ -35,7 +35,12 @@ pub const GDN_SHAPES: [(usize, usize, usize, usize); 6] = [
     (16, 32, 8, 1),
 ];
 
-fn spec(shape: (usize, usize, usize, usize), arm: Arm, seed: Option<u64>) -> PyResult<Spec> {
+fn spec(
+    shape: (usize, usize, usize, usize),
+    arm: Arm,
+    seed: Option<u64>,
+    per_row: bool,
+) -> PyResult<Spec> {
     let (num_k, num_v, t, batch) = shape;
     let s = Spec {
         num_k,
@@ -44,6 +49,7 @@ fn spec(shape: (usize, usize, usize, usize), arm: Arm, seed: Option<u64>) -> PyR
         batch,
         arm,
         seed: seed.unwrap_or_else(|| Spec::base_seed(num_k, num_v, t, batch, arm)),
+        per_row,
     };
     s.shape().map_err(PyValueError::new_err)?;
     Ok(s)
@@ -61,7 +67,8 @@ fn arms(arms: Option<Vec<String>>) -> PyResult<Vec<Arm>> {
 
 /// The array shapes of a case, in the callable's argument order: `q`,
 /// `k`, `v`, `alpha`, `beta_raw`, `a_log`, `dt_bias`, `state`, then the
-/// outputs `o` and `final_state`.
+/// outputs `o` and `final_state` (`states`, a row more, with
+/// `Spec::per_row`).
 fn shapes(s: &Spec) -> [Vec<usize>; 10] {
     let (nk, nv, t, b, d) = (s.num_k, s.num_v, s.t, s.batch, D_STATE);
     [
@@ -74,7 +81,11 @@ fn shapes(s: &Spec) -> [Vec<usize>; 10] {
         vec![nv],
         vec![b, nv, d, d],
         vec![b, t, nv, d],
-        vec![b, nv, d, d],
+        if s.per_row {
+            vec![b, t, nv, d, d]
+        } else {
+            vec![b, nv, d, d]
+        },
     ]
 }
 
@@ -96,20 +107,22 @@ fn data_slices(d: &rule::Data) -> [&[f32]; 8] {
     ]
 }
 
-/// gated_delta_rule_case(num_k, num_v, t, batch, arm, seed=None) -> dict
+/// gated_delta_rule_case(num_k, num_v, t, batch, arm, seed=None, states=False) -> dict
 ///
 /// One case of `check_gated_delta_rule` as new arrays: the inputs `q`,
 /// `k`, `v`, `alpha`, `beta_raw`, `a_log`, `dt_bias`, `state` (float32,
 /// the shapes of `check_gated_delta_rule`'s docstring), the oracle's
-/// outputs `o` and `final_state` (float32, core's bits) and the limits
-/// each output element is judged by, `o_limit` and `state_limit`
-/// (float64, `2 B + 2^-100`). `seed` None: the check's first seed.
+/// outputs `o` and `final_state` (with `states=True`, `states`, the state
+/// after every row) (float32, core's bits) and the limits each output
+/// element is judged by, `o_limit` and `state_limit` (float64, `2 B +
+/// 2^-100`). `seed` None: the check's first seed.
 ///
 /// Errors: `ValueError` for an unknown arm or a shape the contract
 /// refuses (`num_v % num_k != 0`, a zero dimension) or that is too large
 /// (`B t num_v 128^2` over 2^26).
 #[pyfunction]
-#[pyo3(signature = (num_k, num_v, t, batch, arm, seed = None))]
+#[pyo3(signature = (num_k, num_v, t, batch, arm, seed = None, states = false))]
+#[allow(clippy::too_many_arguments)]
 fn gated_delta_rule_case<'py>(
     py: Python<'py>,
     num_k: usize,
@@ -118,9 +131,10 @@ fn gated_delta_rule_case<'py>(
     batch: usize,
     arm: &str,
     seed: Option<u64>,
+    states: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = Arm::parse(arm).map_err(PyValueError::new_err)?;
-    let s = spec((num_k, num_v, t, batch), arm, seed)?;
+    let s = spec((num_k, num_v, t, batch), arm, seed, states)?;
     let d = s.generate().map_err(PyValueError::new_err)?;
     let w = reference(&s, &d).map_err(PyValueError::new_err)?;
     let sh = shapes(&s);
@@ -129,7 +143,7 @@ fn gated_delta_rule_case<'py>(
         dict.set_item(name, array(py, shape, x.to_vec())?)?;
     }
     dict.set_item("o", array(py, &sh[8], w.o)?)?;
-    dict.set_item("final_state", array(py, &sh[9], w.state)?)?;
+    dict.set_item(state_name(states), array(py, &sh[9], w.state)?)?;
     dict.set_item("o_limit", array(py, &sh[8], w.o_limit)?)?;
     dict.set_item("state_limit", array(py, &sh[9], w.state_limit)?)?;
     Ok(dict)
@@ -163,7 +177,11 @@ fn gated_delta_rule_case<'py>(
 /// (softplus(x) = x above 20), `S = exp(g) S`, `S += k (beta (v - k S))`,
 /// `o = (q S) / sqrt(128)`; writing `o` and `final_state` (the state after
 /// the last row) and returning None, or returning both as a tuple. It
-/// must not write its inputs (an in-place kernel works on a copy).
+/// must not write its inputs (an in-place kernel works on a copy). With
+/// `states=True` the last output is `states`: `[B, t, num_v, 128, 128]`,
+/// the state after every row (the snapshots speculative verification
+/// rolls back to, as vLLM's spec-decode path keeps one per draft token;
+/// the last is the final state).
 ///
 /// Verdict per case: with `bit_exact=False`, every element of both
 /// outputs within `2 B + 2^-100` of the oracle's, `B` a first-order
@@ -176,12 +194,13 @@ fn gated_delta_rule_case<'py>(
 ///
 /// Arguments: `shapes` `(num_k, num_v, t, B)` tuples (default
 /// `GDN_SHAPES`), `arms` (`"RAND"`, `"GATES"`, `"NORM"`; default all),
-/// `seeds` / `trials` / `verbose` / `name` as `check_fp8_block_gemm`.
+/// `states` (above), `seeds` / `trials` / `verbose` / `name` as
+/// `check_fp8_block_gemm`.
 ///
 /// Errors: `ValueError` on an unknown arm, a shape the contract refuses
 /// or one too large (`B t num_v 128^2` over 2^26), before any call.
 #[pyfunction]
-#[pyo3(signature = (rule, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, verbose = true, name = None))]
+#[pyo3(signature = (rule, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, states = false, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_gated_delta_rule<'py>(
     py: Python<'py>,
@@ -191,13 +210,14 @@ fn check_gated_delta_rule<'py>(
     seeds: Option<Vec<u64>>,
     trials: usize,
     bit_exact: bool,
+    states: bool,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
     let shape_list = shapes.unwrap_or_else(|| GDN_SHAPES.to_vec());
     let arms = self::arms(arms)?;
     for &sh in &shape_list {
-        spec(sh, Arm::Rand, None)?;
+        spec(sh, Arm::Rand, None, states)?;
     }
     let fname = callable_name(&rule, name);
     let mut out = Out::new(py, verbose)?;
@@ -215,7 +235,7 @@ fn check_gated_delta_rule<'py>(
         for &arm in &arms {
             let base = Spec::base_seed(nk, nv, t, b, arm);
             for seed in seeds_for(base, &seeds, trials) {
-                let s = spec(sh, arm, Some(seed))?;
+                let s = spec(sh, arm, Some(seed), states)?;
                 let d = s.generate().map_err(PyValueError::new_err)?;
                 let want = reference(&s, &d).map_err(PyValueError::new_err)?;
                 let dims = self::shapes(&s);
@@ -230,11 +250,13 @@ fn check_gated_delta_rule<'py>(
                         "FAIL gated_delta_rule: num_k={nk} num_v={nv} t={t} B={b} arm={a} seed=0x{seed:016x}, declared: {declared}"
                     ),
                     repro: format!(
-                        "kernel_oracle.check_gated_delta_rule({fname}, shapes=[({nk}, {nv}, {t}, {b})], arms=[\"{a}\"], seeds=[0x{seed:016x}]{})",
-                        if bit_exact { ", bit_exact=True" } else { "" }
+                        "kernel_oracle.check_gated_delta_rule({fname}, shapes=[({nk}, {nv}, {t}, {b})], arms=[\"{a}\"], seeds=[0x{seed:016x}]{}{})",
+                        if bit_exact { ", bit_exact=True" } else { "" },
+                        states_kw(states)
                     ),
                     arrays: format!(
-                        "kernel_oracle.gated_delta_rule_case({nk}, {nv}, {t}, {b}, \"{a}\", seed=0x{seed:016x})"
+                        "kernel_oracle.gated_delta_rule_case({nk}, {nv}, {t}, {b}, \"{a}\", seed=0x{seed:016x}{})",
+                        states_kw(states)
                     ),
                 };
                 let o_place = |i: usize| {
@@ -242,8 +264,12 @@ fn check_gated_delta_rule<'py>(
                     format!("[{b}, {r}, {h}, {j}] (sequence, row, v head, value)")
                 };
                 let s_place = |i: usize| {
-                    let (b, h, k, j) = state_index(&s, i);
-                    format!("[{b}, {h}, {k}, {j}] (sequence, v head, key, value)")
+                    let (b, r, h, k, j) = state_index(&s, i);
+                    if states {
+                        format!("[{b}, {r}, {h}, {k}, {j}] (sequence, row, v head, key, value)")
+                    } else {
+                        format!("[{b}, {h}, {k}, {j}] (sequence, v head, key, value)")
+                    }
                 };
                 case.run(
                     py,
@@ -262,7 +288,7 @@ fn check_gated_delta_rule<'py>(
                                 place: &o_place,
                             },
                             Judged {
-                                what: "final_state",
+                                what: state_name(states),
                                 part: v.state,
                                 exact: bit_exact,
                                 place: &s_place,
@@ -274,6 +300,24 @@ fn check_gated_delta_rule<'py>(
         }
     }
     rep.finish(out, "")
+}
+
+/// The state output's name: `states` (after every row) or `final_state`.
+fn state_name(per_row: bool) -> &'static str {
+    if per_row {
+        "states"
+    } else {
+        "final_state"
+    }
+}
+
+/// The `states=True` argument of a rerun line, when it was given.
+fn states_kw(per_row: bool) -> &'static str {
+    if per_row {
+        ", states=True"
+    } else {
+        ""
+    }
 }
 
 /// "what the callable declared", for the first line and failure heads.
@@ -453,6 +497,7 @@ fn conv_spec(
     shape: (usize, usize, usize, usize),
     arm: conv_update::Arm,
     seed: Option<u64>,
+    per_row: bool,
 ) -> PyResult<conv_update::Spec> {
     let (dim, d_conv, t, batch) = shape;
     let s = conv_update::Spec {
@@ -462,13 +507,14 @@ fn conv_spec(
         batch,
         arm,
         seed: seed.unwrap_or_else(|| conv_update::Spec::base_seed(dim, d_conv, t, batch, arm)),
+        per_row,
     };
     s.shape().map_err(PyValueError::new_err)?;
     Ok(s)
 }
 
 /// The array shapes of a conv case: `x`, `conv_state`, `weight`, `out`,
-/// `final_state`.
+/// `final_state` (`states`, a row more, with `Spec::per_row`).
 fn conv_shapes(s: &conv_update::Spec) -> [Vec<usize>; 5] {
     let (c, k, t, b) = (s.dim, s.d_conv, s.t, s.batch);
     [
@@ -476,22 +522,28 @@ fn conv_shapes(s: &conv_update::Spec) -> [Vec<usize>; 5] {
         vec![b, c, k - 1],
         vec![c, k],
         vec![b, c, t],
-        vec![b, c, k - 1],
+        if s.per_row {
+            vec![b, t, c, k - 1]
+        } else {
+            vec![b, c, k - 1]
+        },
     ]
 }
 
-/// causal_conv1d_update_case(dim, d_conv, t, batch, arm, seed=None) -> dict
+/// causal_conv1d_update_case(dim, d_conv, t, batch, arm, seed=None, states=False) -> dict
 ///
 /// One case of `check_causal_conv1d_update` as new arrays: the inputs
 /// `x`, `conv_state`, `weight` (float32, the shapes of that check's
-/// docstring), the oracle's `out` and `final_state` (float32, core's bits)
+/// docstring), the oracle's `out` and `final_state` (with `states=True`,
+/// `states`, the state after every new input) (float32, core's bits)
 /// and `out_limit` (float64, `2 B + 2^-100` per element). `seed` None: the
 /// check's first seed.
 ///
 /// Errors: `ValueError` for an unknown arm, a zero dimension, `d_conv`
 /// outside 2..=4 or a case over 2^26 elements.
 #[pyfunction]
-#[pyo3(signature = (dim, d_conv, t, batch, arm, seed = None))]
+#[pyo3(signature = (dim, d_conv, t, batch, arm, seed = None, states = false))]
+#[allow(clippy::too_many_arguments)]
 fn causal_conv1d_update_case<'py>(
     py: Python<'py>,
     dim: usize,
@@ -500,9 +552,10 @@ fn causal_conv1d_update_case<'py>(
     batch: usize,
     arm: &str,
     seed: Option<u64>,
+    states: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = conv_update::Arm::parse(arm).map_err(PyValueError::new_err)?;
-    let s = conv_spec((dim, d_conv, t, batch), arm, seed)?;
+    let s = conv_spec((dim, d_conv, t, batch), arm, seed, states)?;
     let d = s.generate().map_err(PyValueError::new_err)?;
     let w = conv_update::reference(&s, &d).map_err(PyValueError::new_err)?;
     let sh = conv_shapes(&s);
@@ -511,7 +564,7 @@ fn causal_conv1d_update_case<'py>(
     dict.set_item("conv_state", array(py, &sh[1], d.state)?)?;
     dict.set_item("weight", array(py, &sh[2], d.weight)?)?;
     dict.set_item("out", array(py, &sh[3], w.out)?)?;
-    dict.set_item("final_state", array(py, &sh[4], w.state)?)?;
+    dict.set_item(state_name(states), array(py, &sh[4], w.state)?)?;
     dict.set_item("out_limit", array(py, &sh[3], w.out_limit)?)?;
     Ok(dict)
 }
@@ -540,7 +593,10 @@ fn causal_conv1d_update_case<'py>(
 /// and `final_state`, the last `d_conv - 1` inputs; writing both and
 /// returning None, or returning both as a tuple. It must not write its
 /// inputs (an in-place kernel updates a copy: `final_state[...] =
-/// conv_state`, then the kernel on `final_state`).
+/// conv_state`, then the kernel on `final_state`). With `states=True` the
+/// last output is `states`: `[B, t, dim, d_conv - 1]`, the state after
+/// every new input (what speculative verification rolls back to; the
+/// last is the final state).
 ///
 /// Verdict per case: `final_state` bit for bit (data moved, never
 /// computed); `out` within `2 B + 2^-100` of the oracle's per element
@@ -550,13 +606,14 @@ fn causal_conv1d_update_case<'py>(
 /// bit-identical elements and the worst error-to-limit ratio.
 ///
 /// Arguments: `shapes` `(dim, d_conv, t, B)` tuples (default
-/// `CONV_SHAPES`), `arms` (`"RAND"`, `"WIDE"`; default both), `seeds` /
-/// `trials` / `verbose` / `name` as `check_fp8_block_gemm`.
+/// `CONV_SHAPES`), `arms` (`"RAND"`, `"WIDE"`; default both), `states`
+/// (above), `seeds` / `trials` / `verbose` / `name` as
+/// `check_fp8_block_gemm`.
 ///
 /// Errors: `ValueError` on an unknown arm, a zero dimension, `d_conv`
 /// outside 2..=4 or a case over 2^26 elements, before any call.
 #[pyfunction]
-#[pyo3(signature = (conv, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, verbose = true, name = None))]
+#[pyo3(signature = (conv, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, states = false, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_causal_conv1d_update<'py>(
     py: Python<'py>,
@@ -566,6 +623,7 @@ fn check_causal_conv1d_update<'py>(
     seeds: Option<Vec<u64>>,
     trials: usize,
     bit_exact: bool,
+    states: bool,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
@@ -578,7 +636,7 @@ fn check_causal_conv1d_update<'py>(
         None => conv_update::Arm::ALL.to_vec(),
     };
     for &sh in &shape_list {
-        conv_spec(sh, conv_update::Arm::Rand, None)?;
+        conv_spec(sh, conv_update::Arm::Rand, None, states)?;
     }
     let fname = callable_name(&conv, name);
     let mut out = Out::new(py, verbose)?;
@@ -596,7 +654,7 @@ fn check_causal_conv1d_update<'py>(
         for &arm in &arms {
             let base = conv_update::Spec::base_seed(c, k, t, b, arm);
             for seed in seeds_for(base, &seeds, trials) {
-                let s = conv_spec(sh, arm, Some(seed))?;
+                let s = conv_spec(sh, arm, Some(seed), states)?;
                 let d = s.generate().map_err(PyValueError::new_err)?;
                 let want = conv_update::reference(&s, &d).map_err(PyValueError::new_err)?;
                 let dims = conv_shapes(&s);
@@ -618,11 +676,13 @@ fn check_causal_conv1d_update<'py>(
                         "FAIL causal_conv1d_update: dim={c} d_conv={k} t={t} B={b} arm={a} seed=0x{seed:016x}, declared: {declared}"
                     ),
                     repro: format!(
-                        "kernel_oracle.check_causal_conv1d_update({fname}, shapes=[({c}, {k}, {t}, {b})], arms=[\"{a}\"], seeds=[0x{seed:016x}]{})",
-                        if bit_exact { ", bit_exact=True" } else { "" }
+                        "kernel_oracle.check_causal_conv1d_update({fname}, shapes=[({c}, {k}, {t}, {b})], arms=[\"{a}\"], seeds=[0x{seed:016x}]{}{})",
+                        if bit_exact { ", bit_exact=True" } else { "" },
+                        states_kw(states)
                     ),
                     arrays: format!(
-                        "kernel_oracle.causal_conv1d_update_case({c}, {k}, {t}, {b}, \"{a}\", seed=0x{seed:016x})"
+                        "kernel_oracle.causal_conv1d_update_case({c}, {k}, {t}, {b}, \"{a}\", seed=0x{seed:016x}{})",
+                        states_kw(states)
                     ),
                 };
                 let o_place = |i: usize| {
@@ -634,13 +694,15 @@ fn check_causal_conv1d_update<'py>(
                     )
                 };
                 let s_place = |i: usize| {
-                    let p = k - 1;
-                    format!(
-                        "[{}, {}, {}] (sequence, channel, tap)",
-                        i / (c * p),
-                        (i / p) % c,
-                        i % p
-                    )
+                    let (p, rows) = (k - 1, s.state_rows());
+                    let row = i / (c * p);
+                    let (seq, r) = (row / rows, t - rows + row % rows);
+                    let (ch, tap) = ((i / p) % c, i % p);
+                    if states {
+                        format!("[{seq}, {r}, {ch}, {tap}] (sequence, input, channel, tap)")
+                    } else {
+                        format!("[{seq}, {ch}, {tap}] (sequence, channel, tap)")
+                    }
                 };
                 case.run(
                     py,
@@ -659,7 +721,7 @@ fn check_causal_conv1d_update<'py>(
                                 place: &o_place,
                             },
                             Judged {
-                                what: "final_state",
+                                what: state_name(states),
                                 part: v.state,
                                 exact: true,
                                 place: &s_place,

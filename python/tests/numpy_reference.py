@@ -50,11 +50,13 @@ def mul_mat(dtype, src0, src1, dst):
     dst[...] = src1 @ w.T
 
 
-def gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state, bug=None):
+def gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state, bug=None, states=None):
     """The gated delta rule with its L2 norm and gates inside, in float32:
     q, k [B, t, num_k, 128], v [B, t, num_v, 128], alpha, beta_raw
     [B, t, num_v], a_log, dt_bias [num_v], state [B, num_v, 128, 128]
-    (S[h][key][value]); writes o [B, t, num_v, 128] and final_state.
+    (S[h][key][value]); writes o [B, t, num_v, 128] and final_state (and,
+    when given, ``states`` [B, t, num_v, 128, 128], the state after each
+    row).
 
     ``bug`` plants one of the mistakes ``test_check_gdn.py`` expects the
     check to catch (see there); None computes the contract."""
@@ -77,6 +79,8 @@ def gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_s
                 return x / np.sqrt(ss + f32(1e-6))
 
             for r in range(nt):
+                if states is not None and bug == "states-before-row":
+                    states[b, r] = S
                 qh, kh = norm(q[b, r])[heads], norm(k[b, r])[heads]
                 beta = f32(1) / (f32(1) + np.exp(-beta_raw[b, r]))
                 x = alpha[b, r] + dt_bias
@@ -98,17 +102,20 @@ def gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_s
                     o[b, r] = np.einsum("hi,hij->hj", qh, S) * scale
                 if bug == "updates-state-in-place":
                     src[b] = S
+                if states is not None and bug != "states-before-row" and (bug != "states-last-only" or r == nt - 1):
+                    states[b, r] = S
             if bug == "stores-bf16-state":
                 S = ko.decode_bf16(ko.encode_bf16(S))
             if bug != "leaves-final-state-unwritten":
                 final_state[b] = S
 
 
-def causal_conv1d_update(x, conv_state, weight, out, final_state, bug=None):
+def causal_conv1d_update(x, conv_state, weight, out, final_state, bug=None, states=None):
     """The causal depthwise conv1d update with SiLU and no bias, in
     float32: x [B, dim, t] (oldest first), conv_state [B, dim, d_conv - 1],
     weight [dim, d_conv] (tap d_conv - 1 on the newest input); writes out
-    [B, dim, t] and final_state [B, dim, d_conv - 1].
+    [B, dim, t] and final_state [B, dim, d_conv - 1] (and, when given,
+    ``states`` [B, t, dim, d_conv - 1], the state after each new input).
 
     ``bug`` plants one of the mistakes ``test_check_gdn.py`` expects the
     check to catch; None computes the contract."""
@@ -122,6 +129,11 @@ def causal_conv1d_update(x, conv_state, weight, out, final_state, bug=None):
             w = np.concatenate([conv_state, x[:, :, r:r + 1]], axis=2) if bug == "stale-window" else win[:, :, r:r + k]
             a = np.sum(w * taps[None], axis=2, dtype=f32)
             y = a if bug == "no-silu" else a / (f32(1) + np.exp(-a))
+            if states is not None:
+                # The window ending at input r is the state after it
+                # (after the one before it, planted).
+                at = r + 1 - (bug == "states-before-input")
+                states[:, r] = win[:, :, at:at + p]
             if bug == "ragged-channels-unwritten":
                 full = (x.shape[1] // 128) * 128
                 out[:, :full, r] = y[:, :full]

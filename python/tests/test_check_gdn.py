@@ -187,3 +187,49 @@ def test_conv_arguments_are_checked_before_any_call():
         ko.check_causal_conv1d_update(conv, shapes=[(8, 5, 1, 1)])
     with pytest.raises(ValueError, match="arm"):
         ko.check_causal_conv1d_update(conv, arms=["GATES"])
+
+
+def rule_states(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, states, bug=None):
+    final = np.empty_like(state)
+    gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final, bug=bug, states=states)
+
+
+def conv_states(x, conv_state, weight, out, states, bug=None):
+    final = np.empty_like(conv_state)
+    causal_conv1d_update(x, conv_state, weight, out, final, bug=bug, states=states)
+
+
+def test_the_state_after_every_row_is_judged_when_asked(capsys):
+    r = ko.check_gated_delta_rule(rule_states, shapes=SHAPES, states=True)
+    assert r.ok and r.passed == r.cases == len(SHAPES) * 3
+    r = ko.check_causal_conv1d_update(conv_states, shapes=CONV_SHAPES, states=True)
+    assert r.ok and r.passed == r.cases == len(CONV_SHAPES) * 2
+    c = ko.gated_delta_rule_case(1, 2, 3, 2, "RAND", states=True)
+    assert c["states"].shape == c["state_limit"].shape == (2, 3, 2, 128, 128) and "final_state" not in c
+    last = ko.gated_delta_rule_case(1, 2, 3, 2, "RAND")["final_state"]
+    assert (c["states"][:, -1] == last).all()
+    c = ko.causal_conv1d_update_case(130, 4, 5, 2, "RAND", states=True)
+    assert c["states"].shape == (2, 5, 130, 3)
+    assert (c["states"][:, -1] == ko.causal_conv1d_update_case(130, 4, 5, 2, "RAND")["final_state"]).all()
+
+
+@pytest.mark.parametrize(
+    "check,impl,bug,shapes,caught_by",
+    [
+        ("check_gated_delta_rule", rule_states, "states-before-row", SHAPES, r"states: \d+ of \d+ elements over"),
+        ("check_gated_delta_rule", rule_states, "states-last-only", SHAPES[1:], NON_FINITE),
+        ("check_causal_conv1d_update", conv_states, "states-before-input", CONV_SHAPES,
+         r"states: \d+ of \d+ elements differ from core's bits"),
+    ],
+)
+def test_a_wrong_state_snapshot_is_caught_and_its_reproduction_reruns(check, impl, bug, shapes, caught_by, capsys):
+    def f(*args):
+        impl(*args, bug=bug)
+
+    f.__name__ = bug.replace("-", "_")
+    r = getattr(ko, check)(f, shapes=shapes, states=True, verbose=False)
+    assert not r.ok and any(re.search(caught_by, x) for x in r.failures), r.failures[0]
+    line = r.reproductions[0]
+    assert "states=True" in line and line in capsys.readouterr().out
+    again = eval(line, {"kernel_oracle": ko, f.__name__: f})
+    assert again.cases == 1 and again.failed == 1

@@ -15,7 +15,10 @@
 //!
 //! Outputs: `out [B][dim][t]`, `SiLU(sum_i weight[c][i] win[i])` over the
 //! window of the `d_conv` inputs ending at each new one, and the final
-//! state `[B][dim][P]`, the last `P` inputs (state then `x`).
+//! state `[B][dim][P]`, the last `P` inputs (state then `x`); or, with
+//! [`Spec::per_row`], the state after every new input, `[B][t][dim][P]`
+//! (what speculative verification rolls back to; the last is the final
+//! state).
 //!
 //! The judge: the state bit for bit always (it is data moved, never
 //! computed); `out` bit for bit when the implementation declares core's
@@ -79,9 +82,20 @@ pub struct Spec {
     pub arm: Arm,
     /// The data seed.
     pub seed: u64,
+    /// The state is asked for after every new input, not only the last.
+    pub per_row: bool,
 }
 
 impl Spec {
+    /// Inputs whose state is an output: `t` with [`Spec::per_row`], else 1.
+    pub fn state_rows(&self) -> usize {
+        if self.per_row {
+            self.t
+        } else {
+            1
+        }
+    }
+
     /// The default seed of a shape and arm.
     pub fn base_seed(dim: usize, d_conv: usize, t: usize, batch: usize, arm: Arm) -> u64 {
         0xC0A7_1D00_0000_0000
@@ -160,7 +174,8 @@ pub struct Data {
 pub struct Want {
     /// `[B][dim][t]`: core's bits.
     pub out: Vec<f32>,
-    /// `[B][dim][P]`: the state after the last input.
+    /// `[B][dim][P]`: the state after the last input; with
+    /// [`Spec::per_row`], `[B][t][dim][P]`, after each.
     pub state: Vec<f32>,
     /// Per element of `out`: `2 B + FLOOR`.
     pub out_limit: Vec<f64>,
@@ -187,9 +202,10 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
     }
     let mut w = vec![0f32; cp * k];
     w[..c * k].copy_from_slice(&d.weight);
+    let sn = spec.state_rows() * c * p;
     let mut want = Want {
         out: vec![0.0; b * c * t],
-        state: vec![0.0; b * c * p],
+        state: vec![0.0; b * sn],
         out_limit: vec![0.0; b * c * t],
     };
     let (mut xs, mut ring, mut out) = (vec![0f32; t * cp], vec![0f32; cp * p], vec![0f32; t * cp]);
@@ -214,7 +230,13 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
                 want.out_limit[i] = 2.0 * lim[ch * t + r] + FLOOR;
             }
         }
-        want.state[seq * c * p..(seq + 1) * c * p].copy_from_slice(&ring[..c * p]);
+        let states = &mut want.state[seq * sn..(seq + 1) * sn];
+        if spec.per_row {
+            for (r, row) in snap.chunks(cp * p).enumerate() {
+                states[r * c * p..(r + 1) * c * p].copy_from_slice(&row[..c * p]);
+            }
+        }
+        states[sn - c * p..].copy_from_slice(&ring[..c * p]);
     }
     Ok(want)
 }
@@ -298,6 +320,7 @@ mod tests {
             batch,
             arm,
             seed: Spec::base_seed(dim, d_conv, t, batch, arm),
+            per_row: false,
         }
     }
 
@@ -336,6 +359,46 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The state after every input: input r's is the window's last `P`
+    /// inputs there, the last one the final state.
+    #[test]
+    fn per_row_states_are_the_windows_after_each_input() {
+        let sp = Spec {
+            per_row: true,
+            ..spec(130, 4, 5, 2, Arm::Rand)
+        };
+        let d = sp.generate().unwrap();
+        let w = reference(&sp, &d).unwrap();
+        let final_only = reference(
+            &Spec {
+                per_row: false,
+                ..sp
+            },
+            &d,
+        )
+        .unwrap();
+        let (c, t, p) = (130, 5, 3);
+        for seq in 0..2 {
+            for r in 0..t {
+                for ch in 0..c {
+                    let hist: Vec<f32> = d.state[(seq * c + ch) * p..][..p]
+                        .iter()
+                        .chain(&d.x[(seq * c + ch) * t..][..t])
+                        .copied()
+                        .collect();
+                    let got = &w.state[((seq * t + r) * c + ch) * p..][..p];
+                    assert_eq!(
+                        got,
+                        &hist[r + 1..r + 1 + p],
+                        "seq {seq} input {r} channel {ch}"
+                    );
+                }
+            }
+            let last = &w.state[((seq * t + t - 1) * c) * p..][..c * p];
+            assert_eq!(last, &final_only.state[seq * c * p..][..c * p]);
         }
     }
 

@@ -21,7 +21,10 @@
 //! sigmoid(beta_raw)`, `g = -exp(a_log) * softplus(alpha + dt_bias)`
 //! (softplus linear above 20), `S = exp(g) S`, `S = S + k (beta (v - k.S))`,
 //! `o = scale (q.S)` with `scale = 1 / sqrt(128)`. Outputs: `o`
-//! `[B][t][num_v][128]` and the state after the last row, `[B][num_v][128][128]`.
+//! `[B][t][num_v][128]` and the state after the last row, `[B][num_v][128][128]`,
+//! or, with [`Spec::per_row`], the state after every row, `[B][t][num_v][128][128]`
+//! (the snapshots speculative verification rolls back to; the last is the
+//! final state).
 //!
 //! The judge ([`Verdict`]): bit for bit when the implementation declares
 //! core's arithmetic; otherwise every element within `2 B + 2^-100` of
@@ -138,9 +141,20 @@ pub struct Spec {
     pub arm: Arm,
     /// The data seed.
     pub seed: u64,
+    /// The state is asked for after every row, not only after the last.
+    pub per_row: bool,
 }
 
 impl Spec {
+    /// Rows whose state is an output: `t` with [`Spec::per_row`], else 1.
+    pub fn state_rows(&self) -> usize {
+        if self.per_row {
+            self.t
+        } else {
+            1
+        }
+    }
+
     /// The default seed of a shape and arm (a check's first trial).
     pub fn base_seed(num_k: usize, num_v: usize, t: usize, batch: usize, arm: Arm) -> u64 {
         0x6A7E_D0E1_7A00_0000
@@ -279,7 +293,8 @@ pub struct Data {
 pub struct Want {
     /// `[B][t][num_v][128]`: core's bits.
     pub o: Vec<f32>,
-    /// `[B][num_v][128][128]`: the state after the last row, core's bits.
+    /// `[B][num_v][128][128]`: the state after the last row, core's bits;
+    /// with [`Spec::per_row`], `[B][t][num_v][128][128]`, after each row.
     pub state: Vec<f32>,
     /// Per element of `o`: `2 B + FLOOR`.
     pub o_limit: Vec<f64>,
@@ -340,11 +355,12 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
         eps: EPS,
         scale: default_scale(),
     };
+    let sn = spec.state_rows() * n;
     let mut w = Want {
         o: vec![0.0; b * t * vd],
-        state: vec![0.0; b * n],
+        state: vec![0.0; b * sn],
         o_limit: vec![0.0; b * t * vd],
-        state_limit: vec![0.0; b * n],
+        state_limit: vec![0.0; b * sn],
     };
     let mut conv = vec![0f32; t * cd];
     let (mut hq, mut hk, mut hv) = (vec![0f32; t * vd], vec![0f32; t * vd], vec![0f32; t * vd]);
@@ -381,10 +397,15 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
             &mut snap,
         )
         .map_err(|e| e.to_string())?;
-        w.state[seq * n..(seq + 1) * n].copy_from_slice(match slot {
+        let last = match slot {
             StateSlot::Canonical => &canonical,
             StateSlot::Alt => &alt,
-        });
+        };
+        let states = &mut w.state[seq * sn..(seq + 1) * sn];
+        if spec.per_row {
+            states[..(t - 1) * n].copy_from_slice(&snap);
+        }
+        states[sn - n..].copy_from_slice(last);
         let bnd = bound(
             nk,
             nv,
@@ -395,11 +416,12 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
             },
             [q, k, v, alpha, beta_raw],
             state0,
+            spec.per_row,
         );
         for (l, e) in w.o_limit[seq * t * vd..].iter_mut().zip(&bnd.o_err) {
             *l = 2.0 * e + FLOOR;
         }
-        for (l, e) in w.state_limit[seq * n..].iter_mut().zip(&bnd.state_err) {
+        for (l, e) in w.state_limit[seq * sn..].iter_mut().zip(&bnd.state_err) {
             *l = 2.0 * e + FLOOR;
         }
     }
@@ -421,11 +443,12 @@ pub struct Bound {
     /// `o` `[t][num_v][128]`, the formula in f64 (its own rounding,
     /// about `2^-29` of `B`'s unit, is left out).
     pub o: Vec<f64>,
-    /// The final state `[num_v][128][128]` in f64.
+    /// The final state `[num_v][128][128]` in f64; with `per_row`, the
+    /// state after every row, `[t][num_v][128][128]`.
     pub state: Vec<f64>,
     /// `B` for each element of `o`.
     pub o_err: Vec<f64>,
-    /// `B` for each element of the final state.
+    /// `B` for each element of `state`.
     pub state_err: Vec<f64>,
 }
 
@@ -454,7 +477,8 @@ pub struct Bound {
 /// - `o = scale (q.S2)`: `do = scale (G |q|.|S2| + dq.|S2| + |q|.dS2) + 2 u
 ///   |o|`.
 ///
-/// The state's bound is carried from row to row. Second-order terms
+/// The state's bound is carried from row to row; `per_row` keeps the state
+/// and its bound after every row, else after the last. Second-order terms
 /// (products of two `u`-sized relative errors, `u^2 = 2^-48`) are left
 /// out.
 pub fn bound(
@@ -464,6 +488,7 @@ pub fn bound(
     layer: Layer<'_>,
     rows: [&[f32]; 5],
     state0: &[f32],
+    per_row: bool,
 ) -> Bound {
     let [q, k, v, alpha, beta_raw] = rows;
     let (ratio, kd, vd, hs) = (
@@ -549,9 +574,11 @@ pub fn bound(
                 out.o_err[base + j] = scale * dot[j] + 2.0 * U * oj.abs();
             }
         }
+        if per_row || r + 1 == t {
+            out.state.extend_from_slice(&s);
+            out.state_err.extend_from_slice(&ds);
+        }
     }
-    out.state = s;
-    out.state_err = ds;
     out
 }
 
@@ -678,12 +705,15 @@ pub fn o_index(spec: &Spec, i: usize) -> (usize, usize, usize, usize) {
     (i / (D_STATE * spec.num_v * spec.t), r, h, j)
 }
 
-/// The state's flat index as `(sequence, v head, key i, value j)`.
-pub fn state_index(spec: &Spec, i: usize) -> (usize, usize, usize, usize) {
+/// The state's flat index as `(sequence, row, v head, key i, value j)`
+/// (row `t - 1` when only the final state is an output).
+pub fn state_index(spec: &Spec, i: usize) -> (usize, usize, usize, usize, usize) {
     let j = i % D_STATE;
     let k = (i / D_STATE) % D_STATE;
     let h = (i / (D_STATE * D_STATE)) % spec.num_v;
-    (i / (D_STATE * D_STATE * spec.num_v), h, k, j)
+    let row = i / (D_STATE * D_STATE * spec.num_v);
+    let (rows, last) = (spec.state_rows(), spec.t - spec.state_rows());
+    (row / rows, last + row % rows, h, k, j)
 }
 
 #[cfg(test)]
@@ -698,18 +728,24 @@ mod tests {
             batch,
             arm,
             seed: Spec::base_seed(num_k, num_v, t, batch, arm),
+            per_row: false,
         }
     }
 
     /// The oracle is one f32 evaluation of the formula, so it must lie
     /// within `B` of the f64 evaluation on every arm: the bound's own
     /// check. It must also not be vacuous: the worst element uses a
-    /// visible share of it.
+    /// visible share of it. With the state after every row too.
     #[test]
     fn the_oracle_lies_within_the_bound_of_the_formula() {
         for arm in Arm::ALL {
-            for (nk, nv, t, b) in [(1, 2, 3, 2), (2, 4, 2, 1)] {
-                let sp = spec(nk, nv, t, b, arm);
+            for (nk, nv, t, b, per_row) in
+                [(1, 2, 3, 2, false), (2, 4, 2, 1, false), (1, 2, 3, 2, true)]
+            {
+                let sp = Spec {
+                    per_row,
+                    ..spec(nk, nv, t, b, arm)
+                };
                 let d = sp.generate().unwrap();
                 let w = reference(&sp, &d).unwrap();
                 let (mut worst, mut n) = (0f64, 0usize);
@@ -725,9 +761,11 @@ mod tests {
                         },
                         [q, k, v, alpha, beta_raw],
                         s0,
+                        per_row,
                     );
                     let vd = nv * D_STATE;
-                    let ns = nv * D_STATE * D_STATE;
+                    let ns = sp.state_rows() * nv * D_STATE * D_STATE;
+                    assert_eq!(bd.state.len(), ns);
                     let o = &w.o[seq * t * vd..(seq + 1) * t * vd];
                     let s = &w.state[seq * ns..(seq + 1) * ns];
                     for (got, (x, e)) in o
@@ -844,7 +882,57 @@ mod tests {
         assert_eq!(o_index(&sp, ((b * 3 + r) * 2 + h) * 128 + j), (b, r, h, j));
         assert_eq!(
             state_index(&sp, ((b * 2 + h) * 128 + k) * 128 + j),
-            (b, h, k, j)
+            (b, 2, h, k, j)
         );
+        let sp = Spec {
+            per_row: true,
+            ..sp
+        };
+        assert_eq!(
+            state_index(&sp, (((b * 3 + r - 1) * 2 + h) * 128 + k) * 128 + j),
+            (b, r - 1, h, k, j)
+        );
+    }
+
+    /// The state after every row: the last row's is the final state, and
+    /// each earlier one is what a call of only the rows up to it leaves.
+    #[test]
+    fn per_row_states_are_the_states_of_shorter_calls() {
+        let sp = spec(2, 4, 3, 2, Arm::Rand);
+        let d = sp.generate().unwrap();
+        let all = reference(
+            &Spec {
+                per_row: true,
+                ..sp
+            },
+            &d,
+        )
+        .unwrap();
+        let n = 4 * D_STATE * D_STATE;
+        for rows in 1..=3 {
+            // The first `rows` rows of every sequence.
+            let cut = |x: &[f32], per: usize| -> Vec<f32> {
+                x.chunks(3 * per)
+                    .flat_map(|c| c[..rows * per].to_vec())
+                    .collect()
+            };
+            let short = Data {
+                q: cut(&d.q, 2 * D_STATE),
+                k: cut(&d.k, 2 * D_STATE),
+                v: cut(&d.v, 4 * D_STATE),
+                alpha: cut(&d.alpha, 4),
+                beta_raw: cut(&d.beta_raw, 4),
+                ..d.clone()
+            };
+            let w = reference(&Spec { t: rows, ..sp }, &short).unwrap();
+            for seq in 0..2 {
+                let row = &all.state[(seq * 3 + rows - 1) * n..][..n];
+                assert_eq!(
+                    row,
+                    &w.state[seq * n..(seq + 1) * n],
+                    "rows {rows} seq {seq}"
+                );
+            }
+        }
     }
 }
