@@ -77,7 +77,8 @@ pub const MUL_MAT_SHAPES: [(usize, usize, usize); 5] = [
 #[pyclass(frozen, get_all, module = "kernel_oracle")]
 #[derive(Clone, Debug, Default)]
 pub struct CheckReport {
-    /// The contract checked (`"fp8_block_gemm"`, `"mul_mat"`).
+    /// The contract checked (`"fp8_block_gemm"`, `"mul_mat"`,
+    /// `"gated_delta_rule"`, `"causal_conv1d_update"`).
     pub contract: String,
     /// Cases run (compared or refused).
     pub cases: usize,
@@ -296,8 +297,18 @@ pub(crate) fn call<'py>(
         let items: Vec<Bound<'py, PyAny>> = if out_shapes.len() == 1 {
             vec![ret]
         } else {
-            match ret.extract::<Vec<Bound<'py, PyAny>>>() {
-                Ok(v) if v.len() == out_shapes.len() => v,
+            // A tuple or a list only: an array is a sequence too, and
+            // would be split along its first axis.
+            let items: Option<Vec<Bound<'py, PyAny>>> =
+                if let Ok(t) = ret.cast::<pyo3::types::PyTuple>() {
+                    Some(t.iter().collect())
+                } else if let Ok(l) = ret.cast::<pyo3::types::PyList>() {
+                    Some(l.iter().collect())
+                } else {
+                    None
+                };
+            match items {
+                Some(v) if v.len() == out_shapes.len() => v,
                 _ => {
                     return Ok((
                         Called::Error(format!("returned {}: expected {expected}", describe(&ret))),
@@ -339,7 +350,7 @@ fn describe(x: &Bound<'_, PyAny>) -> String {
         .map(|d| format!("an array of dtype {d}"))
         .unwrap_or_else(|_| {
             format!(
-                "a {}",
+                "a value of type {}",
                 x.get_type()
                     .name()
                     .map(|n| n.to_string())
@@ -442,10 +453,17 @@ fn derive_seed(base: u64, trial: usize) -> u64 {
     }
 }
 
-pub(crate) fn seeds_for(base: u64, seeds: &Option<Vec<u64>>, trials: usize) -> Vec<u64> {
+/// The data seeds of one (shape, arm): `seeds` as given, else `base` and
+/// `trials - 1` derived ones, drawn one at a time (a huge `trials` runs
+/// long, never allocates).
+pub(crate) fn seeds_for(
+    base: u64,
+    seeds: &Option<Vec<u64>>,
+    trials: usize,
+) -> Box<dyn Iterator<Item = u64> + '_> {
     match seeds {
-        Some(s) => s.clone(),
-        None => (0..trials.max(1)).map(|t| derive_seed(base, t)).collect(),
+        Some(s) => Box::new(s.iter().copied()),
+        None => Box::new((0..trials.max(1)).map(move |t| derive_seed(base, t))),
     }
 }
 

@@ -172,7 +172,8 @@ fn gated_delta_rule_case<'py>(
 ///   filled with NaN;
 ///
 /// computing, row by row, for each v head `h` with q/k head `h // (num_v
-/// // num_k)`: `q = q / sqrt(sum q^2 + 1e-6)` (and `k`), `beta =
+/// // num_k)`: `q = q / sqrt(sum q^2 + 1e-6)` (the sum over the head's
+/// 128 elements; and `k`), `beta =
 /// sigmoid(beta_raw)`, `g = -exp(a_log) * softplus(alpha + dt_bias)`
 /// (softplus(x) = x above 20), `S = exp(g) S`, `S += k (beta (v - k S))`,
 /// `o = (q S) / sqrt(128)`; writing `o` and `final_state` (the state after
@@ -185,8 +186,9 @@ fn gated_delta_rule_case<'py>(
 ///
 /// Verdict per case: with `bit_exact=False`, every element of both
 /// outputs within `2 B + 2^-100` of the oracle's, `B` a first-order
-/// forward-error bound of any f32 evaluation (any summation order, FMA,
-/// transcendentals within 8 ulps; `kernel_oracle` docs of
+/// forward-error bound of an f32 evaluation under a stated model (any
+/// summation order, with or without FMA, each `exp`, `log`, square root
+/// and division within 8 ulps; `kernel_oracle` docs of
 /// `gdn::rule::bound`), and no NaN or infinity; with `bit_exact=True`,
 /// core's bits everywhere. Each row reports, for `o` and the final state,
 /// the largest distance in ulps, the share of bit-identical elements and
@@ -325,7 +327,7 @@ fn declared(bit_exact: bool) -> &'static str {
     if bit_exact {
         "core's arithmetic (bit for bit)"
     } else {
-        "within 2B of the oracle (B: first-order bound of any f32 evaluation)"
+        "within 2B of the oracle (B: first-order bound of an f32 evaluation)"
     }
 }
 

@@ -233,3 +233,34 @@ def test_a_wrong_state_snapshot_is_caught_and_its_reproduction_reruns(check, imp
     assert "states=True" in line and line in capsys.readouterr().out
     again = eval(line, {"kernel_oracle": ko, f.__name__: f})
     assert again.cases == 1 and again.failed == 1
+
+
+def test_one_array_for_two_outputs_is_refused_not_split():
+    # An array is a sequence; a B = 2 final state must not be taken for
+    # the pair (o, final_state).
+    def returns_the_state_alone(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state):
+        gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state)
+        return final_state
+
+    r = ko.check_gated_delta_rule(returns_the_state_alone, shapes=[(1, 1, 1, 2)], arms=["RAND"], verbose=False)
+    assert not r.ok and "returned an array of dtype float32: expected None (the outputs written) or a tuple" in r.failures[0]
+
+    def returns_an_int(*args):
+        return 3
+
+    r = ko.check_gated_delta_rule(returns_an_int, shapes=[(1, 1, 1, 1)], arms=["RAND"], verbose=False)
+    assert "returned a value of type int" in r.failures[0]
+
+
+def test_many_trials_are_drawn_one_at_a_time():
+    calls = []
+
+    def stops_after_three(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state):
+        calls.append(1)
+        if len(calls) > 3:
+            raise KeyboardInterrupt
+        gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_state)
+
+    with pytest.raises(KeyboardInterrupt):
+        ko.check_gated_delta_rule(stops_after_three, shapes=[(1, 1, 1, 1)], arms=["RAND"], trials=2**40, verbose=False)
+    assert len(calls) == 4
