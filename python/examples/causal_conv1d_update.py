@@ -4,6 +4,10 @@ core's conv), through `kernel_oracle.check_causal_conv1d_update`:
 - `torch_update`: transformers' `torch_causal_conv1d_update` (the path
   Qwen3-Next takes without a conv kernel): the state and the new inputs
   concatenated, `F.conv1d(..., groups=dim)` (cuDNN on a GPU), `F.silu`;
+- fla's `fla.modules.causal_conv1d.causal_conv1d_update` (Triton), when
+  fla-core is installed: one new input per sequence and a cache of
+  `d_conv` inputs (`cache[..., 1:]` is the contract's state), so the
+  wrapper feeds the `t` inputs one call at a time;
 - Dao-AILab causal-conv1d's `causal_conv1d_update(x, conv_state, weight,
   None, "silu")` (CUDA), when the package is installed.
 
@@ -41,6 +45,20 @@ def torch_update(x, conv_state, weight, out, final_state):
     final_state[...] = state.cpu().numpy()
 
 
+def fla_update(x, conv_state, weight, out, final_state):
+    from fla.modules.causal_conv1d import causal_conv1d_update
+
+    b, dim, t = x.shape
+    cache = torch.zeros(b, dim, weight.shape[1], device=DEV)
+    cache[:, :, 1:] = torch.from_numpy(conv_state).to(DEV)
+    w = torch.from_numpy(weight).to(DEV)
+    xs = torch.from_numpy(x).to(DEV)
+    for r in range(t):
+        y, cache = causal_conv1d_update(xs[:, :, r].contiguous(), cache, weight=w, activation="silu")
+        out[:, :, r] = y.cpu().numpy()
+    final_state[...] = cache[:, :, 1:].cpu().numpy()
+
+
 def dao_update(x, conv_state, weight, out, final_state):
     from causal_conv1d import causal_conv1d_update
 
@@ -52,12 +70,12 @@ def dao_update(x, conv_state, weight, out, final_state):
 
 def main():
     impls = [torch_update]
-    try:
-        import causal_conv1d  # noqa: F401
-
-        impls.append(dao_update)
-    except ImportError:
-        print("causal-conv1d not installed: checking transformers' torch path only")
+    for module, impl in (("fla", fla_update), ("causal_conv1d", dao_update)):
+        try:
+            __import__(module)
+            impls.append(impl)
+        except ImportError:
+            print(f"{module} not installed: {impl.__name__} not checked")
     bad = 0
     for f in impls:
         bad += not ko.check_causal_conv1d_update(f)
