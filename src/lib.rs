@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod fp8_mmq;
+pub mod fp8_quant;
 pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;

@@ -456,43 +456,23 @@ pub fn quantize_activations(
     let (in_f, in_f_pad, blocks) = (shape.in_f(), shape.in_f_pad(), shape.act_blocks());
     for j in 0..shape.m() {
         for b in 0..blocks {
-            let read = |g: usize| if g < in_f { x[j * in_f + g] } else { 0.0 };
-            // Step 1: amax.
-            let mut amax = 0.0f32;
-            for t in 0..BLOCK_K {
-                let a = abs(read(b * BLOCK_K + t));
-                if a > amax {
-                    amax = a;
+            // The block, its columns past in_f read as +0.0 (the padding);
+            // steps 1 to 4 are the group rule `GroupScale::V2`.
+            let mut block = [0.0f32; BLOCK_K];
+            for (t, v) in block.iter_mut().enumerate() {
+                let g = b * BLOCK_K + t;
+                if g < in_f {
+                    *v = x[j * in_f + g];
                 }
             }
-            // Steps 2 and 3.
-            let (dv, dinv) = if amax == 0.0 {
-                (0.0, 0.0)
-            } else {
-                (amax / E4M3_MAX, E4M3_MAX / amax)
-            };
-            d[j * blocks + b] = dv;
-            // Step 4.
-            for t in 0..BLOCK_K {
-                let g = b * BLOCK_K + t;
-                q[j * in_f_pad + g] = if amax == 0.0 {
-                    0x00
-                } else {
-                    crate::e4m3::encode_e4m3(
-                        read(g) * dinv,
-                        crate::conventions::Overflow::SatFinite,
-                    )
-                };
-            }
+            d[j * blocks + b] = crate::fp8_quant::quantize_group(
+                &block,
+                crate::fp8_quant::GroupScale::V2,
+                &mut q[j * in_f_pad + b * BLOCK_K..][..BLOCK_K],
+            );
         }
     }
     Ok(())
-}
-
-/// `|x|` by clearing the sign bit (exact; `f32::abs` needs std on older
-/// toolchains, and the bit operation is the definition anyway).
-fn abs(x: f32) -> f32 {
-    f32::from_bits(x.to_bits() & 0x7FFF_FFFF)
 }
 
 /// The v2 per-block FP8 GEMM: `y[j, i]` for `m` activation rows against

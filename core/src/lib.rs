@@ -21,6 +21,9 @@
 //! - [`fp8`], [`e4m3`], [`e5m2`], [`f16`](mod@f16), [`bf16`]: the float codecs.
 //! - [`fp8_mmq`]: the per-block FP8 GEMM (seed 000's v2) and its declared
 //!   schedules (fold and in-block accumulation).
+//! - [`fp8_quant`]: per-token-group e4m3 activation quantizers under the
+//!   field's declared scale rules (v2's, vLLM's and SGLang's division,
+//!   UE8M0).
 //! - [`tensor_core`]: the sm_90 FP8 tensor-core MMA inner product.
 //! - [`gdn`]: Gated DeltaNet decode (seed 003): conv1d, prep, the gated
 //!   delta-rule scan, packed rows with snapshots; exp, softplus, sigmoid,
@@ -44,6 +47,7 @@ pub mod f16;
 pub mod fma;
 pub mod fp8;
 pub mod fp8_mmq;
+pub mod fp8_quant;
 pub mod gdn;
 pub mod ggml;
 pub mod moe_tables;

@@ -78,7 +78,8 @@ pub const MUL_MAT_SHAPES: [(usize, usize, usize); 5] = [
 #[derive(Clone, Debug, Default)]
 pub struct CheckReport {
     /// The contract checked (`"fp8_block_gemm"`, `"mul_mat"`,
-    /// `"gated_delta_rule"`, `"causal_conv1d_update"`).
+    /// `"gated_delta_rule"`, `"causal_conv1d_update"`,
+    /// `"fp8_group_quant"`).
     pub contract: String,
     /// Cases run (compared or refused).
     pub cases: usize,
@@ -131,7 +132,7 @@ impl CheckReport {
 
 /// What a call that returned left to judge: its outputs in order, and the
 /// names of the inputs it wrote.
-pub(crate) type Returned = (Vec<Vec<f32>>, Vec<String>);
+pub(crate) type Returned = (Vec<Got>, Vec<String>);
 
 impl CheckReport {
     /// Counts one case and records what needs no judge: a refusal (a row)
@@ -229,8 +230,8 @@ impl<'py> Out<'py> {
 /// What a callable did with one case, before judging its output.
 pub(crate) enum Called {
     /// It returned; the outputs it produced (returned, or written into the
-    /// NaN-filled buffers), in order, and the inputs it overwrote.
-    Output(Vec<Vec<f32>>, Vec<String>),
+    /// sentinel-filled buffers), in order, and the inputs it overwrote.
+    Output(Vec<Got>, Vec<String>),
     /// It raised `kernel_oracle.Refused` (the message).
     Refused(String),
     /// It raised something else, or returned something that is not an
@@ -238,11 +239,54 @@ pub(crate) enum Called {
     Error(String),
 }
 
-/// Calls `f(*lead, *inputs, *outs)` with each of `outs` a NaN-filled
-/// float32 array of its shape in `out_shapes`, then reads the outputs and
-/// compares each input with its copy `before`. The callable writes the
-/// outputs and returns None, or returns them: one array for one output, a
-/// tuple or list of arrays in `out_shapes`' order for several.
+/// The element type of an output the callable fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OutKind {
+    /// float32, handed filled with NaN.
+    F32,
+    /// uint8 codes, handed filled with `0x7F` (the e4m3 NaN code, which no
+    /// check's data produce).
+    U8,
+}
+
+impl OutKind {
+    fn dtype(self) -> &'static str {
+        match self {
+            OutKind::F32 => "float32",
+            OutKind::U8 => "uint8",
+        }
+    }
+}
+
+/// One output as the callable left it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Got {
+    /// A float32 output, C order.
+    F32(Vec<f32>),
+    /// A uint8 output, C order.
+    U8(Vec<u8>),
+}
+
+impl Got {
+    /// The float32 elements (a uint8 output gives none: the kinds are the
+    /// caller's own).
+    pub(crate) fn f32(&self) -> &[f32] {
+        match self {
+            Got::F32(v) => v,
+            Got::U8(_) => &[],
+        }
+    }
+
+    /// The uint8 elements (a float32 output gives none).
+    pub(crate) fn u8(&self) -> &[u8] {
+        match self {
+            Got::U8(v) => v,
+            Got::F32(_) => &[],
+        }
+    }
+}
+
+/// [`call_typed`] with float32 outputs only.
 pub(crate) fn call<'py>(
     py: Python<'py>,
     f: &Bound<'py, PyAny>,
@@ -250,16 +294,36 @@ pub(crate) fn call<'py>(
     inputs: &[(&str, Input<'_, 'py>)],
     out_shapes: &[&[usize]],
 ) -> PyResult<(Called, f64)> {
-    let mut outs = Vec::new();
-    for shape in out_shapes {
+    let outs: Vec<(&[usize], OutKind)> = out_shapes.iter().map(|s| (*s, OutKind::F32)).collect();
+    call_typed(py, f, lead, inputs, &outs)
+}
+
+/// Calls `f(*lead, *inputs, *outs)` with each of `outs` an array of its
+/// shape and kind, filled with the kind's sentinel (an element the
+/// callable does not write then fails), then reads the outputs and
+/// compares each input with its copy `before`. The callable writes the
+/// outputs and returns None, or returns them: one array for one output, a
+/// tuple or list of arrays in `outs`' order for several.
+pub(crate) fn call_typed<'py>(
+    py: Python<'py>,
+    f: &Bound<'py, PyAny>,
+    lead: Vec<Bound<'py, PyAny>>,
+    inputs: &[(&str, Input<'_, 'py>)],
+    outs: &[(&[usize], OutKind)],
+) -> PyResult<(Called, f64)> {
+    let mut arrays = Vec::new();
+    for &(shape, kind) in outs {
         let n: usize = shape.iter().product();
-        outs.push(array(py, shape, vec![f32::NAN; n])?);
+        arrays.push(match kind {
+            OutKind::F32 => array(py, shape, vec![f32::NAN; n])?.into_any(),
+            OutKind::U8 => array(py, shape, vec![0x7Fu8; n])?.into_any(),
+        });
     }
     let mut args = lead;
     for (_, i) in inputs {
         args.push(i.array());
     }
-    args.extend(outs.iter().map(|o| o.clone().into_any()));
+    args.extend(arrays.iter().cloned());
     let args = pyo3::types::PyTuple::new(py, args)?;
     let t0 = Instant::now();
     let r = f.call1(args);
@@ -283,63 +347,78 @@ pub(crate) fn call<'py>(
             written.push(name.to_string());
         }
     }
-    let expected = if out_shapes.len() == 1 {
+    let expected = if outs.len() == 1 {
         format!(
-            "None (the output written into `out`) or a float32 array of shape {:?}",
-            out_shapes[0]
+            "None (the output written into `out`) or a {} array of shape {:?}",
+            outs[0].1.dtype(),
+            outs[0].0
         )
     } else {
-        format!("None (the outputs written) or a tuple of float32 arrays of shapes {out_shapes:?}")
+        let list: Vec<String> = outs
+            .iter()
+            .map(|(s, k)| format!("{} {s:?}", k.dtype()))
+            .collect();
+        format!(
+            "None (the outputs written) or a tuple of arrays: {}",
+            list.join(", ")
+        )
     };
-    let got = if ret.is_none() {
-        outs.iter().map(|o| to_vec(&o.readonly())).collect()
+    let items: Vec<Bound<'py, PyAny>> = if ret.is_none() {
+        arrays
+    } else if outs.len() == 1 {
+        vec![ret]
     } else {
-        let items: Vec<Bound<'py, PyAny>> = if out_shapes.len() == 1 {
-            vec![ret]
-        } else {
-            // A tuple or a list only: an array is a sequence too, and
-            // would be split along its first axis.
-            let items: Option<Vec<Bound<'py, PyAny>>> =
-                if let Ok(t) = ret.cast::<pyo3::types::PyTuple>() {
-                    Some(t.iter().collect())
-                } else if let Ok(l) = ret.cast::<pyo3::types::PyList>() {
-                    Some(l.iter().collect())
-                } else {
-                    None
-                };
-            match items {
-                Some(v) if v.len() == out_shapes.len() => v,
-                _ => {
-                    return Ok((
-                        Called::Error(format!("returned {}: expected {expected}", describe(&ret))),
-                        ms,
-                    ))
-                }
-            }
-        };
-        let mut got = Vec::new();
-        for (item, shape) in items.iter().zip(out_shapes) {
-            match item.extract::<PyReadonlyArrayDyn<'py, f32>>() {
-                Ok(a) if a.shape() == *shape => got.push(to_vec(&a)),
-                Ok(a) => {
-                    return Ok((
-                        Called::Error(format!(
-                            "returned a float32 array of shape {:?}, expected {shape:?}",
-                            a.shape()
-                        )),
-                        ms,
-                    ))
-                }
-                Err(_) => {
-                    return Ok((
-                        Called::Error(format!("returned {}: expected {expected}", describe(item))),
-                        ms,
-                    ))
-                }
+        // A tuple or a list only: an array is a sequence too, and would
+        // be split along its first axis.
+        let items: Option<Vec<Bound<'py, PyAny>>> =
+            if let Ok(t) = ret.cast::<pyo3::types::PyTuple>() {
+                Some(t.iter().collect())
+            } else if let Ok(l) = ret.cast::<pyo3::types::PyList>() {
+                Some(l.iter().collect())
+            } else {
+                None
+            };
+        match items {
+            Some(v) if v.len() == outs.len() => v,
+            _ => {
+                return Ok((
+                    Called::Error(format!("returned {}: expected {expected}", describe(&ret))),
+                    ms,
+                ))
             }
         }
-        got
     };
+    let mut got = Vec::new();
+    for (item, &(shape, kind)) in items.iter().zip(outs) {
+        let read = match kind {
+            OutKind::F32 => item
+                .extract::<PyReadonlyArrayDyn<'py, f32>>()
+                .ok()
+                .map(|a| (a.shape() == shape, a.shape().to_vec(), Got::F32(to_vec(&a)))),
+            OutKind::U8 => item
+                .extract::<PyReadonlyArrayDyn<'py, u8>>()
+                .ok()
+                .map(|a| (a.shape() == shape, a.shape().to_vec(), Got::U8(to_vec(&a)))),
+        };
+        match read {
+            Some((true, _, g)) => got.push(g),
+            Some((false, had, _)) => {
+                return Ok((
+                    Called::Error(format!(
+                        "returned a {} array of shape {had:?}, expected {shape:?}",
+                        kind.dtype()
+                    )),
+                    ms,
+                ))
+            }
+            None => {
+                return Ok((
+                    Called::Error(format!("returned {}: expected {expected}", describe(item))),
+                    ms,
+                ))
+            }
+        }
+    }
     Ok((Called::Output(got, written), ms))
 }
 
@@ -585,7 +664,7 @@ fn check_fp8_block_gemm<'py>(
                 else {
                     continue;
                 };
-                let got = got.swap_remove(0);
+                let got = got.swap_remove(0).f32().to_vec();
                 let kout = KernelOut {
                     nan: want.nan as u64,
                     q: want.q.clone(),
@@ -802,7 +881,7 @@ fn check_mul_mat<'py>(
                     else {
                         continue;
                     };
-                    let v = mul_mat::Verdict::judge(&data, &got[0], &want);
+                    let v = mul_mat::Verdict::judge(&data, got[0].f32(), &want);
                     let pass = v.pass() && written.is_empty();
                     out.row(&format!(
                         "{dname:<6} {shape_s:<14} {arm_s:>6} 0x{seed:016x} {:>10.3e} {:>10.3e} {:>7}/{:<5} {:>9.2}  {}",

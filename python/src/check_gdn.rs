@@ -454,7 +454,7 @@ impl Case {
         else {
             return Ok(());
         };
-        let parts = judge(&got[0], &got[1]);
+        let parts = judge(got[0].f32(), got[1].f32());
         let judged = parts.iter().all(Judged::pass);
         let pass = judged && written.is_empty();
         out.row(&format!(

@@ -20,13 +20,17 @@
 //! - [`check`]: `check_fp8_block_gemm` and `check_mul_mat`;
 //! - [`check_gdn`]: `check_causal_conv1d_update` and `check_gated_delta_rule`
 //!   (the two halves of GDN decode as the field's kernels run them,
-//!   judged by a written error bound).
+//!   judged by a written error bound);
+//! - [`check_quant`]: `quantize_fp8_groups` and `check_fp8_group_quant`
+//!   (per-token-group e4m3 quantizers, bit for bit under a declared scale
+//!   rule).
 
 #![warn(missing_docs)]
 
 pub mod arrays;
 pub mod check;
 pub mod check_gdn;
+pub mod check_quant;
 pub mod codecs;
 pub mod conventions;
 pub mod fp8;
@@ -60,5 +64,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     moe::register(m)?;
     check::register(m)?;
     check_gdn::register(m)?;
+    check_quant::register(m)?;
     Ok(())
 }

@@ -145,3 +145,53 @@ def causal_conv1d_update(x, conv_state, weight, out, final_state, bug=None, stat
     if bug == "state-newest-first":
         state = state[:, :, ::-1]
     final_state[...] = state
+
+
+def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
+    """Per-token-group e4m3 quantization in float32 numpy: x [m, k] ->
+    codes q [m, k] (through ``ko.encode_e4m3``) and scales s [m, ceil(k /
+    group)], under ``rule``: "v2" (codes of x * (448 / amax); a zero group
+    gets scale 0), "divide" (vLLM's per_token_group_quant_8bit: amax from
+    eps, codes of clip(x / s)), "ue8m0" (s rounded up to a power of two,
+    its log2 taken in float64).
+
+    ``bug`` plants one of the mistakes ``test_check_quant.py`` expects the
+    check to catch; None computes the rule."""
+    f32 = np.float32
+    m, k = x.shape
+    step = 64 if bug == "group-64" else group
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for g in range(-(-k // group)):
+            if bug == "unwritten-last-group" and g == -(-k // group) - 1:
+                continue
+            lo, hi = g * group, min((g + 1) * group, k)
+            xs = x[:, lo:hi]
+            if bug == "group-64":
+                xs = x[:, g * group:min(g * group + step, k)]
+            amax = np.max(np.abs(xs), axis=1)
+            if rule == "v2":
+                sc = amax / f32(448)
+                r = f32(448) / amax
+                codes = ko.encode_e4m3(x[:, lo:hi] * r[:, None])
+                codes[amax == 0] = 0
+                sc[amax == 0] = 0
+            else:
+                if bug != "no-eps":
+                    amax = np.maximum(amax, f32(eps))
+                sc = amax / f32(448)
+                if rule == "ue8m0":
+                    log2 = np.log2(sc) if bug == "ue8m0-float32-log2" else np.log2(sc.astype(np.float64))
+                    sc = (2.0 ** np.ceil(log2)).astype(f32)
+                if bug == "reciprocal-multiply":
+                    y = x[:, lo:hi] * (f32(448) / amax)[:, None]
+                else:
+                    y = x[:, lo:hi] / sc[:, None]
+                codes = ko.encode_e4m3(np.clip(y, f32(-448), f32(448)).astype(f32))
+                if bug == "truncate":
+                    back = ko.decode_e4m3(codes)
+                    over = np.abs(back) > np.abs(y)
+                    codes = np.where(over & (codes & 0x7F > 0), codes - 1, codes).astype(np.uint8)
+            if bug == "inverted-scale":
+                sc = f32(1) / sc
+            q[:, lo:hi] = codes
+            s[:, g] = sc
