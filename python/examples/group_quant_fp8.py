@@ -1,0 +1,95 @@
+"""Per-token-group FP8 activation quantizers as the field runs them,
+judged bit for bit through `kernel_oracle.check_fp8_group_quant`:
+
+- `torch_divide`: the pure-torch form (CUDA tensors): `amax =
+  x.abs().amax(-1).clamp(min=eps)`, `s = amax / 448`, codes of `(x /
+  s).clamp(-448, 448).to(torch.float8_e4m3fn)`, declared `divide`;
+- `triton_divide`: a Triton kernel with the structure of vLLM's
+  `_per_token_group_quant_fp8` (`tl.max(tl.abs(y))`, `tl.maximum(.., eps)`,
+  `/ fp8_max`, `y / y_s`, `tl.clamp`, `.to(fp8)`), declared `divide`: if
+  Triton lowers `/` to an approximate division, the scales show as one
+  ulp off and the check names no rule;
+- `torch_ue8m0`: DeepGEMM's `per_token_cast_to_fp8(..., use_ue8m0=True)`
+  form (`amax.clamp(1e-4)`, `sf = amax / 448`, `2 ** ceil(log2(sf))` in
+  float32, codes of `x * (1 / sf)`), declared `ue8m0` with eps 1e-4:
+  a float32 `log2` may round `log2(2^k (1 + 2^-23))` down to `k`, which
+  the POW2 arm shows.
+
+Each row names every known rule the output matches. Exit status 1 unless
+every check passes. Run on a CUDA GPU with torch and triton:
+    python3 python/examples/group_quant_fp8.py
+"""
+
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+import kernel_oracle as ko
+
+DEV = "cuda"
+FP8 = torch.float8_e4m3fn
+
+
+def to_outputs(qt, st, q, s):
+    q[...] = qt.view(torch.uint8).cpu().numpy()
+    s[...] = st.cpu().numpy()
+
+
+def groups(x, group=128):
+    xt = torch.from_numpy(x).to(DEV)
+    m, k = xt.shape
+    if k % group:
+        raise ko.Refused("k must be a multiple of the group")
+    return xt.view(m, k // group, group)
+
+
+def torch_divide(x, q, s, eps=1e-10):
+    xg = groups(x)
+    amax = xg.abs().amax(-1).clamp(min=eps)
+    sc = amax / 448.0
+    qt = (xg / sc.unsqueeze(-1)).clamp(-448.0, 448.0).to(FP8)
+    to_outputs(qt.view(x.shape), sc, q, s)
+
+
+@triton.jit
+def _group_quant(y_ptr, q_ptr, s_ptr, eps, fp8_min, fp8_max, GROUP: tl.constexpr):
+    g = tl.program_id(0)
+    cols = tl.arange(0, GROUP)
+    y = tl.load(y_ptr + g * GROUP + cols).to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(y)), eps)
+    y_s = amax / fp8_max
+    y_q = tl.clamp(y / y_s, fp8_min, fp8_max).to(q_ptr.dtype.element_ty)
+    tl.store(q_ptr + g * GROUP + cols, y_q)
+    tl.store(s_ptr + g, y_s)
+
+
+def triton_divide(x, q, s, eps=1e-10):
+    xg = groups(x)
+    m, n, group = xg.shape
+    qt = torch.empty((m, n * group), dtype=FP8, device=DEV)
+    st = torch.empty((m, n), dtype=torch.float32, device=DEV)
+    _group_quant[(m * n,)](xg.contiguous(), qt, st, eps, -448.0, 448.0, GROUP=group)
+    to_outputs(qt, st, q, s)
+
+
+def torch_ue8m0(x, q, s):
+    xg = groups(x)
+    amax = xg.abs().float().amax(-1).clamp(1e-4)
+    sf = amax / 448.0
+    sf = torch.pow(2.0, torch.ceil(torch.log2(sf.abs())))
+    qt = (xg * (1.0 / sf.unsqueeze(-1))).to(FP8)
+    to_outputs(qt.view(x.shape), sf, q, s)
+
+
+def main():
+    bad = 0
+    bad += not ko.check_fp8_group_quant(torch_divide, rule="divide", eps=1e-10)
+    bad += not ko.check_fp8_group_quant(triton_divide, rule="divide", eps=1e-10)
+    bad += not ko.check_fp8_group_quant(torch_ue8m0, rule="ue8m0", eps=1e-4)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
