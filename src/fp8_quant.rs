@@ -20,13 +20,16 @@ pub enum Arm {
     /// 1e-12, under a 1e-10 floor), one with a single non-zero element,
     /// one normal.
     Zero,
-    /// Rounding ties: each group's elements placed within one f32 ulp of
-    /// a midpoint between two e4m3 values after scaling, with an amax
-    /// whose scale `amax / 448` is inexact, so a multiply by the
-    /// reciprocal and a division round some of them apart.
+    /// Rounding ties: in half the groups, elements within one f32 ulp of
+    /// a midpoint between two e4m3 values after scaling by an inexact
+    /// `amax / 448` (a multiply by the reciprocal and a division round
+    /// some of them apart); in the other half, elements exactly at
+    /// midpoints times the power of two a UE8M0 scale takes (round half
+    /// to even against half away from zero).
     Ties,
     /// UE8M0's ceiling: half the groups with `amax / 448` exactly a power
-    /// of two, half one f32 ulp above one.
+    /// of two, half one f32 ulp above one (where a binary32 `log2` rounds
+    /// back to the power for exponents of magnitude 4 and more).
     Pow2,
 }
 
@@ -120,10 +123,8 @@ impl Spec {
         }
         if self.m.saturating_mul(self.k) > MAX_ELEMS {
             return Err(format!(
-                "m={} k={}: {} elements, over the check's {MAX_ELEMS}",
-                self.m,
-                self.k,
-                self.m.saturating_mul(self.k)
+                "m={} k={}: over the check's {MAX_ELEMS} elements",
+                self.m, self.k
             ));
         }
         Ok(())
@@ -164,10 +165,20 @@ impl Spec {
                         _ => {}
                     },
                     Arm::Ties => {
-                        // amax: 3 times a power of two times (1 + odd / 2^20):
-                        // amax / 448 is inexact.
-                        let amax = 3.0 * mag * (1.0 + ((regime as f32) * 2.0 + 1.0) / 1048576.0);
-                        let s = amax / 448.0;
+                        // Regimes 0 and 1: amax 3 times a power of two times
+                        // (1 + odd / 2^20), so amax / 448 is inexact, and
+                        // elements nudged around midpoints times it.
+                        // Regimes 2 and 3: amax 384 times a power of two p
+                        // (amax / 448 in (p / 2, p], so a UE8M0 scale is
+                        // p) and elements exactly midpoints times p.
+                        let p = 2f32.powi((mag.log2().round() as i32).clamp(-20, 20));
+                        let exact = regime >= 2;
+                        let (amax, s) = if exact {
+                            (384.0 * p, p)
+                        } else {
+                            let a = 3.0 * mag * (1.0 + ((regime as f32) * 2.0 + 1.0) / 1048576.0);
+                            (a, a / 448.0)
+                        };
                         for (i, v) in grp.iter_mut().enumerate() {
                             if i == 0 {
                                 *v = amax;
@@ -180,7 +191,11 @@ impl Spec {
                             let e = (normal().to_bits() % 13) as i32 - 5;
                             let odd = (2 * (normal().to_bits() % 8) + 17) as f32;
                             let mid = odd / 16.0 * 2f32.powi(e);
-                            let nudge = (normal().to_bits() % 3) as i32 - 1;
+                            let nudge = if exact {
+                                0
+                            } else {
+                                (normal().to_bits() % 3) as i32 - 1
+                            };
                             let t = f32::from_bits((mid * s).to_bits().wrapping_add(nudge as u32));
                             *v = if normal() < 0.0 { -t } else { t };
                         }

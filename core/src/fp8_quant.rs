@@ -9,7 +9,9 @@
 //! - what an all-zero group gets: scale `+0` and zero codes (v2), or a
 //!   floor `eps` under the amax, so the scale is `eps / 448`;
 //! - whether the scale is rounded up to a power of two (UE8M0, the scale
-//!   format of DeepGEMM and of MXFP8).
+//!   format of DeepGEMM and of MXFP8), as the field computes it: through a
+//!   binary32 `log2`, which rounds `log2` of a scale just above a power of
+//!   two down to the power itself.
 //!
 //! Each choice changes bits a GEMM then consumes, so a quantizer is judged
 //! bit for bit under the rule it declares.
@@ -34,19 +36,21 @@ pub enum GroupScale {
     V2,
     /// vLLM's and SGLang's `per_token_group_quant_8bit` (CUDA): `amax` the
     /// running `fmaxf` of `|x|` from `eps` (a NaN never becomes it), `s =
-    /// amax / 448` and `q = e4m3(min(max(x / s, -448), 448))`, each
-    /// division one IEEE binary32 division; the clamp then the conversion
-    /// equal `SatFinite` on every non-NaN quotient.
+    /// amax / 448` and `q = e4m3(fminf(fmaxf(x / s, -448), 448))`, each
+    /// division one IEEE binary32 division ([`clamp_fminmax`]: a NaN
+    /// quotient becomes -448, code `0xFE`); on every other quotient the
+    /// clamp then the conversion equal `SatFinite`.
     Divide {
         /// The amax floor (vLLM and SGLang pass `1e-10`).
         eps: f32,
     },
-    /// UE8M0 scales (DeepGEMM's `per_token_cast_to_fp8(..., use_ue8m0)`,
-    /// vLLM's `use_ue8m0`): `amax` from `eps` as in `Divide`, `s0 = amax /
-    /// 448` rounded to f32, `s = 2^ceil(log2(s0))` exactly (the smallest
-    /// power of two at least `s0`), and `q = e4m3(x / s)` (`SatFinite`),
-    /// which divides by a power of two, exactly unless the quotient is
-    /// subnormal.
+    /// UE8M0 scales (vLLM's and SGLang's `scale_ue8m0`, DeepGEMM's
+    /// `per_token_cast_to_fp8(..., use_ue8m0=True)`): `amax` from `eps` as
+    /// in `Divide`, `s0 = amax / 448`, `s1 = fmaxf(s0, 1e-10)` (vLLM's
+    /// floor; it never binds from `eps >= 4.5e-8`), `s =
+    /// 2^ceil(log2f(s1))` with `log2f` correctly rounded to binary32
+    /// ([`ceil_log2f`]), and `q` as in `Divide` (a division by a power of
+    /// two, exact unless the quotient is subnormal).
     Ue8m0 {
         /// The amax floor (DeepGEMM clamps at `1e-4`, vLLM at `1e-10`).
         eps: f32,
@@ -69,32 +73,83 @@ fn abs(x: f32) -> f32 {
     f32::from_bits(x.to_bits() & 0x7FFF_FFFF)
 }
 
-/// The smallest power of two at least `y` (`y > 0`, finite), exactly:
-/// `y` itself when it is one, else the next one up (`+inf` past the
-/// largest). Rule `UE8M0-CEIL`.
-pub fn pow2_ceil(y: f32) -> f32 {
+/// The vLLM floor under a UE8M0 scale before its `log2`.
+pub const UE8M0_FLOOR: f32 = 1e-10;
+
+/// CUDA's `fminf(fmaxf(v, -448), 448)`: `fmaxf` returns its non-NaN
+/// operand, so a NaN `v` becomes -448 (CUDA Math API, `fmaxf`/`fminf`).
+pub fn clamp_fminmax(v: f32) -> f32 {
+    let lo = if v.is_nan() || v < -E4M3_MAX {
+        -E4M3_MAX
+    } else {
+        v
+    };
+    if lo > E4M3_MAX {
+        E4M3_MAX
+    } else {
+        lo
+    }
+}
+
+/// `ceil(RN(log2(y)))` for `y > 0` finite, with `RN` rounding the exact
+/// `log2(y)` to binary32 (a correctly rounded `log2f`), computed exactly:
+/// with `y = 2^e m`, `1 <= m < 2`, the result is `e` when `m == 1` or
+/// when `e + log2(m)` rounds down to `e` (that is, `log2(m)` is below half
+/// the binary32 spacing above `e` toward `e + 1`), else `e + 1`. Near a
+/// power of two `2^e` with `|e| >= 4`, `log2` of the next binary32 up rounds
+/// to `e`, so the ceiling stays at `e` (rule `UE8M0-LOG2F`).
+///
+/// # Panics
+/// If `y` is not positive and finite.
+pub fn ceil_log2f(y: f32) -> i32 {
+    assert!(
+        y > 0.0 && y.is_finite(),
+        "ceil_log2f: {y} is not positive and finite"
+    );
     let bits = y.to_bits();
-    let exp = (bits >> 23) & 0xFF;
-    let man = bits & 0x7F_FFFF;
-    if exp == 0 {
-        // Subnormal: the next power of two at or above its top bit.
-        let top = 31 - man.leading_zeros();
-        let p = 1u32 << top;
-        let p = if man == p { p } else { p << 1 };
-        // `p` is at most 2^23, the smallest normal's bit pattern.
-        return f32::from_bits(p);
+    let (exp, man) = ((bits >> 23) & 0xFF, bits & 0x7F_FFFF);
+    // y = 2^e (1 + delta), delta exact in f64.
+    let (e, delta) = if exp == 0 {
+        let top = 31 - man.leading_zeros() as i32;
+        let rest = man - (1 << top);
+        (top - 149, f64::from(rest) / f64::from(1u32 << top))
+    } else {
+        (exp as i32 - 127, f64::from(man) / f64::from(1u32 << 23))
+    };
+    if delta == 0.0 {
+        return e;
     }
-    if man == 0 {
-        return y;
+    // Half the binary32 spacing from e toward e + 1.
+    let ef = e as f32;
+    let next = if e >= 0 {
+        f32::from_bits(ef.to_bits() + 1)
+    } else {
+        f32::from_bits(ef.to_bits() - 1)
+    };
+    let h = (f64::from(next) - f64::from(ef)) / 2.0;
+    // log2(1 + delta) < h  <=>  delta < 2^h - 1 = expm1(h ln 2); h <= 2^-17,
+    // so two terms of the series decide (delta's grid is far coarser).
+    let t = h * core::f64::consts::LN_2;
+    let threshold = t + t * t / 2.0;
+    if delta < threshold {
+        e
+    } else {
+        e + 1
     }
-    if exp >= 254 {
-        return f32::INFINITY;
+}
+
+/// `2^n` as binary32 (`n` from -149 to 127).
+fn pow2(n: i32) -> f32 {
+    if n >= -126 {
+        f32::from_bits(((n + 127) as u32) << 23)
+    } else {
+        f32::from_bits(1u32 << (n + 149))
     }
-    f32::from_bits((exp + 1) << 23)
 }
 
 /// One group: its codes into `q` (`q.len() == x.len()`), its scale
 /// returned, by `rule` (see [`GroupScale`]'s variants for every step).
+/// `eps` is finite and at least 0 ([`quantize_groups`] checks it).
 ///
 /// # Panics
 /// If `q.len() != x.len()` (callers check lengths first).
@@ -126,11 +181,18 @@ pub fn quantize_group(x: &[f32], rule: GroupScale, q: &mut [u8]) -> f32 {
         GroupScale::Divide { .. } | GroupScale::Ue8m0 { .. } => {
             let s0 = amax / E4M3_MAX;
             let s = match rule {
-                GroupScale::Ue8m0 { .. } => pow2_ceil(s0),
+                GroupScale::Ue8m0 { .. } => {
+                    let s1 = if s0 > UE8M0_FLOOR { s0 } else { UE8M0_FLOOR };
+                    if s1.is_finite() {
+                        pow2(ceil_log2f(s1).min(127))
+                    } else {
+                        s1
+                    }
+                }
                 _ => s0,
             };
             for (c, &v) in q.iter_mut().zip(x) {
-                *c = encode_e4m3(v / s, Overflow::SatFinite);
+                *c = encode_e4m3(clamp_fminmax(v / s), Overflow::SatFinite);
             }
             s
         }
@@ -138,10 +200,12 @@ pub fn quantize_group(x: &[f32], rule: GroupScale, q: &mut [u8]) -> f32 {
 }
 
 /// Why [`quantize_groups`] refused its arguments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum QuantError {
     /// A zero `group`.
     ZeroGroup,
+    /// An `eps` that is NaN, infinite or negative.
+    Eps(f32),
     /// A slice whose length disagrees with the shape: its name, the
     /// length expected and the length given.
     Len(&'static str, usize, usize),
@@ -151,6 +215,7 @@ impl core::fmt::Display for QuantError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             QuantError::ZeroGroup => write!(f, "group is 0; it must be at least 1"),
+            QuantError::Eps(e) => write!(f, "eps = {e}: it must be finite and at least 0"),
             QuantError::Len(arg, want, got) => {
                 write!(f, "{arg}: {got} elements, expected {want}")
             }
@@ -162,8 +227,8 @@ impl core::fmt::Display for QuantError {
 /// independent, so their order is immaterial.
 ///
 /// # Errors
-/// [`QuantError`] for a zero group or a slice of the wrong length;
-/// nothing is written then.
+/// [`QuantError`] for a zero group, an `eps` that is NaN, infinite or
+/// negative, or a slice of the wrong length; nothing is written then.
 pub fn quantize_groups(
     x: &[f32],
     cols: usize,
@@ -174,6 +239,11 @@ pub fn quantize_groups(
 ) -> Result<(), QuantError> {
     if group == 0 {
         return Err(QuantError::ZeroGroup);
+    }
+    if let GroupScale::Divide { eps } | GroupScale::Ue8m0 { eps } = rule {
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(QuantError::Eps(eps));
+        }
     }
     let rows = x.len().checked_div(cols).unwrap_or(0);
     let per_row = cols.div_ceil(group);
@@ -200,17 +270,40 @@ pub fn quantize_groups(
 mod tests {
     use super::*;
 
+    /// `ceil_log2f` against `ceil` of the f64 `log2` rounded to binary32
+    /// (the same definition by another road; f64 `log2` is within an ulp
+    /// of f64, far inside binary32's rounding, on these inputs).
     #[test]
-    fn pow2_ceil_is_the_next_power_of_two() {
-        assert_eq!(pow2_ceil(1.0), 1.0);
-        assert_eq!(pow2_ceil(1.0000001), 2.0);
-        assert_eq!(pow2_ceil(0.75), 1.0);
-        assert_eq!(pow2_ceil(3.0e-39), f32::from_bits(0x0040_0000));
-        assert_eq!(pow2_ceil(f32::from_bits(1)), f32::from_bits(1));
-        assert_eq!(pow2_ceil(f32::from_bits(3)), f32::from_bits(4));
-        assert_eq!(pow2_ceil(f32::from_bits(0x007F_FFFF)), f32::MIN_POSITIVE);
-        assert_eq!(pow2_ceil(f32::MAX), f32::INFINITY);
-        assert_eq!(pow2_ceil(2.0f32.powi(127)), 2.0f32.powi(127));
+    fn ceil_log2f_is_the_ceiling_of_a_rounded_log2() {
+        extern crate std;
+        let check = |y: f32| {
+            let want = (f64::from(y).log2() as f32).ceil() as i32;
+            assert_eq!(ceil_log2f(y), want, "y = {y:e} (0x{:08X})", y.to_bits());
+        };
+        for e in -149..128 {
+            let p = pow2(e);
+            for d in [0u32, 1, 2, 3, 5, 100, 0x40_0000] {
+                let y = f32::from_bits(p.to_bits() + d);
+                if y.is_finite() {
+                    check(y);
+                }
+            }
+            if e > -149 {
+                check(f32::from_bits(p.to_bits() - 1));
+            }
+        }
+        // Just above 2^9 the rounded log2 is 9, above 2^2 it is past 2.
+        assert_eq!(ceil_log2f(f32::from_bits(512f32.to_bits() + 1)), 9);
+        assert_eq!(ceil_log2f(f32::from_bits(4f32.to_bits() + 1)), 3);
+        assert_eq!(ceil_log2f(f32::from_bits(2f32.powi(-5).to_bits() + 1)), -5);
+    }
+
+    #[test]
+    fn the_clamp_sends_nan_to_the_bottom() {
+        assert_eq!(clamp_fminmax(f32::NAN), -448.0);
+        assert_eq!(clamp_fminmax(1e9), 448.0);
+        assert_eq!(clamp_fminmax(f32::NEG_INFINITY), -448.0);
+        assert_eq!(clamp_fminmax(-0.0).to_bits(), (-0.0f32).to_bits());
     }
 
     #[test]
@@ -223,8 +316,11 @@ mod tests {
         assert_eq!(s, 1e-10 / 448.0);
         assert_eq!(q, [0; 4]);
         let s = quantize_group(&x, GroupScale::Ue8m0 { eps: 1e-4 }, &mut q);
-        assert_eq!(s, pow2_ceil(1e-4 / 448.0));
-        assert_eq!(s.to_bits() & 0x7F_FFFF, 0);
+        assert_eq!(s, pow2(-22));
+        // vLLM's floor: a zero group's scale is 2^ceil(log2f(1e-10)).
+        let s = quantize_group(&x, GroupScale::Ue8m0 { eps: 1e-10 }, &mut q);
+        assert_eq!(s, pow2(-33));
+        assert_eq!(q, [0; 4]);
     }
 
     #[test]
@@ -263,6 +359,12 @@ mod tests {
             quantize_groups(&x, 5, 0, GroupScale::V2, &mut q, &mut s),
             Err(QuantError::ZeroGroup)
         );
+        for eps in [f32::NAN, f32::INFINITY, -1.0] {
+            assert!(matches!(
+                quantize_groups(&x, 5, 3, GroupScale::Divide { eps }, &mut q, &mut s),
+                Err(QuantError::Eps(_))
+            ));
+        }
         assert_eq!(
             quantize_groups(&x, 4, 2, GroupScale::V2, &mut q, &mut s),
             Err(QuantError::Len("x", 8, 10))

@@ -12,8 +12,9 @@ judged bit for bit through `kernel_oracle.check_fp8_group_quant`:
 - `torch_ue8m0`: DeepGEMM's `per_token_cast_to_fp8(..., use_ue8m0=True)`
   form (`amax.clamp(1e-4)`, `sf = amax / 448`, `2 ** ceil(log2(sf))` in
   float32, codes of `x * (1 / sf)`), declared `ue8m0` with eps 1e-4:
-  a float32 `log2` may round `log2(2^k (1 + 2^-23))` down to `k`, which
-  the POW2 arm shows.
+  the rule takes the ceiling of a correctly rounded binary32 `log2`, so
+  torch's `log2` must round `log2(2^k (1 + 2^-23))` as that does (to
+  `k` for `|k| >= 4`), which the POW2 arm tests.
 
 Each row names every known rule the output matches. Exit status 1 unless
 every check passes. Run on a CUDA GPU with torch and triton:

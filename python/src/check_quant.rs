@@ -19,7 +19,13 @@ use std::fmt::Write;
 /// The rule named `rule` (`"v2"`, `"divide"`, `"ue8m0"`, any case) at
 /// floor `eps` (unused by v2).
 fn parse_rule(rule: &str, eps: f32) -> PyResult<GroupScale> {
-    match rule.to_ascii_lowercase().as_str() {
+    let lower = rule.to_ascii_lowercase();
+    if lower != "v2" && !(eps.is_finite() && eps >= 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "eps = {eps}: it must be finite and at least 0"
+        )));
+    }
+    match lower.as_str() {
         "v2" => Ok(GroupScale::V2),
         "divide" => Ok(GroupScale::Divide { eps }),
         "ue8m0" => Ok(GroupScale::Ue8m0 { eps }),
@@ -38,13 +44,14 @@ fn parse_rule(rule: &str, eps: f32) -> PyResult<GroupScale> {
 ///   all-zero group `s = 0` with zero codes);
 /// - `"divide"`: vLLM's and SGLang's `per_token_group_quant_8bit` (`amax`
 ///   from `eps`, `s = amax / 448`, codes of `clamp(x / s, -448, 448)`);
-/// - `"ue8m0"`: `s` rounded up to a power of two (DeepGEMM's
-///   `use_ue8m0`), codes of `x / s`.
+/// - `"ue8m0"`: `s` floored at 1e-10 and rounded up to a power of two
+///   through a correctly rounded binary32 `log2` (vLLM's and DeepGEMM's
+///   `use_ue8m0`), codes as `"divide"`.
 ///
 /// Codes are e4m3 (OCP OFP8), round to nearest even, saturating.
 ///
-/// Errors: `ValueError` for an unknown rule, a zero group or an `x` that
-/// is not 2-D.
+/// Errors: `ValueError` for an unknown rule, an `eps` that is NaN,
+/// infinite or negative, a zero group or an `x` that is not 2-D.
 #[pyfunction]
 #[pyo3(signature = (x, group = 128, rule = "divide", eps = 1e-10))]
 fn quantize_fp8_groups<'py>(
@@ -133,8 +140,9 @@ fn fp8_group_quant_case<'py>(
 /// ulps (a division compiled with `--use_fast_math` shows as scales one
 /// ulp off).
 ///
-/// Errors: `ValueError` for an unknown rule or arm, a zero dimension or a
-/// case over 2^26 elements, before any call.
+/// Errors: `ValueError` for an unknown rule or arm, an `eps` that is NaN,
+/// infinite or negative, a zero dimension or a case over 2^26 elements,
+/// before any call.
 #[pyfunction]
 #[pyo3(signature = (quant, rule = "divide", eps = 1e-10, group = 128, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]

@@ -152,8 +152,9 @@ def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
     codes q [m, k] (through ``ko.encode_e4m3``) and scales s [m, ceil(k /
     group)], under ``rule``: "v2" (codes of x * (448 / amax); a zero group
     gets scale 0), "divide" (vLLM's per_token_group_quant_8bit: amax from
-    eps, codes of clip(x / s)), "ue8m0" (s rounded up to a power of two,
-    its log2 taken in float64).
+    eps, codes of clip(x / s)), "ue8m0" (s floored at 1e-10, then
+    2^ceil(log2(s)) with the log2 rounded to float32, as a correctly
+    rounded log2f gives it).
 
     ``bug`` plants one of the mistakes ``test_check_quant.py`` expects the
     check to catch; None computes the rule."""
@@ -180,7 +181,9 @@ def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
                     amax = np.maximum(amax, f32(eps))
                 sc = amax / f32(448)
                 if rule == "ue8m0":
-                    log2 = np.log2(sc) if bug == "ue8m0-float32-log2" else np.log2(sc.astype(np.float64))
+                    log2 = np.log2(np.maximum(sc, f32(1e-10)).astype(np.float64))
+                    if bug != "ue8m0-exact-ceil":
+                        log2 = log2.astype(f32)
                     sc = (2.0 ** np.ceil(log2)).astype(f32)
                 if bug == "reciprocal-multiply":
                     y = x[:, lo:hi] * (f32(448) / amax)[:, None]

@@ -56,7 +56,8 @@ def test_the_quantizer_function_is_the_oracle():
         ("divide", 1e-10, "inverted-scale", "RAND", r"scales: [1-9]\d* of"),
         ("divide", 1e-10, "group-64", "RAND", r"codes: [1-9]\d* of"),
         ("divide", 1e-10, "unwritten-last-group", "RAND", r"got 0x7F"),
-        ("ue8m0", 1e-4, "ue8m0-float32-log2", "POW2", r"scales: [1-9]\d* of"),
+        ("ue8m0", 1e-4, "ue8m0-exact-ceil", "POW2", r"scales: [1-9]\d* of"),
+        ("ue8m0", 1e-10, "truncate", "TIES", r"codes: [1-9]\d* of"),
     ],
 )
 def test_planted_bug_is_caught_by_its_arm_and_reruns(rule, eps, bug, arm, caught_by, capsys):
@@ -88,3 +89,7 @@ def test_refusals_and_bad_arguments():
         ko.check_fp8_group_quant(needs_whole_groups, rule="round")
     with pytest.raises(ValueError, match="at least 1"):
         ko.check_fp8_group_quant(needs_whole_groups, shapes=[(0, 128)])
+    # A NaN floor would make the sentinels the oracle's own answer.
+    for eps in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="eps"):
+            ko.check_fp8_group_quant(lambda x, q, s: None, eps=eps)
