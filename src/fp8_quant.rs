@@ -137,19 +137,14 @@ impl Spec {
     pub fn generate(&self) -> Result<Vec<f32>, String> {
         self.valid()?;
         let mut rng = Rng(self.seed);
-        let mut normal = || {
-            let u1 = 1.0 - f64::from(rng.f01());
-            let u2 = f64::from(rng.f01());
-            ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
-        };
         let mut x = vec![0f32; self.m * self.k];
         let g = self.group;
         for row in x.chunks_mut(self.k) {
             for grp in row.chunks_mut(g) {
-                let mag = 10f32.powf(6.0 * (normal().abs() % 1.0) - 3.0);
-                let regime = (normal().to_bits() >> 7) % 4;
+                let mag = 10f32.powf(6.0 * (rng.normal().abs() % 1.0) - 3.0);
+                let regime = (rng.normal().to_bits() >> 7) % 4;
                 for v in grp.iter_mut() {
-                    *v = normal() * mag;
+                    *v = rng.normal() * mag;
                 }
                 match self.arm {
                     Arm::Rand => {}
@@ -188,16 +183,16 @@ impl Spec {
                             // (normal range, 3 mantissa bits: odd / 16 at
                             // binade e), signed, then scaled and nudged by
                             // up to one ulp.
-                            let e = (normal().to_bits() % 13) as i32 - 5;
-                            let odd = (2 * (normal().to_bits() % 8) + 17) as f32;
+                            let e = (rng.normal().to_bits() % 13) as i32 - 5;
+                            let odd = (2 * (rng.normal().to_bits() % 8) + 17) as f32;
                             let mid = odd / 16.0 * 2f32.powi(e);
                             let nudge = if exact {
                                 0
                             } else {
-                                (normal().to_bits() % 3) as i32 - 1
+                                (rng.normal().to_bits() % 3) as i32 - 1
                             };
                             let t = f32::from_bits((mid * s).to_bits().wrapping_add(nudge as u32));
-                            *v = if normal() < 0.0 { -t } else { t };
+                            *v = if rng.normal() < 0.0 { -t } else { t };
                         }
                     }
                     Arm::Pow2 => {

@@ -25,6 +25,15 @@ impl Rng {
         ((self.next_u64() >> 40) as f32) / (1u32 << 24) as f32
     }
 
+    /// A standard normal value (Box-Muller on `(0, 1] x [0, 1)`, from two
+    /// [`Rng::f01`] draws, the cosine branch; computed in f64, rounded to
+    /// f32).
+    pub fn normal(&mut self) -> f32 {
+        let u1 = 1.0 - f64::from(self.f01());
+        let u2 = f64::from(self.f01());
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    }
+
     /// A uniform index in `0..n` (n >= 1), by modulo (bias irrelevant here).
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize

@@ -145,15 +145,10 @@ impl Spec {
         self.shape()?;
         let (c, p, t, b) = (self.dim, self.d_conv - 1, self.t, self.batch);
         let mut rng = Rng(self.seed);
-        let mut normal = || {
-            let u1 = 1.0 - f64::from(rng.f01());
-            let u2 = f64::from(rng.f01());
-            ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
-        };
         let wide = if self.arm == Arm::Wide { 60.0 } else { 1.0 };
-        let weight = (0..c * self.d_conv).map(|_| 0.5 * normal()).collect();
-        let x = (0..b * c * t).map(|_| wide * normal()).collect();
-        let state = (0..b * c * p).map(|_| wide * normal()).collect();
+        let weight = (0..c * self.d_conv).map(|_| 0.5 * rng.normal()).collect();
+        let x = (0..b * c * t).map(|_| wide * rng.normal()).collect();
+        let state = (0..b * c * p).map(|_| wide * rng.normal()).collect();
         Ok(Data { x, state, weight })
     }
 }

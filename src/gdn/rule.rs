@@ -200,12 +200,6 @@ impl Spec {
         let s = self.shape()?;
         let (nk, nv, t, b) = (self.num_k, self.num_v, self.t, self.batch);
         let mut rng = Rng(self.seed);
-        let normal = |rng: &mut Rng| -> f32 {
-            // Box-Muller on (0, 1] x [0, 1).
-            let u1 = 1.0 - f64::from(rng.f01());
-            let u2 = f64::from(rng.f01());
-            ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
-        };
         let uniform = |rng: &mut Rng, lo: f32, hi: f32| lo + (hi - lo) * rng.f01();
         let (a_lo, a_hi) = match self.arm {
             Arm::Gates => (-6.0, 0.0),
@@ -221,16 +215,14 @@ impl Spec {
                     _ => 1.0,
                 };
                 for e in head.iter_mut() {
-                    *e = normal(rng) * scale;
+                    *e = rng.normal() * scale;
                 }
             }
             x
         };
         let q = heads(&mut rng, b * t * nk);
         let k = heads(&mut rng, b * t * nk);
-        let v: Vec<f32> = (0..b * t * nv * D_STATE)
-            .map(|_| normal(&mut rng))
-            .collect();
+        let v: Vec<f32> = (0..b * t * nv * D_STATE).map(|_| rng.normal()).collect();
         let mut alpha = vec![0f32; b * t * nv];
         let mut beta_raw = vec![0f32; b * t * nv];
         for i in 0..b * t * nv {
@@ -238,24 +230,22 @@ impl Spec {
             alpha[i] = match self.arm {
                 Arm::Gates => {
                     let x = match rng.below(4) {
-                        0 => normal(&mut rng),
+                        0 => rng.normal(),
                         1 => uniform(&mut rng, 89.0, 200.0),
                         2 => uniform(&mut rng, 15.0, 25.0),
                         _ => uniform(&mut rng, -120.0, -20.0),
                     };
                     x - dt_bias[h]
                 }
-                _ => normal(&mut rng),
+                _ => rng.normal(),
             };
             beta_raw[i] = match (self.arm, rng.below(4)) {
                 (Arm::Gates, 2) => uniform(&mut rng, 10.0, 40.0),
                 (Arm::Gates, 3) => -uniform(&mut rng, 10.0, 40.0),
-                _ => normal(&mut rng),
+                _ => rng.normal(),
             };
         }
-        let state: Vec<f32> = (0..b * s.state_len())
-            .map(|_| 0.1 * normal(&mut rng))
-            .collect();
+        let state: Vec<f32> = (0..b * s.state_len()).map(|_| 0.1 * rng.normal()).collect();
         Ok(Data {
             q,
             k,
