@@ -7,6 +7,7 @@
 //! A case: `x` `[m][k]` f32 (elements), groups of `group` columns; the
 //! outputs `q` `[m][k]` e4m3 codes and `s` `[m][ceil(k / group)]` f32.
 
+use crate::elementwise::Part;
 use crate::rng::Rng;
 use oracle::fp8_quant::{quantize_groups, GroupScale};
 
@@ -236,17 +237,14 @@ pub fn reference(spec: &Spec, x: &[f32], rule: GroupScale) -> Result<(Vec<u8>, V
 pub struct Verdict {
     /// Codes compared, and those that differ.
     pub codes: (usize, usize),
-    /// Scales compared, and those whose bits differ.
-    pub scales: (usize, usize),
+    /// The scales, bit for bit (every limit 0; `first_diff`'s index is
+    /// `row * groups + group`, `max_ulp` the largest distance in f32 ulps).
+    pub scales: Part,
     /// The first differing code: `(row, column, got, want)`.
     pub first_code: Option<(usize, usize, u8, u8)>,
-    /// The first differing scale: `(row, group, got, want)`.
-    pub first_scale: Option<(usize, usize, f32, f32)>,
     /// The largest distance between a code and the oracle's, in e4m3
     /// steps (the ordered code scale: 1 is one rounding apart).
     pub max_code_steps: u32,
-    /// The largest distance between a scale and the oracle's in f32 ulps.
-    pub max_scale_ulps: u64,
 }
 
 /// An e4m3 code on an ordered integer scale (sign-magnitude to two's
@@ -265,7 +263,7 @@ impl Verdict {
     pub fn judge(spec: &Spec, q: &[u8], s: &[f32], want: &(Vec<u8>, Vec<f32>)) -> Verdict {
         let mut v = Verdict {
             codes: (want.0.len(), 0),
-            scales: (want.1.len(), 0),
+            scales: Part::judge(s, &want.1, &vec![0.0; want.1.len()]),
             ..Verdict::default()
         };
         for (i, (&g, &w)) in q.iter().zip(&want.0).enumerate() {
@@ -275,25 +273,12 @@ impl Verdict {
                 v.max_code_steps = v.max_code_steps.max(ordered(g).abs_diff(ordered(w)));
             }
         }
-        for (i, (&g, &w)) in s.iter().zip(&want.1).enumerate() {
-            if g.to_bits() != w.to_bits() {
-                v.scales.1 += 1;
-                v.first_scale
-                    .get_or_insert((i / spec.groups(), i % spec.groups(), g, w));
-                let u = if g.is_finite() && w.is_finite() {
-                    crate::gdn::rule::ulps(g, w)
-                } else {
-                    u64::from(u32::MAX)
-                };
-                v.max_scale_ulps = v.max_scale_ulps.max(u);
-            }
-        }
         v
     }
 
     /// Every code and every scale bit for bit.
     pub fn pass(&self) -> bool {
-        self.codes.1 == 0 && self.scales.1 == 0
+        self.codes.1 == 0 && self.scales.bit_exact()
     }
 }
 
@@ -385,11 +370,11 @@ mod tests {
         q[301] ^= 1;
         s[4] = f32::from_bits(s[4].to_bits() + 2);
         let v = Verdict::judge(&sp, &q, &s, &want);
-        assert_eq!((v.codes.1, v.scales.1), (1, 1));
+        assert_eq!((v.codes.1, v.scales.n - v.scales.identical), (1, 1));
         assert_eq!(v.first_code.unwrap().0, 1);
         assert_eq!(v.first_code.unwrap().1, 1);
-        assert_eq!(v.first_scale.unwrap().0, 1);
-        assert_eq!((v.max_code_steps, v.max_scale_ulps), (1, 2));
+        assert_eq!(v.scales.first_diff.unwrap().0, 4);
+        assert_eq!((v.max_code_steps, v.scales.max_ulp), (1, 2));
         assert!(spec(0, 1, Arm::Rand).generate().is_err());
         assert!(Spec { group: 0, ..sp }.generate().is_err());
         assert_eq!(Arm::parse("ties"), Ok(Arm::Ties));

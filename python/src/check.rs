@@ -532,6 +532,25 @@ fn derive_seed(base: u64, trial: usize) -> u64 {
     }
 }
 
+/// The arms a check runs: each of `given` through `parse` (the case
+/// library's `Arm::parse`), else every arm of `all` in order.
+///
+/// # Errors
+/// `ValueError` with `parse`'s sentence for the first unknown name.
+pub(crate) fn arms_or_all<A: Copy>(
+    given: Option<Vec<String>>,
+    all: &[A],
+    parse: impl Fn(&str) -> Result<A, String>,
+) -> PyResult<Vec<A>> {
+    match given {
+        Some(a) => a
+            .iter()
+            .map(|s| parse(s).map_err(PyValueError::new_err))
+            .collect(),
+        None => Ok(all.to_vec()),
+    }
+}
+
 /// The data seeds of one (shape, arm): `seeds` as given, else `base` and
 /// `trials - 1` derived ones, drawn one at a time (a huge `trials` runs
 /// long, never allocates).

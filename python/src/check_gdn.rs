@@ -12,9 +12,12 @@
 //!   and verdict (a written error bound, or bit for bit when declared).
 
 use crate::arrays::array;
-use crate::check::{call, callable_name, failure_head, seeds_for, value, CheckReport, Input, Out};
+use crate::check::{
+    arms_or_all, call, callable_name, failure_head, seeds_for, value, CheckReport, Input, Out,
+};
+use kernel_oracle::elementwise::Part;
 use kernel_oracle::gdn::conv_update;
-use kernel_oracle::gdn::rule::{self, o_index, reference, state_index, Arm, Part, Spec, Verdict};
+use kernel_oracle::gdn::rule::{self, o_index, reference, state_index, Arm, Spec, Verdict};
 use oracle::gdn::D_STATE;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -53,16 +56,6 @@ fn spec(
     };
     s.shape().map_err(PyValueError::new_err)?;
     Ok(s)
-}
-
-fn arms(arms: Option<Vec<String>>) -> PyResult<Vec<Arm>> {
-    match arms {
-        Some(a) => a
-            .iter()
-            .map(|s| Arm::parse(s).map_err(PyValueError::new_err))
-            .collect(),
-        None => Ok(Arm::ALL.to_vec()),
-    }
 }
 
 /// The array shapes of a case, in the callable's argument order: `q`,
@@ -217,7 +210,7 @@ fn check_gated_delta_rule<'py>(
     name: Option<String>,
 ) -> PyResult<CheckReport> {
     let shape_list = shapes.unwrap_or_else(|| GDN_SHAPES.to_vec());
-    let arms = self::arms(arms)?;
+    let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
     for &sh in &shape_list {
         spec(sh, Arm::Rand, None, states)?;
     }
@@ -245,22 +238,14 @@ fn check_gated_delta_rule<'py>(
                 for ((n, x), shape) in INPUTS.iter().zip(data_slices(&d)).zip(&dims) {
                     inputs.push((*n, Input::F32(array(py, shape, x.to_vec())?, x)));
                 }
-                let a = arm.name();
-                let case = Case {
-                    row: format!("{:<14} {a:>5} 0x{seed:016x}", format!("{nk},{nv},{t},{b}")),
-                    head: format!(
-                        "FAIL gated_delta_rule: num_k={nk} num_v={nv} t={t} B={b} arm={a} seed=0x{seed:016x}, declared: {declared}"
-                    ),
-                    repro: format!(
-                        "kernel_oracle.check_gated_delta_rule({fname}, shapes=[({nk}, {nv}, {t}, {b})], arms=[\"{a}\"], seeds=[0x{seed:016x}]{}{})",
-                        if bit_exact { ", bit_exact=True" } else { "" },
-                        states_kw(states)
-                    ),
-                    arrays: format!(
-                        "kernel_oracle.gated_delta_rule_case({nk}, {nv}, {t}, {b}, \"{a}\", seed=0x{seed:016x}{})",
-                        states_kw(states)
-                    ),
-                };
+                let case = Case::new(
+                    "gated_delta_rule",
+                    &fname,
+                    [("num_k", nk), ("num_v", nv), ("t", t), ("B", b)],
+                    (arm.name(), seed),
+                    declared,
+                    (bit_exact, states),
+                );
                 let o_place = |i: usize| {
                     let (b, r, h, j) = o_index(&s, i);
                     format!("[{b}, {r}, {h}, {j}] (sequence, row, v head, value)")
@@ -435,6 +420,38 @@ struct Case {
 }
 
 impl Case {
+    /// The lines of one case of `check_<contract>` (shape `dims`, named as
+    /// the failure head names them), its arm and seed, what the callable
+    /// declared, and the `bit_exact` and `states` arguments the rerun
+    /// lines repeat.
+    fn new(
+        contract: &str,
+        fname: &str,
+        dims: [(&str, usize); 4],
+        (arm, seed): (&str, u64),
+        declared: &str,
+        (bit_exact, states): (bool, bool),
+    ) -> Case {
+        let values = dims.map(|(_, v)| v.to_string());
+        let named: Vec<String> = dims.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        let (shape, tuple) = (values.join(","), values.join(", "));
+        let exact_kw = if bit_exact { ", bit_exact=True" } else { "" };
+        let states_kw = states_kw(states);
+        Case {
+            row: format!("{shape:<14} {arm:>5} 0x{seed:016x}"),
+            head: format!(
+                "FAIL {contract}: {} arm={arm} seed=0x{seed:016x}, declared: {declared}",
+                named.join(" ")
+            ),
+            repro: format!(
+                "kernel_oracle.check_{contract}({fname}, shapes=[({tuple})], arms=[\"{arm}\"], seeds=[0x{seed:016x}]{exact_kw}{states_kw})"
+            ),
+            arrays: format!(
+                "kernel_oracle.{contract}_case({tuple}, \"{arm}\", seed=0x{seed:016x}{states_kw})"
+            ),
+        }
+    }
+
     /// Calls `f` on `inputs` with two NaN-filled outputs of `outs`' shapes,
     /// records a refusal or an error, else judges both outputs with
     /// `judge`, prints the row and, on a failure, the report.
@@ -630,13 +647,7 @@ fn check_causal_conv1d_update<'py>(
     name: Option<String>,
 ) -> PyResult<CheckReport> {
     let shape_list = shapes.unwrap_or_else(|| CONV_SHAPES.to_vec());
-    let arms: Vec<conv_update::Arm> = match arms {
-        Some(a) => a
-            .iter()
-            .map(|s| conv_update::Arm::parse(s).map_err(PyValueError::new_err))
-            .collect::<PyResult<_>>()?,
-        None => conv_update::Arm::ALL.to_vec(),
-    };
+    let arms = arms_or_all(arms, &conv_update::Arm::ALL, conv_update::Arm::parse)?;
     for &sh in &shape_list {
         conv_spec(sh, conv_update::Arm::Rand, None, states)?;
     }
@@ -671,22 +682,14 @@ fn check_causal_conv1d_update<'py>(
                         Input::F32(array(py, &dims[2], d.weight.clone())?, &d.weight),
                     ),
                 ];
-                let a = arm.name();
-                let case = Case {
-                    row: format!("{:<14} {a:>5} 0x{seed:016x}", format!("{c},{k},{t},{b}")),
-                    head: format!(
-                        "FAIL causal_conv1d_update: dim={c} d_conv={k} t={t} B={b} arm={a} seed=0x{seed:016x}, declared: {declared}"
-                    ),
-                    repro: format!(
-                        "kernel_oracle.check_causal_conv1d_update({fname}, shapes=[({c}, {k}, {t}, {b})], arms=[\"{a}\"], seeds=[0x{seed:016x}]{}{})",
-                        if bit_exact { ", bit_exact=True" } else { "" },
-                        states_kw(states)
-                    ),
-                    arrays: format!(
-                        "kernel_oracle.causal_conv1d_update_case({c}, {k}, {t}, {b}, \"{a}\", seed=0x{seed:016x}{})",
-                        states_kw(states)
-                    ),
-                };
+                let case = Case::new(
+                    "causal_conv1d_update",
+                    &fname,
+                    [("dim", c), ("d_conv", k), ("t", t), ("B", b)],
+                    (arm.name(), seed),
+                    declared,
+                    (bit_exact, states),
+                );
                 let o_place = |i: usize| {
                     format!(
                         "[{}, {}, {}] (sequence, channel, input)",

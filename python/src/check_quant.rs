@@ -6,7 +6,8 @@
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
-    call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Input, Out, OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Input,
+    Out, OutKind,
 };
 use kernel_oracle::fp8_quant::{identify, reference, rule_label, Arm, Spec, Verdict, KNOWN};
 use numpy::PyReadonlyArrayDyn;
@@ -162,13 +163,7 @@ fn check_fp8_group_quant<'py>(
     let rule_name = rule.to_ascii_lowercase();
     let rule = parse_rule(rule, eps)?;
     let shapes = shapes.unwrap_or_else(|| QUANT_SHAPES.to_vec());
-    let arms: Vec<Arm> = match arms {
-        Some(a) => a
-            .iter()
-            .map(|s| Arm::parse(s).map_err(PyValueError::new_err))
-            .collect::<PyResult<_>>()?,
-        None => Arm::ALL.to_vec(),
-    };
+    let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
     for &(m, k) in &shapes {
         Spec {
             m,
@@ -239,10 +234,10 @@ fn check_fp8_group_quant<'py>(
                     "{row} {:>7}/{:<7} {:>5}/{:<7} {:>6} {:>6} {ms:>9.2}  {}  {}",
                     v.codes.1,
                     v.codes.0,
-                    v.scales.1,
-                    v.scales.0,
+                    v.scales.n - v.scales.identical,
+                    v.scales.n,
                     v.max_code_steps,
-                    v.max_scale_ulps,
+                    v.scales.max_ulp,
                     if pass { "PASS" } else { "FAIL" },
                     if matches.is_empty() {
                         "none known".into()
@@ -259,7 +254,12 @@ fn check_fp8_group_quant<'py>(
                     let _ = writeln!(
                         r,
                         "  codes: {} of {} differ (at most {} e4m3 steps); scales: {} of {} differ (at most {} ulps)",
-                        v.codes.1, v.codes.0, v.max_code_steps, v.scales.1, v.scales.0, v.max_scale_ulps
+                        v.codes.1,
+                        v.codes.0,
+                        v.max_code_steps,
+                        v.scales.n - v.scales.identical,
+                        v.scales.n,
+                        v.scales.max_ulp
                     );
                     if let Some((j, c, g, w)) = v.first_code {
                         let _ = writeln!(
@@ -268,7 +268,8 @@ fn check_fp8_group_quant<'py>(
                             value(x[j * k + c])
                         );
                     }
-                    if let Some((j, g, got_s, want_s)) = v.first_scale {
+                    if let Some((i, got_s, want_s, _)) = v.scales.first_diff {
+                        let (j, g) = (i / sp.groups(), i % sp.groups());
                         let _ = writeln!(
                             r,
                             "  first scale at (row {j}, group {g}): got {}, want {}",

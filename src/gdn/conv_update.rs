@@ -24,7 +24,8 @@
 //! computed); `out` bit for bit when the implementation declares core's
 //! arithmetic, else within `2 B + 2^-100` of the oracle's ([`bound`]).
 
-use super::rule::{gamma, Part, FLOOR, TRANSCENDENTAL, U};
+use super::rule::{gamma, FLOOR, TRANSCENDENTAL, U};
+use crate::elementwise::Part;
 use crate::rng::Rng;
 use oracle::gdn::conv::conv1d_rows;
 use oracle::gdn::{GdnShape, D_STATE};
