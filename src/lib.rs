@@ -16,6 +16,7 @@ pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;
 pub mod kind;
+pub mod moe_align;
 pub mod moe_tables;
 pub mod mul_mat;
 pub mod mutate;

@@ -29,6 +29,8 @@
 //!   delta-rule scan, packed rows with snapshots; exp, softplus, sigmoid,
 //!   SiLU and sqrt as binary32 basic operations.
 //! - [`moe_tables`]: the MoE verify-rows pointer and scale tables (seed 002).
+//! - [`moe_align`]: the MoE token alignment a fused-MoE GEMM walks (vLLM's
+//!   and SGLang's `moe_align_block_size`).
 //! - [`ggml`]: ggml's Q4_0, Q8_0, Q4_K, Q6_K blocks and the WGSL GEMM over them (seed 004).
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
@@ -50,6 +52,7 @@ pub mod fp8_mmq;
 pub mod fp8_quant;
 pub mod gdn;
 pub mod ggml;
+pub mod moe_align;
 pub mod moe_tables;
 pub mod round;
 pub mod tensor_core;

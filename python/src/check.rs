@@ -247,6 +247,9 @@ pub(crate) enum OutKind {
     /// uint8 codes, handed filled with `0x7F` (the e4m3 NaN code, which no
     /// check's data produce).
     U8,
+    /// int32 indices and counts, handed filled with `i32::MIN` (no check's
+    /// index or count).
+    I32,
 }
 
 impl OutKind {
@@ -254,6 +257,7 @@ impl OutKind {
         match self {
             OutKind::F32 => "float32",
             OutKind::U8 => "uint8",
+            OutKind::I32 => "int32",
         }
     }
 }
@@ -265,6 +269,8 @@ pub(crate) enum Got {
     F32(Vec<f32>),
     /// A uint8 output, C order.
     U8(Vec<u8>),
+    /// An int32 output, C order.
+    I32(Vec<i32>),
 }
 
 impl Got {
@@ -273,7 +279,7 @@ impl Got {
     pub(crate) fn f32(&self) -> &[f32] {
         match self {
             Got::F32(v) => v,
-            Got::U8(_) => &[],
+            _ => &[],
         }
     }
 
@@ -281,7 +287,15 @@ impl Got {
     pub(crate) fn u8(&self) -> &[u8] {
         match self {
             Got::U8(v) => v,
-            Got::F32(_) => &[],
+            _ => &[],
+        }
+    }
+
+    /// The int32 elements (another kind gives none).
+    pub(crate) fn i32(&self) -> &[i32] {
+        match self {
+            Got::I32(v) => v,
+            _ => &[],
         }
     }
 }
@@ -317,6 +331,7 @@ pub(crate) fn call_typed<'py>(
         arrays.push(match kind {
             OutKind::F32 => array(py, shape, vec![f32::NAN; n])?.into_any(),
             OutKind::U8 => array(py, shape, vec![0x7Fu8; n])?.into_any(),
+            OutKind::I32 => array(py, shape, vec![i32::MIN; n])?.into_any(),
         });
     }
     let mut args = lead;
@@ -399,6 +414,10 @@ pub(crate) fn call_typed<'py>(
                 .extract::<PyReadonlyArrayDyn<'py, u8>>()
                 .ok()
                 .map(|a| (a.shape() == shape, a.shape().to_vec(), Got::U8(to_vec(&a)))),
+            OutKind::I32 => item
+                .extract::<PyReadonlyArrayDyn<'py, i32>>()
+                .ok()
+                .map(|a| (a.shape() == shape, a.shape().to_vec(), Got::I32(to_vec(&a)))),
         };
         match read {
             Some((true, _, g)) => got.push(g),
@@ -444,6 +463,8 @@ pub(crate) enum Input<'a, 'py> {
     U8(Bound<'py, PyArrayDyn<u8>>, &'a [u8]),
     /// float32 values (compared by bits).
     F32(Bound<'py, PyArrayDyn<f32>>, &'a [f32]),
+    /// int32 ids.
+    I32(Bound<'py, PyArrayDyn<i32>>, &'a [i32]),
 }
 
 impl<'py> Input<'_, 'py> {
@@ -451,6 +472,7 @@ impl<'py> Input<'_, 'py> {
         match self {
             Input::U8(a, _) => a.clone().into_any(),
             Input::F32(a, _) => a.clone().into_any(),
+            Input::I32(a, _) => a.clone().into_any(),
         }
     }
 
@@ -466,6 +488,7 @@ impl<'py> Input<'_, 'py> {
         }
         match self {
             Input::U8(a, before) => same(a, |v| v == *before),
+            Input::I32(a, before) => same(a, |v| v == *before),
             Input::F32(a, before) => same(a, |v| {
                 v.len() == before.len()
                     && v.iter()

@@ -23,13 +23,16 @@
 //!   judged by a written error bound);
 //! - [`check_quant`]: `quantize_fp8_groups` and `check_fp8_group_quant`
 //!   (per-token-group e4m3 quantizers, bit for bit under a declared scale
-//!   rule).
+//!   rule);
+//! - [`check_moe`]: `moe_align_block_size` and `check_moe_align_block_size`
+//!   (the MoE routing table a fused-MoE GEMM walks).
 
 #![warn(missing_docs)]
 
 pub mod arrays;
 pub mod check;
 pub mod check_gdn;
+pub mod check_moe;
 pub mod check_quant;
 pub mod codecs;
 pub mod conventions;
@@ -65,5 +68,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check::register(m)?;
     check_gdn::register(m)?;
     check_quant::register(m)?;
+    check_moe::register(m)?;
     Ok(())
 }

@@ -198,3 +198,62 @@ def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
                 sc = f32(1) / sc
             q[:, lo:hi] = codes
             s[:, g] = sc
+
+
+def moe_align(topk_ids, num_experts, block_size, sorted_ids, expert_ids, total, expert_map=None,
+              map_mode="mark", order="atomic", seed=0, bug=None):
+    """MoE token alignment as vLLM's moe_align_block_size defines it, in
+    numpy: each expert's pairs (flat indices of topk_ids), then pads of
+    value numel up to a multiple of block_size, experts in increasing id;
+    expert_ids[b] the expert of block b (under map_mode "mark" mapped
+    through expert_map, -1 for another rank's); ids outside 0 ..
+    num_experts go nowhere; under "ignore" a non-local expert's pairs go
+    nowhere and ids are local. The outputs are written in place; past the
+    used part sorted_ids gets pads and expert_ids -1.
+
+    ``order``: "atomic" places each expert's pairs in a random order (as
+    vLLM's atomicAdd scatter does), "stable" in increasing flat index.
+    ``bug`` plants one of the mistakes ``test_check_moe.py`` expects the
+    check to catch; None computes the contract."""
+    flat = topk_ids.reshape(-1).astype(np.int64)
+    numel = flat.size
+    n_keys = num_experts
+    if bug == "negative-wraps":
+        # Python indexing: -1 is the last expert.
+        flat = np.where(flat < 0, flat % num_experts, flat)
+    if bug == "clamp-high":
+        flat = np.where(flat >= num_experts, num_experts - 1, flat)
+    valid = (flat >= 0) & (flat < num_experts)
+    key = np.where(valid, flat, -1)
+    if expert_map is not None and (map_mode == "ignore") != (bug == "map-mode-swapped"):
+        key = np.where(valid, expert_map[np.clip(flat, 0, num_experts - 1)], -1)
+    if bug == "drop-last-pair":
+        key[-1] = -1
+    counts = np.bincount(key[key >= 0], minlength=n_keys)
+    if bug == "floor-not-ceil":
+        padded = counts // block_size * block_size
+    elif bug == "pad-full-blocks":
+        padded = (counts // block_size + 1) * block_size * (counts > 0)
+    elif bug == "empty-expert-block":
+        padded = np.maximum(-(-counts // block_size) * block_size, block_size)
+    else:
+        padded = -(-counts // block_size) * block_size
+    start = np.concatenate([[0], np.cumsum(padded)])
+    pad = numel - 1 if bug == "pad-numel-minus-1" else numel
+    sorted_ids[:] = pad
+    expert_ids[:] = -1
+    rng = np.random.default_rng(seed)
+    for e in range(n_keys):
+        pairs = np.nonzero(key == e)[0]
+        if order == "atomic":
+            pairs = rng.permutation(pairs)
+        if bug == "first-1024-pairs":
+            pairs = pairs[pairs < 1024]
+        take = min(pairs.size, padded[e])
+        sorted_ids[start[e]:start[e] + take] = pairs[:take]
+        value = e
+        if expert_map is not None and map_mode == "mark" and bug != "map-mode-swapped":
+            value = expert_map[e]
+        for b in range(start[e] // block_size, start[e + 1] // block_size):
+            expert_ids[b + (1 if bug == "block-shift" else 0)] = value
+    total[0] = start[-1]
