@@ -1,4 +1,4 @@
-//! Cases for judging an MoE token alignment (vLLM's and SGLang's
+//! Cases for judging an MoE token alignment (vLLM's
 //! `moe_align_block_size`, Triton and pure-torch forms) against
 //! [`oracle::moe_align`]: the routing table a fused-MoE GEMM walks.
 //!
@@ -16,10 +16,11 @@ use oracle::moe_align::{Align, MapMode, Order, Tail, Violation};
 pub enum Arm {
     /// Each token's `topk` distinct experts, uniform.
     Rand,
-    /// Hot experts: four pairs in five go to one of up to four experts
-    /// (segments many blocks long, most experts empty: a count kept per
-    /// thread, a block loop that stops at one, an empty segment given a
-    /// block).
+    /// Hot experts: four draws in five from a hot set of `topk` to
+    /// `topk + 3` experts, the rest from a quarter of the experts
+    /// (segments many blocks long, three quarters of the experts empty: a
+    /// count kept per thread, a block loop that stops at one, an empty
+    /// segment given a block).
     Skew,
     /// Counts at the block edges: each used expert gets 1, `block_size -
     /// 1`, `block_size`, `block_size + 1` or `2 block_size` pairs, and on
@@ -27,9 +28,9 @@ pub enum Arm {
     /// `block_size` (a ceiling taken as a floor, a pad added to a full
     /// block); the first and last expert always used; pairs shuffled.
     Edge,
-    /// Ids outside `0 .. num_experts`: one pair in eight is -1, -2,
-    /// `num_experts`, `num_experts + 1` or `i32::MAX` (routed nowhere:
-    /// rule `ROUTE`), the rest as `RAND`.
+    /// Ids outside `0 .. num_experts`: `ceil(numel / 8)` pairs, at random
+    /// places, are -1, -2, `num_experts`, `num_experts + 1` and `i32::MAX`
+    /// in turn (routed nowhere: rule `ROUTE`), the rest as `RAND`.
     Invalid,
 }
 
@@ -61,11 +62,44 @@ impl Arm {
     }
 }
 
-/// The largest case: `tokens topk` at most this many pairs.
-pub const MAX_PAIRS: usize = 1 << 22;
+/// The most pairs (`tokens topk`) a case takes.
+pub const MAX_PAIRS: usize = 1 << 20;
 
 /// The most experts a case takes.
-pub const MAX_EXPERTS: usize = 1 << 16;
+pub const MAX_EXPERTS: usize = 1 << 12;
+
+/// The most `numel num_experts` a case takes: the contract's functions
+/// count each expert's pairs by a pass over the ids (so a case costs a few
+/// passes of `numel num_experts` steps, under a second at this cap).
+pub const MAX_WORK: usize = 1 << 26;
+
+/// The longest `sorted` a case takes (256 MiB of int32).
+pub const MAX_CAPACITY: usize = 1 << 26;
+
+/// Whether `numel` pairs over `num_experts` experts, `capacity` long, are
+/// within the check's caps ([`MAX_PAIRS`], [`MAX_EXPERTS`], [`MAX_WORK`],
+/// [`MAX_CAPACITY`]).
+///
+/// # Errors
+/// A sentence naming the cap passed.
+pub fn within_caps(numel: usize, num_experts: usize, capacity: usize) -> Result<(), String> {
+    if numel > MAX_PAIRS || num_experts > MAX_EXPERTS {
+        return Err(format!(
+            "{numel} pairs over {num_experts} experts: over the check's {MAX_PAIRS} pairs or {MAX_EXPERTS} experts"
+        ));
+    }
+    if numel * num_experts > MAX_WORK {
+        return Err(format!(
+            "{numel} pairs times {num_experts} experts: over the check's {MAX_WORK} (the oracle counts each expert's pairs in a pass)"
+        ));
+    }
+    if capacity > MAX_CAPACITY {
+        return Err(format!(
+            "sorted would hold {capacity} entries: over the check's {MAX_CAPACITY}"
+        ));
+    }
+    Ok(())
+}
 
 /// One case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,25 +186,22 @@ impl Spec {
     }
 
     /// # Errors
-    /// A zero dimension; over [`MAX_PAIRS`] pairs or [`MAX_EXPERTS`]
-    /// experts; a capacity past i32.
+    /// A zero `topk`, `num_experts` or `block_size` (`tokens` may be 0:
+    /// an empty batch); a case past the caps ([`within_caps`]).
     pub fn valid(&self) -> Result<(), String> {
-        if self.tokens == 0 || self.topk == 0 || self.num_experts == 0 || self.block_size == 0 {
+        if self.topk == 0 || self.num_experts == 0 || self.block_size == 0 {
             return Err(format!(
-                "tokens={} topk={} num_experts={} block_size={}: each must be at least 1",
-                self.tokens, self.topk, self.num_experts, self.block_size
+                "topk={} num_experts={} block_size={}: each must be at least 1",
+                self.topk, self.num_experts, self.block_size
             ));
         }
-        if self.tokens.saturating_mul(self.topk) > MAX_PAIRS || self.num_experts > MAX_EXPERTS {
-            return Err(format!(
-                "tokens={} topk={} num_experts={}: over the check's {MAX_PAIRS} pairs or {MAX_EXPERTS} experts",
-                self.tokens, self.topk, self.num_experts
-            ));
-        }
-        self.align(None)
-            .capacity(self.numel())
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let numel = self.tokens.saturating_mul(self.topk);
+        within_caps(numel, self.num_experts, 0)?;
+        let cap = self
+            .align(None)
+            .capacity(numel)
+            .map_err(|e| e.to_string())?;
+        within_caps(numel, self.num_experts, cap)
     }
 
     /// The case's ids and map, drawn from `seed` alone.
@@ -202,12 +233,15 @@ impl Spec {
         match self.arm {
             Arm::Rand | Arm::Invalid => picks(&mut rng, &mut ids, &|r| r.below(e)),
             Arm::Skew => {
-                let hot: Vec<usize> = (0..1 + rng.below(4)).map(|_| rng.below(e)).collect();
+                let mut all: Vec<usize> = (0..e).collect();
+                shuffle(&mut rng, &mut all);
+                let h = (k + rng.below(4)).min(e);
+                let (hot, warm) = (&all[..h], &all[..(e / 4).max(h)]);
                 picks(&mut rng, &mut ids, &|r| {
                     if r.below(5) < 4 {
                         hot[r.below(hot.len())]
                     } else {
-                        r.below(e)
+                        warm[r.below(warm.len())]
                     }
                 })
             }
@@ -256,11 +290,14 @@ impl Spec {
             }
         }
         if self.arm == Arm::Invalid {
+            // Exactly ceil(numel / 8) of them, at shuffled places, the
+            // five values in turn from a random one.
             let bad = [-1, -2, e as i32, e as i32 + 1, i32::MAX];
-            for id in ids.iter_mut() {
-                if rng.below(8) == 0 {
-                    *id = bad[rng.below(bad.len())];
-                }
+            let mut at: Vec<usize> = (0..n).collect();
+            shuffle(&mut rng, &mut at);
+            let first = rng.below(bad.len());
+            for (j, &i) in at[..n.div_ceil(8)].iter().enumerate() {
+                ids[i] = bad[(first + j) % bad.len()];
             }
         }
         let expert_map = self.map.map(|_| {
@@ -425,15 +462,20 @@ mod tests {
             .chunks(8)
             .all(|t| (1..8).all(|i| !t[..i].contains(&t[i]))));
         assert_eq!(counts(&s, &c.ids).iter().sum::<usize>(), 4000);
-        // SKEW: at least 4 pairs in 5 on at most 4 experts.
-        let s = spec(500, 2, 64, 16, Arm::Skew);
-        let c = counts(&s, &s.generate().unwrap().ids);
-        let mut top = c.clone();
-        top.sort_unstable_by(|a, b| b.cmp(a));
-        assert!(
-            top[..4].iter().sum::<usize>() as f64 >= 0.75 * 1000.0,
-            "{top:?}"
-        );
+        // SKEW: about 4 pairs in 5 on topk + 3 experts or fewer, three
+        // quarters of the experts empty, at topk 2 and 8.
+        for (tokens, topk, e) in [(500, 2, 64), (300, 8, 256), (2048, 8, 256)] {
+            let s = spec(tokens, topk, e, 16, Arm::Skew);
+            let c = counts(&s, &s.generate().unwrap().ids);
+            let mut top = c.clone();
+            top.sort_unstable_by(|a, b| b.cmp(a));
+            let hot = top[..topk + 3].iter().sum::<usize>() as f64;
+            assert!(hot >= 0.7 * (tokens * topk) as f64, "{top:?}");
+            assert!(
+                c.iter().filter(|&&x| x == 0).count() * 4 >= e * 3 - 4 * (topk + 3),
+                "{c:?}"
+            );
+        }
         // EDGE: every used expert's count is next to a multiple of
         // block_size (the last one drawn may be cut), the first and last
         // experts used; with more pairs than experts, rounds after the
@@ -450,12 +492,23 @@ mod tests {
             assert!(edge + 1 >= used, "{c:?}");
             assert!(used >= e.min(tokens * topk) / 4, "{c:?}");
         }
-        // INVALID: one pair in eight out of range.
-        let s = spec(1000, 8, 64, 16, Arm::Invalid);
+        // INVALID: ceil(numel / 8) pairs out of range, one at least in a
+        // single decode token, every bad value in a batch.
+        for (tokens, n_bad) in [(1000, 1000), (1, 1), (3, 3)] {
+            let s = spec(tokens, 8, 64, 16, Arm::Invalid);
+            let c = s.generate().unwrap();
+            let bad = c.ids.iter().filter(|&&i| !(0..64).contains(&i)).count();
+            assert_eq!(bad, n_bad);
+        }
+        let c = spec(1000, 8, 64, 16, Arm::Invalid).generate().unwrap();
+        for v in [-1, -2, 64, 65, i32::MAX] {
+            assert!(c.ids.contains(&v), "{v}");
+        }
+        // An empty batch is a case: no pairs, nothing used.
+        let s = spec(0, 8, 256, 16, Arm::Edge);
         let c = s.generate().unwrap();
-        let bad = c.ids.iter().filter(|&&i| !(0..64).contains(&i)).count() as f64 / 8000.0;
-        assert!((bad - 0.125).abs() < 0.02, "{bad}");
-        assert!(c.ids.contains(&-1) && c.ids.contains(&64) && c.ids.contains(&i32::MAX));
+        assert!(c.ids.is_empty());
+        assert_eq!(reference(&s, &c).unwrap(), (vec![], vec![], 0));
     }
 
     /// A map's local experts are `num_experts / ranks` of them, with local
@@ -509,7 +562,11 @@ mod tests {
         let v = judge(Order::Any, &sorted, &ex);
         assert_eq!(v.blocks.1, 1);
         assert!(v.segments.1 >= 1 && v.segments.0 > 2, "{v:?}");
-        assert!(spec(0, 1, 1, 1, Arm::Rand).generate().is_err());
+        assert!(spec(1, 0, 1, 1, Arm::Rand).generate().is_err());
+        assert!(spec(1 << 16, 8, 256, 16, Arm::Rand).valid().is_err());
+        assert!(spec(1 << 20, 1, 4096, 1, Arm::Rand).valid().is_err());
+        assert!(spec(1 << 14, 1, 4096, 16385, Arm::Rand).valid().is_err());
+        assert!(spec(1 << 14, 1, 4096, 16381, Arm::Rand).valid().is_ok());
         assert_eq!(Arm::parse("edge"), Ok(Arm::Edge));
     }
 }

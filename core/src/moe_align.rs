@@ -1,6 +1,6 @@
 //! MoE token alignment: the routing table a fused-MoE GEMM walks
-//! (`moe_align_block_size` in vLLM and SGLang, `moe_align_block_size_triton`
-//! and the pure-torch forms beside them).
+//! (vLLM's `moe_align_block_size`, its Triton fast paths and the pure-torch
+//! forms beside them; SGLang's shifts ids by one, another contract).
 //!
 //! A router picks `topk` experts for each of `tokens` tokens. The flat list
 //! of its picks, `ids` (`numel = tokens * topk` pairs; pair `i` is token
@@ -46,7 +46,9 @@
 //!    block_size ..]`) nothing is required unless a [`Tail`] is declared:
 //!    pads in `sorted`, a declared value in `expert_ids` (rule `TAIL`; the
 //!    GEMM stops at `total`, and kernels differ: vLLM's fills `sorted` with
-//!    pads and, by version, `expert_ids` with 0 or -1).
+//!    pads and, by version, `expert_ids` with 0 or -1, which its wrapper
+//!    then maps through `expert_map` under [`MapMode::Mark`]: `map[0]`, or
+//!    `map[-1]`, torch's last entry).
 //!
 //! # Rules
 //!
@@ -56,10 +58,13 @@
 //!   ceil(capacity / block_size)`. These are vLLM's allocations; `total`
 //!   never exceeds `capacity`: a key with pairs adds fewer than `block_size`
 //!   pads, and at most `min(numel, num_experts)` keys have pairs.
-//! - `ROUTE`: ids outside `0 .. num_experts` are nobody's pairs. vLLM's CUDA
-//!   kernel skips ids `>= num_experts`; a negative id it does not test
-//!   indexes its shared counts out of bounds, and a pure-torch form indexing
-//!   with it wraps to the last expert. Both fail here.
+//! - `ROUTE`: ids outside `0 .. num_experts` are nobody's pairs (vLLM's
+//!   Triton fast paths: "out-of-range IDs are ignored"). vLLM's CUDA kernel
+//!   skips ids `>= num_experts` on its large path only (its small-batch path,
+//!   under 1024 pairs and at most 64 experts, indexes its shared counts with
+//!   them), and neither path tests for a negative id; a pure-torch form
+//!   indexing with `-1` wraps to the last expert. All of these fail here; a
+//!   caller whose ids are always in range leaves the INVALID arm out.
 //! - `PAD`: the pad is `numel`, one past the last pair, as every field
 //!   kernel writes it; a GEMM tests `sorted[p] < numel`.
 //! - `MAP`: a map value must be `-1` or a local id in `0 .. num_experts`;
@@ -68,8 +73,10 @@
 //! Source: vLLM `vllm/model_executor/layers/fused_moe/moe_align_block_size.py`
 //! (the docstring's example, the allocations, `expert_map` and
 //! `ignore_invalid_experts`) and `csrc/moe/moe_align_sum_kernels.cu`
-//! (`moe_align_block_size_kernel`, `count_and_sort_expert_tokens_kernel`);
-//! SGLang's `sgl-kernel` copy of the same kernel.
+//! (`moe_align_block_size_kernel`, `count_and_sort_expert_tokens_kernel`,
+//! `moe_align_block_size_small_batch_expert_kernel`). SGLang's `sgl-kernel`
+//! form differs: it shifts every id by one so that `-1` forms a leading
+//! segment of its own, counted in `total`, with its own capacity.
 
 /// What an expert-parallel map does to a non-local expert's pairs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -465,6 +465,8 @@ pub(crate) enum Input<'a, 'py> {
     F32(Bound<'py, PyArrayDyn<f32>>, &'a [f32]),
     /// int32 ids.
     I32(Bound<'py, PyArrayDyn<i32>>, &'a [i32]),
+    /// int64 ids.
+    I64(Bound<'py, PyArrayDyn<i64>>, &'a [i64]),
 }
 
 impl<'py> Input<'_, 'py> {
@@ -473,6 +475,7 @@ impl<'py> Input<'_, 'py> {
             Input::U8(a, _) => a.clone().into_any(),
             Input::F32(a, _) => a.clone().into_any(),
             Input::I32(a, _) => a.clone().into_any(),
+            Input::I64(a, _) => a.clone().into_any(),
         }
     }
 
@@ -489,6 +492,7 @@ impl<'py> Input<'_, 'py> {
         match self {
             Input::U8(a, before) => same(a, |v| v == *before),
             Input::I32(a, before) => same(a, |v| v == *before),
+            Input::I64(a, before) => same(a, |v| v == *before),
             Input::F32(a, before) => same(a, |v| {
                 v.len() == before.len()
                     && v.iter()

@@ -1,6 +1,6 @@
 //! MoE token alignment (`oracle::moe_align`): the table itself, and
 //! `check_moe_align_block_size`, which runs any Python alignment (vLLM's
-//! and SGLang's `moe_align_block_size`, a Triton or pure-torch form)
+//! `moe_align_block_size`, a Triton or pure-torch form)
 //! through the case library's cases (`kernel_oracle::moe_align`) and
 //! judges the table it writes.
 
@@ -9,7 +9,7 @@ use crate::check::{
     arms_or_all, call_typed, callable_name, failure_head, seeds_for, CheckReport, Input, Out,
     OutKind,
 };
-use kernel_oracle::moe_align::{reference, Arm, Case, Spec, Verdict};
+use kernel_oracle::moe_align::{reference, within_caps, Arm, Case, Spec, Verdict};
 use numpy::PyReadonlyArrayDyn;
 use oracle::moe_align::{Align, MapMode, Order, Tail};
 use pyo3::exceptions::PyValueError;
@@ -36,6 +36,20 @@ fn parse_order(s: &str) -> PyResult<Order> {
         _ => Err(PyValueError::new_err(format!(
             "order {s:?}: expected \"any\" or \"stable\""
         ))),
+    }
+}
+
+/// An int32 or int64 array's elements as i64 (`what` names it in the
+/// error).
+fn ids_of(what: &str, a: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    if let Ok(a) = a.extract::<PyReadonlyArrayDyn<'_, i32>>() {
+        Ok(to_vec(&a).into_iter().map(i64::from).collect())
+    } else if let Ok(a) = a.extract::<PyReadonlyArrayDyn<'_, i64>>() {
+        Ok(to_vec(&a))
+    } else {
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{what}: expected an int32 or int64 numpy array"
+        )))
     }
 }
 
@@ -67,7 +81,9 @@ type Table<'py> = (
 ///
 /// Errors: `ValueError` for a zero `block_size`, a map of the wrong length
 /// or with a value that is neither -1 nor below `num_experts`, an unknown
-/// map mode, or a capacity past int32.
+/// map mode, a capacity past int32, or a table past the check's caps
+/// (2^20 pairs, 4096 experts, 2^26 pairs times experts, 2^26 entries of
+/// `sorted_ids`); `TypeError` for ids or a map that are not int32 or int64.
 #[pyfunction]
 #[pyo3(signature = (topk_ids, num_experts, block_size, expert_map = None, map = "mark", pad_sorted_ids = false))]
 fn moe_align_block_size<'py>(
@@ -75,21 +91,22 @@ fn moe_align_block_size<'py>(
     topk_ids: Bound<'py, PyAny>,
     num_experts: usize,
     block_size: usize,
-    expert_map: Option<PyReadonlyArrayDyn<'py, i32>>,
+    expert_map: Option<Bound<'py, PyAny>>,
     map: &str,
     pad_sorted_ids: bool,
 ) -> PyResult<Table<'py>> {
-    let ids: Vec<i64> = if let Ok(a) = topk_ids.extract::<PyReadonlyArrayDyn<'py, i32>>() {
-        to_vec(&a).into_iter().map(i64::from).collect()
-    } else if let Ok(a) = topk_ids.extract::<PyReadonlyArrayDyn<'py, i64>>() {
-        to_vec(&a)
-    } else {
-        return Err(pyo3::exceptions::PyTypeError::new_err(
-            "topk_ids: expected an int32 or int64 numpy array",
-        ));
-    };
+    let ids = ids_of("topk_ids", &topk_ids)?;
     let mode = parse_map(map)?;
-    let m = expert_map.as_ref().map(to_vec);
+    let m: Option<Vec<i32>> = match &expert_map {
+        Some(a) => Some(
+            ids_of("expert_map", a)?
+                .into_iter()
+                .map(|v| i32::try_from(v).unwrap_or(i32::MIN))
+                .collect(),
+        ),
+        None => None,
+    };
+    within_caps(ids.len(), num_experts, 0).map_err(PyValueError::new_err)?;
     let a = Align {
         num_experts,
         block_size,
@@ -97,6 +114,7 @@ fn moe_align_block_size<'py>(
         pad_sorted_ids,
     };
     let cap = a.capacity(ids.len()).map_err(value_error)?;
+    within_caps(ids.len(), num_experts, cap).map_err(PyValueError::new_err)?;
     let blocks = a.max_blocks(ids.len()).map_err(value_error)?;
     let mut sorted = vec![0i32; cap];
     let mut experts = vec![0i32; blocks];
@@ -112,15 +130,19 @@ fn moe_align_block_size<'py>(
 
 /// The shapes `(tokens, topk, num_experts, block_size)` a check runs by
 /// default: one DeepSeek-V3 decode token (256 experts, 8 picks); three
-/// tokens (fewer pairs than experts: the capacity shrinks); Mixtral (8
-/// experts, 2 picks); Qwen2-MoE's 60 experts (not a multiple of 32) under
-/// 1024 pairs; Qwen3-MoE's 128 experts at 2400 pairs; 16384 pairs over 256
-/// experts in blocks of 64 (many sorting blocks); 512 experts in blocks of
-/// 128.
-pub const MOE_ALIGN_SHAPES: [(usize, usize, usize, usize); 7] = [
+/// tokens (fewer pairs than experts: the capacity shrinks); an empty batch
+/// (a data-parallel rank with no tokens); Mixtral (8 experts, 2 picks), in
+/// decode and in prefill (vLLM's small-batch path under 1024 pairs and 64
+/// experts, its large path past them); Qwen2-MoE's 60 experts (not a
+/// multiple of 32); Qwen3-MoE's 128 experts at 2400 pairs; 16384 pairs
+/// over 256 experts in blocks of 64 (many sorting blocks); 512 experts in
+/// blocks of 128.
+pub const MOE_ALIGN_SHAPES: [(usize, usize, usize, usize); 9] = [
     (1, 8, 256, 16),
     (3, 8, 256, 64),
+    (0, 8, 256, 16),
     (100, 2, 8, 16),
+    (2048, 2, 8, 64),
     (200, 4, 60, 16),
     (300, 8, 128, 32),
     (2048, 8, 256, 64),
@@ -223,12 +245,17 @@ fn moe_align_case<'py>(
 /// `map`: None (no map), `"mark"` or `"ignore"` (a map drawn per case: a
 /// rank's contiguous share of 2, 4 or 8 ranks, or one in four scattered).
 /// `tail_sorted` / `tail_expert`: declare what the outputs hold past the
-/// used part (pads; the given expert id), which is otherwise not judged.
+/// used part (pads; the given expert id), which is otherwise not judged
+/// (under `"mark"` vLLM's wrapper maps its tail fill through the map: do
+/// not declare -1 there). `ids_dtype`: `topk_ids` as `"int32"` or
+/// `"int64"` (what `torch.topk` returns).
 ///
-/// Errors: `ValueError` for an unknown arm, map mode or order, a zero
-/// dimension, more than 2^22 pairs, before any call.
+/// Errors: `ValueError` for an unknown arm, map mode, order or ids dtype,
+/// a zero `topk`, `num_experts` or `block_size` (`tokens` 0 is an empty
+/// batch), or a case past the caps (2^20 pairs, 4096 experts, 2^26 pairs
+/// times experts, 2^26 entries of `sorted_ids`), before any call.
 #[pyfunction]
-#[pyo3(signature = (align, shapes = None, map = None, order = "any", pad_sorted_ids = false, tail_sorted = false, tail_expert = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
+#[pyo3(signature = (align, shapes = None, map = None, order = "any", pad_sorted_ids = false, tail_sorted = false, tail_expert = None, ids_dtype = "int32", arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_moe_align_block_size<'py>(
     py: Python<'py>,
@@ -239,6 +266,7 @@ fn check_moe_align_block_size<'py>(
     pad_sorted_ids: bool,
     tail_sorted: bool,
     tail_expert: Option<i32>,
+    ids_dtype: &str,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
     trials: usize,
@@ -248,6 +276,15 @@ fn check_moe_align_block_size<'py>(
     let map_name = map.map(str::to_ascii_lowercase);
     let map = map.map(parse_map).transpose()?;
     let order_name = order.to_ascii_lowercase();
+    let wide = match ids_dtype {
+        "int32" => false,
+        "int64" => true,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "ids_dtype {ids_dtype:?}: expected \"int32\" or \"int64\" (torch.topk's)"
+            )))
+        }
+    };
     let order = parse_order(order)?;
     let tail = Tail {
         sorted: tail_sorted,
@@ -280,6 +317,9 @@ fn check_moe_align_block_size<'py>(
     if let Some(e) = tail_expert {
         let _ = write!(kw, ", tail_expert={e}");
     }
+    if wide {
+        kw.push_str(", ids_dtype=\"int64\"");
+    }
     out.row(&format!("check_moe_align_block_size({fname}{kw})"))?;
     out.row(&format!(
         "{:<18} {:>7} {:>18} {:>13} {:>11} {:>11} {:>9}  verdict",
@@ -293,9 +333,14 @@ fn check_moe_align_block_size<'py>(
                 let sp = spec(shape, map, pad_sorted_ids, arm, Some(seed));
                 let Case { ids, expert_map } = sp.generate().map_err(PyValueError::new_err)?;
                 let (cap, blocks) = sp.lengths().map_err(PyValueError::new_err)?;
+                let ids64: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
                 let mut inputs = vec![(
                     "topk_ids",
-                    Input::I32(array(py, &[tokens, topk], ids.clone())?, &ids),
+                    if wide {
+                        Input::I64(array(py, &[tokens, topk], ids64.clone())?, &ids64)
+                    } else {
+                        Input::I32(array(py, &[tokens, topk], ids.clone())?, &ids)
+                    },
                 )];
                 if let Some(m) = &expert_map {
                     inputs.push(("expert_map", Input::I32(array(py, &[ne], m.clone())?, m)));

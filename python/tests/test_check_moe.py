@@ -47,9 +47,9 @@ def for_shapes(f, shapes):
 
 @pytest.mark.parametrize("order", ["atomic", "stable"])
 def test_the_contract_passes_in_any_order(order, capsys):
-    f = for_shapes(aligner(order), SHAPES)
-    r = ko.check_moe_align_block_size(f, shapes=SHAPES)
-    assert r.ok and r.passed == r.cases == len(SHAPES) * 4
+    f = for_shapes(aligner(order), ko.MOE_ALIGN_SHAPES)
+    r = ko.check_moe_align_block_size(f)
+    assert r.ok and r.passed == r.cases == len(ko.MOE_ALIGN_SHAPES) * 4
     assert capsys.readouterr().out.rstrip().endswith("PASS")
     r = ko.check_moe_align_block_size(f, shapes=SHAPES, order="stable", verbose=False)
     assert r.ok == (order == "stable")
@@ -171,3 +171,45 @@ def test_refusals_returns_and_bad_arguments():
         ko.check_moe_align_block_size(f, shapes=[(1, 8, 256, 0)])
     with pytest.raises(ValueError, match="arm"):
         ko.check_moe_align_block_size(f, arms=["HOT"])
+
+
+def test_int64_ids_empty_batches_and_caps():
+    shapes = SHAPES + [(0, 8, 256, 16)]
+    f = for_shapes(aligner(), shapes)
+    r = ko.check_moe_align_block_size(f, shapes=shapes, ids_dtype="int64", verbose=False)
+    assert r.ok and r.passed == r.cases == len(shapes) * 4
+
+    def int32_only(topk_ids, s, e, n):
+        assert topk_ids.dtype == np.int32, "int32 ids only"
+        f(topk_ids, s, e, n)
+
+    r = ko.check_moe_align_block_size(int32_only, shapes=SHAPES[:1], ids_dtype="int64", verbose=False)
+    assert not r.ok and "int32 ids only" in r.failures[0]
+
+    def skips_empty(topk_ids, s, e, n):
+        if topk_ids.size:
+            f(topk_ids, s, e, n)
+
+    r = ko.check_moe_align_block_size(skips_empty, shapes=[(0, 8, 256, 16)], verbose=False)
+    assert not r.ok and "total (num_tokens_post_pad) is -2147483648, want 0" in r.failures[0]
+    with pytest.raises(ValueError, match="over the check's"):
+        ko.check_moe_align_block_size(f, shapes=[(1 << 16, 8, 256, 16)])
+    with pytest.raises(ValueError, match="over the check's"):
+        ko.moe_align_block_size(np.zeros((1 << 21,), dtype=np.int32), 8, 16)
+    with pytest.raises(ValueError, match="ids_dtype"):
+        ko.check_moe_align_block_size(f, ids_dtype="uint8")
+    m = ko.moe_align_block_size(np.array([[0, 1]], dtype=np.int64), 4, 2,
+                                expert_map=np.array([0, -1, 1, -1], dtype=np.int64))
+    assert m[1].tolist()[:2] == [0, -1]
+
+
+def test_every_arm_reaches_what_it_is_for_on_every_default_shape():
+    for t, k, e, bs in ko.MOE_ALIGN_SHAPES:
+        numel = t * k
+        ids = ko.moe_align_case(t, k, e, bs, "INVALID")["topk_ids"].reshape(-1)
+        assert ((ids < 0) | (ids >= e)).sum() == -(-numel // 8)
+        ids = ko.moe_align_case(t, k, e, bs, "EDGE")["topk_ids"].reshape(-1)
+        counts = np.bincount(ids, minlength=e)
+        used = counts[counts > 0]
+        near = np.isin(used % bs, [0, 1, bs - 1]).sum()
+        assert near + 1 >= used.size, (t, k, e, bs, counts)
