@@ -60,13 +60,15 @@ impl Arm {
     }
 }
 
-/// The rules a check names when an output matches them: v2, and the
+/// The rules a check names when an output matches them: v2, the
 /// division and UE8M0 rules at the floors the field passes (vLLM and
-/// SGLang `1e-10`, DeepGEMM `1e-4`).
-pub const KNOWN: [GroupScale; 5] = [
+/// SGLang `1e-10`, DeepGEMM `1e-4`), and the pure-torch form's reciprocal
+/// scale at `1e-10`.
+pub const KNOWN: [GroupScale; 6] = [
     GroupScale::V2,
     GroupScale::Divide { eps: 1e-10 },
     GroupScale::Divide { eps: 1e-4 },
+    GroupScale::Reciprocal { eps: 1e-10 },
     GroupScale::Ue8m0 { eps: 1e-10 },
     GroupScale::Ue8m0 { eps: 1e-4 },
 ];
@@ -76,6 +78,7 @@ pub fn rule_label(rule: &GroupScale) -> String {
     match rule {
         GroupScale::V2 => "v2".into(),
         GroupScale::Divide { eps } => format!("divide(eps={eps:e})"),
+        GroupScale::Reciprocal { eps } => format!("reciprocal(eps={eps:e})"),
         GroupScale::Ue8m0 { eps } => format!("ue8m0(eps={eps:e})"),
     }
 }
@@ -331,6 +334,13 @@ mod tests {
         assert!(differ(Arm::Ties, v2, d10));
         assert!(differ(Arm::Pow2, d10, u10));
         assert!(differ(Arm::Rand, d10, u10));
+        // torch's scalar division (a multiply by fl(1/448)) parts from
+        // the IEEE division on RAND's scales already.
+        assert!(differ(
+            Arm::Rand,
+            d10,
+            GroupScale::Reciprocal { eps: 1e-10 }
+        ));
         // And RAND alone cannot tell a multiply from a division: the
         // arms above are needed.
         let sp = spec(16, 1024, Arm::Ties);

@@ -44,6 +44,18 @@ pub enum GroupScale {
         /// The amax floor (vLLM and SGLang pass `1e-10`).
         eps: f32,
     },
+    /// `Divide` with the scale formed as torch forms `amax / 448.0` on a
+    /// CUDA tensor: `s = amax * r`, `r` the binary32 reciprocal of 448
+    /// rounded once (PyTorch's `div_true_kernel_cuda` multiplies by the
+    /// reciprocal of a CPU-scalar divisor, "may lose one bit of precision
+    /// compared to computing the division"); `amax` and `q` as in `Divide`
+    /// (`x / s` divides by a tensor: an IEEE division). The pure-torch
+    /// quantizers' rule: half of random groups' scales sit one ulp from
+    /// `Divide`'s.
+    Reciprocal {
+        /// The amax floor.
+        eps: f32,
+    },
     /// UE8M0 scales (vLLM's and SGLang's `scale_ue8m0`, DeepGEMM's
     /// `per_token_cast_to_fp8(..., use_ue8m0=True)`): `amax` from `eps` as
     /// in `Divide`, `s0 = amax / 448`, `s1 = fmaxf(s0, 1e-10)` (vLLM's
@@ -63,6 +75,7 @@ impl GroupScale {
         match self {
             GroupScale::V2 => "v2 (x * (448/amax); zero group: scale 0)",
             GroupScale::Divide { .. } => "divide (x / (max(amax, eps)/448))",
+            GroupScale::Reciprocal { .. } => "reciprocal (x / (max(amax, eps) * fl(1/448)))",
             GroupScale::Ue8m0 { .. } => "ue8m0 (x / 2^ceil(log2(max(amax, eps)/448)))",
         }
     }
@@ -157,7 +170,9 @@ pub fn quantize_group(x: &[f32], rule: GroupScale, q: &mut [u8]) -> f32 {
     assert_eq!(q.len(), x.len(), "quantize_group: q and x lengths differ");
     let floor = match rule {
         GroupScale::V2 => 0.0,
-        GroupScale::Divide { eps } | GroupScale::Ue8m0 { eps } => eps,
+        GroupScale::Divide { eps } | GroupScale::Reciprocal { eps } | GroupScale::Ue8m0 { eps } => {
+            eps
+        }
     };
     let mut amax = floor;
     for &v in x {
@@ -178,8 +193,11 @@ pub fn quantize_group(x: &[f32], rule: GroupScale, q: &mut [u8]) -> f32 {
             }
             s
         }
-        GroupScale::Divide { .. } | GroupScale::Ue8m0 { .. } => {
-            let s0 = amax / E4M3_MAX;
+        GroupScale::Divide { .. } | GroupScale::Reciprocal { .. } | GroupScale::Ue8m0 { .. } => {
+            let s0 = match rule {
+                GroupScale::Reciprocal { .. } => amax * (1.0 / E4M3_MAX),
+                _ => amax / E4M3_MAX,
+            };
             let s = match rule {
                 GroupScale::Ue8m0 { .. } => {
                     let s1 = if s0 > UE8M0_FLOOR { s0 } else { UE8M0_FLOOR };
@@ -240,7 +258,9 @@ pub fn quantize_groups(
     if group == 0 {
         return Err(QuantError::ZeroGroup);
     }
-    if let GroupScale::Divide { eps } | GroupScale::Ue8m0 { eps } = rule {
+    if let GroupScale::Divide { eps } | GroupScale::Reciprocal { eps } | GroupScale::Ue8m0 { eps } =
+        rule
+    {
         if !(eps.is_finite() && eps >= 0.0) {
             return Err(QuantError::Eps(eps));
         }

@@ -17,7 +17,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::fmt::Write;
 
-/// The rule named `rule` (`"v2"`, `"divide"`, `"ue8m0"`, any case) at
+/// The rule named `rule` (`"v2"`, `"divide"`, `"reciprocal"`, `"ue8m0"`,
+/// any case) at
 /// floor `eps` (unused by v2).
 fn parse_rule(rule: &str, eps: f32) -> PyResult<GroupScale> {
     let lower = rule.to_ascii_lowercase();
@@ -29,9 +30,10 @@ fn parse_rule(rule: &str, eps: f32) -> PyResult<GroupScale> {
     match lower.as_str() {
         "v2" => Ok(GroupScale::V2),
         "divide" => Ok(GroupScale::Divide { eps }),
+        "reciprocal" => Ok(GroupScale::Reciprocal { eps }),
         "ue8m0" => Ok(GroupScale::Ue8m0 { eps }),
         _ => Err(PyValueError::new_err(format!(
-            "rule {rule:?}: expected \"v2\", \"divide\" or \"ue8m0\""
+            "rule {rule:?}: expected \"v2\", \"divide\", \"reciprocal\" or \"ue8m0\""
         ))),
     }
 }
@@ -45,6 +47,9 @@ fn parse_rule(rule: &str, eps: f32) -> PyResult<GroupScale> {
 ///   all-zero group `s = 0` with zero codes);
 /// - `"divide"`: vLLM's and SGLang's `per_token_group_quant_8bit` (`amax`
 ///   from `eps`, `s = amax / 448`, codes of `clamp(x / s, -448, 448)`);
+/// - `"reciprocal"`: `"divide"` with `s = amax * fl(1/448)`, as torch
+///   computes `amax / 448.0` on a CUDA tensor (a multiply by the divisor's
+///   binary32 reciprocal): the pure-torch quantizers;
 /// - `"ue8m0"`: `s` floored at 1e-10 and rounded up to a power of two
 ///   through a correctly rounded binary32 `log2` (vLLM's and DeepGEMM's
 ///   `use_ue8m0`), codes as `"divide"`.
@@ -136,10 +141,11 @@ fn fp8_group_quant_case<'py>(
 /// shape.
 ///
 /// Each row names the known rules (`v2`, `divide` and `ue8m0` at floors
-/// 1e-10 and 1e-4) the output matches bit for bit, and, where it differs
-/// from the declared one, how far: codes in e4m3 steps, scales in f32
-/// ulps (a division compiled with `--use_fast_math` shows as scales one
-/// ulp off).
+/// 1e-10 and 1e-4, `reciprocal` at 1e-10) the output matches bit for bit,
+/// and, where it differs from the declared one, how far: codes in e4m3
+/// steps, scales in f32 ulps (a division compiled with `--use_fast_math`,
+/// or Triton's `/`, which is PTX's approximate `div.full.f32`, shows as
+/// scales one ulp off and codes one step off at rounding ties).
 ///
 /// Errors: `ValueError` for an unknown rule or arm, an `eps` that is NaN,
 /// infinite or negative, a zero dimension or a case over 2^26 elements,

@@ -151,7 +151,8 @@ def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
     """Per-token-group e4m3 quantization in float32 numpy: x [m, k] ->
     codes q [m, k] (through ``ko.encode_e4m3``) and scales s [m, ceil(k /
     group)], under ``rule``: "v2" (codes of x * (448 / amax); a zero group
-    gets scale 0), "divide" (vLLM's per_token_group_quant_8bit: amax from
+    gets scale 0), "reciprocal" (the scale as amax * fl(1/448), then as
+    "divide"), "divide" (vLLM's per_token_group_quant_8bit: amax from
     eps, codes of clip(x / s)), "ue8m0" (s floored at 1e-10, then
     2^ceil(log2(s)) with the log2 rounded to float32, as a correctly
     rounded log2f gives it).
@@ -179,7 +180,11 @@ def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
             else:
                 if bug != "no-eps":
                     amax = np.maximum(amax, f32(eps))
-                sc = amax / f32(448)
+                if rule == "reciprocal":
+                    # torch's CUDA tensor / Python scalar: times fl(1/448).
+                    sc = amax * (f32(1) / f32(448))
+                else:
+                    sc = amax / f32(448)
                 if rule == "ue8m0":
                     log2 = np.log2(np.maximum(sc, f32(1e-10)).astype(np.float64))
                     if bug != "ue8m0-exact-ceil":

@@ -26,7 +26,12 @@ def quantizer(rule, eps=1e-10, bug=None, name=None):
 
 @pytest.mark.parametrize(
     "rule,eps,named",
-    [("v2", 0.0, "v2"), ("divide", 1e-10, "divide(eps=1e-10)"), ("ue8m0", 1e-4, "ue8m0(eps=1e-4)")],
+    [
+        ("v2", 0.0, "v2"),
+        ("divide", 1e-10, "divide(eps=1e-10)"),
+        ("reciprocal", 1e-10, "reciprocal(eps=1e-10)"),
+        ("ue8m0", 1e-4, "ue8m0(eps=1e-4)"),
+    ],
 )
 def test_each_rule_passes_bit_for_bit_and_is_named(rule, eps, named, capsys):
     r = ko.check_fp8_group_quant(quantizer(rule, eps), rule=rule, eps=eps, shapes=SHAPES)
@@ -70,6 +75,13 @@ def test_planted_bug_is_caught_by_its_arm_and_reruns(rule, eps, bug, arm, caught
     assert line in capsys.readouterr().out
     again = eval(line, {"kernel_oracle": ko, f.__name__: f})
     assert again.cases == 1 and again.failed == 1
+
+
+def test_torchs_scalar_division_declared_as_a_division_fails_on_its_scales():
+    r = ko.check_fp8_group_quant(quantizer("reciprocal"), rule="divide", shapes=[(4, 7168)], arms=["RAND"],
+                                 verbose=False)
+    assert not r.ok and "the output matches: reciprocal(eps=1e-10)" in r.failures[0]
+    assert "at most 1 ulps" in r.failures[0] and "codes: 0 of" in r.failures[0]
 
 
 def test_a_multiply_declared_as_a_division_is_named_v2_where_no_floor_shows():
