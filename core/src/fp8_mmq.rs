@@ -25,8 +25,10 @@ pub const ROW_PADDING: usize = 512;
 /// quantizer maps each block's amax onto it.
 pub const E4M3_MAX: f32 = 448.0;
 
-/// How a 128-k block's term `(s * d) * c` enters the output's running sum
-/// (step 2.2 of [`mmq`]).
+/// How a 128-k block's term enters the output's running sum (step 2.2 of
+/// [`mmq`]): which product of the block's partial `c`, the weight scale
+/// `s` and the activation scale `d` is rounded first, and whether the last
+/// multiply and the add are fused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fold {
     /// `sum = sum + (s * d) * c`: a multiply, a multiply, an add, each
@@ -40,6 +42,40 @@ pub enum Fold {
     /// [`Fold::Separate`]); the natural choice of a kernel compiled with
     /// FMA contraction (DeepGEMM's promotion `acc += scale * partial`).
     Fused,
+    /// `sum = sum + (c * d) * s`: the partial times the activation scale,
+    /// then the weight scale, then the add, each rounded (three
+    /// roundings). What `acc = acc + tl.dot(a, b) * a_s[:, None] *
+    /// b_s[None, :]` computes without FMA contraction.
+    PartialFirst,
+    /// `sum = fma(c * d, s, sum)`: `c * d` rounded, then one fused
+    /// multiply-add (two roundings). The field's Triton block-FP8 GEMMs
+    /// write the fold as `accumulator += tl.dot(a, b) * a_s[:, None] *
+    /// b_s[None, :]` (vLLM's and SGLang's `_w8a8_block_fp8_matmul`,
+    /// DeepSeek-V3's `inference/kernel.py` `fp8_gemm_kernel`), which
+    /// Python evaluates left to right and Triton contracts into an FMA.
+    PartialFirstFused,
+}
+
+impl Fold {
+    /// Every fold, [`Fold::Separate`] first.
+    pub const ALL: [Fold; 4] = [
+        Fold::Separate,
+        Fold::Fused,
+        Fold::PartialFirst,
+        Fold::PartialFirstFused,
+    ];
+
+    /// The block's term added into `sum` (step 2.2 of [`mmq`]), with `c`
+    /// the block's partial, `s` its weight scale and `d` its activation
+    /// scale.
+    pub fn apply(self, sum: f32, c: f32, s: f32, d: f32) -> f32 {
+        match self {
+            Fold::Separate => sum + (s * d) * c,
+            Fold::Fused => crate::fma::fma_f32(s * d, c, sum),
+            Fold::PartialFirst => sum + (c * d) * s,
+            Fold::PartialFirstFused => crate::fma::fma_f32(c * d, s, sum),
+        }
+    }
 }
 
 /// How one 128-k block's products are accumulated into `c` (step 2.1 of
@@ -76,7 +112,11 @@ pub enum Accumulation {
 /// cuBLASLt computes on the H200) and [`Schedule::SM90_WGMMA_SEPARATE`] (the
 /// sm_90 `wgmma` FP8 MMA inside the block, either fold), and
 /// [`Schedule::SM90_MMA_SYNC_FUSED`] and [`Schedule::SM90_MMA_SYNC_SEPARATE`]
-/// (the lowered `mma.sync`).
+/// (the lowered `mma.sync`), and the partial-first folds of the field's
+/// Triton kernels: [`Schedule::SM90_WGMMA_PARTIAL_FIRST_FUSED`] (what
+/// `accumulator += tl.dot(a, b) * a_s[:, None] * b_s[None, :]` computes on
+/// sm_90), [`Schedule::SM90_WGMMA_PARTIAL_FIRST`],
+/// [`Schedule::V2_PARTIAL_FIRST_FUSED`] and [`Schedule::V2_PARTIAL_FIRST`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Schedule {
     /// How a block's term enters the sum.
@@ -121,14 +161,42 @@ impl Schedule {
         fold: Fold::Separate,
         accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_MMA_SYNC),
     };
+    /// The sm_90 `wgmma` FP8 MMA inside each block, the partial-first fused
+    /// fold: the field's Triton block-FP8 GEMMs on the H200
+    /// ([`Fold::PartialFirstFused`]).
+    pub const SM90_WGMMA_PARTIAL_FIRST_FUSED: Schedule = Schedule {
+        fold: Fold::PartialFirstFused,
+        accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_WGMMA),
+    };
+    /// The sm_90 `wgmma` FP8 MMA inside each block, the partial-first fold
+    /// without contraction.
+    pub const SM90_WGMMA_PARTIAL_FIRST: Schedule = Schedule {
+        fold: Fold::PartialFirst,
+        accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_WGMMA),
+    };
+    /// v2's accumulation, the partial-first fused fold.
+    pub const V2_PARTIAL_FIRST_FUSED: Schedule = Schedule {
+        fold: Fold::PartialFirstFused,
+        accumulation: Accumulation::F32,
+    };
+    /// v2's accumulation, the partial-first fold without contraction (a
+    /// numpy or CPU reference of the Triton kernels' expression).
+    pub const V2_PARTIAL_FIRST: Schedule = Schedule {
+        fold: Fold::PartialFirst,
+        accumulation: Accumulation::F32,
+    };
     /// The known schedules, [`Schedule::V2`] first.
-    pub const KNOWN: [Schedule; 6] = [
+    pub const KNOWN: [Schedule; 10] = [
         Schedule::V2,
         Schedule::V2_FUSED,
         Schedule::SM90_WGMMA_FUSED,
         Schedule::SM90_WGMMA_SEPARATE,
         Schedule::SM90_MMA_SYNC_FUSED,
         Schedule::SM90_MMA_SYNC_SEPARATE,
+        Schedule::SM90_WGMMA_PARTIAL_FIRST_FUSED,
+        Schedule::SM90_WGMMA_PARTIAL_FIRST,
+        Schedule::V2_PARTIAL_FIRST_FUSED,
+        Schedule::V2_PARTIAL_FIRST,
     ];
 
     /// Whether every output of every case is fixed bit for bit (the
@@ -154,10 +222,12 @@ impl core::fmt::Display for Schedule {
         let fold = match self.fold {
             Fold::Separate => "separate fold",
             Fold::Fused => "fused fold",
+            Fold::PartialFirst => "partial-first fold",
+            Fold::PartialFirstFused => "partial-first fused fold",
         };
         match (self.accumulation, self.fold) {
             (Accumulation::F32, Fold::Separate) => write!(f, "v2"),
-            (Accumulation::F32, Fold::Fused) => write!(f, "v2 + {fold}"),
+            (Accumulation::F32, _) => write!(f, "v2 + {fold}"),
             (Accumulation::TensorCore(m), _) if m == crate::tensor_core::SM90_WGMMA => {
                 write!(f, "sm90 FP8 wgmma + {fold}")
             }
@@ -651,11 +721,9 @@ pub fn mmq(
                     }
                 }
                 // Step 2.2.
-                let sd = scales[srow * scols + b] * d[j * blocks + b];
-                sum = match schedule.fold {
-                    Fold::Separate => sum + sd * c,
-                    Fold::Fused => crate::fma::fma_f32(sd, c, sum),
-                };
+                sum = schedule
+                    .fold
+                    .apply(sum, c, scales[srow * scols + b], d[j * blocks + b]);
             }
             y[j * out_f + i] = sum;
         }

@@ -325,12 +325,13 @@ mod schedules {
     }
 
     /// The fold of each schedule, restated outside the spec: per block the
-    /// f32 chain in increasing k, then `sum + sd * c` or `fma(sd, c, sum)`.
+    /// f32 chain in increasing k, then `sum + (s d) c`, `fma(s d, c, sum)`,
+    /// `sum + (c d) s` or `fma(c d, s, sum)`.
     #[test]
     fn fold_separate_rounds_three_times_and_fused_once() {
         let shape = Shape::new(2, 300, 3).unwrap();
         let (w, sc, q, d) = operands(&shape, false);
-        for fold in [Fold::Separate, Fold::Fused] {
+        for fold in Fold::ALL {
             let y = run(
                 &shape,
                 &Schedule {
@@ -362,10 +363,12 @@ mod schedules {
                                     oracle::conventions::NanMagnitude::Ieee,
                                 );
                         }
-                        let sd = sc[b] * d[j * 4 + b];
+                        let (s, dv) = (sc[b], d[j * 4 + b]);
                         sum = match fold {
-                            Fold::Separate => sum + sd * c,
-                            Fold::Fused => fma_f32(sd, c, sum),
+                            Fold::Separate => sum + (s * dv) * c,
+                            Fold::Fused => fma_f32(s * dv, c, sum),
+                            Fold::PartialFirst => sum + (c * dv) * s,
+                            Fold::PartialFirstFused => fma_f32(c * dv, s, sum),
                         };
                     }
                     assert_eq!(
@@ -376,13 +379,22 @@ mod schedules {
                 }
             }
         }
-        // The two folds differ somewhere on real scales.
-        let sep = run(&shape, &Schedule::V2, &w, &sc, &q, &d);
-        let fused = run(&shape, &Schedule::V2_FUSED, &w, &sc, &q, &d);
-        assert!(sep
+        // Every two folds differ somewhere on real scales.
+        let ys: Vec<Vec<f32>> = Fold::ALL
             .iter()
-            .zip(&fused)
-            .any(|(a, b)| a.to_bits() != b.to_bits()));
+            .map(|&fold| {
+                let s = Schedule {
+                    fold,
+                    accumulation: Accumulation::F32,
+                };
+                run(&shape, &s, &w, &sc, &q, &d)
+            })
+            .collect();
+        for (x, a) in ys.iter().enumerate() {
+            for b in &ys[x + 1..] {
+                assert!(a.iter().zip(b).any(|(p, q)| p.to_bits() != q.to_bits()));
+            }
+        }
     }
 
     /// TensorCore accumulation: four chained `mma_k32` per block in
@@ -393,7 +405,7 @@ mod schedules {
         let shape = Shape::new(2, 200, 5).unwrap(); // k tail: 200 % 128 = 72
         let (w, sc, q, d) = operands(&shape, true);
         assert!(w.iter().any(|&c| c & 0x7F == 0x7F));
-        for fold in [Fold::Separate, Fold::Fused] {
+        for fold in Fold::ALL {
             let schedule = Schedule {
                 fold,
                 accumulation: Accumulation::TensorCore(SM90_WGMMA),
@@ -415,10 +427,12 @@ mod schedules {
                             }
                             c = mma_k32(&SM90_WGMMA, Fp8Kind::E4m3, &w32, Fp8Kind::E4m3, &a32, c);
                         }
-                        let sd = sc[b] * d[j * 4 + b];
+                        let (s, dv) = (sc[b], d[j * 4 + b]);
                         sum = match fold {
-                            Fold::Separate => sum + sd * c,
-                            Fold::Fused => fma_f32(sd, c, sum),
+                            Fold::Separate => sum + (s * dv) * c,
+                            Fold::Fused => fma_f32(s * dv, c, sum),
+                            Fold::PartialFirst => sum + (c * dv) * s,
+                            Fold::PartialFirstFused => fma_f32(c * dv, s, sum),
                         };
                     }
                     assert_eq!(

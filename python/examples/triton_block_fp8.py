@@ -15,6 +15,15 @@ says what the hardware and compiler made of it.
 The kernel writes into the check's NaN-filled output buffer (copied to
 the device), so an element it never stores fails the check.
 
+The same kernel with the fold as the field's Triton block-FP8 GEMMs write
+it, `acc += c * d[:, None] * s` (vLLM's and SGLang's
+`_w8a8_block_fp8_matmul`, DeepSeek-V3's `fp8_gemm_kernel`:
+`accumulator += tl.dot(a, b) * a_s[:, None] * b_s[None, :]`, evaluated
+left to right), runs second, declared
+`Schedule.SM90_WGMMA_PARTIAL_FIRST_FUSED`: the partial times the
+activation scale rounded first, then one FMA with the weight scale. Exit
+status 1 unless that declaration passes every arm bit for bit.
+
 Run on an sm_90 GPU with triton and torch:
     python3 python/examples/triton_block_fp8.py
 """
@@ -30,7 +39,8 @@ import kernel_oracle as ko
 
 @triton.jit
 def block_fp8_gemm_kernel(q_ptr, w_ptr, d_ptr, s_ptr, y_ptr, M, N, K, K_pad, n_kblk, n_dblk, n_sblk,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          FIELD_FOLD: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -44,11 +54,14 @@ def block_fp8_gemm_kernel(q_ptr, w_ptr, d_ptr, s_ptr, y_ptr, M, N, K, K_pad, n_k
         c = tl.dot(a.to(tl.float8e4nv, bitcast=True), w.to(tl.float8e4nv, bitcast=True))
         d = tl.load(d_ptr + rm * n_dblk + b, mask=rm < M, other=0.0)
         s = tl.load(s_ptr + pid_n * n_sblk + b)
-        acc += (d[:, None] * s) * c
+        if FIELD_FOLD:
+            acc += c * d[:, None] * s
+        else:
+            acc += (d[:, None] * s) * c
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def triton_block_fp8_gemm(w, scales, q, d, out):
+def run_gemm(w, scales, q, d, out, field_fold):
     out_f, in_f = w.shape
     m, k_pad = q.shape
     dev = "cuda"
@@ -60,9 +73,18 @@ def triton_block_fp8_gemm(w, scales, q, d, out):
     BLOCK_M, BLOCK_N, BLOCK_K = 64, 128, 128
     grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(out_f, BLOCK_N))
     block_fp8_gemm_kernel[grid](qt, wt, dt, st, yt, m, out_f, in_f, k_pad, triton.cdiv(in_f, 128), d.shape[1],
-                                scales.shape[1], BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=4)
+                                scales.shape[1], BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                                FIELD_FOLD=field_fold, num_warps=4)
     torch.cuda.synchronize()
     out[...] = yt.cpu().numpy()
+
+
+def triton_block_fp8_gemm(w, scales, q, d, out):
+    run_gemm(w, scales, q, d, out, False)
+
+
+def triton_field_fold_gemm(w, scales, q, d, out):
+    run_gemm(w, scales, q, d, out, True)
 
 
 def main():
@@ -77,7 +99,11 @@ def main():
         print(f"\n== declared {guess} (every arm bit for bit) ==")
         again = ko.check_fp8_block_gemm(triton_block_fp8_gemm, shapes=shapes, schedule=guess, verbose=False)
         print(f"declared {guess}: {'PASS' if again.ok else 'FAIL'}")
-    return 0
+    declared = ko.Schedule.SM90_WGMMA_PARTIAL_FIRST_FUSED
+    print(f"\n== the field's fold, declared {declared} (every arm bit for bit) ==")
+    field = ko.check_fp8_block_gemm(triton_field_fold_gemm, shapes=shapes, schedule=declared)
+    print(f"\nidentified on every case: {', '.join(map(str, field.identified)) or 'none'}")
+    return 0 if field.ok else 1
 
 
 if __name__ == "__main__":

@@ -67,7 +67,14 @@ impl From<Overflow> for oracle::conventions::Overflow {
 ///   `SM90_WGMMA_FUSED` is what cuBLASLt's block-scaled FP8 GEMM computes on
 ///   the H200;
 /// - `SM90_MMA_SYNC_FUSED` / `SM90_MMA_SYNC_SEPARATE`: the sm_90
-///   `mma.sync` FP8 MMA as ptxas lowers it (f16 HMMAs), either fold.
+///   `mma.sync` FP8 MMA as ptxas lowers it (f16 HMMAs), either fold;
+/// - `SM90_WGMMA_PARTIAL_FIRST_FUSED` / `SM90_WGMMA_PARTIAL_FIRST` /
+///   `V2_PARTIAL_FIRST_FUSED` / `V2_PARTIAL_FIRST`: the partial-first
+///   folds `fma(c * d, s,
+///   sum)` and `sum + (c * d) * s`, as the field's Triton block-FP8 GEMMs
+///   write the fold (`accumulator += tl.dot(a, b) * a_s[:, None] *
+///   b_s[None, :]`: vLLM's and SGLang's `_w8a8_block_fp8_matmul`,
+///   DeepSeek-V3's `fp8_gemm_kernel`).
 ///
 /// Under a `V2*` schedule the RAND arm is judged by a summation bound (the
 /// order inside an MMA is the hardware's); under an `SM90_*` schedule
@@ -88,17 +95,29 @@ pub enum Schedule {
     SM90_MMA_SYNC_FUSED,
     /// `Schedule::SM90_MMA_SYNC_SEPARATE`.
     SM90_MMA_SYNC_SEPARATE,
+    /// `Schedule::SM90_WGMMA_PARTIAL_FIRST_FUSED`.
+    SM90_WGMMA_PARTIAL_FIRST_FUSED,
+    /// `Schedule::SM90_WGMMA_PARTIAL_FIRST`.
+    SM90_WGMMA_PARTIAL_FIRST,
+    /// `Schedule::V2_PARTIAL_FIRST_FUSED`.
+    V2_PARTIAL_FIRST_FUSED,
+    /// `Schedule::V2_PARTIAL_FIRST`.
+    V2_PARTIAL_FIRST,
 }
 
 impl Schedule {
     /// Every member, in `oracle::fp8_mmq::Schedule::KNOWN`'s order.
-    pub const ALL: [Schedule; 6] = [
+    pub const ALL: [Schedule; 10] = [
         Schedule::V2,
         Schedule::V2_FUSED,
         Schedule::SM90_WGMMA_FUSED,
         Schedule::SM90_WGMMA_SEPARATE,
         Schedule::SM90_MMA_SYNC_FUSED,
         Schedule::SM90_MMA_SYNC_SEPARATE,
+        Schedule::SM90_WGMMA_PARTIAL_FIRST_FUSED,
+        Schedule::SM90_WGMMA_PARTIAL_FIRST,
+        Schedule::V2_PARTIAL_FIRST_FUSED,
+        Schedule::V2_PARTIAL_FIRST,
     ];
 
     /// The core schedule.
@@ -110,6 +129,12 @@ impl Schedule {
             Schedule::SM90_WGMMA_SEPARATE => CoreSchedule::SM90_WGMMA_SEPARATE,
             Schedule::SM90_MMA_SYNC_FUSED => CoreSchedule::SM90_MMA_SYNC_FUSED,
             Schedule::SM90_MMA_SYNC_SEPARATE => CoreSchedule::SM90_MMA_SYNC_SEPARATE,
+            Schedule::SM90_WGMMA_PARTIAL_FIRST_FUSED => {
+                CoreSchedule::SM90_WGMMA_PARTIAL_FIRST_FUSED
+            }
+            Schedule::SM90_WGMMA_PARTIAL_FIRST => CoreSchedule::SM90_WGMMA_PARTIAL_FIRST,
+            Schedule::V2_PARTIAL_FIRST_FUSED => CoreSchedule::V2_PARTIAL_FIRST_FUSED,
+            Schedule::V2_PARTIAL_FIRST => CoreSchedule::V2_PARTIAL_FIRST,
         }
     }
 

@@ -20,13 +20,14 @@ import kernel_oracle as ko
 E4M3 = ko.decode_e4m3(np.arange(256, dtype=np.uint8))
 
 
-def v2_block_gemm(w, scales, q, d, out, k_used=None):
+def v2_block_gemm(w, scales, q, d, out, k_used=None, partial_first=False):
     """out[m, out_f] = the v2 per-block FP8 GEMM of w[out_f, in_f],
     scales[ceil(out_f/128), ceil(in_f/128)], q[m, in_f_pad], d[m, in_f_pad/128].
 
     Each block's c is a float32 matmul (any order is exact on the check's
     EXACT, FOLD and CODES data); ``k_used`` < in_f drops the weights'
-    last columns (a planted bug)."""
+    last columns (a planted bug); ``partial_first`` folds as the field's
+    Triton kernels write it, ``acc + (c * d) * s``."""
     out_f, in_f = w.shape
     k_used = in_f if k_used is None else k_used
     nblk = -(-in_f // 128)
@@ -37,8 +38,11 @@ def v2_block_gemm(w, scales, q, d, out, k_used=None):
     acc = np.zeros((q.shape[0], out_f), np.float32)
     for b in range(nblk):
         c = qf[:, b * 128 : (b + 1) * 128] @ wf[:, b * 128 : (b + 1) * 128].T
-        sd = d[:, b : b + 1] * scales[srow, b][None, :]
-        acc = acc + sd * c
+        if partial_first:
+            acc = acc + (c * d[:, b : b + 1]) * scales[srow, b][None, :]
+        else:
+            sd = d[:, b : b + 1] * scales[srow, b][None, :]
+            acc = acc + sd * c
     out[...] = acc
 
 

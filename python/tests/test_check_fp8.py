@@ -143,3 +143,17 @@ def test_a_declared_tensor_core_schedule_judges_rand_bit_for_bit():
         reference_gemm, shapes=[(384, 320, 9)], arms=["RAND"], schedule=Schedule.SM90_WGMMA_FUSED, verbose=False
     )
     assert not r.ok and "bit-identical (0 differing bits)" in r.failures[0]
+
+
+def test_the_triton_kernels_fold_is_named_and_judged_under_its_schedule():
+    # acc + (c * d) * s, as `accumulator += tl.dot(a, b) * a_s[:, None] *
+    # b_s[None, :]` reads without FMA contraction: declared v2 it fails on
+    # the FOLD arm; declared as what it is, it passes and is named.
+    def partial_first(w, scales, q, d, out):
+        v2_block_gemm(w, scales, q, d, out, partial_first=True)
+
+    r = ko.check_fp8_block_gemm(partial_first, shapes=SHAPES, arms=["FOLD"], verbose=False)
+    assert not r.ok and "v2 + partial-first fold" in r.failures[0]
+    r = ko.check_fp8_block_gemm(partial_first, shapes=SHAPES, schedule=Schedule.V2_PARTIAL_FIRST, verbose=False)
+    assert r.ok and Schedule.V2_PARTIAL_FIRST in r.identified_exact_arms
+    assert Schedule.V2 not in r.identified_exact_arms

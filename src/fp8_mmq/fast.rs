@@ -170,26 +170,28 @@ pub fn mmq_fast_with(
         scales,
         q,
         d,
-        fused: schedule.fold == Fold::Fused,
+        fold: schedule.fold,
     };
     match schedule.accumulation {
         Accumulation::F32 => gemm::gemm(simd, &ops, y),
         Accumulation::TensorCore(model) => {
             let mut other = vec![0f32; y.len()];
             match schedule.fold {
-                Fold::Separate => mma::gemm(&model, &ops, y, &mut other),
-                Fold::Fused => mma::gemm(&model, &ops, &mut other, y),
+                Fold::Separate | Fold::PartialFirst => mma::gemm(&model, &ops, y, &mut other),
+                Fold::Fused | Fold::PartialFirstFused => mma::gemm(&model, &ops, &mut other, y),
             }
         }
     }
     Ok(())
 }
 
-/// The GEMM under both folds of one accumulation at once: `y_separate`
+/// The GEMM under both folds of one association at once: `y_separate`
 /// gets [`oracle::fp8_mmq::mmq`] under `Schedule { fold: Separate,
-/// accumulation }`, `y_fused` under `Fold::Fused`, bit for bit, on the
-/// target `simd`. Under [`Accumulation::TensorCore`] one pass computes
-/// both (the MMAs are shared), so this costs what one fold costs.
+/// accumulation }` (with `partial_first`, [`Fold::PartialFirst`]),
+/// `y_fused` under `Fold::Fused` (`Fold::PartialFirstFused`), bit for bit,
+/// on the target `simd`. Under [`Accumulation::TensorCore`] one pass
+/// computes both (the MMAs are shared), so this costs what one fold
+/// costs.
 ///
 /// Shapes as in [`oracle::fp8_mmq::mmq`]; both outputs `[m x out_f]`.
 ///
@@ -201,6 +203,7 @@ pub fn mmq_fast_both_folds(
     simd: Simd,
     shape: &Shape,
     accumulation: &Accumulation,
+    partial_first: bool,
     w: &[u8],
     scales: &[f32],
     q: &[u8],
@@ -222,12 +225,20 @@ pub fn mmq_fast_both_folds(
         scales,
         q,
         d,
-        fused: false,
+        fold: if partial_first {
+            Fold::PartialFirst
+        } else {
+            Fold::Separate
+        },
     };
     match accumulation {
         Accumulation::F32 => {
             gemm::gemm(simd, &ops, y_separate);
-            ops.fused = true;
+            ops.fold = if partial_first {
+                Fold::PartialFirstFused
+            } else {
+                Fold::Fused
+            };
             gemm::gemm(simd, &ops, y_fused);
         }
         Accumulation::TensorCore(model) => mma::gemm(model, &ops, y_separate, y_fused),

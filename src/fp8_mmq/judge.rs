@@ -265,9 +265,10 @@ impl Verdict {
 /// sides count as equal whatever their payload; every other bit pattern,
 /// `-0.0` included, must match. Empty when none matches.
 ///
-/// Cost: each accumulation's GEMM once, both folds from it
-/// ([`mmq_fast_both_folds`]; the spec's [`oracle::fp8_mmq::mmq`] four
-/// times when [`crate::ENV_ORACLE`] is `spec`).
+/// Cost: each known accumulation's GEMM once per fold association, both
+/// folds of the association from it ([`mmq_fast_both_folds`]; the spec's
+/// [`oracle::fp8_mmq::mmq`] once per known schedule when
+/// [`crate::ENV_ORACLE`] is `spec`).
 pub fn identify(data: &CaseData, want: &Reference, got: &[f32]) -> Vec<Schedule> {
     let s = &data.shape;
     let (q, d) = match &data.qd {
@@ -287,46 +288,56 @@ pub fn identify(data: &CaseData, want: &Reference, got: &[f32]) -> Vec<Schedule>
             accumulations.push(k.accumulation);
         }
     }
+    use oracle::fp8_mmq::Fold;
     let mut answers: Vec<(Schedule, Vec<f32>)> = Vec::new();
     for acc in accumulations {
-        let (mut sep, mut fused) = (vec![0f32; s.out_len()], vec![0f32; s.out_len()]);
-        if use_spec_oracle() {
-            for (fold, y) in [
-                (oracle::fp8_mmq::Fold::Separate, &mut sep),
-                (oracle::fp8_mmq::Fold::Fused, &mut fused),
-            ] {
-                let schedule = Schedule {
-                    fold,
-                    accumulation: acc,
-                };
-                oracle::fp8_mmq::mmq(s, &schedule, &data.w, &data.scales, q, d, y)
-                    .expect("lengths come from the shape");
-            }
-        } else {
-            mmq_fast_both_folds(
-                Simd::detected(),
-                s,
-                &acc,
-                &data.w,
-                &data.scales,
-                q,
-                d,
-                &mut sep,
-                &mut fused,
-            )
-            .expect("lengths come from the shape");
-        }
-        for (fold, y) in [
-            (oracle::fp8_mmq::Fold::Separate, sep),
-            (oracle::fp8_mmq::Fold::Fused, fused),
+        for (partial_first, pair) in [
+            (false, [Fold::Separate, Fold::Fused]),
+            (true, [Fold::PartialFirst, Fold::PartialFirstFused]),
         ] {
-            answers.push((
-                Schedule {
+            let known = |fold| {
+                Schedule::KNOWN.contains(&Schedule {
                     fold,
                     accumulation: acc,
-                },
-                y,
-            ));
+                })
+            };
+            if !pair.iter().any(|&f| known(f)) {
+                continue;
+            }
+            let (mut sep, mut fused) = (vec![0f32; s.out_len()], vec![0f32; s.out_len()]);
+            if use_spec_oracle() {
+                for (fold, y) in [(pair[0], &mut sep), (pair[1], &mut fused)] {
+                    let schedule = Schedule {
+                        fold,
+                        accumulation: acc,
+                    };
+                    oracle::fp8_mmq::mmq(s, &schedule, &data.w, &data.scales, q, d, y)
+                        .expect("lengths come from the shape");
+                }
+            } else {
+                mmq_fast_both_folds(
+                    Simd::detected(),
+                    s,
+                    &acc,
+                    partial_first,
+                    &data.w,
+                    &data.scales,
+                    q,
+                    d,
+                    &mut sep,
+                    &mut fused,
+                )
+                .expect("lengths come from the shape");
+            }
+            for (fold, y) in [(pair[0], sep), (pair[1], fused)] {
+                answers.push((
+                    Schedule {
+                        fold,
+                        accumulation: acc,
+                    },
+                    y,
+                ));
+            }
         }
     }
     for k in Schedule::KNOWN {

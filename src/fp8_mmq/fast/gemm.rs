@@ -7,7 +7,8 @@
 //! increasing order (zero weights past `in_f` included, rule `K-TAIL`), then
 //! `sum = sum + (s * d) * c`, each operation rounded on its own (or, under
 //! the fused fold, `sum = fma(s * d, c, sum)` through `f32::mul_add`, one
-//! rounding, which core's `fma_f32` is proven equal to). Rust never
+//! rounding, which core's `fma_f32` is proven equal to; the partial-first
+//! folds `sum + (c * d) * s` and `fma(c * d, s, sum)` likewise). Rust never
 //! fuses `x * y + z` into a fused multiply-add (LLVM may contract only with
 //! the `contract` fast-math flag, which rustc never sets), so every product
 //! and sum is an IEEE binary32 basic operation, on any target. Multiplication
@@ -36,7 +37,7 @@ use super::Simd;
 use multiversion::multiversion;
 use oracle::conventions::NanMagnitude;
 use oracle::e4m3::decode_e4m3;
-use oracle::fp8_mmq::{Shape, BLOCK_K, BLOCK_N};
+use oracle::fp8_mmq::{Fold, Shape, BLOCK_K, BLOCK_N};
 use rayon::prelude::*;
 use std::sync::OnceLock;
 
@@ -60,9 +61,8 @@ pub(super) struct Operands<'a> {
     pub scales: &'a [f32],
     pub q: &'a [u8],
     pub d: &'a [f32],
-    /// The fold: `false` for `sum + sd * c` ([`oracle::fp8_mmq::Fold::Separate`]),
-    /// `true` for `fma(sd, c, sum)` ([`oracle::fp8_mmq::Fold::Fused`]).
-    pub fused: bool,
+    /// The fold ([`Fold`]).
+    pub fold: Fold,
 }
 
 /// `decode_e4m3(code, Ieee)` for every code: the activations' reading
@@ -79,9 +79,10 @@ fn act_table() -> &'static [f32; 256] {
 }
 
 /// One register tile over one 128-k block: `c` from `+0.0` through the 128
-/// products in increasing `k`, then `sum = sum + sd * c` with
-/// `sd = s * d` (already rounded, as in the spec), or `sum = fma(sd, c,
-/// sum)` when `fused`.
+/// products in increasing `k`, then the fold: `sum = sum + sd * c` with
+/// `sd = s * d` (already rounded, as in the spec), `sum = fma(sd, c,
+/// sum)`, `sum = sum + (c * d) * s` or `sum = fma(c * d, s, sum)`
+/// ([`Fold`]), with `s` the panel's weight scale and `d` the rows'.
 ///
 /// One implementation per tile height `MR`, written out row by row by
 /// [`micro_tile!`]: with the rows as straight-line code LLVM keeps the
@@ -92,9 +93,9 @@ trait Micro<const MR: usize, const NR: usize> {
     fn tile(
         a: &[[f32; MR]; BLOCK_K],
         w: &[[f32; NR]; BLOCK_K],
-        sd: &[f32; MR],
+        scales: (f32, &[f32; MR], &[f32; MR]),
         sum: &mut [[f32; NR]; MR],
-        fused: bool,
+        fold: Fold,
     );
 }
 
@@ -108,9 +109,9 @@ macro_rules! micro_tile {
             fn tile(
                 a: &[[f32; $mr]; BLOCK_K],
                 w: &[[f32; NR]; BLOCK_K],
-                sd: &[f32; $mr],
+                (s, d, sd): (f32, &[f32; $mr], &[f32; $mr]),
                 sum: &mut [[f32; NR]; $mr],
-                fused: bool,
+                fold: Fold,
             ) {
                 let mut c = [[0f32; NR]; $mr];
                 for (wr, ar) in w.iter().zip(a) {
@@ -122,18 +123,35 @@ macro_rules! micro_tile {
                         }
                     )+
                 }
-                if fused {
-                    $(
-                        for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
-                            *sv = sd[$jj].mul_add(cv, *sv);
-                        }
-                    )+
-                } else {
-                    $(
-                        for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
-                            *sv += sd[$jj] * cv;
-                        }
-                    )+
+                match fold {
+                    Fold::Separate => {
+                        $(
+                            for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
+                                *sv += sd[$jj] * cv;
+                            }
+                        )+
+                    }
+                    Fold::Fused => {
+                        $(
+                            for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
+                                *sv = sd[$jj].mul_add(cv, *sv);
+                            }
+                        )+
+                    }
+                    Fold::PartialFirst => {
+                        $(
+                            for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
+                                *sv += (cv * d[$jj]) * s;
+                            }
+                        )+
+                    }
+                    Fold::PartialFirstFused => {
+                        $(
+                            for (sv, &cv) in sum[$jj].iter_mut().zip(&c[$jj]) {
+                                *sv = (cv * d[$jj]).mul_add(s, *sv);
+                            }
+                        )+
+                    }
                 }
             }
         }
@@ -216,9 +234,9 @@ fn step<const MR: usize, const NR: usize, M: Micro<MR, NR>>(
         M::tile(
             a_block(a, nb, g, b),
             panel,
-            &sd,
+            (s_blk, &dg[b], &sd),
             &mut out.out[g * out.np + (p - out.p0)],
-            ops.fused,
+            ops.fold,
         );
     }
 }

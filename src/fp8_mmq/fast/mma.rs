@@ -13,17 +13,19 @@
 //! [`Accumulation::TensorCore`]: oracle::fp8_mmq::Accumulation::TensorCore
 
 use super::gemm::Operands;
-use oracle::fp8_mmq::{mma_weight_code, BLOCK_K, BLOCK_N};
+use oracle::fp8_mmq::{mma_weight_code, Fold, BLOCK_K, BLOCK_N};
 use oracle::tensor_core::{mma_k32, Fp8Kind::E4m3, Model, MMA_K};
 use rayon::prelude::*;
 
 /// Outputs per rayon task.
 const CHUNK: usize = 64;
 
-/// Writes `y_sep` (separate fold) and `y_fused` (fused fold), each
-/// `[m x out_f]`, on checked operands (`ops.fused` is ignored: both folds
-/// are written).
+/// Writes `y_sep` and `y_fused`, each `[m x out_f]`, on checked operands:
+/// the separate and the fused fold of `ops.fold`'s association
+/// ([`Fold::Separate`] and [`Fold::Fused`], or [`Fold::PartialFirst`] and
+/// [`Fold::PartialFirstFused`]; the MMAs are shared).
 pub(super) fn gemm(model: &Model, ops: &Operands<'_>, y_sep: &mut [f32], y_fused: &mut [f32]) {
+    let partial_first = matches!(ops.fold, Fold::PartialFirst | Fold::PartialFirstFused);
     let s = ops.shape;
     let (in_f, in_f_pad, out_f) = (s.in_f(), s.in_f_pad(), s.out_f());
     let (nb, blocks) = (s.scale_cols(), s.act_blocks());
@@ -53,9 +55,16 @@ pub(super) fn gemm(model: &Model, ops: &Operands<'_>, y_sep: &mut [f32], y_fused
                         let a32: &[u8; MMA_K] = qrow[k0..][..MMA_K].try_into().expect("32 codes");
                         c = mma_k32(model, E4m3, w32, E4m3, a32, c);
                     }
-                    let sd = ops.scales[(i / BLOCK_N) * nb + b] * ops.d[j * blocks + b];
-                    sep += sd * c;
-                    fused = sd.mul_add(c, fused);
+                    let (s, d) = (ops.scales[(i / BLOCK_N) * nb + b], ops.d[j * blocks + b]);
+                    if partial_first {
+                        let cd = c * d;
+                        sep += cd * s;
+                        fused = cd.mul_add(s, fused);
+                    } else {
+                        let sd = s * d;
+                        sep += sd * c;
+                        fused = sd.mul_add(c, fused);
+                    }
                 }
                 *ys = sep;
                 *yf = fused;
