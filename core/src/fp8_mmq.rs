@@ -52,7 +52,9 @@ pub enum Fold {
     /// write the fold as `accumulator += tl.dot(a, b) * a_s[:, None] *
     /// b_s[None, :]` (vLLM's and SGLang's `_w8a8_block_fp8_matmul`,
     /// DeepSeek-V3's `inference/kernel.py` `fp8_gemm_kernel`), which
-    /// Python evaluates left to right and Triton contracts into an FMA.
+    /// Python evaluates left to right and Triton contracts into an FMA by
+    /// default (`enable_fp_fusion=True`; with it off, the kernels compute
+    /// [`Fold::PartialFirst`]).
     PartialFirstFused,
 }
 
@@ -162,8 +164,11 @@ impl Schedule {
         accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_MMA_SYNC),
     };
     /// The sm_90 `wgmma` FP8 MMA inside each block, the partial-first fused
-    /// fold: the field's Triton block-FP8 GEMMs on the H200
-    /// ([`Fold::PartialFirstFused`]).
+    /// fold ([`Fold::PartialFirstFused`]): what the field's Triton
+    /// block-FP8 GEMMs compute on sm_90 when `tl.dot` lowers to FP8
+    /// `wgmma` and Triton contracts the fold (its default,
+    /// `enable_fp_fusion=True`; without contraction,
+    /// [`Schedule::SM90_WGMMA_PARTIAL_FIRST`]).
     pub const SM90_WGMMA_PARTIAL_FIRST_FUSED: Schedule = Schedule {
         fold: Fold::PartialFirstFused,
         accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_WGMMA),

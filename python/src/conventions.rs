@@ -274,6 +274,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NanMagnitude>()?;
     m.add_class::<Overflow>()?;
     m.add_class::<Schedule>()?;
+    m.add("SCHEDULES", Schedule::ALL.to_vec())?;
     m.add_class::<Fp8Format>()?;
     m.add_class::<Instruction>()?;
     m.add_class::<GgmlType>()?;

@@ -175,75 +175,60 @@ pub fn mmq_fast_with(
     match schedule.accumulation {
         Accumulation::F32 => gemm::gemm(simd, &ops, y),
         Accumulation::TensorCore(model) => {
-            let mut other = vec![0f32; y.len()];
-            match schedule.fold {
-                Fold::Separate | Fold::PartialFirst => mma::gemm(&model, &ops, y, &mut other),
-                Fold::Fused | Fold::PartialFirstFused => mma::gemm(&model, &ops, &mut other, y),
-            }
+            let f = Fold::ALL
+                .iter()
+                .position(|&x| x == schedule.fold)
+                .expect("every fold is in Fold::ALL");
+            let mut ys: [&mut [f32]; 4] = [&mut [], &mut [], &mut [], &mut []];
+            ys[f] = y;
+            mma::gemm(&model, &ops, ys);
         }
     }
     Ok(())
 }
 
-/// The GEMM under both folds of one association at once: `y_separate`
-/// gets [`oracle::fp8_mmq::mmq`] under `Schedule { fold: Separate,
-/// accumulation }` (with `partial_first`, [`Fold::PartialFirst`]),
-/// `y_fused` under `Fold::Fused` (`Fold::PartialFirstFused`), bit for bit,
-/// on the target `simd`. Under [`Accumulation::TensorCore`] one pass
-/// computes both (the MMAs are shared), so this costs what one fold
-/// costs.
-///
-/// Shapes as in [`oracle::fp8_mmq::mmq`]; both outputs `[m x out_f]`.
+/// The GEMM under every fold of one accumulation: element `f` of the
+/// result is [`oracle::fp8_mmq::mmq`] under `Schedule { fold:
+/// Fold::ALL[f], accumulation }`, bit for bit, on the target `simd`.
+/// Under [`Accumulation::TensorCore`] one pass computes the four (the
+/// MMAs are shared), so this costs what one fold costs; under
+/// [`Accumulation::F32`], four passes of the SIMD GEMM.
 ///
 /// # Errors
-/// [`ShapeError::Len`] if a slice's length disagrees with `shape`; nothing
-/// is written then.
+/// [`ShapeError::Len`] if a slice's length disagrees with `shape`.
 #[allow(clippy::too_many_arguments)]
-pub fn mmq_fast_both_folds(
+pub fn mmq_fast_all_folds(
     simd: Simd,
     shape: &Shape,
     accumulation: &Accumulation,
-    partial_first: bool,
     w: &[u8],
     scales: &[f32],
     q: &[u8],
     d: &[f32],
-    y_separate: &mut [f32],
-    y_fused: &mut [f32],
-) -> Result<(), ShapeError> {
-    oracle::fp8_mmq::check_gemm_operands(shape, w, scales, q, d, y_separate)?;
-    if y_fused.len() != shape.out_len() {
-        return Err(ShapeError::Len {
-            arg: "y_fused",
-            want: shape.out_len(),
-            got: y_fused.len(),
-        });
-    }
+) -> Result<[Vec<f32>; 4], ShapeError> {
+    let mut ys: [Vec<f32>; 4] = std::array::from_fn(|_| vec![0f32; shape.out_len()]);
+    oracle::fp8_mmq::check_gemm_operands(shape, w, scales, q, d, &ys[0])?;
     let mut ops = gemm::Operands {
         shape,
         w,
         scales,
         q,
         d,
-        fold: if partial_first {
-            Fold::PartialFirst
-        } else {
-            Fold::Separate
-        },
+        fold: Fold::Separate,
     };
     match accumulation {
         Accumulation::F32 => {
-            gemm::gemm(simd, &ops, y_separate);
-            ops.fold = if partial_first {
-                Fold::PartialFirstFused
-            } else {
-                Fold::Fused
-            };
-            gemm::gemm(simd, &ops, y_fused);
+            for (y, fold) in ys.iter_mut().zip(Fold::ALL) {
+                ops.fold = fold;
+                gemm::gemm(simd, &ops, y);
+            }
         }
-        Accumulation::TensorCore(model) => mma::gemm(model, &ops, y_separate, y_fused),
+        Accumulation::TensorCore(model) => {
+            let [a, b, c, e] = &mut ys;
+            mma::gemm(model, &ops, [a, b, c, e]);
+        }
     }
-    Ok(())
+    Ok(ys)
 }
 
 /// The SIMD targets whose code differs under `schedule`: every target

@@ -9,7 +9,7 @@
 //! summation bound; under [`Accumulation::TensorCore`] every arm, RANDOM
 //! included, compares bit for bit.
 
-use super::fast::{mmq_fast, mmq_fast_both_folds, mmq_v2_fast, quantize_activations_fast, Simd};
+use super::fast::{mmq_fast, mmq_fast_all_folds, mmq_v2_fast, quantize_activations_fast, Simd};
 use super::generate::{Arm, CaseData};
 use crate::use_spec_oracle;
 use oracle::compare::{compare_f32, Comparison};
@@ -265,10 +265,9 @@ impl Verdict {
 /// sides count as equal whatever their payload; every other bit pattern,
 /// `-0.0` included, must match. Empty when none matches.
 ///
-/// Cost: each known accumulation's GEMM once per fold association, both
-/// folds of the association from it ([`mmq_fast_both_folds`]; the spec's
-/// [`oracle::fp8_mmq::mmq`] once per known schedule when
-/// [`crate::ENV_ORACLE`] is `spec`).
+/// Cost: each known accumulation's GEMM once, its four folds from it
+/// ([`mmq_fast_all_folds`]; the spec's [`oracle::fp8_mmq::mmq`] once per
+/// known schedule when [`crate::ENV_ORACLE`] is `spec`).
 pub fn identify(data: &CaseData, want: &Reference, got: &[f32]) -> Vec<Schedule> {
     let s = &data.shape;
     let (q, d) = match &data.qd {
@@ -291,53 +290,31 @@ pub fn identify(data: &CaseData, want: &Reference, got: &[f32]) -> Vec<Schedule>
     use oracle::fp8_mmq::Fold;
     let mut answers: Vec<(Schedule, Vec<f32>)> = Vec::new();
     for acc in accumulations {
-        for (partial_first, pair) in [
-            (false, [Fold::Separate, Fold::Fused]),
-            (true, [Fold::PartialFirst, Fold::PartialFirstFused]),
-        ] {
-            let known = |fold| {
-                Schedule::KNOWN.contains(&Schedule {
+        let ys: [Vec<f32>; 4] = if use_spec_oracle() {
+            Fold::ALL.map(|fold| {
+                let schedule = Schedule {
                     fold,
                     accumulation: acc,
-                })
-            };
-            if !pair.iter().any(|&f| known(f)) {
-                continue;
-            }
-            let (mut sep, mut fused) = (vec![0f32; s.out_len()], vec![0f32; s.out_len()]);
-            if use_spec_oracle() {
-                for (fold, y) in [(pair[0], &mut sep), (pair[1], &mut fused)] {
-                    let schedule = Schedule {
-                        fold,
-                        accumulation: acc,
-                    };
-                    oracle::fp8_mmq::mmq(s, &schedule, &data.w, &data.scales, q, d, y)
+                };
+                let mut y = vec![0f32; s.out_len()];
+                if Schedule::KNOWN.contains(&schedule) {
+                    oracle::fp8_mmq::mmq(s, &schedule, &data.w, &data.scales, q, d, &mut y)
                         .expect("lengths come from the shape");
                 }
-            } else {
-                mmq_fast_both_folds(
-                    Simd::detected(),
-                    s,
-                    &acc,
-                    partial_first,
-                    &data.w,
-                    &data.scales,
-                    q,
-                    d,
-                    &mut sep,
-                    &mut fused,
-                )
-                .expect("lengths come from the shape");
-            }
-            for (fold, y) in [(pair[0], sep), (pair[1], fused)] {
-                answers.push((
-                    Schedule {
-                        fold,
-                        accumulation: acc,
-                    },
-                    y,
-                ));
-            }
+                y
+            })
+        } else {
+            mmq_fast_all_folds(Simd::detected(), s, &acc, &data.w, &data.scales, q, d)
+                .expect("lengths come from the shape")
+        };
+        for (fold, y) in Fold::ALL.into_iter().zip(ys) {
+            answers.push((
+                Schedule {
+                    fold,
+                    accumulation: acc,
+                },
+                y,
+            ));
         }
     }
     for k in Schedule::KNOWN {

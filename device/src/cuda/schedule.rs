@@ -50,8 +50,10 @@ pub fn schedule_from_code(code: u32) -> Option<Schedule> {
     Some(Schedule { fold, accumulation })
 }
 
-/// The `plan[15]` code of `schedule` (every schedule of the models core
-/// defines has one; `None` is for a model added to core without a code).
+/// The `plan[15]` code of `schedule`: `None` for a schedule the ABI has no
+/// code for (the partial-first folds, which no kernel of `cu/` computes,
+/// and a model added to core without a code); declaring one for our own
+/// kernels is refused with that message.
 pub fn schedule_code(schedule: &Schedule) -> Option<u32> {
     SCHEDULE_CODES
         .iter()

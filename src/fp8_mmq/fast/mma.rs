@@ -6,26 +6,26 @@
 //! block in increasing order `c = +0.0`, four `mma_k32` in increasing k on
 //! the block's weight codes (k tail `0x00`, NaN magnitudes `0x00`:
 //! [`mma_weight_code`], applied once to a padded copy of the weights) and
-//! activation codes, then the fold with `sd = s * d`. Both folds are
-//! computed in the same pass from the same `c` (identification wants both;
-//! the MMAs are the cost), `fma` through `f32::mul_add`.
+//! activation codes, then the fold. The four folds are computed in the
+//! same pass from the same `c` (identification wants them all; the MMAs
+//! are the cost), `fma` through `f32::mul_add`.
 //!
 //! [`Accumulation::TensorCore`]: oracle::fp8_mmq::Accumulation::TensorCore
 
 use super::gemm::Operands;
-use oracle::fp8_mmq::{mma_weight_code, Fold, BLOCK_K, BLOCK_N};
+#[cfg(doc)]
+use oracle::fp8_mmq::Fold;
+use oracle::fp8_mmq::{mma_weight_code, BLOCK_K, BLOCK_N};
 use oracle::tensor_core::{mma_k32, Fp8Kind::E4m3, Model, MMA_K};
 use rayon::prelude::*;
 
 /// Outputs per rayon task.
 const CHUNK: usize = 64;
 
-/// Writes `y_sep` and `y_fused`, each `[m x out_f]`, on checked operands:
-/// the separate and the fused fold of `ops.fold`'s association
-/// ([`Fold::Separate`] and [`Fold::Fused`], or [`Fold::PartialFirst`] and
-/// [`Fold::PartialFirstFused`]; the MMAs are shared).
-pub(super) fn gemm(model: &Model, ops: &Operands<'_>, y_sep: &mut [f32], y_fused: &mut [f32]) {
-    let partial_first = matches!(ops.fold, Fold::PartialFirst | Fold::PartialFirstFused);
+/// Writes `ys[f]`, each `[m x out_f]`, on checked operands: the GEMM under
+/// fold [`Fold::ALL`]`[f]`, for every `f` whose slice is not empty (the
+/// MMAs, the cost, are shared by the four folds).
+pub(super) fn gemm(model: &Model, ops: &Operands<'_>, ys: [&mut [f32]; 4]) {
     let s = ops.shape;
     let (in_f, in_f_pad, out_f) = (s.in_f(), s.in_f_pad(), s.out_f());
     let (nb, blocks) = (s.scale_cols(), s.act_blocks());
@@ -37,17 +37,17 @@ pub(super) fn gemm(model: &Model, ops: &Operands<'_>, y_sep: &mut [f32], y_fused
             *d = mma_weight_code(c);
         }
     }
-    y_sep
-        .par_chunks_mut(CHUNK)
-        .zip(y_fused.par_chunks_mut(CHUNK))
+    let want: [bool; 4] = std::array::from_fn(|f| !ys[f].is_empty());
+    let mut out = vec![[0f32; 4]; s.out_len()];
+    out.par_chunks_mut(CHUNK)
         .enumerate()
-        .for_each(|(t, (ys, yf))| {
-            for (o, (ys, yf)) in ys.iter_mut().zip(yf.iter_mut()).enumerate() {
+        .for_each(|(t, chunk)| {
+            for (o, y4) in chunk.iter_mut().enumerate() {
                 let idx = t * CHUNK + o;
                 let (j, i) = (idx / out_f, idx % out_f);
                 let wrow = &wp[i * kp..][..kp];
                 let qrow = &ops.q[j * in_f_pad..][..kp];
-                let (mut sep, mut fused) = (0f32, 0f32);
+                let mut sums = [0f32; 4];
                 for b in 0..nb {
                     let mut c = 0f32;
                     for k0 in (b * BLOCK_K..(b + 1) * BLOCK_K).step_by(MMA_K) {
@@ -55,19 +55,21 @@ pub(super) fn gemm(model: &Model, ops: &Operands<'_>, y_sep: &mut [f32], y_fused
                         let a32: &[u8; MMA_K] = qrow[k0..][..MMA_K].try_into().expect("32 codes");
                         c = mma_k32(model, E4m3, w32, E4m3, a32, c);
                     }
-                    let (s, d) = (ops.scales[(i / BLOCK_N) * nb + b], ops.d[j * blocks + b]);
-                    if partial_first {
-                        let cd = c * d;
-                        sep += cd * s;
-                        fused = cd.mul_add(s, fused);
-                    } else {
-                        let sd = s * d;
-                        sep += sd * c;
-                        fused = sd.mul_add(c, fused);
-                    }
+                    let (sc, d) = (ops.scales[(i / BLOCK_N) * nb + b], ops.d[j * blocks + b]);
+                    let (sd, cd) = (sc * d, c * d);
+                    sums[0] += sd * c;
+                    sums[1] = sd.mul_add(c, sums[1]);
+                    sums[2] += cd * sc;
+                    sums[3] = cd.mul_add(sc, sums[3]);
                 }
-                *ys = sep;
-                *yf = fused;
+                *y4 = sums;
             }
         });
+    for (f, y) in ys.into_iter().enumerate() {
+        if want[f] {
+            for (v, o) in y.iter_mut().zip(&out) {
+                *v = o[f];
+            }
+        }
+    }
 }
