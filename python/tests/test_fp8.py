@@ -90,3 +90,12 @@ def test_mma_k32_truncates_the_sum_to_14_bits():
     d = ko.mma_k32(a, b, np.zeros(1, np.float32))
     assert d[0] == 1.0
     assert E4M3[a[0, 1]] * E4M3[b[0, 1]] == 2.0**-14
+
+
+def test_schedules_are_cores_known_schedules_in_order():
+    # On EXACT data every known schedule gives the same bits, so
+    # identification returns core's whole list, in core's order: a
+    # schedule core knows and Python does not name would be missing here.
+    c = ko.fp8_block_gemm_case(256, 128, 2, "EXACT")
+    y = ko.fp8_block_gemm(c["w"], c["scales"], c["q"], c["d"])
+    assert ko.identify_fp8_block_gemm(c["w"], c["scales"], c["q"], c["d"], y) == list(ko.SCHEDULES)
