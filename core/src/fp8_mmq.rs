@@ -168,7 +168,9 @@ impl Schedule {
     /// block-FP8 GEMMs compute on sm_90 when `tl.dot` lowers to FP8
     /// `wgmma` and Triton contracts the fold (its default,
     /// `enable_fp_fusion=True`; without contraction,
-    /// [`Schedule::SM90_WGMMA_PARTIAL_FIRST`]).
+    /// [`Schedule::SM90_WGMMA_PARTIAL_FIRST`]). Measured on the H200
+    /// (torch 2.11's Triton): a kernel with that fold matched it bit for
+    /// bit on every arm of 44 cases and matched no other schedule.
     pub const SM90_WGMMA_PARTIAL_FIRST_FUSED: Schedule = Schedule {
         fold: Fold::PartialFirstFused,
         accumulation: Accumulation::TensorCore(crate::tensor_core::SM90_WGMMA),
