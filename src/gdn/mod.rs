@@ -45,7 +45,7 @@ use crate::stats::{count, pct};
 use device::cuda::{GdnEngine, GdnFusedEntry};
 use pool::POOL;
 use rayon::prelude::*;
-use run::{BatchInputs, BatchSix, Got};
+use run::{BatchInputs, BatchSix, CaseSrc, Got};
 use std::sync::atomic::AtomicU64;
 
 /// Counters of one process's checks: outcomes, and what the generator
@@ -92,7 +92,7 @@ pub struct Stats {
     pub audited_timed: AtomicU64,
     /// The device phase split by run ([`DEVICE_RUNS`] order), nanoseconds
     /// summed over the timed cases (a run a case does not make adds 0).
-    pub device_ns: [AtomicU64; 5],
+    pub device_ns: [AtomicU64; 6],
     /// Minor page faults of the whole process over the timed cases (Linux's
     /// `/proc/self/stat` field 10; 0 elsewhere): fresh pages touched,
     /// which a sanitizer's allocator makes costly. Split as
@@ -169,12 +169,14 @@ pub static STATS: Stats = Stats {
     timed: AtomicU64::new(0),
     audited_judge_ns: AtomicU64::new(0),
     audited_timed: AtomicU64::new(0),
-    device_ns: [const { AtomicU64::new(0) }; 5],
+    device_ns: [const { AtomicU64::new(0) }; 6],
     page_faults: [const { AtomicU64::new(0) }; 3],
 };
 
 /// The runs of a case [`Stats::device_ns`] times apart.
-pub const DEVICE_RUNS: [&str; 5] = ["chained", "packed", "twins", "graph", "batched"];
+/// "upload" is the case's one upload of its data ([`run::OnDevice`]);
+/// a batched case's is in "batched".
+pub const DEVICE_RUNS: [&str; 6] = ["upload", "chained", "packed", "twins", "graph", "batched"];
 
 /// The parts of a case [`Stats::page_faults`] counts apart.
 pub const FAULT_PARTS: [&str; 3] = ["generate, oracle and device", "judge", "give back"];
@@ -302,9 +304,9 @@ pub struct CaseRuns {
     pub twins: Option<Result<Got<Six>, device::cuda::DeviceError>>,
     /// The graph replays ([`run::graph`]), when run.
     pub graph: Option<Result<run::GraphRun, device::cuda::DeviceError>>,
-    /// How long the chained, packed, twin and graph runs took (zero for
-    /// one not made), for [`Stats::device_ns`].
-    pub times: [std::time::Duration; 4],
+    /// How long the upload and the chained, packed, twin and graph runs
+    /// took (zero for one not made), for [`Stats::device_ns`].
+    pub times: [std::time::Duration; 5],
 }
 
 impl CaseRuns {
@@ -352,16 +354,23 @@ pub(crate) fn run_case_handing(
     audit: bool,
     hand: impl FnOnce(ChainedSix) -> ChainedSix,
 ) -> CaseRuns {
-    let ((chained, kept), t_chained) = timed(|| match run::chained_kept(e, data) {
+    // The case's data uploaded once, every run made from it on the
+    // device. Should the upload fail, each run uploads from the host
+    // itself and reports its own error.
+    let (up, t_up) = timed(|| run::OnDevice::new(e, &CaseSrc::host(data)).ok());
+    let src = up
+        .as_ref()
+        .map_or_else(|| CaseSrc::host(data), run::OnDevice::src);
+    let ((chained, kept), t_chained) = timed(|| match run::chained_kept(e, &src) {
         Ok((six, kept)) => (Ok(six), Some(kept)),
         Err(err) => (Err(err), None),
     });
     let chained = hand(chained);
     let reference = kept.as_ref().map(|k| k.reference(audit));
-    let (packed, t_packed) = timed(|| run::packed(e, data, reference));
-    let (twins, t_twins) = timed(|| graph.then(|| run::twins(e, data, reference)));
-    let (graph, t_graph) = timed(|| graph.then(|| run::graph(e, data, reference)));
-    let times = [t_chained, t_packed, t_twins, t_graph];
+    let (packed, t_packed) = timed(|| run::packed(e, &src, reference));
+    let (twins, t_twins) = timed(|| graph.then(|| run::twins(e, &src, reference)));
+    let (graph, t_graph) = timed(|| graph.then(|| run::graph(e, &src, reference)));
+    let times = [t_up, t_chained, t_packed, t_twins, t_graph];
     CaseRuns {
         chained,
         packed,
@@ -649,10 +658,15 @@ pub fn batched_runs(
         .flat_map(|entry| modes.iter().map(move |&g| (entry, g)))
         .collect();
     let nb = inputs.ds.len();
+    // Uploaded once for every run (each run uploads from the host itself
+    // should this fail, and reports its own error).
+    let host = inputs.src();
+    let up = run::OnDevice::new(e, &host).ok();
+    let src = up.as_ref().map_or(host, run::OnDevice::src);
     let mut reference: Option<run::Ran> = None;
     let mut out = Vec::with_capacity(hows.len());
     for how in hows {
-        let got = run::batched_ran(e, inputs, how.0, how.1).and_then(|ran| {
+        let got = run::batched_ran(e, &src, how.0, how.1).and_then(|ran| {
             let against = reference.as_ref().map(|r: &run::Ran| run::Reference {
                 parts: r.parts(),
                 audit,

@@ -22,11 +22,12 @@ use super::judge::{compare, Bits, Diff, Six};
 use super::pool::POOL;
 use device::cuda::{
     Buffer, DeviceError, GdnEngine, GdnFusedEntry, GdnGraph, GdnHeads, GdnState, GdnStep,
-    GdnWeights,
+    GdnWeights, Src,
 };
 use oracle::gdn::conv::conv1d_row;
 use oracle::gdn::prep::{prep_row, Heads, HeadsMut};
 use oracle::gdn::scan::{scan_row, StateIo};
+use oracle::gdn::GdnShape;
 use std::sync::OnceLock;
 
 /// What the alternate state buffer holds before a graph replay: a NaN, so
@@ -60,8 +61,147 @@ fn engine_cell() -> &'static Result<GdnEngine, (String, bool)> {
     })
 }
 
-fn weights(e: &GdnEngine, d: &CaseData) -> Result<GdnWeights, DeviceError> {
-    e.upload_weights(&d.shape, &d.conv_w, &d.dt_bias, &d.a_log, d.eps, d.scale)
+/// A case's read-only data, wherever it lies: the layer's weights, the
+/// initial ring and state, and the rows' inputs of `batch` sequences (the
+/// layout of `oracle::gdn::batch`, sequence `b` the `b`-th block of each).
+/// Every run makes its own state, inputs and outputs from these: by
+/// upload from the host ([`CaseSrc::host`]), or by device-to-device
+/// copies from one upload per case ([`OnDevice`]), the way the harness
+/// runs a case (an upload waits for the stream and stages through
+/// pageable memory; a case runs up to fifteen ways).
+#[derive(Clone, Copy, Debug)]
+pub struct CaseSrc<'a> {
+    /// The shape of each sequence.
+    pub shape: GdnShape,
+    /// Sequences (1 but for a batched step).
+    pub batch: usize,
+    /// The L2 norm's epsilon.
+    pub eps: f32,
+    /// The query scale.
+    pub scale: f32,
+    /// `[C][d_conv]`.
+    pub conv_w: Src<'a>,
+    /// `[num_v]`.
+    pub dt_bias: Src<'a>,
+    /// `[num_v]`.
+    pub a_log: Src<'a>,
+    /// `[batch][C][P]`.
+    pub ring0: Src<'a>,
+    /// `[batch][N]`.
+    pub state0: Src<'a>,
+    /// `[batch][t][C]`.
+    pub qkv: Src<'a>,
+    /// `[batch][t][num_v]`.
+    pub beta_raw: Src<'a>,
+    /// `[batch][t][num_v]`.
+    pub alpha: Src<'a>,
+    /// `[N]` of [`ALT_POISON`] on the device (the graph run's alternate
+    /// buffer), when made; else the graph run makes it.
+    pub poison: Option<&'a Buffer<f32>>,
+}
+
+impl<'a> CaseSrc<'a> {
+    /// One case's data on the host (each run uploads what it needs).
+    pub fn host(d: &'a CaseData) -> CaseSrc<'a> {
+        CaseSrc {
+            shape: d.shape,
+            batch: 1,
+            eps: d.eps,
+            scale: d.scale,
+            conv_w: Src::Host(&d.conv_w),
+            dt_bias: Src::Host(&d.dt_bias),
+            a_log: Src::Host(&d.a_log),
+            ring0: Src::Host(&d.ring0),
+            state0: Src::Host(&d.state0),
+            qkv: Src::Host(&d.qkv),
+            beta_raw: Src::Host(&d.beta_raw),
+            alpha: Src::Host(&d.alpha),
+            poison: None,
+        }
+    }
+}
+
+/// A case's read-only data uploaded once ([`OnDevice::new`]), handed to
+/// every run as device buffers ([`OnDevice::src`]).
+#[derive(Debug)]
+pub struct OnDevice {
+    shape: GdnShape,
+    batch: usize,
+    eps: f32,
+    scale: f32,
+    /// `[conv_w, dt_bias, a_log, ring0, state0, qkv, beta_raw, alpha]`.
+    bufs: [Buffer<f32>; 8],
+    /// `[N]` of [`ALT_POISON`], for a case of one sequence.
+    poison: Option<Buffer<f32>>,
+}
+
+impl OnDevice {
+    /// Uploads `src`'s eight arrays (a device source is copied), and for a
+    /// case of one sequence the graph run's poison (a device memset).
+    ///
+    /// # Errors
+    /// Every [`DeviceError`].
+    pub fn new(e: &GdnEngine, src: &CaseSrc<'_>) -> Result<OnDevice, DeviceError> {
+        let s = src;
+        let arrays = [
+            s.conv_w, s.dt_bias, s.a_log, s.ring0, s.state0, s.qkv, s.beta_raw, s.alpha,
+        ];
+        let mut bufs = Vec::with_capacity(arrays.len());
+        for a in arrays {
+            bufs.push(e.make(a)?);
+        }
+        let poison = if s.batch == 1 {
+            Some(e.filled(s.shape.state_len(), ALT_POISON)?)
+        } else {
+            None
+        };
+        Ok(OnDevice {
+            shape: s.shape,
+            batch: s.batch,
+            eps: s.eps,
+            scale: s.scale,
+            bufs: bufs.try_into().expect("eight arrays, eight buffers"),
+            poison,
+        })
+    }
+
+    /// The data as device sources.
+    pub fn src(&self) -> CaseSrc<'_> {
+        let [conv_w, dt_bias, a_log, ring0, state0, qkv, beta_raw, alpha] =
+            self.bufs.each_ref().map(Src::Device);
+        CaseSrc {
+            shape: self.shape,
+            batch: self.batch,
+            eps: self.eps,
+            scale: self.scale,
+            conv_w,
+            dt_bias,
+            a_log,
+            ring0,
+            state0,
+            qkv,
+            beta_raw,
+            alpha,
+            poison: self.poison.as_ref(),
+        }
+    }
+}
+
+fn weights(e: &GdnEngine, s: &CaseSrc<'_>) -> Result<GdnWeights, DeviceError> {
+    e.upload_weights(&s.shape, s.conv_w, s.dt_bias, s.a_log, s.eps, s.scale)
+}
+
+/// `src` on the device: the buffer itself when it is one, else uploaded
+/// into `keep`.
+fn on_device<'b>(
+    e: &GdnEngine,
+    src: Src<'b>,
+    keep: &'b mut Option<Buffer<f32>>,
+) -> Result<&'b Buffer<f32>, DeviceError> {
+    match src {
+        Src::Device(b) => Ok(b),
+        Src::Host(_) => Ok(keep.insert(e.make(src)?)),
+    }
 }
 
 /// `t` chained launches of the per-row trio (`gdn_conv1d_decode`,
@@ -79,19 +219,20 @@ fn weights(e: &GdnEngine, d: &CaseData) -> Result<GdnWeights, DeviceError> {
 /// # Errors
 /// Every [`DeviceError`].
 pub fn chained(e: &GdnEngine, d: &CaseData) -> Result<Six, DeviceError> {
-    chained_kept(e, d).map(|(six, _)| six)
+    chained_kept(e, &CaseSrc::host(d)).map(|(six, _)| six)
 }
 
-/// [`chained`], its outputs also left on the device as the reference of
-/// the other runs ([`Reference`]).
+/// [`chained`] of a case's data `src` (one sequence), its outputs also
+/// left on the device as the reference of the other runs
+/// ([`Reference`]).
 ///
 /// # Errors
 /// Every [`DeviceError`].
-pub fn chained_kept(e: &GdnEngine, d: &CaseData) -> Result<(Six, Kept), DeviceError> {
-    let s = d.shape;
+pub fn chained_kept(e: &GdnEngine, src: &CaseSrc<'_>) -> Result<(Six, Kept), DeviceError> {
+    let s = src.shape;
     let (t, c, nv, vd) = (s.t(), s.conv_dim(), s.num_v(), s.value_dim());
-    let w = weights(e, d)?;
-    let mut st = e.new_state(&s, &d.ring0, &d.state0, None)?;
+    let w = weights(e, src)?;
+    let mut st = e.new_state(&s, src.ring0, src.state0, None)?;
     let (n, rl) = (s.state_len(), s.ring_len());
     let mut all_conv = e.alloc_output::<f32>(t * c)?;
     let mut all_o = e.alloc_output::<f32>(t * vd)?;
@@ -101,22 +242,24 @@ pub fn chained_kept(e: &GdnEngine, d: &CaseData) -> Result<(Six, Kept), DeviceEr
     let mut heads = e.alloc_heads(&s, 1)?;
     let mut o = e.alloc_output::<f32>(vd)?;
     // All rows' inputs, and one buffer per input rewritten each row.
+    let mut keep = [None, None, None];
+    let [k0, k1, k2] = &mut keep;
     let (xs, brs, als) = (
-        e.upload(&d.qkv)?,
-        e.upload(&d.beta_raw)?,
-        e.upload(&d.alpha)?,
+        on_device(e, src.qkv, k0)?,
+        on_device(e, src.beta_raw, k1)?,
+        on_device(e, src.alpha, k2)?,
     );
     // Each row's inputs come by device copy from those uploads.
     let mut x = e.alloc_output::<f32>(c)?;
     let mut br = e.alloc_output::<f32>(nv)?;
     let mut al = e.alloc_output::<f32>(nv)?;
     for r in 0..t {
-        e.copy_from_at(&xs, r * c, &mut x)?;
+        e.copy_from_at(xs, r * c, &mut x)?;
         e.launch_conv_row(&s, &x, &w, &mut st, r, &mut conv_out)?;
-        e.copy_from_at(&brs, r * nv, &mut br)?;
-        e.copy_from_at(&als, r * nv, &mut al)?;
+        e.copy_from_at(brs, r * nv, &mut br)?;
+        e.copy_from_at(als, r * nv, &mut al)?;
         e.launch_prep_row(&s, &w, &conv_out, &br, &al, &mut heads)?;
-        e.launch_scan_row(&s, &heads, d.scale, &mut st, r, &mut o)?;
+        e.launch_scan_row(&s, &heads, src.scale, &mut st, r, &mut o)?;
         e.copy_at(&conv_out, &mut all_conv, r * c)?;
         e.copy_at(&o, &mut all_o, r * vd)?;
         if r + 1 < t {
@@ -286,11 +429,13 @@ fn got_six(
     })
 }
 
-/// A packed step holding `d`'s layer, initial state and inputs.
-fn step(e: &GdnEngine, d: &CaseData) -> Result<GdnStep, DeviceError> {
-    let st = e.new_state(&d.shape, &d.ring0, &d.state0, None)?;
-    let mut step = e.new_step(&d.shape, weights(e, d)?, st)?;
-    e.set_step_inputs(&mut step, &d.qkv, &d.beta_raw, &d.alpha)?;
+/// A packed step of `src.batch` sequences holding `src`'s layer, initial
+/// states and inputs.
+fn step(e: &GdnEngine, src: &CaseSrc<'_>) -> Result<GdnStep, DeviceError> {
+    let (s, nb) = (src.shape, src.batch);
+    let st = e.new_state_batched(&s, nb, src.ring0, src.state0, None)?;
+    let mut step = e.new_step_batched(&s, nb, weights(e, src)?, st)?;
+    e.set_step_inputs(&mut step, src.qkv, src.beta_raw, src.alpha)?;
     Ok(step)
 }
 
@@ -313,10 +458,10 @@ fn step_parts(step: &GdnStep) -> Parts<'_> {
 /// Every [`DeviceError`].
 pub fn packed(
     e: &GdnEngine,
-    d: &CaseData,
+    src: &CaseSrc<'_>,
     reference: Option<Reference<'_>>,
 ) -> Result<Got<Six>, DeviceError> {
-    let mut st = step(e, d)?;
+    let mut st = step(e, src)?;
     e.run_step(&mut st)?;
     got_six(e, step_parts(&st), reference)
 }
@@ -329,10 +474,10 @@ pub fn packed(
 /// Every [`DeviceError`].
 pub fn twins(
     e: &GdnEngine,
-    d: &CaseData,
+    src: &CaseSrc<'_>,
     reference: Option<Reference<'_>>,
 ) -> Result<Got<Six>, DeviceError> {
-    let mut st = step(e, d)?;
+    let mut st = step(e, src)?;
     e.run_step_twins(&mut st)?;
     got_six(e, step_parts(&st), reference)
 }
@@ -377,6 +522,20 @@ impl<'a> BatchInputs<'a> {
             qkv: cat(&|d| &d.qkv),
             beta_raw: cat(&|d| &d.beta_raw),
             alpha: cat(&|d| &d.alpha),
+        }
+    }
+
+    /// The concatenations as a case's data on the host (the weights and
+    /// parameters of the first sequence).
+    pub fn src(&self) -> CaseSrc<'_> {
+        CaseSrc {
+            batch: self.ds.len(),
+            ring0: Src::Host(&self.ring0),
+            state0: Src::Host(&self.state0),
+            qkv: Src::Host(&self.qkv),
+            beta_raw: Src::Host(&self.beta_raw),
+            alpha: Src::Host(&self.alpha),
+            ..CaseSrc::host(&self.ds[0])
         }
     }
 
@@ -451,7 +610,8 @@ impl Ran {
     }
 }
 
-/// The sequences of `inputs` in one batched fused step through `entry`
+/// The sequences of `src` (a batch: [`BatchInputs::src`], or those
+/// uploaded, [`OnDevice`]) in one batched fused step through `entry`
 /// (`gdn_step_fused`, `gdn_step_fused_c2` or the persistent entry over
 /// `B` sequences, the layout of `oracle::gdn::batch`), left on the
 /// device. With `graph`, the step is captured in a CUDA graph (nothing
@@ -461,17 +621,12 @@ impl Ran {
 /// Every [`DeviceError`].
 pub fn batched_ran(
     e: &GdnEngine,
-    inputs: &BatchInputs<'_>,
+    src: &CaseSrc<'_>,
     entry: GdnFusedEntry,
     graph: bool,
 ) -> Result<Ran, DeviceError> {
-    let ds = inputs.ds;
-    let s = ds[0].shape;
-    let nb = ds.len();
-    let st = e.new_state_batched(&s, nb, &inputs.ring0, &inputs.state0, None)?;
-    let mut step = e.new_step_batched(&s, nb, weights(e, &ds[0])?, st)?;
+    let mut step = step(e, src)?;
     e.set_step_entry(&mut step, Some(entry))?;
-    e.set_step_inputs(&mut step, &inputs.qkv, &inputs.beta_raw, &inputs.alpha)?;
     if graph {
         let g = e.capture_step(step)?;
         g.launch()?;
@@ -528,26 +683,23 @@ pub struct GraphRun {
 /// Every [`DeviceError`].
 pub fn graph(
     e: &GdnEngine,
-    d: &CaseData,
+    src: &CaseSrc<'_>,
     reference: Option<Reference<'_>>,
 ) -> Result<GraphRun, DeviceError> {
-    let mut poison = POOL.take(d.shape.state_len());
-    poison.fill(ALT_POISON);
-    let mut g = e.capture_step(step(e, d)?)?;
-    let old = g.rebind(
-        e,
-        e.upload(&d.ring0)?,
-        e.upload(&d.state0)?,
-        e.upload(&poison)?,
-    )?;
+    let mut made = None;
+    let poison = match src.poison {
+        Some(p) => p,
+        None => made.insert(e.filled(src.shape.state_len(), ALT_POISON)?),
+    };
+    let mut g = e.capture_step(step(e, src)?)?;
+    let old = g.rebind(e, e.make(src.ring0)?, e.make(src.state0)?, e.make(poison)?)?;
     g.launch()?;
     let rebound = got_six(e, step_parts(g.step()), reference)?;
     g.swap_slots(e)?;
-    g.write_state(e, &d.ring0, &d.state0, Some(&poison))?;
+    g.write_state(e, src.ring0, src.state0, Some(Src::Device(poison)))?;
     g.launch()?;
     let swapped = got_six(e, step_parts(g.step()), reference)?;
     let [r, c, a] = &old;
-    POOL.give(poison);
     Ok(GraphRun {
         rebound,
         swapped,
@@ -620,7 +772,7 @@ fn down(e: &GdnEngine, b: &Buffer<f32>) -> Result<Vec<f32>, DeviceError> {
 pub fn per_row_kernels(e: &GdnEngine, d: &CaseData) -> Result<Vec<Diff>, DeviceError> {
     let s = d.shape;
     let (c, nv, vd) = (s.conv_dim(), s.num_v(), s.value_dim());
-    let w = weights(e, d)?;
+    let w = weights(e, &CaseSrc::host(d))?;
     let mut st = e.new_state(&s, &d.ring0, &d.state0, None)?;
     let mut ring = d.ring0.clone();
     let mut bufs = [d.state0.clone(), vec![0f32; s.state_len()]];

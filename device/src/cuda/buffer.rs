@@ -81,6 +81,143 @@ pub(crate) fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, data: &[T]) -> Res
     Ok(Buffer::plain(raw))
 }
 
+/// Where the elements of a buffer an engine makes or fills come from:
+/// host memory, or another device buffer.
+///
+/// A host slice is uploaded: the copy from pageable memory waits for the
+/// stream first (CUDA runtime API, "API synchronization behavior"), so
+/// each costs a synchronisation and a staged copy. A device buffer is
+/// copied device to device, stream ordered, with no synchronisation: a
+/// harness that runs one case many ways uploads its inputs once and hands
+/// every run the device copies.
+#[derive(Clone, Copy, Debug)]
+pub enum Src<'a, T = f32> {
+    /// Host memory, uploaded.
+    Host(&'a [T]),
+    /// A device buffer's elements (not its guard bands), copied on the
+    /// device.
+    Device(&'a Buffer<T>),
+}
+
+impl<T> Src<'_, T> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Src::Host(h) => h.len(),
+            Src::Device(d) => d.len(),
+        }
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<'a, T> From<&'a [T]> for Src<'a, T> {
+    fn from(h: &'a [T]) -> Self {
+        Src::Host(h)
+    }
+}
+
+impl<'a, T> From<&'a Vec<T>> for Src<'a, T> {
+    fn from(h: &'a Vec<T>) -> Self {
+        Src::Host(h)
+    }
+}
+
+impl<'a, T, const N: usize> From<&'a [T; N]> for Src<'a, T> {
+    fn from(h: &'a [T; N]) -> Self {
+        Src::Host(h)
+    }
+}
+
+impl<'a, T> From<&'a Buffer<T>> for Src<'a, T> {
+    fn from(d: &'a Buffer<T>) -> Self {
+        Src::Device(d)
+    }
+}
+
+/// A new (unguarded) device buffer holding `src`'s elements: an upload
+/// ([`upload`]) or a device-to-device copy into a fresh allocation.
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn make<T: DeviceRepr>(stream: &Arc<CudaStream>, src: Src<'_, T>) -> Result<Buffer<T>> {
+    match src {
+        Src::Host(h) => upload(stream, h),
+        Src::Device(d) => {
+            let mut b = alloc(stream, d.len(), false)?;
+            copy_dtod(stream, d, &mut b)?;
+            Ok(b)
+        }
+    }
+}
+
+/// Copies `src`'s elements into `buf` (stream ordered): an upload
+/// ([`upload_into`]) or a device-to-device copy.
+///
+/// # Errors
+/// [`DeviceError::ArgLen`] if the lengths differ (nothing copied);
+/// [`DeviceError::Driver`].
+pub(crate) fn fill<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    src: Src<'_, T>,
+    buf: &mut Buffer<T>,
+) -> Result<()> {
+    match src {
+        Src::Host(h) => upload_into(stream, h, buf),
+        Src::Device(d) => copy_dtod(stream, d, buf),
+    }
+}
+
+/// Device-to-device copy of `src`'s elements into `dst`'s (stream
+/// ordered, no synchronisation).
+///
+/// # Errors
+/// [`DeviceError::ArgLen`] if the lengths differ (nothing copied);
+/// [`DeviceError::Driver`].
+pub(crate) fn copy_dtod<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    src: &Buffer<T>,
+    dst: &mut Buffer<T>,
+) -> Result<()> {
+    if src.len() != dst.len() {
+        return Err(DeviceError::ArgLen {
+            arg: "copy destination",
+            want: src.len(),
+            got: dst.len(),
+        });
+    }
+    if src.is_empty() {
+        return Ok(());
+    }
+    alive()?;
+    stream
+        .memcpy_dtod(&src.view(), &mut dst.view_mut())
+        .map_err(|e| DeviceError::driver(format!("cuMemcpyDtoD ({} elements)", src.len()), e))
+}
+
+/// A new (unguarded) buffer of `len` f32 elements, each `value` (bit for
+/// bit, NaN payloads included): one `cuMemsetD32Async`, no host copy.
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn filled(stream: &Arc<CudaStream>, len: usize, value: f32) -> Result<Buffer<f32>> {
+    let b = alloc::<f32>(stream, len, false)?;
+    if len > 0 {
+        let (base, _rec) = b.raw.device_ptr(stream);
+        // SAFETY: `len` 32-bit words from `base` lie inside the allocation
+        // made above on `stream`.
+        let r = unsafe {
+            cudarc::driver::sys::cuMemsetD32Async(base, value.to_bits(), len, stream.cu_stream())
+        };
+        r.result()
+            .map_err(|e| DeviceError::driver(format!("cuMemsetD32Async ({len} words)"), e))?;
+    }
+    Ok(b)
+}
+
 /// Copies `data` into `buf` (stream ordered).
 ///
 /// # Errors

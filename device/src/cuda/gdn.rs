@@ -48,7 +48,7 @@
 //! [`GdnGraph::launch`] runs on them (seed 003, the gate
 //! `gpu_gdn_packed_graph_rebind_matches_per_row_bitwise`).
 
-use super::buffer::{self, Buffer, Guarded};
+use super::buffer::{self, Buffer, Guarded, Src};
 use super::error::{DeviceError, Result};
 use super::nvrtc::nvrtc_available;
 use super::shim::{launch_config, launched, shim_methods, sm_target, Shim};
@@ -772,41 +772,45 @@ impl GdnEngine {
         })
     }
 
-    /// Uploads the layer's weights, checking their lengths against `shape`.
+    /// Uploads the layer's weights (or copies them on the device from
+    /// buffers already there: [`Src`]), checking their lengths against
+    /// `shape` first: `conv_w [C][d_conv]`, `dt_bias`, `a_log [num_v]`.
     ///
     /// # Errors
-    /// [`DeviceError::Gdn`]; [`DeviceError::Driver`].
-    pub fn upload_weights(
+    /// [`DeviceError::Gdn`] before any copy; [`DeviceError::Driver`].
+    pub fn upload_weights<'a>(
         &self,
         shape: &GdnShape,
-        conv_w: &[f32],
-        dt_bias: &[f32],
-        a_log: &[f32],
+        conv_w: impl Into<Src<'a>>,
+        dt_bias: impl Into<Src<'a>>,
+        a_log: impl Into<Src<'a>>,
         eps: f32,
         scale: f32,
     ) -> Result<GdnWeights> {
+        let (conv_w, dt_bias, a_log) = (conv_w.into(), dt_bias.into(), a_log.into());
         check_weight_lens(shape, conv_w.len(), dt_bias.len(), a_log.len())?;
         Ok(GdnWeights {
-            conv_w: self.upload(conv_w)?,
-            dt_bias: self.upload(dt_bias)?,
-            a_log: self.upload(a_log)?,
+            conv_w: self.make(conv_w)?,
+            dt_bias: self.make(dt_bias)?,
+            a_log: self.make(a_log)?,
             eps,
             scale,
         })
     }
 
-    /// Uploads a sequence's recurrent buffers: the ring, the state into the
-    /// canonical buffer, `alt` (zeros unless given), and builds their
+    /// Uploads a sequence's recurrent buffers (or copies them on the
+    /// device: [`Src`]): the ring `[C][P]`, the state `[N]` into the
+    /// canonical buffer, `alt [N]` (zeros unless given), and builds their
     /// pointer table.
     ///
     /// # Errors
-    /// [`DeviceError::Gdn`]; [`DeviceError::Driver`].
-    pub fn new_state(
+    /// [`DeviceError::Gdn`] before any copy; [`DeviceError::Driver`].
+    pub fn new_state<'a>(
         &self,
         shape: &GdnShape,
-        ring: &[f32],
-        canonical: &[f32],
-        alt: Option<&[f32]>,
+        ring: impl Into<Src<'a>>,
+        canonical: impl Into<Src<'a>>,
+        alt: Option<Src<'a>>,
     ) -> Result<GdnState> {
         self.new_state_batched(shape, 1, ring, canonical, alt)
     }
@@ -820,28 +824,31 @@ impl GdnEngine {
     /// # Errors
     /// [`DeviceError::Gdn`]; [`DeviceError::IndexRange`];
     /// [`DeviceError::Driver`].
-    pub fn new_state_batched(
+    pub fn new_state_batched<'a>(
         &self,
         shape: &GdnShape,
         batch: usize,
-        ring: &[f32],
-        canonical: &[f32],
-        alt: Option<&[f32]>,
+        ring: impl Into<Src<'a>>,
+        canonical: impl Into<Src<'a>>,
+        alt: Option<Src<'a>>,
     ) -> Result<GdnState> {
+        let (ring, canonical) = (ring.into(), canonical.into());
         check_gdn_batch(shape, batch)?;
         let n = batch * shape.state_len();
-        let alt_len = alt.map_or(n, <[f32]>::len);
+        let alt_len = alt.map_or(n, |a| a.len());
         check_gdn_batch_state(shape, batch, ring.len(), canonical.len(), alt_len)?;
         let alt = match alt {
-            Some(a) => self.upload(a)?,
+            Some(a) => self.make(a)?,
             // Zeroed on the device (a memset, no host copy).
             None => self.shim.zeros::<f32>(n, "gdn alternate state")?,
         };
         let mut state = GdnState {
-            ring: self.upload(ring)?,
-            canonical: self.upload(canonical)?,
+            ring: self.make(ring)?,
+            canonical: self.make(canonical)?,
             alt,
-            table: self.upload(&[0u64; 6])?,
+            // Written by `write_table` below; zeroed by a memset, not an
+            // upload (one synchronisation fewer).
+            table: self.shim.zeros::<u64>(6, "gdn state pointer table")?,
             batch,
             ring_len: batch * shape.ring_len(),
             state_len: batch * shape.state_len(),
@@ -1340,12 +1347,12 @@ impl GdnGraph {
     ///
     /// # Errors
     /// As [`GdnEngine::set_step_inputs`].
-    pub fn set_inputs(
+    pub fn set_inputs<'a>(
         &mut self,
         engine: &GdnEngine,
-        qkv: &[f32],
-        beta_raw: &[f32],
-        alpha: &[f32],
+        qkv: impl Into<Src<'a>>,
+        beta_raw: impl Into<Src<'a>>,
+        alpha: impl Into<Src<'a>>,
     ) -> Result<()> {
         engine.set_step_inputs(&mut self.step, qkv, beta_raw, alpha)
     }
@@ -1354,12 +1361,12 @@ impl GdnGraph {
     ///
     /// # Errors
     /// As [`GdnEngine::write_state`].
-    pub fn write_state(
+    pub fn write_state<'a>(
         &mut self,
         engine: &GdnEngine,
-        ring: &[f32],
-        canonical: &[f32],
-        alt: Option<&[f32]>,
+        ring: impl Into<Src<'a>>,
+        canonical: impl Into<Src<'a>>,
+        alt: Option<Src<'a>>,
     ) -> Result<()> {
         engine.write_state(&mut self.step.state, ring, canonical, alt)
     }
@@ -1421,19 +1428,34 @@ impl GdnEngine {
     /// # Errors
     /// [`DeviceError::ArgLen`] if the lengths differ; [`DeviceError::Driver`].
     pub fn copy(&self, src: &Buffer<f32>, dst: &mut Buffer<f32>) -> Result<()> {
-        if src.len() != dst.len() {
-            return Err(DeviceError::ArgLen {
-                arg: "copy destination",
-                want: src.len(),
-                got: dst.len(),
-            });
-        }
-        drv(
-            || format!("cuMemcpyDtoD ({} elements)", src.len()),
-            self.shim
-                .stream
-                .memcpy_dtod(&src.view(), &mut dst.view_mut()),
-        )
+        buffer::copy_dtod(&self.shim.stream, src, dst)
+    }
+
+    /// A new (unguarded) buffer holding `src`'s elements: uploaded from the
+    /// host (synchronises) or copied on the device (stream ordered).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn make<'a>(&self, src: impl Into<Src<'a>>) -> Result<Buffer<f32>> {
+        buffer::make(&self.shim.stream, src.into())
+    }
+
+    /// A new (unguarded) buffer of `len` elements, each `value` bit for
+    /// bit (a NaN's payload kept): a device memset, no host copy.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn filled(&self, len: usize, value: f32) -> Result<Buffer<f32>> {
+        buffer::filled(&self.shim.stream, len, value)
+    }
+
+    /// Copies `src`'s elements into `buf`: uploaded from the host
+    /// (synchronises) or copied on the device (stream ordered).
+    ///
+    /// # Errors
+    /// [`DeviceError::ArgLen`] if the lengths differ; [`DeviceError::Driver`].
+    fn fill(&self, src: Src<'_>, buf: &mut Buffer<f32>) -> Result<()> {
+        buffer::fill(&self.shim.stream, src, buf)
     }
 
     /// Device-to-device copy of all of `src` into `dst[at..at + src.len()]`
@@ -1514,23 +1536,25 @@ impl GdnEngine {
     }
 
     /// Overwrites a state's buffers in place (the table is unchanged):
-    /// `ring [C][P]`, `canonical [N]`, and `alt [N]` when given.
+    /// `ring [C][P]`, `canonical [N]`, and `alt [N]` when given, from the
+    /// host or from device buffers ([`Src`]).
     ///
     /// # Errors
     /// [`DeviceError::Gdn`] (`GdnError::Len`) before any copy;
     /// [`DeviceError::Driver`].
-    pub fn write_state(
+    pub fn write_state<'a>(
         &self,
         state: &mut GdnState,
-        ring: &[f32],
-        canonical: &[f32],
-        alt: Option<&[f32]>,
+        ring: impl Into<Src<'a>>,
+        canonical: impl Into<Src<'a>>,
+        alt: Option<Src<'a>>,
     ) -> Result<()> {
-        state.check_lens(ring.len(), canonical.len(), alt.map(<[f32]>::len))?;
-        self.upload_into(ring, &mut state.ring)?;
-        self.upload_into(canonical, &mut state.canonical)?;
+        let (ring, canonical) = (ring.into(), canonical.into());
+        state.check_lens(ring.len(), canonical.len(), alt.map(|a| a.len()))?;
+        self.fill(ring, &mut state.ring)?;
+        self.fill(canonical, &mut state.canonical)?;
         if let Some(a) = alt {
-            self.upload_into(a, &mut state.alt)?;
+            self.fill(a, &mut state.alt)?;
         }
         Ok(())
     }
@@ -1651,25 +1675,27 @@ impl GdnEngine {
 
     /// Copies `t` rows of inputs (of each of the step's `batch` sequences)
     /// into `step`: `qkv [batch][t][C]`, `beta_raw [batch][t][num_v]`,
-    /// `alpha [batch][t][num_v]`.
+    /// `alpha [batch][t][num_v]`, from the host or from device buffers
+    /// ([`Src`]).
     ///
     /// # Errors
     /// [`DeviceError::Gdn`] (`GdnError::Len`, the oracle's argument names)
     /// before any copy; [`DeviceError::Driver`].
-    pub fn set_step_inputs(
+    pub fn set_step_inputs<'a>(
         &self,
         step: &mut GdnStep,
-        qkv: &[f32],
-        beta_raw: &[f32],
-        alpha: &[f32],
+        qkv: impl Into<Src<'a>>,
+        beta_raw: impl Into<Src<'a>>,
+        alpha: impl Into<Src<'a>>,
     ) -> Result<()> {
+        let (qkv, beta_raw, alpha) = (qkv.into(), beta_raw.into(), alpha.into());
         let (s, bt) = (step.shape, step.batch * step.shape.t());
         len("qkv", bt * s.conv_dim(), qkv.len())?;
         len("beta_raw", bt * s.num_v(), beta_raw.len())?;
         len("alpha", bt * s.num_v(), alpha.len())?;
-        self.upload_into(qkv, &mut step.qkv)?;
-        self.upload_into(beta_raw, &mut step.beta_raw)?;
-        self.upload_into(alpha, &mut step.alpha)
+        self.fill(qkv, &mut step.qkv)?;
+        self.fill(beta_raw, &mut step.beta_raw)?;
+        self.fill(alpha, &mut step.alpha)
     }
 
     /// The launches of a step, no synchronisation: the fused kernel, or

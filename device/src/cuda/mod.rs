@@ -72,7 +72,7 @@ mod tensor_core;
 mod tma;
 
 pub use bitdiff::{BitDiff, BitDiffs, BIT_DIFF_KERNEL, BUILTIN_BIT_DIFF_CU};
-pub use buffer::{Buffer, GUARD_BYTES, GUARD_SENTINEL, POISON};
+pub use buffer::{Buffer, Src, GUARD_BYTES, GUARD_SENTINEL, POISON};
 pub use check::{
     check_grid, check_index_range, check_mmq, check_plan_geometry, check_quantize, I32_LIMIT,
 };
