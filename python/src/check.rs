@@ -79,7 +79,7 @@ pub const MUL_MAT_SHAPES: [(usize, usize, usize); 5] = [
 pub struct CheckReport {
     /// The contract checked (`"fp8_block_gemm"`, `"mul_mat"`,
     /// `"gated_delta_rule"`, `"causal_conv1d_update"`,
-    /// `"fp8_group_quant"`).
+    /// `"fp8_group_quant"`, `"moe_align_block_size"`, `"fused_moe_fp8"`).
     pub contract: String,
     /// Cases run (compared or refused).
     pub cases: usize,
@@ -89,11 +89,11 @@ pub struct CheckReport {
     pub failed: usize,
     /// Cases the callable refused (`kernel_oracle.Refused`).
     pub refused: usize,
-    /// FP8 GEMM: the known schedules every compared case's output matched
-    /// bit for bit (empty otherwise).
+    /// FP8 GEMM and fused MoE: the known schedules every compared case's
+    /// output matched bit for bit (empty otherwise).
     pub identified: Vec<Schedule>,
-    /// FP8 GEMM: the known schedules every compared EXACT, FOLD and CODES
-    /// case matched (the arms where any f32 accumulation order is exact).
+    /// FP8 GEMM and fused MoE: the known schedules every compared EXACT,
+    /// FOLD and CODES case matched (the arms where any f32 accumulation order is exact).
     pub identified_exact_arms: Vec<Schedule>,
     /// FP8 GEMM: the e4m3 weight codes (of the 253 observable) the
     /// callable's outputs decoded bit-exactly in CODES cases.
@@ -250,6 +250,10 @@ pub(crate) enum OutKind {
     /// int32 indices and counts, handed filled with `i32::MIN` (no check's
     /// index or count).
     I32,
+    /// uint16 bit patterns of a 16-bit float (bfloat16 or IEEE binary16:
+    /// numpy has no bfloat16), handed filled with the given pattern (the
+    /// format's quiet NaN).
+    U16(u16),
 }
 
 impl OutKind {
@@ -258,6 +262,7 @@ impl OutKind {
             OutKind::F32 => "float32",
             OutKind::U8 => "uint8",
             OutKind::I32 => "int32",
+            OutKind::U16(_) => "uint16",
         }
     }
 }
@@ -271,6 +276,8 @@ pub(crate) enum Got {
     U8(Vec<u8>),
     /// An int32 output, C order.
     I32(Vec<i32>),
+    /// A uint16 output (16-bit float bit patterns), C order.
+    U16(Vec<u16>),
 }
 
 impl Got {
@@ -295,6 +302,14 @@ impl Got {
     pub(crate) fn i32(&self) -> &[i32] {
         match self {
             Got::I32(v) => v,
+            _ => &[],
+        }
+    }
+
+    /// The uint16 elements (another kind gives none).
+    pub(crate) fn u16(&self) -> &[u16] {
+        match self {
+            Got::U16(v) => v,
             _ => &[],
         }
     }
@@ -332,6 +347,7 @@ pub(crate) fn call_typed<'py>(
             OutKind::F32 => array(py, shape, vec![f32::NAN; n])?.into_any(),
             OutKind::U8 => array(py, shape, vec![0x7Fu8; n])?.into_any(),
             OutKind::I32 => array(py, shape, vec![i32::MIN; n])?.into_any(),
+            OutKind::U16(fill) => array(py, shape, vec![fill; n])?.into_any(),
         });
     }
     let mut args = lead;
@@ -418,6 +434,10 @@ pub(crate) fn call_typed<'py>(
                 .extract::<PyReadonlyArrayDyn<'py, i32>>()
                 .ok()
                 .map(|a| (a.shape() == shape, a.shape().to_vec(), Got::I32(to_vec(&a)))),
+            OutKind::U16(_) => item
+                .extract::<PyReadonlyArrayDyn<'py, u16>>()
+                .ok()
+                .map(|a| (a.shape() == shape, a.shape().to_vec(), Got::U16(to_vec(&a)))),
         };
         match read {
             Some((true, _, g)) => got.push(g),
@@ -664,7 +684,7 @@ fn check_fp8_block_gemm<'py>(
         contract: "fp8_block_gemm".into(),
         ..CheckReport::default()
     };
-    let (mut all, mut exact): (Option<Vec<_>>, Option<Vec<_>>) = (None, None);
+    let mut matched = Matched::default();
     let mut codes = kernel_oracle::fp8_mmq::judge::CodeSet::default();
     out.row(&format!(
         "check_fp8_block_gemm({fname}), declared schedule: {}",
@@ -719,15 +739,7 @@ fn check_fp8_block_gemm<'py>(
                 };
                 let v = Verdict::judge(&ca.data, arm, &kout, &want);
                 let pass = v.pass() && written.is_empty();
-                let ids = v.identified.clone().unwrap_or_default();
-                let meet = |acc: &mut Option<Vec<oracle::fp8_mmq::Schedule>>| {
-                    let now = acc.take().unwrap_or_else(|| ids.clone());
-                    *acc = Some(now.into_iter().filter(|s| ids.contains(s)).collect());
-                };
-                meet(&mut all);
-                if arm.bit_exact() {
-                    meet(&mut exact);
-                }
+                matched.add(v.identified.as_deref().unwrap_or_default(), arm.bit_exact());
                 codes.union(&v.codes);
                 out.row(&format!(
                     "{shape_s:<16} {:>5} 0x{seed:016x} {:>10.3e} {:>10.3e} {:>7}/{:<5} {:>5} {:>9.2}  {}  {}",
@@ -771,27 +783,61 @@ fn check_fp8_block_gemm<'py>(
             }
         }
     }
-    let to_py = |v: Option<Vec<oracle::fp8_mmq::Schedule>>| -> Vec<Schedule> {
-        v.unwrap_or_default()
-            .into_iter()
-            .filter_map(Schedule::from_core)
-            .collect()
-    };
-    let list = |v: &Option<Vec<oracle::fp8_mmq::Schedule>>| match v {
-        Some(v) => schedule_list(v),
-        None => "(no case compared)".into(),
-    };
     rep.codes_decoded_exactly = codes.count();
-    rep.identified = to_py(all.clone());
-    rep.identified_exact_arms = to_py(exact.clone());
     let extra = format!(
-        "bit-identical on every compared case under: {}; on every EXACT/FOLD/CODES case under: {}; e4m3 codes decoded bit-exactly: {} of {}; ",
-        list(&all),
-        list(&exact),
+        "{}e4m3 codes decoded bit-exactly: {} of {}; ",
+        matched.record(&mut rep),
         rep.codes_decoded_exactly,
         kernel_oracle::fp8_mmq::gate::OBSERVABLE_CODES,
     );
     rep.finish(out, &extra)
+}
+
+/// The known schedules every compared case's output matched bit for bit,
+/// and every compared case of a bit-exact arm (EXACT, FOLD, CODES): the
+/// FP8 GEMM checks' summary. `None` until a case is added.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Matched {
+    all: Option<Vec<oracle::fp8_mmq::Schedule>>,
+    exact: Option<Vec<oracle::fp8_mmq::Schedule>>,
+}
+
+impl Matched {
+    /// Adds one compared case that matched `ids`; `exact_arm`: its arm is
+    /// bit-exact.
+    pub(crate) fn add(&mut self, ids: &[oracle::fp8_mmq::Schedule], exact_arm: bool) {
+        let meet = |acc: &mut Option<Vec<oracle::fp8_mmq::Schedule>>| {
+            let now = acc.take().unwrap_or_else(|| ids.to_vec());
+            *acc = Some(now.into_iter().filter(|s| ids.contains(s)).collect());
+        };
+        meet(&mut self.all);
+        if exact_arm {
+            meet(&mut self.exact);
+        }
+    }
+
+    /// Sets `rep.identified` and `rep.identified_exact_arms`, and returns
+    /// the summary's phrase, `"bit-identical on every compared case under:
+    /// ...; on every EXACT/FOLD/CODES case under: ...; "`.
+    pub(crate) fn record(&self, rep: &mut CheckReport) -> String {
+        let to_py = |v: &Option<Vec<oracle::fp8_mmq::Schedule>>| -> Vec<Schedule> {
+            v.iter()
+                .flatten()
+                .filter_map(|&s| Schedule::from_core(s))
+                .collect()
+        };
+        let list = |v: &Option<Vec<oracle::fp8_mmq::Schedule>>| match v {
+            Some(v) => schedule_list(v),
+            None => "(no case compared)".into(),
+        };
+        rep.identified = to_py(&self.all);
+        rep.identified_exact_arms = to_py(&self.exact);
+        format!(
+            "bit-identical on every compared case under: {}; on every EXACT/FOLD/CODES case under: {}; ",
+            list(&self.all),
+            list(&self.exact)
+        )
+    }
 }
 
 /// check_mul_mat(mul_mat, dtypes=None, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport

@@ -25,12 +25,16 @@
 //!   (per-token-group e4m3 quantizers, bit for bit under a declared scale
 //!   rule);
 //! - [`check_moe`]: `moe_align_block_size` and `check_moe_align_block_size`
-//!   (the MoE routing table a fused-MoE GEMM walks).
+//!   (the MoE routing table a fused-MoE GEMM walks);
+//! - [`check_fused_moe`]: `fused_moe_fp8`, `fused_moe_fp8_case` and
+//!   `check_fused_moe_fp8` (vLLM's fused-MoE block-FP8 expert GEMM, judged
+//!   per (token, slot) pair under a declared schedule).
 
 #![warn(missing_docs)]
 
 pub mod arrays;
 pub mod check;
+pub mod check_fused_moe;
 pub mod check_gdn;
 pub mod check_moe;
 pub mod check_quant;
@@ -69,5 +73,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_gdn::register(m)?;
     check_quant::register(m)?;
     check_moe::register(m)?;
+    check_fused_moe::register(m)?;
     Ok(())
 }

@@ -266,3 +266,112 @@ def moe_align(topk_ids, num_experts, block_size, sorted_ids, expert_ids, total, 
         for b in range(start[e] // block_size, start[e + 1] // block_size):
             expert_ids[b + (1 if bug == "block-shift" else 0)] = value
     total[0] = start[-1]
+
+
+def fused_moe_fp8(a, a_scale, w, w_scale, topk_weights, topk_ids, out, mul_routed_weight=True,
+                  out_dtype="bfloat16", bug=None):
+    """vLLM's fused-MoE block-FP8 expert GEMM, one (token t, slot j) pair
+    at a time, in float32: a [M, K] and w [E, N, K] e4m3 codes, a_scale
+    [M, ceil(K/128)], w_scale [E, ceil(N/128), ceil(K/128)], topk_weights
+    and topk_ids [M, topk]; writes out [M, topk, N] (float32, or uint16
+    bit patterns of bfloat16 / float16). Per 128-k block b the block's dot
+    product c (a float32 matvec, exact on the EXACT, FOLD and CODES data)
+    is folded as ``acc + (c * a_scale[t, b]) * w_scale[e, n // 128, b]``,
+    the Triton kernel's ``tl.dot(a, b) * a_scale[:, None] * b_scale[None,
+    :]`` without FMA contraction; then ``acc * topk_weights[t, j]`` and the
+    cast, rounding to nearest even. Expert -1 writes zeros.
+
+    ``bug`` plants one of the mistakes ``test_check_fused_moe.py`` expects
+    the check to catch; None computes the contract."""
+    f32 = np.float32
+    m, k = a.shape
+    ne, n, _ = w.shape
+    topk = topk_ids.shape[1]
+    nb = -(-k // 128)
+    kp = nb * 128
+    if bug == "k-tail-unmasked":
+        # Unmasked loads run on into the next row (zeros past the end).
+        flat_a = np.concatenate([E4M3[a.reshape(-1)], np.zeros(kp, f32)])
+        flat_w = np.concatenate([E4M3[w.reshape(-1)], np.zeros(kp, f32)])
+        A = np.stack([flat_a[t * k:t * k + kp] for t in range(m)])
+        W = np.stack([flat_w[r * k:r * k + kp] for r in range(ne * n)]).reshape(ne, n, kp)
+    else:
+        A = np.zeros((m, kp), f32)
+        A[:, :k] = E4M3[a]
+        W = np.zeros((ne, n, kp), f32)
+        W[:, :, :k] = E4M3[w]
+    srow = np.arange(n) // (64 if bug == "scale-row-of-64" else 128)
+    srow = np.minimum(srow, w_scale.shape[1] - 1)
+    pairs = [(t, j) for t in range(m) for j in range(topk)]
+    if bug == "drops-a-pair":
+        pairs = [p for p in pairs if topk_ids[p] >= 0][:-1] + [p for p in pairs if topk_ids[p] < 0]
+    for t, j in pairs:
+        e = int(topk_ids[t, j])
+        tw = topk_weights[t, j]
+        if e == -1 and bug != "minus-one-is-last-expert":
+            acc = np.zeros(n, f32)
+        else:
+            es = (e + 1) % ne if bug == "scale-of-next-expert" else e
+            ta = (t * topk + j) % m if bug == "a-scale-of-pair-row" else t
+            acc = np.zeros(n, f32)
+            for b in range(nb):
+                c = W[e, :, b * 128:(b + 1) * 128] @ A[t, b * 128:(b + 1) * 128]
+                d, s = a_scale[ta, b], w_scale[es, srow, b]
+                if bug == "weight-inside-fold":
+                    d = d * tw
+                if bug == "scales-first":
+                    acc = acc + (d * s) * c
+                else:
+                    acc = acc + (c * d) * s
+            if mul_routed_weight and bug not in ("weight-missing", "weight-inside-fold"):
+                acc = acc * tw
+                if bug == "weight-twice":
+                    acc = acc * tw
+        if out_dtype == "float32":
+            out[t, j] = acc
+        elif out_dtype == "float16":
+            out[t, j] = acc.astype(np.float16).view(np.uint16)
+        elif bug == "truncates-bf16":
+            out[t, j] = (acc.view(np.uint32) >> 16).astype(np.uint16)
+        else:
+            # Round to nearest even on the top 16 bits (finite inputs).
+            u = acc.view(np.uint32).astype(np.uint64)
+            out[t, j] = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def fused_moe_fp8_grouped(a, a_scale, w, w_scale, topk_weights, topk_ids, out, mul_routed_weight=True,
+                          out_dtype="bfloat16"):
+    """The same contract computed the way the kernel walks it: the pairs
+    grouped by expert (a stable sort of the flat ids, as an alignment
+    does), one float32 matmul per expert and 128-k block over its pairs'
+    token rows, the fold, the routed weight and the cast per group, then
+    scattered to the pairs' rows; expert -1 rows zeroed."""
+    f32 = np.float32
+    m, k = a.shape
+    ne, n, _ = w.shape
+    topk = topk_ids.shape[1]
+    nb = -(-k // 128)
+    flat = topk_ids.reshape(-1)
+    C = np.zeros((m * topk, n), f32)
+    order = np.argsort(flat, kind="stable")
+    srow = np.arange(n) // 128
+    for e in range(ne):
+        p = order[flat[order] == e]
+        if p.size == 0:
+            continue
+        tok = p // topk
+        acc = np.zeros((p.size, n), f32)
+        for b in range(nb):
+            lo, hi = b * 128, min(k, (b + 1) * 128)
+            c = E4M3[a[tok, lo:hi]] @ E4M3[w[e, :, lo:hi]].T
+            acc = acc + (c * a_scale[tok, b][:, None]) * w_scale[e, srow, b][None, :]
+        if mul_routed_weight:
+            acc = acc * topk_weights.reshape(-1)[p][:, None]
+        C[p] = acc
+    C = C.reshape(m, topk, n)
+    if out_dtype == "float32":
+        out[...] = C
+    elif out_dtype == "float16":
+        out[...] = C.astype(np.float16).view(np.uint16)
+    else:
+        out[...] = ko.encode_bf16(C)
