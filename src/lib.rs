@@ -12,6 +12,7 @@
 pub mod elementwise;
 pub mod fp8_mmq;
 pub mod fp8_quant;
+pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;

@@ -24,6 +24,10 @@
 //! - [`fp8_quant`]: per-token-group e4m3 activation quantizers under the
 //!   field's declared scale rules (v2's, vLLM's and SGLang's division,
 //!   UE8M0).
+//! - [`fp8_scaled_mm`]: the FP8 GEMM with row or tensor scales (torch
+//!   `_scaled_mm`, CUTLASS and Triton scaled mm) and its declared
+//!   accumulation (the tensor core's chain, promotion interval) and
+//!   epilogue.
 //! - [`tensor_core`]: the sm_90 FP8 tensor-core MMA inner product.
 //! - [`gdn`]: Gated DeltaNet decode (seed 003): conv1d, prep, the gated
 //!   delta-rule scan, packed rows with snapshots; exp, softplus, sigmoid,
@@ -50,6 +54,7 @@ pub mod fma;
 pub mod fp8;
 pub mod fp8_mmq;
 pub mod fp8_quant;
+pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod ggml;
 pub mod moe_align;

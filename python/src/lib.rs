@@ -28,7 +28,10 @@
 //!   (the MoE routing table a fused-MoE GEMM walks);
 //! - [`check_fused_moe`]: `fused_moe_fp8`, `fused_moe_fp8_case` and
 //!   `check_fused_moe_fp8` (vLLM's fused-MoE block-FP8 expert GEMM, judged
-//!   per (token, slot) pair under a declared schedule).
+//!   per (token, slot) pair under a declared schedule);
+//! - [`check_scaled_mm`]: `fp8_scaled_mm`, `fp8_scaled_mm_case` and
+//!   `check_fp8_scaled_mm` (the FP8 GEMM with row or tensor scales: torch
+//!   `_scaled_mm`, CUTLASS and Triton; its accumulation over k named).
 
 #![warn(missing_docs)]
 
@@ -38,6 +41,7 @@ pub mod check_fused_moe;
 pub mod check_gdn;
 pub mod check_moe;
 pub mod check_quant;
+pub mod check_scaled_mm;
 pub mod codecs;
 pub mod conventions;
 pub mod fp8;
@@ -74,5 +78,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_quant::register(m)?;
     check_moe::register(m)?;
     check_fused_moe::register(m)?;
+    check_scaled_mm::register(m)?;
     Ok(())
 }

@@ -1,0 +1,418 @@
+//! The FP8 GEMM with row or tensor scales (`oracle::fp8_scaled_mm`): the
+//! GEMM itself under a declared schedule, and `check_fp8_scaled_mm`, which
+//! runs any Python scaled mm (torch `_scaled_mm`, a Triton or CUTLASS
+//! kernel) through the case library's cases (`kernel_oracle::fp8_scaled_mm`)
+//! and judges its output bit for bit, naming every known schedule (the
+//! accumulation over k and the epilogue's association) it matches.
+
+use crate::arrays::{array, dims, to_vec, value_error};
+use crate::check::{
+    arms_or_all, call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Input,
+    Out, OutKind,
+};
+use kernel_oracle::fp8_scaled_mm::{
+    identify, known_accumulations, reference, same_bits, schedule_label, Arm, Case, OutDtype, Spec,
+};
+use numpy::PyReadonlyArrayDyn;
+use oracle::fp8_scaled_mm::{scaled_mm, Accumulation, Epilogue, Operands, Schedule, Shape};
+use oracle::tensor_core::{Fp8Kind, SM90_MMA_SYNC, SM90_WGMMA};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::fmt::Write;
+
+/// The schedule named by `accumulation` (`"wgmma"`, `"mma_sync"`,
+/// `"f32"`), `promote` (k per promotion, a positive multiple of 32, or
+/// None: one chain) and `epilogue` (`"activation_first"`,
+/// `"weight_first"`, `"scales_first"`).
+fn parse_schedule(
+    accumulation: &str,
+    promote: Option<usize>,
+    epilogue: &str,
+) -> PyResult<Schedule> {
+    let model = match accumulation {
+        "wgmma" => Some(SM90_WGMMA),
+        "mma_sync" => Some(SM90_MMA_SYNC),
+        "f32" => None,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "accumulation {accumulation:?}: expected \"wgmma\", \"mma_sync\" or \"f32\""
+            )))
+        }
+    };
+    let accumulation = match (model, promote) {
+        (Some(model), promote) => Accumulation::TensorCore { model, promote },
+        (None, None) => Accumulation::F32,
+        (None, Some(p)) => {
+            return Err(PyValueError::new_err(format!(
+                "promote={p} with accumulation \"f32\": promotion is a tensor-core accumulation's"
+            )))
+        }
+    };
+    let epilogue = match epilogue {
+        "activation_first" => Epilogue::ActivationFirst,
+        "weight_first" => Epilogue::WeightFirst,
+        "scales_first" => Epilogue::ScalesFirst,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "epilogue {epilogue:?}: expected \"activation_first\" ((acc*d)*s), \"weight_first\" ((acc*s)*d) or \"scales_first\" (acc*(d*s))"
+            )))
+        }
+    };
+    let s = Schedule {
+        accumulation,
+        epilogue,
+    };
+    if !s.is_valid() {
+        return Err(PyValueError::new_err(format!(
+            "promote={promote:?}: it must be a positive multiple of 32 (the MMA's k)"
+        )));
+    }
+    Ok(s)
+}
+
+/// fp8_scaled_mm(q, d, w, s, accumulation="wgmma", promote=None, epilogue="activation_first") -> float32[m, out_f]
+///
+/// The FP8 GEMM with one scale per activation row and one per weight row
+/// (`oracle::fp8_scaled_mm::scaled_mm`): `y[j, i] = epilogue(acc, d[j],
+/// s[i])`, `acc` the dot product of `q[j]` and `w[i]` over all `in_f`.
+/// `q` uint8 `[m, in_f]` and `w` uint8 `[out_f, in_f]` are e4m3 codes (`w`
+/// in `nn.Linear`'s layout: torch's `_scaled_mm(a, b)` takes `b = w.t()`),
+/// `d` float32 `[m]`, `s` float32 `[out_f]` (a per-tensor scale repeated).
+///
+/// - `accumulation`: `"wgmma"` (the sm_90 FP8 tensor-core MMA, bit for
+///   bit: `oracle::tensor_core`), `"mma_sync"` (ptxas's lowering of the
+///   FP8 `mma.sync` on sm_90) or `"f32"` (binary32 in k order);
+/// - `promote`: with a tensor-core accumulation, the k accumulated in the
+///   MMA's chain before it is added into an f32 sum (a multiple of 32:
+///   Triton's `max_num_imprecise_acc`, DeepSeek-V3's 128); None: one chain
+///   over all of k (cuBLASLt's fast accumulation);
+/// - `epilogue`: `"activation_first"` `(acc * d) * s` (Triton's
+///   `acc * scale_a * scale_b`), `"weight_first"` `(acc * s) * d`
+///   (CUTLASS's `ScaleA * (ScaleB * Accum)`), `"scales_first"`
+///   `acc * (d * s)`.
+///
+/// Returns the f32 output; a bf16 or f16 kernel's output is it rounded
+/// once to nearest even.
+///
+/// Errors: `ValueError` for an unknown accumulation or epilogue, a
+/// `promote` that is not a positive multiple of 32 (or given with
+/// `"f32"`), arrays that are not 2-D and 1-D as above or whose lengths
+/// disagree, a zero dimension.
+#[pyfunction]
+#[pyo3(signature = (q, d, w, s, accumulation = "wgmma", promote = None, epilogue = "activation_first"))]
+#[allow(clippy::too_many_arguments)]
+fn fp8_scaled_mm<'py>(
+    py: Python<'py>,
+    q: PyReadonlyArrayDyn<'py, u8>,
+    d: PyReadonlyArrayDyn<'py, f32>,
+    w: PyReadonlyArrayDyn<'py, u8>,
+    s: PyReadonlyArrayDyn<'py, f32>,
+    accumulation: &str,
+    promote: Option<usize>,
+    epilogue: &str,
+) -> PyResult<Bound<'py, numpy::PyArrayDyn<f32>>> {
+    let schedule = parse_schedule(accumulation, promote, epilogue)?;
+    let qd = dims("q", &q, 2)?;
+    let wd = dims("w", &w, 2)?;
+    dims("d", &d, 1)?;
+    dims("s", &s, 1)?;
+    let (m, in_f, out_f) = (qd[0], qd[1], wd[0]);
+    if wd[1] != in_f {
+        return Err(PyValueError::new_err(format!(
+            "w is [{}, {}] and q [{m}, {in_f}]: w must be [out_f, in_f] (k fastest in both)",
+            wd[0], wd[1]
+        )));
+    }
+    let shape = Shape::new(m, in_f, out_f).map_err(value_error)?;
+    let (qv, dv, wv, sv) = (to_vec(&q), to_vec(&d), to_vec(&w), to_vec(&s));
+    let x = Operands {
+        q_kind: Fp8Kind::E4m3,
+        q: &qv,
+        d: &dv,
+        w_kind: Fp8Kind::E4m3,
+        w: &wv,
+        s: &sv,
+    };
+    let mut y = vec![0f32; m * out_f];
+    scaled_mm(&shape, &schedule, &x, &mut y).map_err(value_error)?;
+    array(py, &[m, out_f], y)
+}
+
+/// The shapes `(m, in_f, out_f)` a check runs by default: one token over
+/// DeepSeek-V3's hidden size, a ragged shape (in_f 1040: a half MMA of k
+/// tail; out_f 120: torch's `_scaled_mm` refuses dimensions that are not
+/// multiples of 16), a small batch, and a longer k (4 promotions of 1024).
+pub const SCALED_MM_SHAPES: [(usize, usize, usize); 4] = [
+    (1, 7168, 256),
+    (7, 1040, 120),
+    (16, 4096, 256),
+    (64, 4096, 128),
+];
+
+/// The output dtype named `out_dtype`, its `OutKind` (its quiet NaN as
+/// the fill) and its element size.
+fn out_kind(out_dtype: &str) -> PyResult<(OutDtype, OutKind)> {
+    let o = OutDtype::parse(out_dtype).map_err(PyValueError::new_err)?;
+    let kind = match o {
+        OutDtype::F32 => OutKind::F32,
+        OutDtype::Bf16 => OutKind::U16(0x7FC0),
+        OutDtype::F16 => OutKind::U16(0x7E00),
+    };
+    Ok((o, kind))
+}
+
+/// fp8_scaled_mm_case(m, in_f, out_f, arm, seed=None, accumulation="wgmma", promote=None, epilogue="activation_first") -> dict
+///
+/// One case of `check_fp8_scaled_mm` as new arrays: `q` (uint8 `[m,
+/// in_f]`), `d` (float32 `[m]`), `w` (uint8 `[out_f, in_f]`), `s`
+/// (float32 `[out_f]`), and the oracle's `y` (float32 `[m, out_f]`) under
+/// the schedule named. `seed` None: the check's first seed.
+///
+/// Errors: `ValueError` for an unknown arm or schedule, a zero dimension,
+/// or a case over the check's caps.
+#[pyfunction]
+#[pyo3(signature = (m, in_f, out_f, arm, seed = None, accumulation = "wgmma", promote = None, epilogue = "activation_first"))]
+#[allow(clippy::too_many_arguments)]
+fn fp8_scaled_mm_case<'py>(
+    py: Python<'py>,
+    m: usize,
+    in_f: usize,
+    out_f: usize,
+    arm: &str,
+    seed: Option<u64>,
+    accumulation: &str,
+    promote: Option<usize>,
+    epilogue: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let arm = Arm::parse(arm).map_err(PyValueError::new_err)?;
+    let schedule = parse_schedule(accumulation, promote, epilogue)?;
+    let sp = Spec {
+        m,
+        in_f,
+        out_f,
+        arm,
+        seed: seed.unwrap_or_else(|| Spec::base_seed(m, in_f, out_f, arm)),
+    };
+    let shape = sp.shape().map_err(PyValueError::new_err)?;
+    let case = sp.generate().map_err(PyValueError::new_err)?;
+    let y = reference(&shape, &case, &schedule).map_err(value_error)?;
+    let Case { q, d, w, s } = case;
+    let dict = PyDict::new(py);
+    dict.set_item("q", array(py, &[m, in_f], q)?)?;
+    dict.set_item("d", array(py, &[m], d)?)?;
+    dict.set_item("w", array(py, &[out_f, in_f], w)?)?;
+    dict.set_item("s", array(py, &[out_f], s)?)?;
+    dict.set_item("y", array(py, &[m, out_f], y)?)?;
+    Ok(dict)
+}
+
+/// check_fp8_scaled_mm(gemm, accumulation="wgmma", promote=None, epilogue="activation_first", out_dtype="float32", shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
+///
+/// Runs `gemm`, an FP8 GEMM with row (or tensor) scales, through the arms
+/// `EXACT` (products 0 or ±1: every accumulation gives the same exact dot
+/// product, so the row shows the epilogue, the scales' indexing and the
+/// layouts alone), `RAND` (random finite e4m3 codes over the whole range:
+/// the tensor core's 14-bit truncation shows in most outputs) and `SPIKE`
+/// (a large activation at the start of every 32 k, small ones after it:
+/// each promotion interval gives other bits), and judges its output bit
+/// for bit (any NaN equal to any NaN) against `fp8_scaled_mm` under the
+/// declared schedule, rounded once to `out_dtype`.
+///
+/// The callable: `gemm(q, d, w, s, out)`, with `q` uint8 `[m, in_f]`, `d`
+/// float32 `[m]`, `w` uint8 `[out_f, in_f]`, `s` float32 `[out_f]` (see
+/// `fp8_scaled_mm`) and `out` `[m, out_f]`: float32 for `"float32"`
+/// (filled with NaN), else uint16 bit patterns of the bfloat16 or float16
+/// output (numpy has no bfloat16; filled with the format's quiet NaN);
+/// writing `out` and returning None, or returning a new array. torch
+/// users: `torch._scaled_mm(qt, wt.t(), scale_a=dt[:, None], scale_b=st[None, :], out_dtype=torch.bfloat16)`,
+/// then `out[...] = y.view(torch.uint16).cpu().numpy()`. A kernel that
+/// refuses a shape (torch's `_scaled_mm` wants in_f and out_f multiples of
+/// 16) raises `kernel_oracle.Refused`.
+///
+/// Each row names the known schedules the output matches bit for bit: the
+/// sm_90 `wgmma` chain over all of k, promoted every 32, 64, ..., 8192 k
+/// (those below in_f), binary32 in k order, each with the three
+/// epilogues. What matches on every RAND and SPIKE case is how the kernel
+/// accumulates.
+///
+/// Errors: `ValueError` for an unknown accumulation, epilogue, dtype or
+/// arm, a bad `promote`, a zero dimension or a case over the caps (2^26
+/// codes, 2^28 multiply-adds), before any call.
+#[pyfunction]
+#[pyo3(signature = (gemm, accumulation = "wgmma", promote = None, epilogue = "activation_first", out_dtype = "float32", shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
+#[allow(clippy::too_many_arguments)]
+fn check_fp8_scaled_mm<'py>(
+    py: Python<'py>,
+    gemm: Bound<'py, PyAny>,
+    accumulation: &str,
+    promote: Option<usize>,
+    epilogue: &str,
+    out_dtype: &str,
+    shapes: Option<Vec<(usize, usize, usize)>>,
+    arms: Option<Vec<String>>,
+    seeds: Option<Vec<u64>>,
+    trials: usize,
+    verbose: bool,
+    name: Option<String>,
+) -> PyResult<CheckReport> {
+    let schedule = parse_schedule(accumulation, promote, epilogue)?;
+    let (out, kind) = out_kind(out_dtype)?;
+    let shapes = shapes.unwrap_or_else(|| SCALED_MM_SHAPES.to_vec());
+    let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
+    for &(m, in_f, out_f) in &shapes {
+        Spec {
+            m,
+            in_f,
+            out_f,
+            arm: Arm::Rand,
+            seed: 0,
+        }
+        .shape()
+        .map_err(PyValueError::new_err)?;
+    }
+    let fname = callable_name(&gemm, name);
+    let mut o = Out::new(py, verbose)?;
+    let mut rep = CheckReport {
+        contract: "fp8_scaled_mm".into(),
+        ..CheckReport::default()
+    };
+    let declared = schedule_label(&schedule);
+    let promote_kw = promote.map_or(String::new(), |p| format!(", promote={p}"));
+    let sched_kw = format!("accumulation=\"{accumulation}\"{promote_kw}, epilogue=\"{epilogue}\"");
+    o.row(&format!(
+        "check_fp8_scaled_mm({fname}), out {}, declared: {declared}",
+        out.name()
+    ))?;
+    o.row(&format!(
+        "{:<16} {:>5} {:>18} {:>15} {:>9}  verdict  matches",
+        "m,in_f,out_f", "arm", "seed", "outputs differ", "call_ms"
+    ))?;
+    for &(m, in_f, out_f) in &shapes {
+        for &arm in &arms {
+            let base = Spec::base_seed(m, in_f, out_f, arm);
+            for seed in seeds_for(base, &seeds, trials) {
+                let sp = Spec {
+                    m,
+                    in_f,
+                    out_f,
+                    arm,
+                    seed,
+                };
+                let shape = sp.shape().map_err(PyValueError::new_err)?;
+                let case = sp.generate().map_err(PyValueError::new_err)?;
+                let want = reference(&shape, &case, &schedule).map_err(value_error)?;
+                let inputs = [
+                    (
+                        "q",
+                        Input::U8(array(py, &[m, in_f], case.q.clone())?, &case.q),
+                    ),
+                    ("d", Input::F32(array(py, &[m], case.d.clone())?, &case.d)),
+                    (
+                        "w",
+                        Input::U8(array(py, &[out_f, in_f], case.w.clone())?, &case.w),
+                    ),
+                    (
+                        "s",
+                        Input::F32(array(py, &[out_f], case.s.clone())?, &case.s),
+                    ),
+                ];
+                let (called, ms) =
+                    call_typed(py, &gemm, Vec::new(), &inputs, &[(&[m, out_f], kind)])?;
+                let a = arm.name();
+                let row = format!("{:<16} {a:>5} 0x{seed:016x}", format!("{m},{in_f},{out_f}"));
+                let repro = format!(
+                    "kernel_oracle.check_fp8_scaled_mm({fname}, {sched_kw}, out_dtype=\"{}\", shapes=[({m}, {in_f}, {out_f})], arms=[\"{a}\"], seeds=[0x{seed:016x}])",
+                    out.name()
+                );
+                let head = format!(
+                    "FAIL fp8_scaled_mm: m={m} in_f={in_f} out_f={out_f} arm={a} seed=0x{seed:016x}, out {}, declared: {declared}",
+                    out.name()
+                );
+                let Some((got, written)) = rep.take(&mut o, called, &row, &head, &repro)? else {
+                    continue;
+                };
+                let got: Vec<u32> = match out {
+                    OutDtype::F32 => got[0].f32().iter().map(|v| v.to_bits()).collect(),
+                    _ => got[0].u16().iter().map(|&v| u32::from(v)).collect(),
+                };
+                let wantb: Vec<u32> = want.iter().map(|&v| out.bits(v)).collect();
+                let differ: Vec<usize> = (0..wantb.len())
+                    .filter(|&i| !same_bits(out, got[i], wantb[i]))
+                    .collect();
+                let matches: Vec<String> = identify(&shape, &case, out, &got)
+                    .map_err(PyValueError::new_err)?
+                    .iter()
+                    .map(schedule_label)
+                    .collect();
+                let pass = differ.is_empty() && written.is_empty();
+                o.row(&format!(
+                    "{row} {:>7}/{:<7} {ms:>9.2}  {}  {}",
+                    differ.len(),
+                    wantb.len(),
+                    if pass { "PASS" } else { "FAIL" },
+                    if matches.is_empty() {
+                        "none known".into()
+                    } else {
+                        matches.join("; ")
+                    }
+                ))?;
+                if pass {
+                    rep.passed += 1;
+                    continue;
+                }
+                let mut r = failure_head(&head, &written);
+                if let Some(&at) = differ.first() {
+                    let (j, i) = (at / out_f, at % out_f);
+                    let shown = |b: u32| match out {
+                        OutDtype::F32 => value(f32::from_bits(b)),
+                        OutDtype::Bf16 => {
+                            format!("0x{b:04X} ({})", value(oracle::bf16::decode_bf16(b as u16)))
+                        }
+                        OutDtype::F16 => {
+                            format!("0x{b:04X} ({})", value(oracle::f16::decode_f16(b as u16)))
+                        }
+                    };
+                    let _ = writeln!(
+                        r,
+                        "  {} of {} outputs differ; first at (row {j}, column {i}): got {}, want {} (d = {}, s = {})",
+                        differ.len(),
+                        wantb.len(),
+                        shown(got[at]),
+                        shown(wantb[at]),
+                        value(case.d[j]),
+                        value(case.s[i])
+                    );
+                }
+                let _ = writeln!(
+                    r,
+                    "  the output matches: {}",
+                    if matches.is_empty() {
+                        "no known schedule".into()
+                    } else {
+                        matches.join("; ")
+                    }
+                );
+                let _ = write!(
+                    r,
+                    "reproduce:\n  {repro}\nthe case's arrays and the oracle's output:\n  kernel_oracle.fp8_scaled_mm_case({m}, {in_f}, {out_f}, \"{a}\", seed=0x{seed:016x}, {sched_kw})"
+                );
+                rep.fail(&mut o, r, repro)?;
+            }
+        }
+    }
+    let known = known_accumulations(8192 + 1).len() * Epilogue::ALL.len();
+    rep.finish(
+        o,
+        &format!("known schedules: {known} (wgmma one chain or promoted every 32..8192 k, f32 in k order; three epilogues); "),
+    )
+}
+
+/// Adds the scaled FP8 GEMM, its check, its case and default shapes.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("SCALED_MM_SHAPES", SCALED_MM_SHAPES.to_vec())?;
+    m.add_function(wrap_pyfunction!(fp8_scaled_mm, m)?)?;
+    m.add_function(wrap_pyfunction!(check_fp8_scaled_mm, m)?)?;
+    m.add_function(wrap_pyfunction!(fp8_scaled_mm_case, m)?)?;
+    Ok(())
+}
