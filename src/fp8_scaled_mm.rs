@@ -23,7 +23,12 @@ pub enum Arm {
     /// Every product 0 or ±1, non-zero only in the first 8192 k: every
     /// partial sum is an integer of at most 14 bits, so every accumulation
     /// gives the same exact dot product and the output shows the epilogue,
-    /// the scales' indexing and the operands' layout alone.
+    /// the scales' indexing and the operands' layout alone. Two codes are
+    /// NaN (rule `SMM-OPERANDS`): `w[out_f / 2][0] = 0x7F`, so output
+    /// column `out_f / 2` is NaN, and with `m >= 2` `q[m / 2][0] = 0xFF`,
+    /// so output row `m / 2` is NaN, under every schedule: a kernel that
+    /// reads a NaN code as a number (zero, or 448 as a saturating decode
+    /// would) fails there.
     Exact,
     /// Random finite codes over e4m3's whole range, random scales: the
     /// tensor core's 14-bit truncation shows in most outputs, so the
@@ -109,6 +114,12 @@ impl OutDtype {
 /// The largest case: `m in_f + out_f in_f` codes at most this.
 pub const MAX_CODES: usize = 1 << 26;
 
+/// The most outputs a case has (`m out_f`, 16 MiB of f32): a check keeps
+/// about six arrays of that many elements (the callable's output, the
+/// oracle's, both as bits, the differing indices), and identification's
+/// cost per output does not shrink with k.
+pub const MAX_OUT: usize = 1 << 22;
+
 /// The most multiply-adds a case takes (`m out_f in_f`): identification
 /// computes a case under every known accumulation (about 11) in the MMA
 /// model.
@@ -156,6 +167,33 @@ impl Case {
     }
 }
 
+/// The oracle's shape of an `m x in_f` by `out_f x in_f` GEMM, refused
+/// past the check's caps (which bound a case's memory and
+/// identification's time: about 13 s at [`MAX_WORK`] on two cores).
+///
+/// # Errors
+/// A zero or overflowing dimension; `m in_f + out_f in_f` over
+/// [`MAX_CODES`], `m out_f` over [`MAX_OUT`] or `m out_f in_f` over
+/// [`MAX_WORK`], as a sentence naming the shape and the cap.
+pub fn within_caps(m: usize, in_f: usize, out_f: usize) -> Result<Shape, String> {
+    let shape = Shape::new(m, in_f, out_f).map_err(|e| e.to_string())?;
+    let codes = (m.saturating_add(out_f)).saturating_mul(in_f);
+    let outs = m.saturating_mul(out_f);
+    let work = outs.saturating_mul(in_f);
+    for (what, v, cap) in [
+        ("codes (m*in_f + out_f*in_f)", codes, MAX_CODES),
+        ("outputs (m*out_f)", outs, MAX_OUT),
+        ("multiply-adds (m*out_f*in_f)", work, MAX_WORK),
+    ] {
+        if v > cap {
+            return Err(format!(
+                "m={m} in_f={in_f} out_f={out_f}: {v} {what}, over the check's {cap}"
+            ));
+        }
+    }
+    Ok(shape)
+}
+
 /// An e4m3 code of `±2^e` (e in -6..=8).
 fn pow2_code(e: i32, neg: bool) -> u8 {
     (((e + 7) as u8) << 3) | if neg { 0x80 } else { 0 }
@@ -190,19 +228,10 @@ impl Spec {
     /// The oracle's shape.
     ///
     /// # Errors
-    /// A zero or overflowing dimension; a case over [`MAX_CODES`] or
-    /// [`MAX_WORK`].
+    /// A zero or overflowing dimension; a case over [`MAX_CODES`],
+    /// [`MAX_OUT`] or [`MAX_WORK`].
     pub fn shape(&self) -> Result<Shape, String> {
-        let shape = Shape::new(self.m, self.in_f, self.out_f).map_err(|e| e.to_string())?;
-        let codes = (self.m.saturating_add(self.out_f)).saturating_mul(self.in_f);
-        let work = self.m.saturating_mul(self.out_f).saturating_mul(self.in_f);
-        if codes > MAX_CODES || work > MAX_WORK {
-            return Err(format!(
-                "m={} in_f={} out_f={}: over the check's {MAX_CODES} codes or {MAX_WORK} multiply-adds",
-                self.m, self.in_f, self.out_f
-            ));
-        }
-        Ok(shape)
+        within_caps(self.m, self.in_f, self.out_f)
     }
 
     /// The operands, drawn from `seed` alone.
@@ -228,6 +257,12 @@ impl Spec {
                             *c = one(&mut rng);
                         }
                     }
+                }
+                // SMM-OPERANDS: one NaN weight row and, past one token, one
+                // NaN activation row (both NaN encodings).
+                w[(n / 2) * k] = 0x7F;
+                if m >= 2 {
+                    q[(m / 2) * k] = 0xFF;
                 }
             }
             Arm::Rand => {
@@ -443,7 +478,25 @@ mod tests {
                 reference(&shape, &case, &sch).unwrap()
             })
             .collect();
-        assert!(ys.iter().all(|y| y == &ys[0]), "EXACT is order-free");
+        // Bit for bit, any NaN equal to any NaN (the MMA model's NaN is
+        // 0x7FFF_FFFF, binary32 arithmetic's the operand's).
+        let same = |a: &Vec<f32>, b: &Vec<f32>| {
+            a.iter()
+                .zip(b)
+                .all(|(x, y)| same_bits(OutDtype::F32, x.to_bits(), y.to_bits()))
+        };
+        assert!(ys.iter().all(|y| same(y, &ys[0])), "EXACT is order-free");
+        // SMM-OPERANDS: the NaN weight row's column and the NaN activation
+        // row's outputs are NaN, every other output finite.
+        let (m, n) = (shape.m(), shape.out_f());
+        for (at, v) in ys[0].iter().enumerate() {
+            let (j, i) = (at / n, at % n);
+            assert_eq!(
+                v.is_nan(),
+                i == n / 2 || (m >= 2 && j == m / 2),
+                "({j}, {i})"
+            );
+        }
         for arm in [Arm::Rand, Arm::Spike] {
             let sp = spec(arm, 1024);
             let (shape, case) = (sp.shape().unwrap(), sp.generate().unwrap());
@@ -466,6 +519,21 @@ mod tests {
                         accs[a], accs[b]
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn reference_is_cores_scaled_mm() {
+        for arm in Arm::ALL {
+            let sp = spec(arm, 300);
+            let (shape, case) = (sp.shape().unwrap(), sp.generate().unwrap());
+            for sch in all(300) {
+                let mut y = vec![0f32; shape.m() * shape.out_f()];
+                oracle::fp8_scaled_mm::scaled_mm(&shape, &sch, &case.operands(), &mut y).unwrap();
+                let r = reference(&shape, &case, &sch).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&r), bits(&y), "{arm:?} {sch:?}");
             }
         }
     }
@@ -494,6 +562,10 @@ mod tests {
         sp.m = 1 << 20;
         sp.out_f = 1 << 10;
         assert!(sp.shape().is_err());
+        // Outputs are capped on their own: a k of 1 keeps the work small.
+        let e = within_caps(1 << 12, 1, 1 << 11).unwrap_err();
+        assert!(e.contains("outputs"), "{e}");
+        assert!(within_caps(1 << 11, 1, 1 << 11).is_ok());
         assert_eq!(Arm::parse("spike"), Ok(Arm::Spike));
         assert!(Arm::parse("x").is_err());
         assert_eq!(OutDtype::parse("bfloat16"), Ok(OutDtype::Bf16));

@@ -45,11 +45,41 @@
 //! 3. `SMM-EPILOGUE`: by the schedule's [`Epilogue`], each multiply rounded
 //!    to nearest even.
 //!
-//! Source: torch `_scaled_mm` (`aten/src/ATen/native/cuda/Blas.cpp`) and
-//! cuBLASLt's `CUBLASLT_MATMUL_DESC_FAST_ACCUM` (cuBLAS documentation,
-//! "cublasLtMatmulDescAttributes_t"); Triton's `tl.dot` on FP8 operands
-//! and its `max_num_imprecise_acc` (a chunk of that many k accumulated in
-//! the tensor core, then added to the f32 accumulator); vLLM's
+//! Who promotes how (the chunks of `SMM-ACC` start at k = 0 and at every
+//! multiple of `promote`):
+//! - Triton's sm_90 lowering of an FP8 `tl.dot` (`WGMMA.cpp`, `convertDot`,
+//!   and `WarpGroupDotOp::needsPartialAccumulator`): with
+//!   `max_num_imprecise_acc = p <= BLOCK_K` (`tl.dot` refuses `p >
+//!   BLOCK_K`), each `tl.dot` chains its k = 32 `wgmma`s from zero into a
+//!   partial accumulator and adds it to the loop's accumulator (`fadd`)
+//!   after every `p` k and after its last `wgmma`; so `p` dividing
+//!   `BLOCK_K` is `promote = p`, and `p <= 32` (0 included) is `promote =
+//!   32`. A `p` that does not divide `BLOCK_K` restarts its count at every
+//!   tile: not this contract. Unset, `p` is the backend's default, `2**30`
+//!   on sm_90: no partial accumulator, the loop's accumulator is the
+//!   `wgmma` chain's over all of k (`promote = None`).
+//! - CUTLASS's sm_90 FP8 mainloop without `FP8FastAccum`
+//!   (`GmmaFP8Accumulation`): the MMAs of `mma_promotion_interval` (default
+//!   4) k = 32 steps chained from zero, then added in f32: `promote = 128`.
+//!   With `FP8FastAccum`, one chain (`promote = None`).
+//! - DeepSeek-V3 (technical report, section 3.3.2): an interval of 128
+//!   elements (4 WGMMAs), `promote = 128`.
+//!
+//! The k tail: a kernel that zero-fills its last k tile (Triton's masked
+//! `tl.load(..., other=0)`, CUTLASS's TMA) runs whole MMAs of zero codes
+//! past `in_f`; under the model such an MMA returns its accumulator
+//! unchanged (it already has at most 14 significant bits, `TC-NORM`; a
+//! chunk of zeros gives +0.0, and `acc + 0.0 = acc` for `acc != -0.0`,
+//! which `acc` never is), so the extra MMAs and chunks change no bit.
+//!
+//! Source: torch `_scaled_mm` (`aten/src/ATen/native/cuda/Blas.cpp`:
+//! rowwise scales go to cuBLASLt with CUDA 12.9 or later on sm_90, else to
+//! the CUTLASS kernel `f8f8bf16_rowwise` in `RowwiseScaledMM.cu`, whose
+//! epilogue is `w_scale * (x_scale * acc)`, `(acc*d)*s`, and which writes
+//! bfloat16 only) and cuBLASLt's `CUBLASLT_MATMUL_DESC_FAST_ACCUM` (cuBLAS
+//! documentation, "cublasLtMatmulDescAttributes_t"); Triton's `tl.dot` on
+//! FP8 operands and its `max_num_imprecise_acc` (above); CUTLASS
+//! `include/cutlass/gemm/collective/fp8_accumulation.hpp`; vLLM's
 //! `csrc/quantization/cutlass_w8a8` epilogue `ScaleA * (ScaleB * Accum)`
 //! and `triton_scaled_mm`'s `accumulator * scale_a * scale_b`; the sm_90
 //! MMA model of [`crate::tensor_core`].
@@ -68,7 +98,8 @@ pub enum Accumulation {
     F32,
     /// The FP8 MMA `model`, chained over chunks of `promote` k (a multiple
     /// of 32; `None`: one chunk over all of k), each chunk's result added
-    /// into an f32 sum.
+    /// into an f32 sum (which kernel does which: the module
+    /// documentation).
     TensorCore {
         /// The MMA instruction's arithmetic.
         model: Model,

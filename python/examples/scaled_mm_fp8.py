@@ -3,8 +3,12 @@ kernel_oracle.check_fp8_scaled_mm: how does each accumulate over k?
 
 A tensor core's FP8 accumulator keeps about 14 bits (kernel_oracle's
 sm_90 MMA model). Kernels differ in whether, and how often, they move it
-into an f32 sum: cuBLASLt behind torch's `_scaled_mm` (with and without
-`use_fast_accum`), and Triton's FP8 `tl.dot` (its `max_num_imprecise_acc`).
+into an f32 sum: torch's `_scaled_mm` (with and without `use_fast_accum`;
+rowwise scales run cuBLASLt with CUDA 12.9 or later, else the CUTLASS kernel
+`f8f8bf16_rowwise`, whose epilogue is `(acc*d)*s` and which writes bfloat16
+only: a float32 output it refuses is counted refused), and Triton's FP8
+`tl.dot` (its `max_num_imprecise_acc`: per `tl.dot`, a partial accumulator
+added every that many k; unset on sm_90, never).
 The check computes every known schedule (the wgmma chain over all of k, or
 promoted every 32 .. 8192 k, or binary32 in k order; each with three
 epilogue associations) and names those the kernel's output matches bit for
@@ -104,8 +108,13 @@ def torch_scaled_mm(fast_accum, out_dtype):
         wt = torch.from_numpy(w).to(dev).view(torch.float8_e4m3fn)
         dt = torch.from_numpy(d).to(dev)[:, None].contiguous()
         st = torch.from_numpy(s).to(dev)[None, :].contiguous()
-        y = torch._scaled_mm(qt, wt.t(), scale_a=dt, scale_b=st, out_dtype=out_dtype,
-                             use_fast_accum=fast_accum)
+        try:
+            y = torch._scaled_mm(qt, wt.t(), scale_a=dt, scale_b=st, out_dtype=out_dtype,
+                                 use_fast_accum=fast_accum)
+        except RuntimeError as e:
+            if "Only bf16" in str(e):
+                raise ko.Refused(str(e).splitlines()[0]) from e
+            raise
         torch.cuda.synchronize()
         if out_dtype == torch.bfloat16:
             out[...] = y.view(torch.int16).cpu().numpy().view(np.uint16)
@@ -180,7 +189,7 @@ def main():
             r = section(f"torch._scaled_mm rowwise, use_fast_accum={fast}, {name}", 240,
                         lambda fast=fast, dtype=dtype, name=name: run(
                             torch_scaled_mm(fast, dtype), name, promote=None if fast else 128,
-                            epilogue="weight_first"))
+                            epilogue="activation_first"))
             if r is None:
                 bad += 1
     print("\nSUMMARY")

@@ -11,11 +11,12 @@ use crate::check::{
     Out, OutKind,
 };
 use kernel_oracle::fp8_scaled_mm::{
-    identify, known_accumulations, reference, same_bits, schedule_label, Arm, Case, OutDtype, Spec,
+    identify, known_accumulations, reference, same_bits, schedule_label, within_caps, Arm, Case,
+    OutDtype, Spec,
 };
 use numpy::PyReadonlyArrayDyn;
-use oracle::fp8_scaled_mm::{scaled_mm, Accumulation, Epilogue, Operands, Schedule, Shape};
-use oracle::tensor_core::{Fp8Kind, SM90_MMA_SYNC, SM90_WGMMA};
+use oracle::fp8_scaled_mm::{Accumulation, Epilogue, Schedule};
+use oracle::tensor_core::{SM90_MMA_SYNC, SM90_WGMMA};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -84,21 +85,30 @@ fn parse_schedule(
 ///   bit: `oracle::tensor_core`), `"mma_sync"` (ptxas's lowering of the
 ///   FP8 `mma.sync` on sm_90) or `"f32"` (binary32 in k order);
 /// - `promote`: with a tensor-core accumulation, the k accumulated in the
-///   MMA's chain before it is added into an f32 sum (a multiple of 32:
-///   Triton's `max_num_imprecise_acc`, DeepSeek-V3's 128); None: one chain
-///   over all of k (cuBLASLt's fast accumulation);
+///   MMA's chain before it is added into an f32 sum (a multiple of 32,
+///   chunks counted from k = 0: DeepSeek-V3's and CUTLASS's default 128;
+///   Triton's `max_num_imprecise_acc = p` with `p` dividing `BLOCK_K`, and
+///   `p <= 32`, 0 included, is `promote=32`); None: one chain over all of
+///   k (fast accumulation: Triton's sm_90 default, `2**30`);
 /// - `epilogue`: `"activation_first"` `(acc * d) * s` (Triton's
 ///   `acc * scale_a * scale_b`), `"weight_first"` `(acc * s) * d`
 ///   (CUTLASS's `ScaleA * (ScaleB * Accum)`), `"scales_first"`
 ///   `acc * (d * s)`.
 ///
 /// Returns the f32 output; a bf16 or f16 kernel's output is it rounded
-/// once to nearest even.
+/// once to nearest even (overflow to infinity). A NaN code in `q[j]` or
+/// `w[i]` makes `y[j, i]` NaN under every schedule (rule
+/// `SMM-OPERANDS`).
 ///
 /// Errors: `ValueError` for an unknown accumulation or epilogue, a
 /// `promote` that is not a positive multiple of 32 (or given with
 /// `"f32"`), arrays that are not 2-D and 1-D as above or whose lengths
-/// disagree, a zero dimension.
+/// disagree, a zero dimension, or a GEMM past the check's caps (2^26
+/// codes, 2^22 outputs, 2^28 multiply-adds), before any arithmetic.
+///
+/// Source: core's `oracle::fp8_scaled_mm` (rules `SMM-*`); the arithmetic
+/// runs on all cores with the GIL released (the case library's
+/// `reference`, the same dot products as core's `scaled_mm`).
 #[pyfunction]
 #[pyo3(signature = (q, d, w, s, accumulation = "wgmma", promote = None, epilogue = "activation_first"))]
 #[allow(clippy::too_many_arguments)]
@@ -124,18 +134,16 @@ fn fp8_scaled_mm<'py>(
             wd[0], wd[1]
         )));
     }
-    let shape = Shape::new(m, in_f, out_f).map_err(value_error)?;
-    let (qv, dv, wv, sv) = (to_vec(&q), to_vec(&d), to_vec(&w), to_vec(&s));
-    let x = Operands {
-        q_kind: Fp8Kind::E4m3,
-        q: &qv,
-        d: &dv,
-        w_kind: Fp8Kind::E4m3,
-        w: &wv,
-        s: &sv,
+    let shape = within_caps(m, in_f, out_f).map_err(PyValueError::new_err)?;
+    let case = Case {
+        q: to_vec(&q),
+        d: to_vec(&d),
+        w: to_vec(&w),
+        s: to_vec(&s),
     };
-    let mut y = vec![0f32; m * out_f];
-    scaled_mm(&shape, &schedule, &x, &mut y).map_err(value_error)?;
+    let y = py
+        .detach(|| reference(&shape, &case, &schedule))
+        .map_err(value_error)?;
     array(py, &[m, out_f], y)
 }
 
@@ -196,7 +204,9 @@ fn fp8_scaled_mm_case<'py>(
     };
     let shape = sp.shape().map_err(PyValueError::new_err)?;
     let case = sp.generate().map_err(PyValueError::new_err)?;
-    let y = reference(&shape, &case, &schedule).map_err(value_error)?;
+    let y = py
+        .detach(|| reference(&shape, &case, &schedule))
+        .map_err(value_error)?;
     let Case { q, d, w, s } = case;
     let dict = PyDict::new(py);
     dict.set_item("q", array(py, &[m, in_f], q)?)?;
@@ -212,7 +222,8 @@ fn fp8_scaled_mm_case<'py>(
 /// Runs `gemm`, an FP8 GEMM with row (or tensor) scales, through the arms
 /// `EXACT` (products 0 or ±1: every accumulation gives the same exact dot
 /// product, so the row shows the epilogue, the scales' indexing and the
-/// layouts alone), `RAND` (random finite e4m3 codes over the whole range:
+/// layouts alone; a NaN code in weight row `out_f // 2` and, for `m >= 2`,
+/// in activation row `m // 2` makes that column and row NaN), `RAND` (random finite e4m3 codes over the whole range:
 /// the tensor core's 14-bit truncation shows in most outputs) and `SPIKE`
 /// (a large activation at the start of every 32 k, small ones after it:
 /// each promotion interval gives other bits), and judges its output bit
@@ -228,7 +239,10 @@ fn fp8_scaled_mm_case<'py>(
 /// users: `torch._scaled_mm(qt, wt.t(), scale_a=dt[:, None], scale_b=st[None, :], out_dtype=torch.bfloat16)`,
 /// then `out[...] = y.view(torch.uint16).cpu().numpy()`. A kernel that
 /// refuses a shape (torch's `_scaled_mm` wants in_f and out_f multiples of
-/// 16) raises `kernel_oracle.Refused`.
+/// 16; its CUTLASS rowwise path, `f8f8bf16_rowwise`, bfloat16 out only)
+/// raises `kernel_oracle.Refused`. A `float16` output overflows to
+/// infinity past 65504, as the kernels' casts do: a few in a hundred RAND
+/// outputs do, and tell nothing about the accumulation.
 ///
 /// Each row names the known schedules the output matches bit for bit: the
 /// sm_90 `wgmma` chain over all of k, promoted every 32, 64, ..., 8192 k
@@ -238,7 +252,8 @@ fn fp8_scaled_mm_case<'py>(
 ///
 /// Errors: `ValueError` for an unknown accumulation, epilogue, dtype or
 /// arm, a bad `promote`, a zero dimension or a case over the caps (2^26
-/// codes, 2^28 multiply-adds), before any call.
+/// codes, 2^22 outputs, 2^28 multiply-adds: a case at the last takes
+/// about 13 s to judge and identify on two cores), before any call.
 #[pyfunction]
 #[pyo3(signature = (gemm, accumulation = "wgmma", promote = None, epilogue = "activation_first", out_dtype = "float32", shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -261,15 +276,7 @@ fn check_fp8_scaled_mm<'py>(
     let shapes = shapes.unwrap_or_else(|| SCALED_MM_SHAPES.to_vec());
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
     for &(m, in_f, out_f) in &shapes {
-        Spec {
-            m,
-            in_f,
-            out_f,
-            arm: Arm::Rand,
-            seed: 0,
-        }
-        .shape()
-        .map_err(PyValueError::new_err)?;
+        within_caps(m, in_f, out_f).map_err(PyValueError::new_err)?;
     }
     let fname = callable_name(&gemm, name);
     let mut o = Out::new(py, verbose)?;
@@ -301,7 +308,9 @@ fn check_fp8_scaled_mm<'py>(
                 };
                 let shape = sp.shape().map_err(PyValueError::new_err)?;
                 let case = sp.generate().map_err(PyValueError::new_err)?;
-                let want = reference(&shape, &case, &schedule).map_err(value_error)?;
+                let want = py
+                    .detach(|| reference(&shape, &case, &schedule))
+                    .map_err(value_error)?;
                 let inputs = [
                     (
                         "q",
@@ -340,7 +349,8 @@ fn check_fp8_scaled_mm<'py>(
                 let differ: Vec<usize> = (0..wantb.len())
                     .filter(|&i| !same_bits(out, got[i], wantb[i]))
                     .collect();
-                let matches: Vec<String> = identify(&shape, &case, out, &got)
+                let matches: Vec<String> = py
+                    .detach(|| identify(&shape, &case, out, &got))
                     .map_err(PyValueError::new_err)?
                     .iter()
                     .map(schedule_label)

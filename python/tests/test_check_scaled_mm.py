@@ -51,6 +51,38 @@ def numpy_f32(epilogue="activation_first", bug=None, out_dtype="float32", name=N
     return f
 
 
+def oracle_bug(bug, name=None):
+    """The oracle (one wgmma chain, (acc*d)*s) with one planted mistake."""
+
+    def f(q, d, w, s, out):
+        if bug == "nan-code-as-zero":
+            # A decode table that reads the NaN codes 0x7F/0xFF as zero.
+            q, w = np.where((q & 0x7F) == 0x7F, 0, q), np.where((w & 0x7F) == 0x7F, 0, w)
+        if bug == "nan-code-as-448":
+            # A saturating decode: the NaN codes read as +-448.
+            q, w = np.where((q & 0x7F) == 0x7F, q - 1, q), np.where((w & 0x7F) == 0x7F, w - 1, w)
+        if bug == "chain-restarted-per-tile":
+            # Each 128-k tile's chain from zero, tiles added in f32 (promote=128).
+            y = np.zeros((q.shape[0], w.shape[0]), f32)
+            for k0 in range(0, q.shape[1], 128):
+                y = y + ko.fp8_scaled_mm(q[:, k0:k0 + 128].copy(), np.ones_like(d),
+                                         w[:, k0:k0 + 128].copy(), np.ones_like(s))
+            out[...] = (y * d[:, None]) * s[None, :]
+            return
+        y = ko.fp8_scaled_mm(q, np.ones_like(d), w, np.ones_like(s))
+        if bug == "activation-scale-per-column":
+            dd = d[np.arange(w.shape[0]) % q.shape[0]][None, :]
+        else:
+            dd = d[:, None]
+        y = (y * dd) * s[None, :]
+        if bug == "rows-off-by-one":
+            y = y[np.minimum(np.arange(q.shape[0]) + 1, q.shape[0] - 1)]
+        out[...] = y
+
+    f.__name__ = name or bug.replace("-", "_")
+    return f
+
+
 def oracle_gemm(promote, epilogue="activation_first", accumulation="wgmma"):
     def f(q, d, w, s, out):
         out[...] = ko.fp8_scaled_mm(
@@ -113,6 +145,14 @@ def test_the_case_holds_the_oracles_output():
         (oracle_gemm(64), dict(promote=128), "RAND", "promote every 64 k"),
         # binary32 in k order declared as a tensor core's chain.
         (numpy_f32(), dict(promote=None), "RAND", "f32 in k order"),
+        # NaN codes read as numbers (EXACT's NaN weight and activation rows).
+        (oracle_bug("nan-code-as-zero"), dict(), "EXACT", None),
+        (oracle_bug("nan-code-as-448"), dict(), "EXACT", None),
+        # The scales' indexing and the rows: EXACT shows them.
+        (oracle_bug("activation-scale-per-column"), dict(), "EXACT", None),
+        (oracle_bug("rows-off-by-one"), dict(), "EXACT", None),
+        # A chain restarted per 128-k tile is promotion every 128 k.
+        (oracle_bug("chain-restarted-per-tile"), dict(), "SPIKE", "promote every 128 k"),
     ],
 )
 def test_planted_bugs_are_caught(gemm, kw, arm, caught_by):
@@ -154,6 +194,45 @@ def test_bad_arguments_raise_before_any_call():
         with pytest.raises(ValueError):
             ko.check_fp8_scaled_mm(gemm, verbose=False, **kw)
     assert not calls
+
+
+def test_the_oracle_refuses_a_gemm_past_the_caps_before_any_arithmetic():
+    # 2^23 outputs over a k of 1: little work, too many outputs.
+    q = np.zeros((1 << 12, 1), np.uint8)
+    w = np.zeros((1 << 11, 1), np.uint8)
+    with pytest.raises(ValueError, match="outputs"):
+        ko.fp8_scaled_mm(q, np.ones(1 << 12, f32), w, np.ones(1 << 11, f32))
+    with pytest.raises(ValueError, match="outputs"):
+        ko.fp8_scaled_mm_case(1 << 12, 1, 1 << 11, "RAND")
+    with pytest.raises(ValueError, match="d"):
+        ko.fp8_scaled_mm(q[:2], np.ones(3, f32), w[:2], np.ones(2, f32))
+
+
+def test_nan_codes_give_nan_where_the_exact_arm_puts_them():
+    c = ko.fp8_scaled_mm_case(7, 1040, 120, "EXACT")
+    nan = np.isnan(c["y"])
+    assert nan[:, 60].all() and nan[3].all() and nan.sum() == 7 + 120 - 1
+    assert c["w"][60, 0] == 0x7F and c["q"][3, 0] == 0xFF
+    one = ko.fp8_scaled_mm_case(1, 64, 16, "EXACT")
+    assert np.isnan(one["y"]).sum() == 1
+
+
+@pytest.mark.parametrize(
+    "ret,why",
+    [
+        (lambda y: y.astype(np.float64), "dtype float64"),
+        (lambda y: y.T.copy(), "shape"),
+        (lambda y: y.tolist(), "list"),
+        (lambda y: y[:, :-1].copy(), "shape"),
+    ],
+)
+def test_a_wrong_return_is_a_failing_row_not_an_abort(ret, why):
+    def gemm(q, d, w, s, out):
+        return ret(ko.fp8_scaled_mm(q, d, w, s))
+
+    r = ko.check_fp8_scaled_mm(gemm, shapes=[(7, 1040, 120)], arms=["EXACT"], verbose=False)
+    assert not r.ok and r.failed == r.cases == 1
+    assert why in r.failures[0] and "reproduce:" in r.failures[0]
 
 
 def test_a_refusing_kernel_is_counted_refused():
