@@ -24,6 +24,7 @@ pub mod mutate;
 pub mod paths;
 pub mod refcache;
 pub mod rng;
+pub mod rope;
 pub mod score;
 pub mod stats;
 pub mod tensor_core;

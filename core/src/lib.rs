@@ -36,6 +36,9 @@
 //! - [`moe_align`]: the MoE token alignment a fused-MoE GEMM walks (vLLM's
 //!   and SGLang's `moe_align_block_size`).
 //! - [`ggml`]: ggml's Q4_0, Q8_0, Q4_K, Q6_K blocks and the WGSL GEMM over them (seed 004).
+//! - [`rope`]: rotary position embedding with a cos/sin cache (vLLM,
+//!   FlashInfer, torch) under a declared arithmetic (per-op in the model
+//!   dtype, f32, f32 with either product fused).
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! No allocation anywhere: every contract writes into caller-provided
@@ -59,5 +62,6 @@ pub mod gdn;
 pub mod ggml;
 pub mod moe_align;
 pub mod moe_tables;
+pub mod rope;
 pub mod round;
 pub mod tensor_core;

@@ -487,6 +487,8 @@ pub(crate) enum Input<'a, 'py> {
     I32(Bound<'py, PyArrayDyn<i32>>, &'a [i32]),
     /// int64 ids.
     I64(Bound<'py, PyArrayDyn<i64>>, &'a [i64]),
+    /// uint16 bit patterns of a 16-bit float.
+    U16(Bound<'py, PyArrayDyn<u16>>, &'a [u16]),
 }
 
 impl<'py> Input<'_, 'py> {
@@ -496,6 +498,7 @@ impl<'py> Input<'_, 'py> {
             Input::F32(a, _) => a.clone().into_any(),
             Input::I32(a, _) => a.clone().into_any(),
             Input::I64(a, _) => a.clone().into_any(),
+            Input::U16(a, _) => a.clone().into_any(),
         }
     }
 
@@ -513,6 +516,7 @@ impl<'py> Input<'_, 'py> {
             Input::U8(a, before) => same(a, |v| v == *before),
             Input::I32(a, before) => same(a, |v| v == *before),
             Input::I64(a, before) => same(a, |v| v == *before),
+            Input::U16(a, before) => same(a, |v| v == *before),
             Input::F32(a, before) => same(a, |v| {
                 v.len() == before.len()
                     && v.iter()

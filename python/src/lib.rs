@@ -32,6 +32,9 @@
 //! - [`check_scaled_mm`]: `fp8_scaled_mm`, `fp8_scaled_mm_case` and
 //!   `check_fp8_scaled_mm` (the FP8 GEMM with row or tensor scales: torch
 //!   `_scaled_mm`, CUTLASS and Triton; its accumulation over k named).
+//! - [`check_rope`]: `rotary_embedding`, `rotary_embedding_case` and
+//!   `check_rotary_embedding` (RoPE with a cos/sin cache, bit for bit;
+//!   its arithmetic and layout named).
 
 #![warn(missing_docs)]
 
@@ -41,6 +44,7 @@ pub mod check_fused_moe;
 pub mod check_gdn;
 pub mod check_moe;
 pub mod check_quant;
+pub mod check_rope;
 pub mod check_scaled_mm;
 pub mod codecs;
 pub mod conventions;
@@ -79,5 +83,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_moe::register(m)?;
     check_fused_moe::register(m)?;
     check_scaled_mm::register(m)?;
+    check_rope::register(m)?;
     Ok(())
 }
