@@ -10,6 +10,7 @@
 //! f32; the output `y [m][out_f]`, f32, or rounded once to bf16 or f16.
 
 use crate::rng::Rng;
+use oracle::dtype::Dtype;
 use oracle::fp8_mmq::ShapeError;
 use oracle::fp8_scaled_mm::{
     dot, Accumulation, Epilogue, Operands, Schedule, Shape, PROMOTE_CANDIDATES,
@@ -63,51 +64,6 @@ impl Arm {
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| format!("arm {s:?}: expected \"EXACT\", \"RAND\" or \"SPIKE\""))
-    }
-}
-
-/// The output's type: what the kernel rounds the f32 result to (once, to
-/// nearest even).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutDtype {
-    /// binary32, the result itself.
-    F32,
-    /// bfloat16 ([`oracle::bf16::encode_bf16`]).
-    Bf16,
-    /// binary16 ([`oracle::f16::encode_f16`]).
-    F16,
-}
-
-impl OutDtype {
-    /// The dtype's torch name.
-    pub fn name(self) -> &'static str {
-        match self {
-            OutDtype::F32 => "float32",
-            OutDtype::Bf16 => "bfloat16",
-            OutDtype::F16 => "float16",
-        }
-    }
-
-    /// The dtype named `s` (torch's names).
-    ///
-    /// # Errors
-    /// A sentence naming the dtypes.
-    pub fn parse(s: &str) -> Result<OutDtype, String> {
-        [OutDtype::F32, OutDtype::Bf16, OutDtype::F16]
-            .into_iter()
-            .find(|d| d.name() == s)
-            .ok_or_else(|| {
-                format!("out_dtype {s:?}: expected \"float32\", \"bfloat16\" or \"float16\"")
-            })
-    }
-
-    /// `y` as this dtype's bits, widened to 32 (f32: its own bits).
-    pub fn bits(self, y: f32) -> u32 {
-        match self {
-            OutDtype::F32 => y.to_bits(),
-            OutDtype::Bf16 => u32::from(oracle::bf16::encode_bf16(y)),
-            OutDtype::F16 => u32::from(oracle::f16::encode_f16(y)),
-        }
     }
 }
 
@@ -361,7 +317,7 @@ pub fn schedule_label(s: &Schedule) -> String {
 /// The known schedules (every known accumulation for `shape.in_f()` with
 /// every epilogue) whose outputs, in `out`, equal `got` bit for bit
 /// everywhere (`got` holds `out`'s bits widened to 32, as
-/// [`OutDtype::bits`] gives them). Each accumulation's dot products are
+/// [`Dtype::encode`] gives them). Each accumulation's dot products are
 /// computed once for the three epilogues.
 ///
 /// # Errors
@@ -369,7 +325,7 @@ pub fn schedule_label(s: &Schedule) -> String {
 pub fn identify(
     shape: &Shape,
     case: &Case,
-    out: OutDtype,
+    out: Dtype,
     got: &[u32],
 ) -> Result<Vec<Schedule>, String> {
     let (m, in_f, out_f) = (shape.m(), shape.in_f(), shape.out_f());
@@ -394,8 +350,8 @@ pub fn identify(
                     let wrow = &x.w[i * in_f..(i + 1) * in_f];
                     let acc = dot(accumulation, x.q_kind, qrow, x.w_kind, wrow);
                     for (e, ep) in Epilogue::ALL.iter().enumerate() {
-                        let want = out.bits(ep.apply(acc, x.d[j], x.s[i]));
-                        ok[e] &= same_bits(out, want, got[j * out_f + i]);
+                        let want = out.encode(ep.apply(acc, x.d[j], x.s[i]));
+                        ok[e] &= out.same(want, got[j * out_f + i]);
                     }
                 }
                 ok
@@ -411,17 +367,6 @@ pub fn identify(
         }
     }
     Ok(found)
-}
-
-/// Whether two outputs of dtype `out` are the same: bit for bit, any NaN
-/// equal to any NaN.
-pub fn same_bits(out: OutDtype, a: u32, b: u32) -> bool {
-    let nan = |v: u32| match out {
-        OutDtype::F32 => f32::from_bits(v).is_nan(),
-        OutDtype::Bf16 => v & 0x7FFF > 0x7F80,
-        OutDtype::F16 => v & 0x7FFF > 0x7C00,
-    };
-    a == b || nan(a) && nan(b)
 }
 
 #[cfg(test)]
@@ -457,8 +402,8 @@ mod tests {
             let (shape, case) = (sp.shape().unwrap(), sp.generate().unwrap());
             for sch in all(300) {
                 let y = reference(&shape, &case, &sch).unwrap();
-                let got: Vec<u32> = y.iter().map(|&v| OutDtype::F32.bits(v)).collect();
-                let found = identify(&shape, &case, OutDtype::F32, &got).unwrap();
+                let got: Vec<u32> = y.iter().map(|&v| Dtype::F32.encode(v)).collect();
+                let found = identify(&shape, &case, Dtype::F32, &got).unwrap();
                 assert!(found.contains(&sch), "{arm:?}: {sch:?} not found");
             }
         }
@@ -483,7 +428,7 @@ mod tests {
         let same = |a: &Vec<f32>, b: &Vec<f32>| {
             a.iter()
                 .zip(b)
-                .all(|(x, y)| same_bits(OutDtype::F32, x.to_bits(), y.to_bits()))
+                .all(|(x, y)| Dtype::F32.same(x.to_bits(), y.to_bits()))
         };
         assert!(ys.iter().all(|y| same(y, &ys[0])), "EXACT is order-free");
         // SMM-OPERANDS: the NaN weight row's column and the NaN activation
@@ -550,8 +495,8 @@ mod tests {
             epilogue: Epilogue::ActivationFirst,
         };
         let y = reference(&shape, &case, &sch).unwrap();
-        let got: Vec<u32> = y.iter().map(|&v| OutDtype::Bf16.bits(v)).collect();
-        let found = identify(&shape, &case, OutDtype::Bf16, &got).unwrap();
+        let got: Vec<u32> = y.iter().map(|&v| Dtype::Bf16.encode(v)).collect();
+        let found = identify(&shape, &case, Dtype::Bf16, &got).unwrap();
         assert!(found.contains(&sch));
         assert!(!found.iter().any(|f| f.accumulation == Accumulation::F32));
     }
@@ -568,8 +513,6 @@ mod tests {
         assert!(within_caps(1 << 11, 1, 1 << 11).is_ok());
         assert_eq!(Arm::parse("spike"), Ok(Arm::Spike));
         assert!(Arm::parse("x").is_err());
-        assert_eq!(OutDtype::parse("bfloat16"), Ok(OutDtype::Bf16));
-        assert!(same_bits(OutDtype::Bf16, 0x7FC1, 0xFFC0));
-        assert!(!same_bits(OutDtype::F16, 0x7C00, 0x7C01 - 1 + 0x8000));
+        assert_eq!(crate::dtype::parse_dtype("bfloat16"), Ok(Dtype::Bf16));
     }
 }

@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod dtype;
 pub mod elementwise;
 pub mod fp8_mmq;
 pub mod fp8_quant;

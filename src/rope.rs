@@ -13,6 +13,7 @@
 //! the cache's dtype (the values vLLM's `_compute_cos_sin_cache` builds,
 //! up to its f32 rounding).
 
+pub use crate::dtype::bits;
 use crate::rng::Rng;
 use oracle::rope::{rotate_head, Arithmetic, Dtype, Inputs, Layout, RopeError, Shape};
 use rayon::prelude::*;
@@ -78,17 +79,6 @@ impl Arm {
     pub fn runs_on(self, shape: &Shape) -> bool {
         self != Arm::Partial || shape.rotary_dim() < shape.head_size()
     }
-}
-
-/// The dtype named `s` (torch's names).
-///
-/// # Errors
-/// A sentence naming the dtypes.
-pub fn parse_dtype(s: &str) -> Result<Dtype, String> {
-    Dtype::ALL
-        .into_iter()
-        .find(|d| d.name() == s)
-        .ok_or_else(|| format!("dtype {s:?}: expected \"float32\", \"bfloat16\" or \"float16\""))
 }
 
 /// The arithmetic named `s` ([`Arithmetic::name`]).
@@ -386,17 +376,6 @@ pub fn reference(
     ))
 }
 
-/// Whether two outputs of `dtype` (bits widened to 32) are the same: bit
-/// for bit, any NaN equal to any NaN.
-pub fn same_bits(dtype: Dtype, a: u32, b: u32) -> bool {
-    a == b || dtype.is_nan(a) && dtype.is_nan(b)
-}
-
-/// `v`'s bits in `dtype`.
-pub fn bits(dtype: Dtype, v: &[f32]) -> Vec<u32> {
-    v.iter().map(|&x| dtype.encode(x)).collect()
-}
-
 /// Every known (arithmetic, layout) whose output equals `got_q` and
 /// `got_k` (bits of `dtype`, widened to 32) everywhere.
 ///
@@ -419,7 +398,7 @@ pub fn identify(
             let same = |want: &[f32], got: &[u32]| {
                 want.par_iter()
                     .zip(got.par_iter())
-                    .all(|(&w, &g)| same_bits(dtype, dtype.encode(w), g))
+                    .all(|(&w, &g)| dtype.same(dtype.encode(w), g))
             };
             if same(&q, got_q) && same(&k, got_k) {
                 found.push((a, layout));
@@ -565,6 +544,6 @@ mod tests {
         assert!(within_caps((1 << 13, 32, 8, 128, 128, 16)).is_err());
         assert_eq!(Arm::parse("ties"), Ok(Arm::Ties));
         assert_eq!(parse_arithmetic("f32_fma"), Ok(Arithmetic::F32FmaFirst));
-        assert!(parse_dtype("half").is_err());
+        assert!(crate::dtype::parse_dtype("float64").is_err());
     }
 }

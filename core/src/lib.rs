@@ -18,7 +18,8 @@
 //! - [`round`]: the one round-to-nearest-even-and-pack routine.
 //! - [`fma`]: the binary32 fused multiply-add, one rounding, from binary64
 //!   basic operations.
-//! - [`fp8`], [`e4m3`], [`e5m2`], [`f16`](mod@f16), [`bf16`]: the float codecs.
+//! - [`fp8`], [`e4m3`], [`e5m2`], [`f16`](mod@f16), [`bf16`]: the float codecs;
+//!   [`dtype`]: the output types a kernel rounds to (f32, bf16, f16).
 //! - [`fp8_mmq`]: the per-block FP8 GEMM (seed 000's v2) and its declared
 //!   schedules (fold and in-block accumulation).
 //! - [`fp8_quant`]: per-token-group e4m3 activation quantizers under the
@@ -50,6 +51,7 @@
 pub mod bf16;
 pub mod compare;
 pub mod conventions;
+pub mod dtype;
 pub mod e4m3;
 pub mod e5m2;
 pub mod f16;

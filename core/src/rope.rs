@@ -47,61 +47,8 @@
 use crate::fma::fma_f32;
 
 /// The type of the query, key and outputs (and of a cache that is not
-/// f32). Values are held as the `f32` of the same value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dtype {
-    /// binary32.
-    F32,
-    /// bfloat16 ([`crate::bf16`]).
-    Bf16,
-    /// binary16 ([`crate::f16`]).
-    F16,
-}
-
-impl Dtype {
-    /// Every dtype.
-    pub const ALL: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
-
-    /// `x` rounded to this dtype, to nearest even (overflow to infinity),
-    /// as an `f32`: [`crate::bf16::encode_bf16`] or
-    /// [`crate::f16::encode_f16`] then the exact decode; F32 is `x`.
-    pub fn round(self, x: f32) -> f32 {
-        self.decode(self.encode(x))
-    }
-
-    /// `x`'s bits in this dtype, widened to 32 (F32: its own bits).
-    pub fn encode(self, x: f32) -> u32 {
-        match self {
-            Dtype::F32 => x.to_bits(),
-            Dtype::Bf16 => u32::from(crate::bf16::encode_bf16(x)),
-            Dtype::F16 => u32::from(crate::f16::encode_f16(x)),
-        }
-    }
-
-    /// The value of `bits` in this dtype (the low 16 bits for Bf16 and
-    /// F16); exact.
-    pub fn decode(self, bits: u32) -> f32 {
-        match self {
-            Dtype::F32 => f32::from_bits(bits),
-            Dtype::Bf16 => crate::bf16::decode_bf16(bits as u16),
-            Dtype::F16 => crate::f16::decode_f16(bits as u16),
-        }
-    }
-
-    /// Whether `bits` (as [`Dtype::encode`] gives them) is a NaN.
-    pub fn is_nan(self, bits: u32) -> bool {
-        self.decode(bits).is_nan()
-    }
-
-    /// The dtype's torch name (`"float32"`, `"bfloat16"`, `"float16"`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "float32",
-            Dtype::Bf16 => "bfloat16",
-            Dtype::F16 => "float16",
-        }
-    }
-}
+/// f32): [`crate::dtype::Dtype`].
+pub use crate::dtype::Dtype;
 
 /// Which dimensions of a head rotate together (rule `ROPE-PAIR`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -31,13 +31,12 @@ installed):
     python3 python/examples/rotary_embedding.py
 """
 
-import signal
 import sys
-import time
 
 import numpy as np
 
 import kernel_oracle as ko
+from sections import section
 
 try:
     import torch
@@ -163,29 +162,6 @@ def in_place(op, name, f32_cache_only):
 
     rope.__name__ = name
     return rope
-
-
-class Timeout(Exception):
-    pass
-
-
-def section(title, seconds, fn):
-    print(f"\n=== {title} (limit {seconds} s)", flush=True)
-
-    def alarm(*_):
-        raise Timeout(f"{title}: over {seconds} s")
-
-    signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    t0 = time.time()
-    try:
-        return fn()
-    except Exception as e:  # a section that cannot run is reported, and the next one runs
-        print(f"ERROR {title}: {type(e).__name__}: {e}", flush=True)
-        return None
-    finally:
-        signal.alarm(0)
-        print(f"--- {title}: {time.time() - t0:.1f} s", flush=True)
 
 
 def ties_finding(report):

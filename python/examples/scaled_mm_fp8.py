@@ -31,9 +31,7 @@ Run on an sm_90 GPU with torch and triton:
     python3 python/examples/scaled_mm_fp8.py
 """
 
-import signal
 import sys
-import time
 
 import numpy as np
 import torch
@@ -41,6 +39,7 @@ import triton
 import triton.language as tl
 
 import kernel_oracle as ko
+from sections import section
 
 SHAPES = [(1, 7168, 256), (16, 4096, 256), (64, 4096, 128)]
 
@@ -123,29 +122,6 @@ def torch_scaled_mm(fast_accum, out_dtype):
 
     gemm.__name__ = f"torch_scaled_mm_rowwise_fast_accum_{fast_accum}_{str(out_dtype).split('.')[-1]}"
     return gemm
-
-
-class Timeout(Exception):
-    pass
-
-
-def section(title, seconds, fn):
-    print(f"\n=== {title} (limit {seconds} s)", flush=True)
-
-    def alarm(*_):
-        raise Timeout(f"{title}: over {seconds} s")
-
-    signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    t0 = time.time()
-    try:
-        return fn()
-    except Exception as e:  # a section that cannot run is reported, and the next one runs
-        print(f"ERROR {title}: {type(e).__name__}: {e}", flush=True)
-        return None
-    finally:
-        signal.alarm(0)
-        print(f"--- {title}: {time.time() - t0:.1f} s", flush=True)
 
 
 def identified(report):

@@ -257,6 +257,17 @@ pub(crate) enum OutKind {
 }
 
 impl OutKind {
+    /// The output buffer of element type `d`: float32 filled with NaN, or
+    /// uint16 bit patterns (numpy has no bfloat16) filled with the format's
+    /// quiet NaN.
+    pub(crate) fn of(d: oracle::dtype::Dtype) -> OutKind {
+        match d {
+            oracle::dtype::Dtype::F32 => OutKind::F32,
+            oracle::dtype::Dtype::Bf16 => OutKind::U16(oracle::bf16::NAN),
+            oracle::dtype::Dtype::F16 => OutKind::U16(oracle::f16::NAN),
+        }
+    }
+
     fn dtype(self) -> &'static str {
         match self {
             OutKind::F32 => "float32",
@@ -313,6 +324,24 @@ impl Got {
             _ => &[],
         }
     }
+
+    /// An output of element type `d` as its bits widened to 32: float32
+    /// elements' own bits, or the uint16 patterns of bfloat16 and float16.
+    pub(crate) fn bits(&self, d: oracle::dtype::Dtype) -> Vec<u32> {
+        match d {
+            oracle::dtype::Dtype::F32 => self.f32().iter().map(|v| v.to_bits()).collect(),
+            _ => self.u16().iter().map(|&v| u32::from(v)).collect(),
+        }
+    }
+}
+
+/// The output element type named by a check's `out_dtype` argument
+/// (torch's names, or `bf16`, `f16`, `half`, `f32`, `float`).
+///
+/// # Errors
+/// `ValueError` naming the choices.
+pub(crate) fn parse_out_dtype(s: &str) -> PyResult<oracle::dtype::Dtype> {
+    kernel_oracle::dtype::parse_dtype(s).map_err(|e| PyValueError::new_err(format!("out_{e}")))
 }
 
 /// [`call_typed`] with float32 outputs only.

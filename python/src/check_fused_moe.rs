@@ -92,6 +92,7 @@ use kernel_oracle::fp8_mmq::judge::{random_bound_factor, schedule_list};
 use kernel_oracle::moe_align;
 use kernel_oracle::rng::Rng;
 use numpy::PyReadonlyArrayDyn;
+use oracle::dtype::Dtype;
 use oracle::fp8_mmq::{Accumulation, Fold, Schedule as CoreSchedule, Shape, BLOCK_K, BLOCK_N};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -212,82 +213,6 @@ impl Dims {
         )?;
         moe_align::within_caps(d.pairs(), d.experts, 0)?;
         d.shape(d.tokens).map(|_| ())
-    }
-}
-
-/// The compute type of `out` (vLLM's `compute_type`: the activations'
-/// dtype before quantization).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutDtype {
-    /// bfloat16, as uint16 bit patterns.
-    Bf16,
-    /// IEEE binary16, as uint16 bit patterns.
-    F16,
-    /// binary32.
-    F32,
-}
-
-impl OutDtype {
-    /// The dtype named `s` (`"bfloat16"`/`"bf16"`, `"float16"`/`"f16"`/
-    /// `"half"`, `"float32"`/`"f32"`/`"float"`).
-    ///
-    /// # Errors
-    /// `ValueError` naming the choices.
-    pub fn parse(s: &str) -> PyResult<OutDtype> {
-        match s.to_ascii_lowercase().as_str() {
-            "bfloat16" | "bf16" => Ok(OutDtype::Bf16),
-            "float16" | "f16" | "half" => Ok(OutDtype::F16),
-            "float32" | "f32" | "float" => Ok(OutDtype::F32),
-            _ => Err(PyValueError::new_err(format!(
-                "out_dtype {s:?}: expected \"bfloat16\", \"float16\" or \"float32\""
-            ))),
-        }
-    }
-
-    /// The name in rows and reproductions.
-    pub fn name(self) -> &'static str {
-        match self {
-            OutDtype::Bf16 => "bfloat16",
-            OutDtype::F16 => "float16",
-            OutDtype::F32 => "float32",
-        }
-    }
-
-    /// `x` rounded to nearest even to this type, as an f32 value (rule
-    /// `CAST`).
-    pub fn round(self, x: f32) -> f32 {
-        match self {
-            OutDtype::Bf16 => oracle::bf16::decode_bf16(oracle::bf16::encode_bf16(x)),
-            OutDtype::F16 => oracle::f16::decode_f16(oracle::f16::encode_f16(x)),
-            OutDtype::F32 => x,
-        }
-    }
-
-    /// The bit pattern of a value of this type (a 16-bit type: `x` is
-    /// exact in it).
-    fn bits16(self, x: f32) -> u16 {
-        match self {
-            OutDtype::F16 => oracle::f16::encode_f16(x),
-            _ => oracle::bf16::encode_bf16(x),
-        }
-    }
-
-    /// The value of an output element as the callable left it.
-    fn decode16(self, b: u16) -> f32 {
-        match self {
-            OutDtype::F16 => oracle::f16::decode_f16(b),
-            _ => oracle::bf16::decode_bf16(b),
-        }
-    }
-
-    /// The output buffer's kind: float32 filled with NaN, or uint16 filled
-    /// with the type's quiet NaN (`0x7FC0`, `0x7E00`).
-    fn out_kind(self) -> OutKind {
-        match self {
-            OutDtype::Bf16 => OutKind::U16(0x7FC0),
-            OutDtype::F16 => OutKind::U16(0x7E00),
-            OutDtype::F32 => OutKind::F32,
-        }
     }
 }
 
@@ -529,7 +454,7 @@ impl Case {
 
     /// `out` from the GEMM `y` (steps 1, 3 and 4 of the module doc), as
     /// f32 values of the compute type, `[pairs * n]`.
-    fn finish(&self, y: &[f32], mul: bool, dt: OutDtype) -> Vec<f32> {
+    fn finish(&self, y: &[f32], mul: bool, dt: Dtype) -> Vec<f32> {
         let n = self.dims.n;
         let mut out = vec![0f32; y.len()];
         for (p, (&e, &tw)) in self.topk_ids.iter().zip(&self.topk_weights).enumerate() {
@@ -572,7 +497,7 @@ fn judge_all(
     c: &Case,
     declared: CoreSchedule,
     mul: bool,
-    dt: OutDtype,
+    dt: Dtype,
     got: &[f32],
 ) -> Result<Judged, String> {
     let mut accs: Vec<Accumulation> = Vec::new();
@@ -632,7 +557,7 @@ fn over_interval(
     j: &Judged,
     got: &[f32],
     mul: bool,
-    dt: OutDtype,
+    dt: Dtype,
 ) -> Result<Excess, String> {
     let n = c.dims.n;
     let a = c.absolute().gemm(&CoreSchedule::V2)?;
@@ -724,13 +649,18 @@ fn read_case(
 fn out_array<'py>(
     py: Python<'py>,
     d: &Dims,
-    dt: OutDtype,
+    dt: Dtype,
     v: Vec<f32>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let shape = [d.tokens, d.topk, d.n];
     Ok(match dt {
-        OutDtype::F32 => array(py, &shape, v)?.into_any(),
-        _ => array(py, &shape, v.into_iter().map(|x| dt.bits16(x)).collect())?.into_any(),
+        Dtype::F32 => array(py, &shape, v)?.into_any(),
+        _ => array(
+            py,
+            &shape,
+            v.into_iter().map(|x| dt.encode(x) as u16).collect(),
+        )?
+        .into_any(),
     })
 }
 
@@ -783,7 +713,7 @@ fn fused_moe_fp8<'py>(
     mul_routed_weight: bool,
     out_dtype: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let dt = OutDtype::parse(out_dtype)?;
+    let dt = crate::check::parse_out_dtype(out_dtype)?;
     let c = read_case(&a, &a_scale, &w, &w_scale, &topk_weights, &topk_ids)?;
     let want = py
         .detach(|| {
@@ -918,7 +848,7 @@ fn check_fused_moe_fp8<'py>(
     name: Option<String>,
 ) -> PyResult<CheckReport> {
     let f = r#fn;
-    let dt = OutDtype::parse(out_dtype)?;
+    let dt = crate::check::parse_out_dtype(out_dtype)?;
     let shapes: Vec<Dims> = shapes
         .unwrap_or_else(|| FUSED_MOE_SHAPES.to_vec())
         .into_iter()
@@ -947,7 +877,7 @@ fn check_fused_moe_fp8<'py>(
     if !mul_routed_weight {
         kw.push_str(", mul_routed_weight=False");
     }
-    if dt != OutDtype::Bf16 {
+    if dt != Dtype::Bf16 {
         let _ = write!(kw, ", out_dtype=\"{}\"", dt.name());
     }
     out.row(&format!(
@@ -1007,7 +937,7 @@ fn check_fused_moe_fp8<'py>(
                         &f,
                         Vec::new(),
                         &inputs,
-                        &[(&[m, topk, n], dt.out_kind())],
+                        &[(&[m, topk, n], OutKind::of(dt))],
                     )?;
                     let (an, rn) = (arm.name(), routing.name());
                     let shape_s = format!("{m},{k},{n},{ne},{topk}");
@@ -1023,8 +953,12 @@ fn check_fused_moe_fp8<'py>(
                         continue;
                     };
                     let got: Vec<f32> = match dt {
-                        OutDtype::F32 => got[0].f32().to_vec(),
-                        _ => got[0].u16().iter().map(|&b| dt.decode16(b)).collect(),
+                        Dtype::F32 => got[0].f32().to_vec(),
+                        _ => got[0]
+                            .u16()
+                            .iter()
+                            .map(|&b| dt.decode(u32::from(b)))
+                            .collect(),
                     };
                     let bit_exact = arm.bit_exact() || declared.bit_exact();
                     let (j, over) = py

@@ -12,8 +12,7 @@ use crate::check::{
     Out, OutKind,
 };
 use kernel_oracle::rope::{
-    bits, identify, label, parse_arithmetic, parse_dtype, reference, same_bits, within_caps, Arm,
-    Case, Dims, Spec,
+    bits, identify, label, parse_arithmetic, reference, within_caps, Arm, Case, Dims, Spec,
 };
 use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use oracle::rope::{Arithmetic, Dtype, Layout, Shape};
@@ -52,10 +51,10 @@ fn parse_all(
     cache_dtype: Option<&str>,
 ) -> PyResult<(Arithmetic, Dtype, Dtype)> {
     let a = parse_arithmetic(arithmetic).map_err(PyValueError::new_err)?;
-    let d = parse_dtype(dtype).map_err(PyValueError::new_err)?;
+    let d = kernel_oracle::dtype::parse_dtype(dtype).map_err(PyValueError::new_err)?;
     let c = match cache_dtype {
         None => d,
-        Some(s) => parse_dtype(s).map_err(PyValueError::new_err)?,
+        Some(s) => kernel_oracle::dtype::parse_dtype(s).map_err(PyValueError::new_err)?,
     };
     if c != Dtype::F32 && c != d {
         return Err(PyValueError::new_err(format!(
@@ -381,11 +380,7 @@ fn check_rotary_embedding<'py>(
         within_caps(dims).map_err(PyValueError::new_err)?;
     }
     let fname = callable_name(&r#fn, name);
-    let kind = match d {
-        Dtype::F32 => OutKind::F32,
-        Dtype::Bf16 => OutKind::U16(oracle::bf16::NAN),
-        Dtype::F16 => OutKind::U16(oracle::f16::NAN),
-    };
+    let kind = OutKind::of(d);
     let mut o = Out::new(py, verbose)?;
     let mut rep = CheckReport {
         contract: "rotary_embedding".into(),
@@ -462,18 +457,11 @@ fn check_rotary_embedding<'py>(
                 let Some((got, written)) = rep.take(&mut o, called, &row, &head, &repro)? else {
                     continue;
                 };
-                let got_bits = |g: &crate::check::Got| -> Vec<u32> {
-                    match d {
-                        Dtype::F32 => g.f32().iter().map(|v| v.to_bits()).collect(),
-                        _ => g.u16().iter().map(|&v| u32::from(v)).collect(),
-                    }
-                };
+                let got_bits = |g: &crate::check::Got| g.bits(d);
                 let (gq, gk) = (got_bits(&got[0]), got_bits(&got[1]));
                 let (bq, bk) = (bits(d, &wq), bits(d, &wk));
                 let differ = |g: &[u32], w: &[u32]| -> Vec<usize> {
-                    (0..w.len())
-                        .filter(|&i| !same_bits(d, g[i], w[i]))
-                        .collect()
+                    (0..w.len()).filter(|&i| !d.same(g[i], w[i])).collect()
                 };
                 let (dq, dk) = (differ(&gq, &bq), differ(&gk, &bk));
                 let found = py

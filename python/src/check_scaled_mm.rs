@@ -11,10 +11,10 @@ use crate::check::{
     Out, OutKind,
 };
 use kernel_oracle::fp8_scaled_mm::{
-    identify, known_accumulations, reference, same_bits, schedule_label, within_caps, Arm, Case,
-    OutDtype, Spec,
+    identify, known_accumulations, reference, schedule_label, within_caps, Arm, Case, Spec,
 };
 use numpy::PyReadonlyArrayDyn;
+use oracle::dtype::Dtype;
 use oracle::fp8_scaled_mm::{Accumulation, Epilogue, Schedule};
 use oracle::tensor_core::{SM90_MMA_SYNC, SM90_WGMMA};
 use pyo3::exceptions::PyValueError;
@@ -158,18 +158,6 @@ pub const SCALED_MM_SHAPES: [(usize, usize, usize); 4] = [
     (64, 4096, 128),
 ];
 
-/// The output dtype named `out_dtype`, its `OutKind` (its quiet NaN as
-/// the fill) and its element size.
-fn out_kind(out_dtype: &str) -> PyResult<(OutDtype, OutKind)> {
-    let o = OutDtype::parse(out_dtype).map_err(PyValueError::new_err)?;
-    let kind = match o {
-        OutDtype::F32 => OutKind::F32,
-        OutDtype::Bf16 => OutKind::U16(0x7FC0),
-        OutDtype::F16 => OutKind::U16(0x7E00),
-    };
-    Ok((o, kind))
-}
-
 /// fp8_scaled_mm_case(m, in_f, out_f, arm, seed=None, accumulation="wgmma", promote=None, epilogue="activation_first") -> dict
 ///
 /// One case of `check_fp8_scaled_mm` as new arrays: `q` (uint8 `[m,
@@ -272,7 +260,8 @@ fn check_fp8_scaled_mm<'py>(
     name: Option<String>,
 ) -> PyResult<CheckReport> {
     let schedule = parse_schedule(accumulation, promote, epilogue)?;
-    let (out, kind) = out_kind(out_dtype)?;
+    let out = crate::check::parse_out_dtype(out_dtype)?;
+    let kind = OutKind::of(out);
     let shapes = shapes.unwrap_or_else(|| SCALED_MM_SHAPES.to_vec());
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
     for &(m, in_f, out_f) in &shapes {
@@ -341,13 +330,10 @@ fn check_fp8_scaled_mm<'py>(
                 let Some((got, written)) = rep.take(&mut o, called, &row, &head, &repro)? else {
                     continue;
                 };
-                let got: Vec<u32> = match out {
-                    OutDtype::F32 => got[0].f32().iter().map(|v| v.to_bits()).collect(),
-                    _ => got[0].u16().iter().map(|&v| u32::from(v)).collect(),
-                };
-                let wantb: Vec<u32> = want.iter().map(|&v| out.bits(v)).collect();
+                let got = got[0].bits(out);
+                let wantb = kernel_oracle::dtype::bits(out, &want);
                 let differ: Vec<usize> = (0..wantb.len())
-                    .filter(|&i| !same_bits(out, got[i], wantb[i]))
+                    .filter(|&i| !out.same(got[i], wantb[i]))
                     .collect();
                 let matches: Vec<String> = py
                     .detach(|| identify(&shape, &case, out, &got))
@@ -375,11 +361,11 @@ fn check_fp8_scaled_mm<'py>(
                 if let Some(&at) = differ.first() {
                     let (j, i) = (at / out_f, at % out_f);
                     let shown = |b: u32| match out {
-                        OutDtype::F32 => value(f32::from_bits(b)),
-                        OutDtype::Bf16 => {
+                        Dtype::F32 => value(f32::from_bits(b)),
+                        Dtype::Bf16 => {
                             format!("0x{b:04X} ({})", value(oracle::bf16::decode_bf16(b as u16)))
                         }
-                        OutDtype::F16 => {
+                        Dtype::F16 => {
                             format!("0x{b:04X} ({})", value(oracle::f16::decode_f16(b as u16)))
                         }
                     };

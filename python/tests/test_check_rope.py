@@ -198,7 +198,7 @@ def test_bad_arguments_raise_before_any_call():
 
     for kw in [
         dict(arithmetic="fma"),
-        dict(dtype="half"),
+        dict(dtype="float64"),
         dict(dtype="bfloat16", cache_dtype="float16"),
         dict(arms=["NOPE"]),
         dict(shapes=[(1, 1, 1, 64, 63, 8)]),

@@ -1,0 +1,105 @@
+//! The element types a kernel's floating-point output is rounded to:
+//! binary32, bfloat16 and binary16. A value of any of them is held as the
+//! `f32` of the same value (exact); its bits, widened to 32, are what a
+//! check compares.
+//!
+//! Source: IEEE 754-2019 (binary32, binary16); bfloat16 as torch and the
+//! PTX ISA define it (binary32's sign and exponent, 7 fraction bits),
+//! round to nearest even ([`crate::bf16`], [`crate::f16`]).
+
+/// An output element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    /// binary32.
+    F32,
+    /// bfloat16 ([`crate::bf16`]).
+    Bf16,
+    /// binary16 ([`crate::f16`]).
+    F16,
+}
+
+impl Dtype {
+    /// Every dtype.
+    pub const ALL: [Dtype; 3] = [Dtype::F32, Dtype::Bf16, Dtype::F16];
+
+    /// `x` rounded to this dtype, to nearest even (overflow to infinity),
+    /// as an `f32`: [`crate::bf16::encode_bf16`] or
+    /// [`crate::f16::encode_f16`] then the exact decode; F32 is `x`.
+    pub fn round(self, x: f32) -> f32 {
+        self.decode(self.encode(x))
+    }
+
+    /// `x`'s bits in this dtype (rounded to nearest even), widened to 32
+    /// (F32: its own bits).
+    pub fn encode(self, x: f32) -> u32 {
+        match self {
+            Dtype::F32 => x.to_bits(),
+            Dtype::Bf16 => u32::from(crate::bf16::encode_bf16(x)),
+            Dtype::F16 => u32::from(crate::f16::encode_f16(x)),
+        }
+    }
+
+    /// The value of `bits` in this dtype (the low 16 bits for Bf16 and
+    /// F16); exact.
+    pub fn decode(self, bits: u32) -> f32 {
+        match self {
+            Dtype::F32 => f32::from_bits(bits),
+            Dtype::Bf16 => crate::bf16::decode_bf16(bits as u16),
+            Dtype::F16 => crate::f16::decode_f16(bits as u16),
+        }
+    }
+
+    /// Whether `bits` (as [`Dtype::encode`] gives them) is a NaN.
+    pub fn is_nan(self, bits: u32) -> bool {
+        self.decode(bits).is_nan()
+    }
+
+    /// Whether two values' bits are the same output: bit for bit, any NaN
+    /// equal to any NaN.
+    pub fn same(self, a: u32, b: u32) -> bool {
+        a == b || self.is_nan(a) && self.is_nan(b)
+    }
+
+    /// The dtype's torch name (`"float32"`, `"bfloat16"`, `"float16"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "float32",
+            Dtype::Bf16 => "bfloat16",
+            Dtype::F16 => "float16",
+        }
+    }
+
+    /// The dtype named `s`: torch's names, and `"bf16"`, `"f16"`, `"half"`,
+    /// `"f32"`, `"float"` (any case).
+    pub fn from_name(s: &str) -> Option<Dtype> {
+        let is = |names: &[&str]| names.iter().any(|n| n.eq_ignore_ascii_case(s));
+        if is(&["float32", "f32", "float"]) {
+            Some(Dtype::F32)
+        } else if is(&["bfloat16", "bf16"]) {
+            Some(Dtype::Bf16)
+        } else if is(&["float16", "f16", "half"]) {
+            Some(Dtype::F16)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_and_nans() {
+        for d in Dtype::ALL {
+            assert_eq!(Dtype::from_name(d.name()), Some(d));
+        }
+        assert_eq!(Dtype::from_name("BF16"), Some(Dtype::Bf16));
+        assert_eq!(Dtype::from_name("float64"), None);
+        assert_eq!(Dtype::Bf16.round(1.0 + f32::EPSILON), 1.0);
+        assert_eq!(Dtype::F16.round(65520.0), f32::INFINITY);
+        assert!(Dtype::Bf16.same(0x7FC1, 0xFFC0));
+        assert!(!Dtype::F16.same(0x7C00, 0xFC00));
+        assert!(Dtype::F32.same(f32::NAN.to_bits(), 0xFFFF_FFFF));
+    }
+}
