@@ -38,7 +38,8 @@
 //! (GPT-J) from `cos_ptr`; then `arr[x_index] = x * cos - y * sin` and
 //! `arr[y_index] = y * cos + x * sin`, with `embed_dim = rot_dim / 2` and
 //! `cos_ptr`, `sin_ptr = cos_ptr + embed_dim` the position's cache row;
-//! `scalar_t` is the query's type, the cache's too); FlashInfer's
+//! `scalar_t` is the query's type; older builds hold the cache as
+//! `scalar_t` too, current ones convert both to float); FlashInfer's
 //! `apply_rope_with_cos_sin_cache` docstring ("Cosine is the first half and
 //! Sine is the second half on rotary_dim"; NeoX rotates `[..., :d/2]` with
 //! `[..., d/2:]`, interleaved the even with the odd dimensions); Hugging
@@ -92,9 +93,10 @@ pub enum Arithmetic {
     /// float(b)` converted back) and as torch eager computes on bf16 or
     /// f16 tensors, one kernel per operation (vLLM's `forward_native`
     /// casts the cache to the query's dtype first: `cos.to(x.dtype)`,
-    /// hence `c'`). vLLM's CUDA op with `scalar_t` a 16-bit type computes
-    /// this: its cache is `scalar_t` and each `*`, `-`, `+` is a c10
-    /// operator. Products of two bf16 or two f16 values are exact in
+    /// hence `c'`). vLLM's CUDA op computed this in the builds whose cache
+    /// was `scalar_t` (each `*`, `-`, `+` a c10 operator); current vLLM
+    /// converts to float, computes there and rounds once (one of the f32
+    /// forms, its cache f32 or the model's dtype). Products of two bf16 or two f16 values are exact in
     /// binary32 (at most 22 significant bits, normal for the data a check
     /// draws), and binary32 has at least `2p + 2` bits for p = 8 or 11, so
     /// each `R(RN(..))` is the dtype's correctly rounded operation

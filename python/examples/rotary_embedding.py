@@ -4,7 +4,7 @@ kernel_oracle.check_rotary_embedding: which arithmetic does each compute?
 The rotation is `x c - y s`, `y c + x s` per pair (NeoX or GPT-J pairs).
 Implementations differ in how they evaluate it: in the model's dtype, each
 product and sum rounded to bf16 ("per_op": torch eager on bf16 tensors,
-vLLM's CUDA op with c10's BFloat16 operators), in f32 rounded once at the
+older vLLM's CUDA op with c10's BFloat16 operators), in f32 rounded once at the
 end ("f32"), or in f32 with one product fused into an FMA ("f32_fma",
 LLVM's contraction of `a*b - c*d` to `fma(a, b, -(c*d))`; "f32_fma_second",
 the other product). The check computes all four in both layouts and names
@@ -18,12 +18,17 @@ library is not importable:
    query's dtype, `x1 * cos - x2 * sin`), with a bf16 and a float32 cache;
 2. a small Triton kernel that loads bf16, computes in f32, stores bf16,
    with Triton's default FP fusion and with `enable_fp_fusion=False`;
-3. vLLM's `rotary_embedding` op (in place; its cache in the query's dtype);
+3. vLLM's `rotary_embedding` op (in place): with a bf16 cache declared
+   per_op (older vLLM: `scalar_t` arithmetic), and with a float32 cache
+   declared f32_fma (current vLLM computes in float32; which product nvcc
+   fuses is the finding);
 4. FlashInfer's and SGLang's `apply_rope_with_cos_sin_cache_inplace`
    (float32 cache only).
 
 A declared arithmetic is printed with PASS or FAIL; what matches is the
-finding. Exit status 1 only when a section fails to run, or when torch eager
+finding. Only torch eager's declaration is certain; the Triton, vLLM and
+FlashInfer declarations are what their sources suggest (LLVM's and nvcc's
+contraction order is not written down), and the run settles them. Exit status 1 only when a section fails to run, or when torch eager
 bf16 is not per_op (each torch operator rounds its result to bf16).
 
 Run on a GPU with torch (and triton, vllm, flashinfer, sgl_kernel as
@@ -214,6 +219,11 @@ def main():
             r = section(f"vLLM rotary_embedding, is_neox={is_neox}", 240,
                         lambda op=op, n=is_neox: run(op, "per_op", "bfloat16", n))
             bad += r is None
+            # Current vLLM computes in float32 and takes a float32 cache (older
+            # builds refuse it: reported, not counted); its TIES rows say which
+            # product nvcc fused.
+            section(f"vLLM rotary_embedding, is_neox={is_neox}, float32 cache", 240,
+                    lambda op=op, n=is_neox: run(op, "f32_fma", "float32", n))
     for module, label in (("flashinfer.rope", "FlashInfer"), ("sgl_kernel", "SGLang sgl_kernel")):
         try:
             mod = __import__(module, fromlist=["apply_rope_with_cos_sin_cache_inplace"])

@@ -26,13 +26,19 @@ use std::fmt::Write;
 /// query heads to 2 key heads), then partial rotation as models run it
 /// (head_size 80 with rotary_dim 64, 128 with 64 as GLM's half rotation,
 /// 256 with 64 as a quarter), then one key head (MQA) over a 32768-row
-/// cache. Token counts are odd and small: the arithmetic is per element.
-pub const ROPE_SHAPES: [Dims; 5] = [
+/// cache, then pair counts that are not multiples of a vector width:
+/// GPT-NeoX/Pythia's `rotary_pct = 0.25` (head_size 80, rotary_dim 20: 10
+/// pairs) and 3 pairs (a kernel that drops the pairs past its last whole
+/// vector of 2, 4 or 8 fails there). Token counts are odd and small: the
+/// arithmetic is per element.
+pub const ROPE_SHAPES: [Dims; 7] = [
     (7, 4, 2, 128, 128, 4096),
     (5, 3, 1, 80, 64, 2048),
     (4, 2, 2, 128, 64, 1024),
     (3, 2, 1, 256, 64, 8192),
     (2, 8, 1, 64, 64, 32768),
+    (3, 2, 1, 80, 20, 2048),
+    (2, 2, 2, 32, 6, 64),
 ];
 
 fn layout_of(is_neox: bool) -> Layout {
@@ -140,7 +146,8 @@ fn to_array<'py>(
 /// from `rotary_dim` to `head_size` are copied unchanged. `arithmetic`:
 /// - `"per_op"`: each product and sum rounded to `dtype` (the cache
 ///   rounded to `dtype` first): torch eager on bf16/f16 tensors (vLLM's
-///   `forward_native`), vLLM's CUDA op (c10 `BFloat16`/`Half` operators);
+///   `forward_native`), older vLLM's CUDA op (c10 `BFloat16`/`Half`
+///   operators; current vLLM computes in float32);
 /// - `"f32"`: binary32, unfused, one rounding to `dtype`;
 /// - `"f32_fma"`: binary32 with the first product of each expression fused,
 ///   `fma(x, c, -(y*s))` and `fma(y, c, x*s)` (LLVM's contraction: Triton);

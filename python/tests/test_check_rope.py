@@ -62,7 +62,9 @@ def numpy_rope(arithmetic="f32", is_neox=True, dtype="bfloat16", bug=None, name=
         if bug == "cache-by-token-index":
             pos = np.arange(len(positions)) % cv.shape[0]
         neox = is_neox != (bug == "layout-swapped")
-        i1 = np.arange(half) if neox else 2 * np.arange(half)
+        # A kernel rotating 8 pairs at a time with no tail loop.
+        pairs = half // 8 * 8 if bug == "vector-tail-dropped" else half
+        i1 = np.arange(pairs) if neox else 2 * np.arange(pairs)
         i2 = i1 + half if neox else i1 + 1
         for v, out, is_key in ((query, out_query, False), (key, out_key, True)):
             x = dec(v)
@@ -72,8 +74,8 @@ def numpy_rope(arithmetic="f32", is_neox=True, dtype="bfloat16", bug=None, name=
                 flat = dec(key).reshape(-1)
                 at = (np.arange(len(positions))[:, None] * stride + np.arange(x[0].size)[None, :])
                 x = flat.take(at, mode="wrap").reshape(x.shape)
-            c = cv[pos][:, None, :half]
-            s = cv[pos][:, None, half:]
+            c = cv[pos][:, None, :pairs]
+            s = cv[pos][:, None, half : half + pairs]
             if bug == "cos-sin-swapped":
                 c, s = s, c
             if bug == "sin-sign-flipped":
@@ -245,3 +247,13 @@ def test_wrong_returns_writes_and_refusals():
 def test_partial_is_skipped_on_full_rotation_shapes():
     r = ko.check_rotary_embedding(numpy_rope(), shapes=SHAPES[:1], arms=["PARTIAL"], verbose=False)
     assert r.cases == 0 and not r.ok
+
+
+def test_the_default_shapes_catch_a_dropped_vector_tail():
+    # Every pair count of SHAPES is a multiple of 8, so the bug passes there;
+    # the default shapes hold 10 and 3 pairs.
+    bug = numpy_rope(bug="vector-tail-dropped")
+    assert ko.check_rotary_embedding(bug, shapes=SHAPES, arms=["RAND"], verbose=False).ok
+    r = ko.check_rotary_embedding(bug, arms=["RAND"], verbose=False)
+    assert not r.ok and r.failed == 2
+    assert all(re.search(r"shapes=\[\((3, 2, 1, 80, 20|2, 2, 2, 32, 6), ", f) for f in r.failures)
