@@ -95,9 +95,6 @@ pub struct CaseSrc<'a> {
     pub beta_raw: Src<'a>,
     /// `[batch][t][num_v]`.
     pub alpha: Src<'a>,
-    /// `[N]` of [`ALT_POISON`] on the device (the graph run's alternate
-    /// buffer), when made; else the graph run makes it.
-    pub poison: Option<&'a Buffer<f32>>,
 }
 
 impl<'a> CaseSrc<'a> {
@@ -116,7 +113,6 @@ impl<'a> CaseSrc<'a> {
             qkv: Src::Host(&d.qkv),
             beta_raw: Src::Host(&d.beta_raw),
             alpha: Src::Host(&d.alpha),
-            poison: None,
         }
     }
 }
@@ -131,13 +127,10 @@ pub struct OnDevice {
     scale: f32,
     /// `[conv_w, dt_bias, a_log, ring0, state0, qkv, beta_raw, alpha]`.
     bufs: [Buffer<f32>; 8],
-    /// `[N]` of [`ALT_POISON`], for a case of one sequence.
-    poison: Option<Buffer<f32>>,
 }
 
 impl OnDevice {
-    /// Uploads `src`'s eight arrays (a device source is copied), and for a
-    /// case of one sequence the graph run's poison (a device memset).
+    /// Uploads `src`'s eight arrays (a device source is copied).
     ///
     /// # Errors
     /// Every [`DeviceError`].
@@ -150,18 +143,12 @@ impl OnDevice {
         for a in arrays {
             bufs.push(e.make(a)?);
         }
-        let poison = if s.batch == 1 {
-            Some(e.filled(s.shape.state_len(), ALT_POISON)?)
-        } else {
-            None
-        };
         Ok(OnDevice {
             shape: s.shape,
             batch: s.batch,
             eps: s.eps,
             scale: s.scale,
             bufs: bufs.try_into().expect("eight arrays, eight buffers"),
-            poison,
         })
     }
 
@@ -182,7 +169,6 @@ impl OnDevice {
             qkv,
             beta_raw,
             alpha,
-            poison: self.poison.as_ref(),
         }
     }
 }
@@ -686,17 +672,14 @@ pub fn graph(
     src: &CaseSrc<'_>,
     reference: Option<Reference<'_>>,
 ) -> Result<GraphRun, DeviceError> {
-    let mut made = None;
-    let poison = match src.poison {
-        Some(p) => p,
-        None => made.insert(e.filled(src.shape.state_len(), ALT_POISON)?),
-    };
+    // A device memset, made only by the cases that run graphs.
+    let poison = e.filled(src.shape.state_len(), ALT_POISON)?;
     let mut g = e.capture_step(step(e, src)?)?;
-    let old = g.rebind(e, e.make(src.ring0)?, e.make(src.state0)?, e.make(poison)?)?;
+    let old = g.rebind(e, e.make(src.ring0)?, e.make(src.state0)?, e.make(&poison)?)?;
     g.launch()?;
     let rebound = got_six(e, step_parts(g.step()), reference)?;
     g.swap_slots(e)?;
-    g.write_state(e, src.ring0, src.state0, Some(Src::Device(poison)))?;
+    g.write_state(e, src.ring0, src.state0, Some(Src::Device(&poison)))?;
     g.launch()?;
     let swapped = got_six(e, step_parts(g.step()), reference)?;
     let [r, c, a] = &old;
