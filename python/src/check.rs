@@ -344,6 +344,16 @@ pub(crate) fn parse_out_dtype(s: &str) -> PyResult<oracle::dtype::Dtype> {
     kernel_oracle::dtype::parse_dtype(s).map_err(|e| PyValueError::new_err(format!("out_{e}")))
 }
 
+/// A row's or failure's "matches" list: `names` joined by `sep`, or
+/// `none` when empty.
+pub(crate) fn names_or(names: &[String], sep: &str, none: &str) -> String {
+    if names.is_empty() {
+        none.into()
+    } else {
+        names.join(sep)
+    }
+}
+
 /// [`call_typed`] with float32 outputs only.
 pub(crate) fn call<'py>(
     py: Python<'py>,

@@ -6,8 +6,8 @@
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Input,
-    Out, OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, names_or, seeds_for, value, CheckReport,
+    Input, Out, OutKind,
 };
 use kernel_oracle::fp8_quant::{identify, reference, rule_label, Arm, Spec, Verdict, KNOWN};
 use numpy::PyReadonlyArrayDyn;
@@ -245,11 +245,7 @@ fn check_fp8_group_quant<'py>(
                     v.max_code_steps,
                     v.scales.max_ulp,
                     if pass { "PASS" } else { "FAIL" },
-                    if matches.is_empty() {
-                        "none known".into()
-                    } else {
-                        matches.join(", ")
-                    }
+                    names_or(&matches, ", ", "none known")
                 ))?;
                 if pass {
                     rep.passed += 1;
@@ -286,11 +282,7 @@ fn check_fp8_group_quant<'py>(
                     let _ = writeln!(
                         r,
                         "  the output matches: {}",
-                        if matches.is_empty() {
-                            "no known rule".into()
-                        } else {
-                            matches.join(", ")
-                        }
+                        names_or(&matches, ", ", "no known rule")
                     );
                 }
                 let _ = write!(

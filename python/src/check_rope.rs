@@ -544,14 +544,8 @@ fn check_rotary_embedding<'py>(
 
 /// `"per_op/neox; f32/neox"`, or `none` for an empty list.
 fn list(v: &[(Arithmetic, Layout)], none: &str) -> String {
-    if v.is_empty() {
-        none.into()
-    } else {
-        v.iter()
-            .map(|&(a, l)| label(a, l))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
+    let names: Vec<String> = v.iter().map(|&(a, l)| label(a, l)).collect();
+    crate::check::names_or(&names, "; ", none)
 }
 
 /// Adds rotary embedding, its check, its case and default shapes.

@@ -7,8 +7,8 @@
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Input,
-    Out, OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, names_or, seeds_for, value, CheckReport,
+    Input, Out, OutKind,
 };
 use kernel_oracle::fp8_scaled_mm::{
     identify, known_accumulations, reference, schedule_label, within_caps, Arm, Case, Spec,
@@ -347,11 +347,7 @@ fn check_fp8_scaled_mm<'py>(
                     differ.len(),
                     wantb.len(),
                     if pass { "PASS" } else { "FAIL" },
-                    if matches.is_empty() {
-                        "none known".into()
-                    } else {
-                        matches.join("; ")
-                    }
+                    names_or(&matches, "; ", "none known")
                 ))?;
                 if pass {
                     rep.passed += 1;
@@ -383,11 +379,7 @@ fn check_fp8_scaled_mm<'py>(
                 let _ = writeln!(
                     r,
                     "  the output matches: {}",
-                    if matches.is_empty() {
-                        "no known schedule".into()
-                    } else {
-                        matches.join("; ")
-                    }
+                    names_or(&matches, "; ", "no known schedule")
                 );
                 let _ = write!(
                     r,
