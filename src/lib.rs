@@ -19,6 +19,7 @@ pub mod gdn_fast;
 pub mod ggml_fast;
 pub mod kind;
 pub mod moe_align;
+pub mod moe_routing;
 pub mod moe_tables;
 pub mod mul_mat;
 pub mod mutate;

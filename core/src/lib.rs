@@ -36,6 +36,13 @@
 //! - [`moe_tables`]: the MoE verify-rows pointer and scale tables (seed 002).
 //! - [`moe_align`]: the MoE token alignment a fused-MoE GEMM walks (vLLM's
 //!   and SGLang's `moe_align_block_size`).
+//! - [`moe_routing`]: an MoE router's top-k choice of experts and their
+//!   weights (softmax or sigmoid scores, a bias, groups), held to sound
+//!   enclosures: exact wherever the scores' bounds separate.
+//! - [`ggml`]: ggml's Q4_0, Q8_0, Q4_K, Q6_K blocks and the WGSL GEMM over them (seed 004).
+//! - [`rope`]: rotary position embedding with a cos/sin cache (vLLM,
+//!   FlashInfer, torch) under a declared arithmetic (per-op in the model
+//!   dtype, f32, f32 with either product fused).
 //! - [`ggml`]: ggml's Q4_0, Q8_0, Q4_K, Q6_K blocks and the WGSL GEMM over them (seed 004).
 //! - [`rope`]: rotary position embedding with a cos/sin cache (vLLM,
 //!   FlashInfer, torch) under a declared arithmetic (per-op in the model
@@ -63,6 +70,7 @@ pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod ggml;
 pub mod moe_align;
+pub mod moe_routing;
 pub mod moe_tables;
 pub mod rope;
 pub mod round;

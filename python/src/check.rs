@@ -516,6 +516,42 @@ fn describe(x: &Bound<'_, PyAny>) -> String {
         })
 }
 
+/// A case's value array and the bits it is checked against after the call.
+pub(crate) enum Held {
+    /// float32 values.
+    F32(Vec<f32>),
+    /// bfloat16 or float16 bit patterns.
+    U16(Vec<u16>),
+}
+
+impl Held {
+    /// `v` (values of `dtype`) as the array a callable gets.
+    pub(crate) fn new(dtype: oracle::dtype::Dtype, v: &[f32]) -> Held {
+        match dtype {
+            oracle::dtype::Dtype::F32 => Held::F32(v.to_vec()),
+            _ => Held::U16(
+                kernel_oracle::dtype::bits(dtype, v)
+                    .iter()
+                    .map(|&b| b as u16)
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The input array (a fresh copy) and what it must still hold after
+    /// the call.
+    pub(crate) fn input<'a, 'py>(
+        &'a self,
+        py: Python<'py>,
+        shape: &[usize],
+    ) -> PyResult<Input<'a, 'py>> {
+        Ok(match self {
+            Held::F32(v) => Input::F32(array(py, shape, v.clone())?, v),
+            Held::U16(v) => Input::U16(array(py, shape, v.clone())?, v),
+        })
+    }
+}
+
 /// An input array handed to a callable and the copy it is compared with.
 pub(crate) enum Input<'a, 'py> {
     /// uint8 codes or bytes.

@@ -8,8 +8,8 @@
 
 use crate::arrays::{array, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Input,
-    Out, OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Held,
+    Input, Out, OutKind,
 };
 use kernel_oracle::rope::{
     bits, identify, label, parse_arithmetic, reference, within_caps, Arm, Case, Dims, Spec,
@@ -75,7 +75,7 @@ fn parse_all(
 /// An array's values: a float32 array (allowed when `dtype` is F32 or
 /// `f32_ok`) or uint16 bit patterns of `dtype`; its shape; whether it was
 /// float32.
-fn read_values(
+pub(crate) fn read_values(
     arg: &str,
     a: &Bound<'_, PyAny>,
     dtype: Dtype,
@@ -111,7 +111,7 @@ fn read_values(
 
 /// Values of `dtype` as a new array: uint16 bit patterns for bf16 and
 /// f16, float32 for F32.
-fn to_array<'py>(
+pub(crate) fn to_array<'py>(
     py: Python<'py>,
     dtype: Dtype,
     shape: &[usize],
@@ -300,28 +300,6 @@ fn shapes_of(s: &Shape) -> ([usize; 3], [usize; 3]) {
         [s.tokens(), s.num_heads(), s.head_size()],
         [s.tokens(), s.num_kv_heads(), s.head_size()],
     )
-}
-
-/// A case's value array and the bits it is checked against after the call.
-enum Held {
-    F32(Vec<f32>),
-    U16(Vec<u16>),
-}
-
-impl Held {
-    fn new(dtype: Dtype, v: &[f32]) -> Held {
-        match dtype {
-            Dtype::F32 => Held::F32(v.to_vec()),
-            _ => Held::U16(bits(dtype, v).iter().map(|&b| b as u16).collect()),
-        }
-    }
-
-    fn input<'a, 'py>(&'a self, py: Python<'py>, shape: &[usize]) -> PyResult<Input<'a, 'py>> {
-        Ok(match self {
-            Held::F32(v) => Input::F32(array(py, shape, v.clone())?, v),
-            Held::U16(v) => Input::U16(array(py, shape, v.clone())?, v),
-        })
-    }
 }
 
 /// check_rotary_embedding(fn, is_neox=True, arithmetic="f32", dtype="bfloat16", cache_dtype=None, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport

@@ -43,6 +43,7 @@ pub mod check;
 pub mod check_fused_moe;
 pub mod check_gdn;
 pub mod check_moe;
+pub mod check_moe_routing;
 pub mod check_quant;
 pub mod check_rope;
 pub mod check_scaled_mm;
@@ -81,6 +82,7 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_gdn::register(m)?;
     check_quant::register(m)?;
     check_moe::register(m)?;
+    check_moe_routing::register(m)?;
     check_fused_moe::register(m)?;
     check_scaled_mm::register(m)?;
     check_rope::register(m)?;
