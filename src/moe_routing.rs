@@ -30,11 +30,14 @@ pub enum Arm {
     /// leaves a slot unwritten or splits tied weights unevenly fails;
     /// which of the tied it picks is free.
     Ties,
-    /// Softmax: every logit of a token shifted by the same 60 to 90 (the
-    /// softmax is unchanged) with one expert 8 above the rest, so a kernel
-    /// that exponentiates without subtracting the maximum overflows
-    /// (`exp(89) = inf`). Sigmoid: logits over `[-30, 30]`, most far
-    /// negative, where scores are tiny and renormalised weights large.
+    /// Softmax: every logit of a token shifted by the same 81 to 95 (the
+    /// softmax is unchanged), one expert at the shift plus 8 and the rest
+    /// below the shift plus 7.5, so a kernel that exponentiates without
+    /// subtracting the maximum overflows on every token (`exp(89) = inf`).
+    /// Sigmoid: logits over `[-30, 30]`, most far negative, where scores
+    /// are tiny and renormalised weights large, and one expert in eight
+    /// at 89 to 100, where `e^l / (1 + e^l)` overflows (its score is 1:
+    /// ties among them are free).
     Skew,
     /// Run with a bias only: the bias pushes the experts of largest score
     /// below others (by more than their gaps), so a kernel that chooses by
@@ -45,8 +48,10 @@ pub enum Arm {
     /// `MoEGate` writes `masked_fill(..., 0.0)`) chooses from them.
     Bias,
     /// Run with groups only: half the groups hold one high expert, half two
-    /// slightly lower ones, so a maximum and a top-2 sum keep different
-    /// groups, and the overall top k spans more groups than are kept.
+    /// slightly lower ones (logits 3 and 1.5 for sigmoid scores, 3 and
+    /// 2.625 for softmax's `e^l`), so a maximum and a top-2 sum keep
+    /// different groups, and the overall top k spans more groups than are
+    /// kept.
     Groups,
 }
 
@@ -190,7 +195,7 @@ impl Spec {
                 for row in logits.chunks_mut(e) {
                     match r.scoring {
                         Scoring::Softmax => {
-                            let shift = 60.0 + 30.0 * rng.f01();
+                            let shift = 81.0 + 14.0 * rng.f01();
                             let top = rng.below(e);
                             for (j, x) in row.iter_mut().enumerate() {
                                 let v = if j == top { 8.0 } else { 2.0 * rng.normal() };
@@ -200,10 +205,10 @@ impl Spec {
                         }
                         Scoring::Sigmoid => {
                             for x in row.iter_mut() {
-                                let v = if rng.below(4) == 0 {
-                                    60.0 * rng.f01() - 30.0
-                                } else {
-                                    -20.0 - 10.0 * rng.f01()
+                                let v = match rng.below(8) {
+                                    0 => 89.0 + 11.0 * rng.f01(),
+                                    1 | 2 => 60.0 * rng.f01() - 30.0,
+                                    _ => -20.0 - 10.0 * rng.f01(),
                                 };
                                 *x = round(v);
                             }
@@ -244,7 +249,13 @@ impl Spec {
             Arm::Groups => {
                 let g = r.grouping.expect("runs_on: groups");
                 let size = e / g.n_group;
-                // Sigmoid-scale logits; a softmax is monotone in them too.
+                // Spike 3 against a pair: sigmoid(3) > sigmoid(1.5) but
+                // 2 sigmoid(1.5) > sigmoid(3) + sigmoid(-3); e^3 > e^2.625
+                // but 2 e^2.625 > e^3 (with the jitter of 0.1 too).
+                let pair = match r.scoring {
+                    Scoring::Sigmoid => 1.5,
+                    Scoring::Softmax => 2.625,
+                };
                 for row in logits.chunks_mut(e) {
                     let mut kinds: Vec<bool> = (0..g.n_group).map(|i| i % 2 == 0).collect();
                     for i in (1..kinds.len()).rev() {
@@ -261,7 +272,7 @@ impl Spec {
                             let high = if spike {
                                 (j == a).then_some(3.0)
                             } else {
-                                (j == a || j == b).then_some(1.5)
+                                (j == a || j == b).then_some(pair)
                             };
                             *x = round(high.unwrap_or(-3.0) + 0.2 * rng.f01() - 0.1);
                         }

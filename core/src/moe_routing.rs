@@ -44,17 +44,20 @@
 //!    are not candidates. Without grouping every expert is a candidate.
 //! 4. `ROUTE-TOPK`: the `k` candidates of largest `s` are chosen, ties in
 //!    any order; the ids are distinct and in `[0, E)`. Declared `sorted`,
-//!    slot 0 holds the largest `s` and the slots descend.
+//!    slot 0 holds the largest `s` and the slots descend (by the selection
+//!    score `s`, biased, not by the weight).
 //! 5. `ROUTE-WEIGHT`: the weight of chosen expert `e` is `p_e` (never
 //!    `s_e`), divided by the sum of the chosen `p` when `renormalize`,
 //!    then multiplied by `routed_scaling_factor`.
 //!
 //! # The bound (binary32 with unit roundoff `u = 2^-24`)
 //!
-//! Written for a kernel that evaluates rule 1 in binary32 with an `exp`
-//! within `K` ulps ([`Routing::exp_ulps`]), possibly of an argument it
-//! rounded twice (`l - m`, then a scale by `log2(e)` for `exp2`), sums in
-//! any order, and divides once:
+//! Written for a kernel that evaluates rule 1 in binary32 in the field's
+//! form: a two-pass softmax (the maximum subtracted, `exp` of each term,
+//! one sum, one division or a reciprocal and a product) or the sigmoid
+//! `1 / (1 + exp(-l))`, with an `exp` within `K` ulps
+//! ([`Routing::exp_ulps`]), possibly of an argument it rounded twice (`l -
+//! m`, then a scale by `log2(e)` for `exp2`), summing in any order:
 //! - one exponential is within relative `k_j = (2 |t_j| + 2 K + 1) u` of
 //!   `exp(t_j)`, `t_j = l_j - m` (a rounded argument `t (1 + d)`, `|d| <=
 //!   u`, moves `exp` by the factor `exp(t d)`; an ulp is at most `2u` of
@@ -67,9 +70,14 @@
 //!
 //! Sigmoid: `k = (2 |l| + 2 K) u` on `exp(-l)`, then one rounding for `1
 //! +` and one for the division: within `k + 2u`. Every first-order
-//! bound here is doubled (the second-order terms are below `2^-40`
-//! relative for the caps of this crate's cases), and an absolute `2^-120`
-//! covers exponentials that underflow or are flushed to zero (FTZ).
+//! bound here is doubled: that covers the second-order terms (at most
+//! about `(E u)^2`, `2^-31` relative at `E = 384`) and, with room to
+//! spare, the fast-math forms (CUDA's `__expf`, `__fdividef`, PTX
+//! `div.full.f32`, each a few ulps). An absolute `2^-120` covers
+//! exponentials that underflow or are flushed to zero (FTZ). Outside the
+//! proof: an online softmax (a running maximum whose every rescale adds an
+//! `exp` error) and a sigmoid through `tanh` (which flushes `sigma(-30)`
+//! to 0); the first passes in practice, the second fails SKEW.
 //! Rule 2's addition is one more rounding (`u |s|`); a top-2 group sum
 //! one more. Rule 5: a sum of `k` weights (`gamma_(k-1)`), one division,
 //! one product (each `u`), doubled likewise, plus a denominator's
@@ -149,8 +157,10 @@ pub struct Routing {
     pub renormalize: bool,
     /// The weights' final factor (1 for most models; DeepSeek-V3 2.5).
     pub routed_scaling_factor: f32,
-    /// The kernel's `exp` is within this many ulps (CUDA's `expf`: 2;
-    /// `ex2.approx`: 2 of its argument's power of two). 2 to 64.
+    /// The kernel's `exp` is within this many ulps, 2 to 64. At 2, CUDA's
+    /// `expf`, `__expf` and Triton's `tl.exp` (`ex2.approx` of a scaled
+    /// argument) all pass on this crate's cases (the doubling above
+    /// covers `__expf`'s larger error at large arguments).
     pub exp_ulps: u32,
 }
 

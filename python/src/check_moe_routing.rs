@@ -24,16 +24,22 @@ use std::fmt::Write;
 
 /// The shapes `(tokens, num_experts)` a check runs by default, each where
 /// the declared routing allows it (its groups divide the experts, `k`
-/// fits): Mixtral's 8 experts at one token, Qwen1.5-MoE's 60 (not a power
+/// fits): Mixtral's 8 experts at one token and at 130 (vLLM's
+/// `topk_softmax` packs several small rows to a warp: a row that reads
+/// its neighbour's logits fails there), Qwen1.5-MoE's 60 (not a power
 /// of two: vLLM's `topk_softmax` leaves its specialised paths), 64
-/// (OLMoE, DeepSeek-V2-Lite), Qwen3's 128, DeepSeek-V2's 160, DeepSeek-V3's
-/// 256 at decode and prefill sizes, Kimi K2's 384.
-pub const MOE_ROUTING_SHAPES: [Dims; 8] = [
+/// (OLMoE, DeepSeek-V2-Lite) at 64 and 1100 tokens (past a kernel's
+/// 1024-token grid), Qwen3's 128, DeepSeek-V2's 160, DeepSeek-V3's 256 at
+/// one token (decode), 3 and 257, Kimi K2's 384.
+pub const MOE_ROUTING_SHAPES: [Dims; 11] = [
     (1, 8),
+    (130, 8),
     (7, 60),
     (64, 64),
+    (1100, 64),
     (5, 128),
     (33, 160),
+    (1, 256),
     (3, 256),
     (257, 256),
     (2, 384),
@@ -62,6 +68,11 @@ fn routing_of(
         }
     };
     let grouping = match (n_group, topk_group) {
+        (None, None) if group_score.is_some() => {
+            return Err(PyValueError::new_err(
+                "group_score without n_group and topk_group: there are no groups",
+            ))
+        }
         (None, None) => None,
         (Some(n_group), Some(topk_group)) => {
             let score = match group_score.unwrap_or(if bias { "top2_sum" } else { "max" }) {
@@ -184,11 +195,13 @@ fn moe_routing_case<'py>(
 /// - `ROUTE-GROUP` (`n_group`, `topk_group`; `group_score` `"max"`, or
 ///   `"top2_sum"`, the default with a bias): groups first;
 /// - `ROUTE-TOPK`: the `top_k` largest `s`, distinct ids, ties in any order
-///   (descending when `sorted`);
+///   (descending `s` when `sorted`: the biased score, not the weight);
 /// - `ROUTE-WEIGHT`: `p`, renormalised over the chosen when `renormalize`,
 ///   times `routed_scaling_factor`.
-/// The scores are held to a sound enclosure of any binary32 evaluation
-/// with an `exp` within `exp_ulps` ulps and any summation order, so the
+/// The scores are held to a sound enclosure of any binary32 evaluation in
+/// the field's form (a two-pass softmax with the maximum subtracted, or
+/// `1 / (1 + exp(-l))`) with an `exp` within `exp_ulps` ulps and any
+/// summation order, so the
 /// ids are judged exactly wherever the enclosures separate (the rows count
 /// these decided tokens) and may differ only between experts whose scores
 /// lie within the bound of each other; each weight must lie in its
@@ -202,6 +215,9 @@ fn moe_routing_case<'py>(
 /// `INT32_MIN`: write both and return None, or return `(weights, ids)`
 /// (int32: `.to(torch.int32)` first). The inputs must be left as given.
 /// A kernel that refuses a shape raises `kernel_oracle.Refused`.
+/// `shapes` (`[(tokens, num_experts)]`, default `MOE_ROUTING_SHAPES`
+/// where the routing fits), `arms`, `seeds`, `trials`, `verbose` and
+/// `name` as in `check_fp8_block_gemm`.
 ///
 /// Each row names the known routings (scoring, group score,
 /// renormalisation, with the declared `top_k`, groups and factor) the
@@ -264,7 +280,7 @@ fn check_moe_routing<'py>(
                 .filter(|&dims| within_caps(dims, &r).is_ok())
                 .collect();
             if s.is_empty() {
-                let why = within_caps(MOE_ROUTING_SHAPES[5], &r).unwrap_err();
+                let why = within_caps(MOE_ROUTING_SHAPES[9], &r).unwrap_err();
                 return Err(PyValueError::new_err(format!(
                     "no default shape takes the routing: {why}"
                 )));

@@ -53,6 +53,9 @@ def numpy_router(top_k, scoring="softmax", renormalize=True, n_group=None,
             if bug == "softmax-over-tokens":
                 total = ex.sum(axis=0, keepdims=True)
             p = ex / total
+        elif bug == "sigmoid-overflows":
+            ex = np.exp(x)
+            p = ex / (precision(1) + ex)
         else:
             p = precision(1) / (precision(1) + np.exp(-x))
         sel = p.copy()
@@ -63,6 +66,8 @@ def numpy_router(top_k, scoring="softmax", renormalize=True, n_group=None,
             how = score_of
             if bug == "group-max":
                 how = "max"
+            if bug == "group-top2":
+                how = "top2_sum"
             if how == "max":
                 gs = g.max(axis=2)
             else:
@@ -145,6 +150,8 @@ def test_sorted_is_checked_and_named():
     (DEEPSEEK_V3, 8, "mask-zero", "BIAS"),
     (DEEPSEEK_V3, 8, "no-renormalize", "RAND"),
     (DEEPSEEK_V2, 6, "no-groups", "GROUPS"),
+    (DEEPSEEK_V2, 6, "group-top2", "GROUPS"),
+    (DEEPSEEK_V3, 8, "sigmoid-overflows", "SKEW"),
     (dict(), 2, "no-max", "SKEW"),
     (dict(), 2, "softmax-over-tokens", "RAND"),
     (dict(), 2, "ties-twice", "TIES"),
@@ -219,7 +226,7 @@ def test_bad_arguments_are_refused_before_any_call():
                dict(n_group=8, topk_group=9), dict(exp_ulps=1),
                dict(routed_scaling_factor=float("nan")), dict(dtype="int8"),
                dict(shapes=[(4, 60)], n_group=8, topk_group=4),
-               dict(shapes=[(1 << 12, 1 << 11)])]:
+               dict(shapes=[(1 << 12, 1 << 11)]), dict(group_score="max")]:
         args = dict(top_k=2) | kw
         with pytest.raises(ValueError):
             ko.check_moe_routing(never, verbose=False, **args)
