@@ -672,11 +672,14 @@ mod tests {
         }
     }
 
+    /// A planted bug: edits a correct router's ids and weights.
+    type Bug<'a> = &'a dyn Fn(&Spec, &Case, &mut Vec<i64>, &mut Vec<f32>);
+
     #[test]
     fn planted_bugs_fail() {
         let r = deepseek_v3();
         let dims = (33, 256);
-        let run = |arm: Arm, bug: &dyn Fn(&Spec, &Case, &mut Vec<i64>, &mut Vec<f32>)| {
+        let run = |arm: Arm, bug: Bug| {
             let sp = spec(r, true, arm, dims);
             let case = sp.generate().unwrap();
             let (mut ids, mut w) = reference(&sp, &case);
