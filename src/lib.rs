@@ -25,6 +25,7 @@ pub mod mul_mat;
 pub mod mutate;
 pub mod paths;
 pub mod refcache;
+pub mod rms_norm;
 pub mod rng;
 pub mod rope;
 pub mod score;

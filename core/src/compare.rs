@@ -165,7 +165,7 @@ pub fn compare_f32(got: &[f32], want: &[f32], cols: usize) -> Result<Comparison,
 /// contract): Newton's iteration from an exponent-halved first guess, which
 /// converges to within an ulp. `f64::sqrt` is a `std` method, and these
 /// figures are only ever compared with bounds.
-fn sqrt_f64(x: f64) -> f64 {
+pub(crate) fn sqrt_f64(x: f64) -> f64 {
     if x <= 0.0 || !x.is_finite() {
         return x.max(0.0);
     }

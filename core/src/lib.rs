@@ -43,10 +43,10 @@
 //! - [`rope`]: rotary position embedding with a cos/sin cache (vLLM,
 //!   FlashInfer, torch) under a declared arithmetic (per-op in the model
 //!   dtype, f32, f32 with either product fused).
-//! - [`ggml`]: ggml's Q4_0, Q8_0, Q4_K, Q6_K blocks and the WGSL GEMM over them (seed 004).
-//! - [`rope`]: rotary position embedding with a cos/sin cache (vLLM,
-//!   FlashInfer, torch) under a declared arithmetic (per-op in the model
-//!   dtype, f32, f32 with either product fused).
+//! - [`rms_norm`]: RMSNorm and fused add + RMSNorm (vLLM, Hugging Face,
+//!   FlashInfer, Liger, torch) as an interval per element from a sound
+//!   bound on the inverse RMS, bit for bit where the interval is one value,
+//!   under a declared arithmetic (round then weight, f32, Gemma's `1 + w`).
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! No allocation anywhere: every contract writes into caller-provided
@@ -72,6 +72,7 @@ pub mod ggml;
 pub mod moe_align;
 pub mod moe_routing;
 pub mod moe_tables;
+pub mod rms_norm;
 pub mod rope;
 pub mod round;
 pub mod tensor_core;

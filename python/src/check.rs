@@ -564,6 +564,9 @@ pub(crate) enum Input<'a, 'py> {
     I64(Bound<'py, PyArrayDyn<i64>>, &'a [i64]),
     /// uint16 bit patterns of a 16-bit float.
     U16(Bound<'py, PyArrayDyn<u16>>, &'a [u16]),
+    /// A Python scalar passed as it is (an `eps`): immutable, so never
+    /// compared.
+    Scalar(Bound<'py, PyAny>),
 }
 
 impl<'py> Input<'_, 'py> {
@@ -574,6 +577,7 @@ impl<'py> Input<'_, 'py> {
             Input::I32(a, _) => a.clone().into_any(),
             Input::I64(a, _) => a.clone().into_any(),
             Input::U16(a, _) => a.clone().into_any(),
+            Input::Scalar(a) => a.clone(),
         }
     }
 
@@ -592,6 +596,7 @@ impl<'py> Input<'_, 'py> {
             Input::I32(a, before) => same(a, |v| v == *before),
             Input::I64(a, before) => same(a, |v| v == *before),
             Input::U16(a, before) => same(a, |v| v == *before),
+            Input::Scalar(_) => Ok(true),
             Input::F32(a, before) => same(a, |v| {
                 v.len() == before.len()
                     && v.iter()

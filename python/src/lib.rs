@@ -35,6 +35,10 @@
 //! - [`check_rope`]: `rotary_embedding`, `rotary_embedding_case` and
 //!   `check_rotary_embedding` (RoPE with a cos/sin cache, bit for bit;
 //!   its arithmetic and layout named).
+//! - [`check_rms_norm`]: `rms_norm`, `rms_norm_case` and `check_rms_norm`
+//!   (RMSNorm and fused add + RMSNorm: each output within the interval a
+//!   sound bound on the inverse RMS leaves, bit for bit where it is one
+//!   value; its arithmetic named).
 
 #![warn(missing_docs)]
 
@@ -45,6 +49,7 @@ pub mod check_gdn;
 pub mod check_moe;
 pub mod check_moe_routing;
 pub mod check_quant;
+pub mod check_rms_norm;
 pub mod check_rope;
 pub mod check_scaled_mm;
 pub mod codecs;
@@ -86,5 +91,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_fused_moe::register(m)?;
     check_scaled_mm::register(m)?;
     check_rope::register(m)?;
+    check_rms_norm::register(m)?;
     Ok(())
 }
