@@ -18,6 +18,7 @@ pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;
 pub mod kind;
+pub mod kv_cache;
 pub mod moe_align;
 pub mod moe_routing;
 pub mod moe_tables;

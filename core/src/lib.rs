@@ -43,6 +43,10 @@
 //! - [`rope`]: rotary position embedding with a cos/sin cache (vLLM,
 //!   FlashInfer, torch) under a declared arithmetic (per-op in the model
 //!   dtype, f32, f32 with either product fused).
+//! - [`kv_cache`]: writing a step's keys and values into a paged KV cache
+//!   (vLLM's `reshape_and_cache_flash` in the NHD and HND layouts,
+//!   `reshape_and_cache` in the paged-attention layout), copied or as FP8
+//!   codes under a declared scale rule and overflow policy.
 //! - [`rms_norm`]: RMSNorm and fused add + RMSNorm (vLLM, Hugging Face,
 //!   FlashInfer, Liger, torch) as an interval per element from a sound
 //!   bound on the inverse RMS, bit for bit where the interval is one value,
@@ -69,6 +73,7 @@ pub mod fp8_quant;
 pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod ggml;
+pub mod kv_cache;
 pub mod moe_align;
 pub mod moe_routing;
 pub mod moe_tables;

@@ -79,7 +79,8 @@ pub const MUL_MAT_SHAPES: [(usize, usize, usize); 5] = [
 pub struct CheckReport {
     /// The contract checked (`"fp8_block_gemm"`, `"mul_mat"`,
     /// `"gated_delta_rule"`, `"causal_conv1d_update"`,
-    /// `"fp8_group_quant"`, `"moe_align_block_size"`, `"fused_moe_fp8"`).
+    /// `"fp8_group_quant"`, `"moe_align_block_size"`, `"fused_moe_fp8"`,
+    /// `"reshape_and_cache"`, ...).
     pub contract: String,
     /// Cases run (compared or refused).
     pub cases: usize,
@@ -394,6 +395,23 @@ pub(crate) fn call_typed<'py>(
         args.push(i.array());
     }
     args.extend(arrays.iter().cloned());
+    call_args(py, f, args, inputs, outs, arrays)
+}
+
+/// Calls `f(*args)`, `args` holding the inputs and the output `arrays`
+/// in the callable's order (an output handed with contents of its own,
+/// as a KV cache it writes in place), then reads the outputs and compares
+/// each input with its copy `before`, as [`call_typed`]: the callable
+/// writes `arrays` and returns None, or returns new arrays of `outs`'
+/// shapes and kinds (one, or a tuple or list in `outs`' order).
+pub(crate) fn call_args<'py>(
+    py: Python<'py>,
+    f: &Bound<'py, PyAny>,
+    args: Vec<Bound<'py, PyAny>>,
+    inputs: &[(&str, Input<'_, 'py>)],
+    outs: &[(&[usize], OutKind)],
+    arrays: Vec<Bound<'py, PyAny>>,
+) -> PyResult<(Called, f64)> {
     let args = pyo3::types::PyTuple::new(py, args)?;
     let t0 = Instant::now();
     let r = f.call1(args);
@@ -527,14 +545,17 @@ pub(crate) enum Held {
 impl Held {
     /// `v` (values of `dtype`) as the array a callable gets.
     pub(crate) fn new(dtype: oracle::dtype::Dtype, v: &[f32]) -> Held {
+        Held::from_bits(dtype, &kernel_oracle::dtype::bits(dtype, v))
+    }
+
+    /// `bits` (of `dtype`, widened to 32) as the array a callable gets,
+    /// every bit kept (NaN payloads and signaling NaNs too).
+    pub(crate) fn from_bits(dtype: oracle::dtype::Dtype, bits: &[u32]) -> Held {
         match dtype {
-            oracle::dtype::Dtype::F32 => Held::F32(v.to_vec()),
-            _ => Held::U16(
-                kernel_oracle::dtype::bits(dtype, v)
-                    .iter()
-                    .map(|&b| b as u16)
-                    .collect(),
-            ),
+            oracle::dtype::Dtype::F32 => {
+                Held::F32(bits.iter().map(|&b| f32::from_bits(b)).collect())
+            }
+            _ => Held::U16(bits.iter().map(|&b| b as u16).collect()),
         }
     }
 
@@ -570,7 +591,8 @@ pub(crate) enum Input<'a, 'py> {
 }
 
 impl<'py> Input<'_, 'py> {
-    fn array(&self) -> Bound<'py, PyAny> {
+    /// The array handed to the callable.
+    pub(crate) fn array(&self) -> Bound<'py, PyAny> {
         match self {
             Input::U8(a, _) => a.clone().into_any(),
             Input::F32(a, _) => a.clone().into_any(),

@@ -35,6 +35,11 @@
 //! - [`check_rope`]: `rotary_embedding`, `rotary_embedding_case` and
 //!   `check_rotary_embedding` (RoPE with a cos/sin cache, bit for bit;
 //!   its arithmetic and layout named).
+//! - [`check_kv_cache`]: `reshape_and_cache`, `reshape_and_cache_case`
+//!   and `check_reshape_and_cache` (the KV-cache write in the NHD, HND and
+//!   paged layouts, copied or as FP8 codes, every cache element bit for
+//!   bit; its FP8 arithmetic named), and the same three for MLA's latent
+//!   cache (`concat_and_cache_mla`).
 //! - [`check_rms_norm`]: `rms_norm`, `rms_norm_case` and `check_rms_norm`
 //!   (RMSNorm and fused add + RMSNorm: each output within the interval a
 //!   sound bound on the inverse RMS leaves, bit for bit where it is one
@@ -46,6 +51,7 @@ pub mod arrays;
 pub mod check;
 pub mod check_fused_moe;
 pub mod check_gdn;
+pub mod check_kv_cache;
 pub mod check_moe;
 pub mod check_moe_routing;
 pub mod check_quant;
@@ -91,6 +97,7 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_fused_moe::register(m)?;
     check_scaled_mm::register(m)?;
     check_rope::register(m)?;
+    check_kv_cache::register(m)?;
     check_rms_norm::register(m)?;
     Ok(())
 }

@@ -1,0 +1,395 @@
+"""check_reshape_and_cache on numpy KV-cache writes written from the rules
+(each layout, each cache dtype, each scale rule and overflow policy) and on
+planted bugs: each correct form passes bit for bit, every unwritten element
+keeping its poison, and is named; each bug fails under the default arms and
+shapes, caught by the arm meant to catch it, with a rerun line that fails
+again."""
+
+import re
+
+import numpy as np
+import pytest
+
+import kernel_oracle as ko
+
+f32 = np.float32
+SAT, NONSAT = ko.Overflow.SAT_FINITE, ko.Overflow.NON_SATURATING
+# GQA decode, a head size of 48 (paged FP8 packs 16), block size 1; CI's 2 cores.
+SHAPES = [(8, 4, 64, 16, 16), (13, 2, 48, 4, 8), (6, 3, 32, 1, 9)]
+
+DECODE = {
+    "bfloat16": (ko.decode_bf16, ko.encode_bf16),
+    "float16": (ko.decode_f16, ko.encode_f16),
+    "float32": (lambda v: v.astype(f32), lambda v: v.astype(f32)),
+}
+ENCODE = {"fp8_e4m3": ko.encode_e4m3, "fp8_e5m2": ko.encode_e5m2}
+
+
+def rtz(codes, v, kv):
+    """Codes rounded toward zero: one code down where nearest even went up."""
+    dec = ko.decode_e4m3 if kv == "fp8_e4m3" else ko.decode_e5m2
+    back = dec(codes)
+    up = np.isfinite(back) & np.isfinite(v) & (np.abs(back) > np.abs(v)) & ((codes & 0x7F) > 0)
+    return np.where(up, codes - 1, codes).astype(np.uint8)
+
+
+def make_convert(kv="auto", dtype="bfloat16", rule="divide", overflow=SAT, bug=None):
+    """One element's conversion (rule KV-CONVERT) in numpy, or with a bug."""
+    dec, enc = DECODE[dtype]
+
+    def convert(bits, s):
+        with np.errstate(all="ignore"):  # SAT's overflows and NaNs
+            return convert_(bits, s)
+
+    def convert_(bits, s):
+        if kv == "auto":
+            if bug == "nan-quieted":  # through float and back
+                return enc(dec(bits))
+            return bits
+        x, s = dec(bits), f32(s[0])
+        op = rule.replace("_in_dtype", "")
+        if bug == "scale-multiplied" or op == "multiply":
+            q = x * s
+        elif bug == "reciprocal-for-divide" or op == "reciprocal":
+            q = x * (f32(1) / s)
+        else:
+            q = x / s
+        if rule.endswith("_in_dtype"):
+            q = dec(enc(q))
+        o = NONSAT if bug == "no-saturation" else overflow
+        codes = ENCODE[kv](q.astype(f32), o)
+        return rtz(codes, q, kv) if bug == "round-toward-zero" else codes
+
+    return convert
+
+
+def numpy_cache(layout="nhd", kv="auto", dtype="bfloat16", rule="divide", overflow=SAT, bug=None, name=None):
+    """A KV-cache write in numpy under one declared arithmetic, or with a bug."""
+    convert = make_convert(kv, dtype, rule, overflow, bug)
+
+    def f(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+        T, H, hs = key.shape
+        kc = convert(key, k_scale)
+        vc = convert(value, k_scale if bug == "k-scale-for-values" else v_scale)
+        keep = slot_mapping >= 0
+        if bug == "pad-as-last-block":
+            keep[:] = True  # -1 indexes from the end
+        t = np.nonzero(keep)[0]
+        s = slot_mapping[t]
+        bs = key_cache.shape[1] if layout == "nhd" else key_cache.shape[2 if layout == "hnd" else 3]
+        nb = key_cache.shape[0]
+        b, o = s // bs, s % bs
+        if bug == "block-offset-swapped":
+            b, o = s % nb, s // nb % bs
+        kc, vc = kc[t], vc[t]
+        if bug == "tail-dropped":  # vectors of 8 over the token's row, no tail loop
+            n = H * hs // 8 * 8
+            kc = kc.reshape(len(t), -1)[:, :n]
+            vc = vc.reshape(len(t), -1)[:, :n]
+            key_cache.reshape(nb, bs, -1)[b, o, :n] = kc
+            value_cache.reshape(nb, bs, -1)[b, o, :n] = vc
+            return
+        if layout == "nhd":
+            key_cache[b, o] = kc
+            value_cache[b, o] = vc
+        elif layout == "hnd":
+            key_cache[b, :, o, :] = kc
+            value_cache[b, :, o, :] = vc
+        else:
+            x = key_cache.shape[4]
+            if bug == "x-wrong":  # x taken as 8 elements whatever the element size
+                X = 8
+                h, d = np.meshgrid(np.arange(H), np.arange(hs), indexing="ij")
+                idx = ((((b[:, None, None] * H + h) * (hs // X) + d // X) * bs + o[:, None, None]) * X + d % X)
+                key_cache.reshape(-1)[idx] = kc
+            else:
+                key_cache[b, :, :, o, :] = kc.reshape(len(t), H, hs // x, x)
+            if bug == "value-in-key-layout":  # the value cache indexed as the key's
+                h, d = np.meshgrid(np.arange(H), np.arange(hs), indexing="ij")
+                idx = ((((b[:, None, None] * H + h) * (hs // x) + d // x) * bs + o[:, None, None]) * x + d % x)
+                value_cache.reshape(-1)[idx] = vc
+            else:
+                value_cache[b, :, :, o] = vc
+        if bug == "past-head-size":  # each head writes head_size + 1 elements
+            flat_k, flat_v = key_cache.reshape(-1), value_cache.reshape(-1)
+            src_k, src_v = convert(key, k_scale).reshape(-1), convert(value, v_scale).reshape(-1)
+            for i, tok in enumerate(t):
+                for h in range(H):
+                    if layout == "nhd":
+                        at = ((b[i] * bs + o[i]) * H + h) * hs + hs
+                    else:
+                        at = ((b[i] * H + h) * bs + o[i]) * hs + hs
+                    src = ((tok * H + h) * hs + hs) % src_k.size
+                    flat_k[at % flat_k.size] = src_k[src]
+                    flat_v[at % flat_v.size] = src_v[src]
+
+    f.__name__ = name or (bug or f"numpy_{layout}_{kv}_{rule}").replace("-", "_")
+    return f
+
+
+def edge_rows(r):
+    return [line for line in r.text.splitlines() if re.search(r" (SAT|TIES) 0x", line)]
+
+
+@pytest.mark.parametrize("layout", ["nhd", "hnd", "paged"])
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3", "fp8_e5m2"])
+def test_each_layout_and_cache_dtype_passes(layout, kv):
+    r = ko.check_reshape_and_cache(numpy_cache(layout, kv), layout=layout, kv_cache_dtype=kv,
+                                   shapes=SHAPES, verbose=False)
+    arms = 3 if kv == "auto" else 4
+    assert r.ok and r.passed == r.cases == 3 * arms, r.text
+    want = "copy" if kv == "auto" else "divide/sat_finite"
+    rows = [line for line in r.text.splitlines() if " 0x" in line]
+    assert all(want in row.split("PASS", 1)[1] for row in rows), rows
+    if kv != "auto":
+        assert "on every SAT and TIES case under: divide/sat_finite; PASS" in r.text
+
+
+@pytest.mark.parametrize(
+    "rule", ["divide", "reciprocal", "multiply", "divide_in_dtype", "reciprocal_in_dtype", "multiply_in_dtype"]
+)
+@pytest.mark.parametrize("overflow", [SAT, NONSAT])
+def test_each_rule_and_overflow_passes_and_is_named_on_the_edges(rule, overflow):
+    r = ko.check_reshape_and_cache(numpy_cache(kv="fp8_e4m3", rule=rule, overflow=overflow),
+                                   kv_cache_dtype="fp8", scale_rule=rule, overflow=overflow,
+                                   shapes=SHAPES, verbose=False)
+    assert r.ok and r.passed == 12, r.text
+    o = "sat_finite" if overflow == SAT else "non_saturating"
+    named = r.text.rsplit("on every SAT and TIES case under: ", 1)[1].rsplit("; PASS", 1)[0]
+    twins = {"divide_in_dtype": "reciprocal_in_dtype", "reciprocal_in_dtype": "divide_in_dtype"}
+    allowed = {f"{rule}/{o}"} | ({f"{twins[rule]}/{o}"} if rule in twins else set())
+    assert f"{rule}/{o}" in named.split("; ") and set(named.split("; ")) <= allowed, named
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_other_dtypes_pass(dtype):
+    for layout, kv in [("paged", "auto"), ("nhd", "fp8_e5m2"), ("hnd", "fp8_e4m3")]:
+        r = ko.check_reshape_and_cache(numpy_cache(layout, kv, dtype=dtype), layout=layout,
+                                       kv_cache_dtype=kv, dtype=dtype, shapes=SHAPES, verbose=False)
+        assert r.ok, r.text
+        if dtype == "float32" and kv != "auto":
+            # In f32 the rules that round to the dtype are the others.
+            assert "divide/sat_finite; divide_in_dtype/sat_finite" in r.text
+
+
+# Each bug, what it is declared against, and the arm (of the defaults) that
+# catches it. Every bug is run on the default arms and shapes.
+BUGS = [
+    ("pad-as-last-block", dict(), "RAND", "the cache's last slot, where slot -1 lands"),
+    ("block-offset-swapped", dict(), "RAND", None),
+    ("x-wrong", dict(layout="paged", dtype="float32"), "RAND", None),
+    ("x-wrong", dict(layout="paged", kv="fp8_e4m3"), "RAND", None),
+    ("tail-dropped", dict(), "RAND", "written elements differ"),
+    ("value-in-key-layout", dict(layout="paged"), "RAND", None),
+    ("scale-multiplied", dict(kv="fp8_e4m3"), "RAND", "multiply/sat_finite"),
+    ("reciprocal-for-divide", dict(kv="fp8_e4m3"), "TIES", "reciprocal/sat_finite"),
+    ("no-saturation", dict(kv="fp8_e4m3"), "SAT", "divide/non_saturating"),
+    ("no-saturation", dict(kv="fp8_e5m2"), "SAT", "divide/non_saturating"),
+    ("round-toward-zero", dict(kv="fp8_e4m3"), "RAND", "none known"),
+    ("k-scale-for-values", dict(kv="fp8_e4m3"), "RAND", "none known"),
+    ("past-head-size", dict(), "RAND", "elements no token writes changed"),
+    ("nan-quieted", dict(), "SAT", "none known"),
+]
+
+
+def check_kw(kw):
+    return dict(layout=kw.get("layout", "nhd"), kv_cache_dtype=kw.get("kv", "auto"),
+                dtype=kw.get("dtype", "bfloat16"))
+
+
+@pytest.mark.parametrize("bug,kw,arm,caught_by", BUGS)
+def test_planted_bugs_fail_under_the_defaults(bug, kw, arm, caught_by):
+    fn = numpy_cache(kw.get("layout", "nhd"), kw.get("kv", "auto"), kw.get("dtype", "bfloat16"), bug=bug)
+    r = ko.check_reshape_and_cache(fn, verbose=False, **check_kw(kw))
+    assert not r.ok and r.failed >= 1
+    arms = {re.search(r"arm=(\w+)", f).group(1) for f in r.failures}
+    assert arm in arms, (arm, arms)
+    fail = next(f for f in r.failures if f"arm={arm}" in f)
+    assert "FAIL reshape_and_cache" in fail and "reproduce:" in fail
+    assert "reshape_and_cache_case(" in fail
+    if caught_by:
+        assert caught_by in fail, fail
+    seed = int(re.search(r"seeds=\[(0x[0-9a-f]+)\]", fail).group(1), 16)
+    dims = re.search(r"shapes=\[\(([\d, ]+)\)\]", fail).group(1)
+    again = ko.check_reshape_and_cache(fn, shapes=[tuple(int(v) for v in dims.split(", "))], arms=[arm],
+                                       seeds=[seed], verbose=False, **check_kw(kw))
+    assert not again.ok
+
+
+def test_the_reciprocal_is_caught_at_ties_only():
+    # x * fl(1/s) for x / s: one binary32 ulp, which moves an FP8 code only
+    # at a rounding midpoint. RAND, SLOTS and SAT (power-of-two scales)
+    # cannot see it; TIES puts a third of the keys' midpoints one ulp off.
+    fn = numpy_cache(kv="fp8_e4m3", bug="reciprocal-for-divide")
+    r = ko.check_reshape_and_cache(fn, kv_cache_dtype="fp8")
+    assert not r.ok
+    assert {re.search(r"arm=(\w+)", f).group(1) for f in r.failures} == {"TIES"}
+    assert r.passed == 3 * len(ko.KV_CACHE_SHAPES)
+
+
+def test_the_default_shapes_catch_a_dropped_tail():
+    # Every row of SHAPES is a multiple of 8 elements: the bug passes there;
+    # the default shapes hold a row of 36.
+    bug = numpy_cache(bug="tail-dropped")
+    assert ko.check_reshape_and_cache(bug, shapes=SHAPES, arms=["RAND"], verbose=False).ok
+    r = ko.check_reshape_and_cache(bug, arms=["RAND"], verbose=False)
+    assert not r.ok and r.failed == 1 and "shapes=[(5, 1, 36, 16, 3)]" in r.failures[0]
+
+
+def test_the_case_holds_the_oracles_caches():
+    c = ko.reshape_and_cache_case(13, 2, 48, 4, 8, "TIES", layout="paged", kv_cache_dtype="fp8_e5m2",
+                                  scale_rule="reciprocal", overflow=NONSAT)
+    assert c["key_cache"].shape == (8, 2, 3, 4, 16) and c["value_cache"].shape == (8, 2, 48, 4)
+    assert c["key_cache"].dtype == np.uint8 and c["key"].dtype == np.uint16
+    args = [c[n] for n in ("key", "value", "key_cache", "value_cache", "slot_mapping", "k_scale", "v_scale")]
+    kw = dict(layout="paged", kv_cache_dtype="fp8_e5m2", scale_rule="reciprocal", overflow=NONSAT)
+    k, v = ko.reshape_and_cache(*args, **kw)
+    assert (k == c["out_key_cache"]).all() and (v == c["out_value_cache"]).all()
+    fn = numpy_cache("paged", "fp8_e5m2", rule="reciprocal", overflow=NONSAT)
+    kc, vc = c["key_cache"].copy(), c["value_cache"].copy()
+    fn(c["key"], c["value"], kc, vc, c["slot_mapping"], c["k_scale"], c["v_scale"])
+    assert (kc == k).all() and (vc == v).all()
+    with pytest.raises(ValueError, match="slot"):
+        ko.reshape_and_cache(*args[:4], c["slot_mapping"] + 1000, *args[5:], **kw)
+    with pytest.raises(ValueError, match="share a slot"):
+        ko.reshape_and_cache(*args[:4], np.zeros(13, np.int64), *args[5:], **kw)
+    with pytest.raises(TypeError, match="uint8"):
+        ko.reshape_and_cache(*args[:2], k.astype(f32), *args[3:], **kw)
+    with pytest.raises(ValueError, match="positive"):
+        ko.reshape_and_cache(*args[:5], 0.0, 1.0, **kw)
+    with pytest.raises(ValueError, match="needs"):
+        ko.reshape_and_cache(*args[:2], k.reshape(8, 2, 6, 4, 8), *args[3:], **kw)
+
+
+def test_auto_copies_every_bit():
+    c = ko.reshape_and_cache_case(6, 3, 32, 1, 9, "SAT", dtype="bfloat16")
+    k, _ = ko.reshape_and_cache(*[c[n] for n in ("key", "value", "key_cache", "value_cache", "slot_mapping",
+                                                 "k_scale", "v_scale")])
+    t = np.nonzero(c["slot_mapping"] >= 0)[0]
+    assert (k[c["slot_mapping"][t], 0] == c["key"][t]).all()
+    assert ((c["key"] & 0x7FC0) == 0x7F80).any() and ((c["key"] & 0x7F) != 0).any()  # a signaling NaN
+
+
+def test_bad_arguments_raise_before_any_call():
+    calls = []
+
+    def fn(*a):
+        calls.append(1)
+
+    for kw in [
+        dict(layout="NHDX"),
+        dict(kv_cache_dtype="int8"),
+        dict(dtype="float64"),
+        dict(scale_rule="div"),
+        dict(arms=["NOPE"]),
+        dict(layout="paged", kv_cache_dtype="fp8", shapes=[(7, 2, 72, 16, 4)]),
+        dict(shapes=[(1, 0, 64, 16, 4)]),
+        dict(shapes=[(1 << 15, 1, 8, 16, 4096)]),
+        dict(shapes=[(1, 8, 128, 16, 1 << 12)]),
+    ]:
+        with pytest.raises(ValueError):
+            ko.check_reshape_and_cache(fn, verbose=False, **kw)
+    assert not calls
+
+
+def test_returns_writes_and_refusals():
+    oracle = numpy_cache()
+
+    def returns_tuple(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+        kc, vc = key_cache.copy(), value_cache.copy()
+        oracle(key, value, kc, vc, slot_mapping, k_scale, v_scale)
+        return kc, vc
+
+    def writes_key(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+        oracle(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+        key[...] = 0
+
+    def refuses(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+        if key_cache.shape[1] == 1:
+            raise ko.Refused("block_size 1")
+        oracle(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+    kw = dict(shapes=SHAPES, arms=["RAND"], verbose=False)
+    assert ko.check_reshape_and_cache(returns_tuple, **kw).ok
+    r = ko.check_reshape_and_cache(writes_key, **kw)
+    assert not r.ok and "wrote its input(s): key" in r.failures[0]
+    r = ko.check_reshape_and_cache(refuses, **kw)
+    assert r.refused == 1 and r.passed == 2 and r.ok
+
+
+def test_ties_does_not_run_on_auto():
+    r = ko.check_reshape_and_cache(numpy_cache(), shapes=SHAPES, arms=["TIES"], verbose=False)
+    assert r.cases == 0 and not r.ok
+
+
+MLA_SHAPES = [(8, 64, 16, 16, 4), (6, 36, 12, 1, 9)]
+
+
+def numpy_mla(kv="auto", dtype="bfloat16", rule="divide", overflow=SAT, bug=None):
+    """MLA's latent-cache write in numpy (rule KV-MLA), or with a bug."""
+    convert = make_convert(kv, dtype, rule, overflow, bug)
+
+    def f(kv_c, k_pe, kv_cache, slot_mapping, scale):
+        parts = (k_pe, kv_c) if bug == "pe-first" else (kv_c, k_pe)
+        if bug == "latent-tail-dropped":  # the latent in vectors of 8, no tail loop
+            n = kv_c.shape[1] // 8 * 8
+            parts = (kv_c[:, :n], k_pe)
+        row = convert(np.concatenate(parts, axis=1), scale)
+        keep = slot_mapping >= 0
+        if bug == "pad-as-last-block":
+            keep[:] = True
+        t = np.nonzero(keep)[0]
+        s, bs = slot_mapping[t], kv_cache.shape[1]
+        if bug == "latent-tail-dropped":
+            pe = k_pe.shape[1]
+            kv_cache[s // bs, s % bs, :n] = row[t, :n]
+            kv_cache[s // bs, s % bs, -pe:] = row[t, n:]
+            return
+        kv_cache[s // bs, s % bs] = row[t]
+
+    f.__name__ = (bug or f"numpy_mla_{kv}_{rule}").replace("-", "_")
+    return f
+
+
+@pytest.mark.parametrize("kv,rule,overflow", [
+    ("auto", "divide", SAT), ("fp8_e4m3", "divide", SAT), ("fp8_e5m2", "reciprocal", NONSAT),
+    ("fp8_e4m3", "multiply_in_dtype", SAT),
+])
+def test_mla_forms_pass(kv, rule, overflow):
+    r = ko.check_concat_and_cache_mla(numpy_mla(kv, rule=rule, overflow=overflow), kv_cache_dtype=kv,
+                                      scale_rule=rule, overflow=overflow, shapes=MLA_SHAPES, verbose=False)
+    assert r.ok and r.passed == r.cases == 2 * (3 if kv == "auto" else 4), r.text
+    o = "sat_finite" if overflow == SAT else "non_saturating"
+    want = "copy" if kv == "auto" else f"{rule}/{o}"
+    assert f"every compared case under: {want}" in r.text
+
+
+@pytest.mark.parametrize("bug,kv,arm", [
+    ("pe-first", "auto", "RAND"),
+    ("latent-tail-dropped", "auto", "RAND"),
+    ("pad-as-last-block", "fp8_e4m3", "RAND"),
+    ("no-saturation", "fp8_e4m3", "SAT"),
+    ("reciprocal-for-divide", "fp8_e4m3", "TIES"),
+])
+def test_mla_planted_bugs_fail_under_the_defaults(bug, kv, arm):
+    r = ko.check_concat_and_cache_mla(numpy_mla(kv, bug=bug), kv_cache_dtype=kv, verbose=False)
+    assert not r.ok
+    fail = next(f for f in r.failures if f"arm={arm}" in f)
+    assert "FAIL concat_and_cache_mla" in fail and "concat_and_cache_mla_case(" in fail
+    seed = int(re.search(r"seeds=\[(0x[0-9a-f]+)\]", fail).group(1), 16)
+    dims = tuple(int(v) for v in re.search(r"shapes=\[\(([\d, ]+)\)\]", fail).group(1).split(", "))
+    assert not ko.check_concat_and_cache_mla(numpy_mla(kv, bug=bug), kv_cache_dtype=kv, shapes=[dims],
+                                             arms=[arm], seeds=[seed], verbose=False).ok
+
+
+def test_the_mla_case_holds_the_oracles_cache():
+    c = ko.concat_and_cache_mla_case(6, 36, 12, 1, 9, "SAT", kv_cache_dtype="fp8", scale_rule="reciprocal")
+    assert c["kv_c"].shape == (6, 36) and c["k_pe"].shape == (6, 12) and c["kv_cache"].shape == (9, 1, 48)
+    args = [c[n] for n in ("kv_c", "k_pe", "kv_cache", "slot_mapping", "scale")]
+    out = ko.concat_and_cache_mla(*args, kv_cache_dtype="fp8", scale_rule="reciprocal")
+    assert (out == c["out_kv_cache"]).all()
+    kc = c["kv_cache"].copy()
+    numpy_mla("fp8_e4m3", rule="reciprocal")(c["kv_c"], c["k_pe"], kc, c["slot_mapping"], c["scale"])
+    assert (kc == out).all()
+    with pytest.raises(ValueError, match="kv_lora_rank"):
+        ko.concat_and_cache_mla(c["kv_c"], c["k_pe"], c["kv_cache"][..., :40], *args[3:], kv_cache_dtype="fp8")
