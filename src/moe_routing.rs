@@ -537,9 +537,50 @@ pub fn identify(
     Ok(found)
 }
 
+/// One token's choice and weights in binary32 from its scores `p` (rules
+/// `ROUTE-SCORE` to `ROUTE-WEIGHT` as a kernel writes them): `s = p + b`,
+/// groups by their maximum or top-2 sum, the top `k` by `s` in descending
+/// order (ties to the lower index), the weights `p` summed in slot order,
+/// divided and scaled. Writes `ids` and `weights` (`k` long each).
+pub fn choose(r: &Routing, p: &[f32], bias: Option<&[f32]>, ids: &mut [i64], weights: &mut [f32]) {
+    let e = p.len();
+    let s: Vec<f32> = match bias {
+        None => p.to_vec(),
+        Some(b) => p.iter().zip(b).map(|(&x, &y)| x + y).collect(),
+    };
+    let mut cand: Vec<usize> = (0..e).collect();
+    if let Some(g) = r.grouping {
+        let size = e / g.n_group;
+        let gs: Vec<f32> = (0..g.n_group)
+            .map(|i| {
+                let mut v: Vec<f32> = s[i * size..(i + 1) * size].to_vec();
+                v.sort_by(|a, b| b.total_cmp(a));
+                match g.score {
+                    GroupScore::Max => v[0],
+                    GroupScore::Top2Sum => v[0] + v[1],
+                }
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..g.n_group).collect();
+        order.sort_by(|a, b| gs[*b].total_cmp(&gs[*a]).then(a.cmp(b)));
+        cand = order[..g.topk_group]
+            .iter()
+            .flat_map(|&i| i * size..(i + 1) * size)
+            .collect();
+    }
+    cand.sort_by(|a, b| s[*b].total_cmp(&s[*a]).then(a.cmp(b)));
+    let chosen = &cand[..r.top_k];
+    let sum: f32 = chosen.iter().map(|&j| p[j]).sum();
+    for (slot, &j) in chosen.iter().enumerate() {
+        ids[slot] = j as i64;
+        let w = if r.renormalize { p[j] / sum } else { p[j] };
+        weights[slot] = w * r.routed_scaling_factor;
+    }
+}
+
 /// A reference kernel in binary32 (the tests' and the fuzzers' correct
-/// form): scores by this crate's `exp`, ties to the lower index, the
-/// chosen in descending order of selection score.
+/// form): scores by this crate's `exp` (a two-pass softmax summed in
+/// order, or `1 / (1 + exp(-l))`), then [`choose`].
 pub fn reference(spec: &Spec, case: &Case) -> (Vec<i64>, Vec<f32>) {
     let (t_n, e) = spec.dims;
     let r = &spec.routing;
@@ -558,39 +599,11 @@ pub fn reference(spec: &Spec, case: &Case) -> (Vec<i64>, Vec<f32>) {
             }
             Scoring::Sigmoid => row.iter().map(|&l| 1.0 / (1.0 + exp(-l))).collect(),
         };
-        let s: Vec<f32> = match &case.bias {
-            None => p.clone(),
-            Some(b) => p.iter().zip(b).map(|(&x, &y)| x + y).collect(),
-        };
-        let by_score = |a: &usize, b: &usize| s[*b].total_cmp(&s[*a]).then(a.cmp(b));
-        let mut cand: Vec<usize> = (0..e).collect();
-        if let Some(g) = r.grouping {
-            let size = e / g.n_group;
-            let gs: Vec<f32> = (0..g.n_group)
-                .map(|i| {
-                    let mut v: Vec<f32> = s[i * size..(i + 1) * size].to_vec();
-                    v.sort_by(|a, b| b.total_cmp(a));
-                    match g.score {
-                        GroupScore::Max => v[0],
-                        GroupScore::Top2Sum => v[0] + v[1],
-                    }
-                })
-                .collect();
-            let mut order: Vec<usize> = (0..g.n_group).collect();
-            order.sort_by(|a, b| gs[*b].total_cmp(&gs[*a]).then(a.cmp(b)));
-            cand = order[..g.topk_group]
-                .iter()
-                .flat_map(|&i| i * size..(i + 1) * size)
-                .collect();
-        }
-        cand.sort_by(by_score);
-        let chosen = &cand[..k];
-        let sum: f32 = chosen.iter().map(|&j| p[j]).sum();
-        for (slot, &j) in chosen.iter().enumerate() {
-            ids[t * k + slot] = j as i64;
-            let w = if r.renormalize { p[j] / sum } else { p[j] };
-            weights[t * k + slot] = w * r.routed_scaling_factor;
-        }
+        let (i, w) = (
+            &mut ids[t * k..(t + 1) * k],
+            &mut weights[t * k..(t + 1) * k],
+        );
+        choose(r, &p, case.bias.as_deref(), i, w);
     }
     (ids, weights)
 }

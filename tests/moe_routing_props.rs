@@ -6,6 +6,7 @@
 //! be the check's bug; this hunts for it.
 
 use arbitrary::{Arbitrary, Unstructured};
+use kernel_oracle::moe_routing::choose;
 use kernel_oracle::rng::Rng;
 use oracle::moe_routing::{
     judge_selection, score_enclosures, weight_enclosure, Enclosure, GroupScore, Grouping, Routing,
@@ -68,9 +69,9 @@ impl<'a> Arbitrary<'a> for Spec {
     }
 }
 
-/// The router in binary32, as a kernel writes it.
+/// The router in binary32, as a kernel writes it: its own `exp` and sum,
+/// then the case library's choice ([`choose`]).
 fn route(spec: &Spec, logits: &[f32], bias: &[f32]) -> (Vec<i64>, Vec<f32>) {
-    let e = logits.len();
     let exp = |x: f32| {
         if spec.exp2 {
             (x * std::f32::consts::LOG2_E).exp2()
@@ -102,42 +103,9 @@ fn route(spec: &Spec, logits: &[f32], bias: &[f32]) -> (Vec<i64>, Vec<f32>) {
             ex.iter().map(|&x| x / total).collect()
         }
     };
-    let s: Vec<f32> = p.iter().zip(bias).map(|(&x, &b)| x + b).collect();
-    let mut cand: Vec<usize> = (0..e).collect();
-    if let Some(g) = spec.routing.grouping {
-        let size = e / g.n_group;
-        let gs: Vec<f32> = (0..g.n_group)
-            .map(|i| {
-                let mut v = s[i * size..(i + 1) * size].to_vec();
-                v.sort_by(|a, b| b.total_cmp(a));
-                match g.score {
-                    GroupScore::Max => v[0],
-                    GroupScore::Top2Sum => v[0] + v[1],
-                }
-            })
-            .collect();
-        let mut order: Vec<usize> = (0..g.n_group).collect();
-        order.sort_by(|a, b| gs[*b].total_cmp(&gs[*a]));
-        cand = order[..g.topk_group]
-            .iter()
-            .flat_map(|&i| i * size..(i + 1) * size)
-            .collect();
-    }
-    cand.sort_by(|a, b| s[*b].total_cmp(&s[*a]));
-    let chosen = &cand[..spec.routing.top_k];
-    let total: f32 = chosen.iter().map(|&j| p[j]).sum();
-    let ids = chosen.iter().map(|&j| j as i64).collect();
-    let w = chosen
-        .iter()
-        .map(|&j| {
-            let w = if spec.routing.renormalize {
-                p[j] / total
-            } else {
-                p[j]
-            };
-            w * spec.routing.routed_scaling_factor
-        })
-        .collect();
+    let k = spec.routing.top_k;
+    let (mut ids, mut w) = (vec![0i64; k], vec![0f32; k]);
+    choose(&spec.routing, &p, Some(bias), &mut ids, &mut w);
     (ids, w)
 }
 

@@ -37,18 +37,7 @@ import sys
 import numpy as np
 
 import kernel_oracle as ko
-from sections import section
-
-try:
-    import torch
-except ImportError:  # the module docstring says what runs where
-    torch = None
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
+from sections import section, tl, torch, triton
 
 DEEPSEEK_V3 = dict(scoring="sigmoid", n_group=8, topk_group=4, bias=True,
                    routed_scaling_factor=2.5)

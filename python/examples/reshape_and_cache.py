@@ -58,18 +58,7 @@ import sys
 import numpy as np
 
 import kernel_oracle as ko
-from sections import section
-
-try:
-    import torch
-except ImportError:  # the module docstring says what runs where
-    torch = None
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
+from sections import section, tl, torch, triton
 
 SAT, NONSAT = ko.Overflow.SAT_FINITE, ko.Overflow.NON_SATURATING
 FP8 = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}

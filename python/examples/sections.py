@@ -1,11 +1,24 @@
 """The examples' sections: each runs under its own time limit (SIGALRM),
-and one that fails to run is reported and the next one runs.
+and one that fails to run is reported and the next one runs. Also torch,
+triton and triton.language (`tl`) as the examples import them: None
+where they are not importable (each example says what runs where).
 
 Imported by the examples beside it (`python3 python/examples/<name>.py`
 puts this folder on the import path)."""
 
 import signal
 import time
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = tl = None
 
 
 class Timeout(Exception):
