@@ -12,6 +12,12 @@
 //! model's dtype. Every non-zero value drawn has magnitude at least
 //! `2^-60`, so no binary32 sum or product of the data is subnormal and
 //! flush to zero changes nothing (rule `RMS-FTZ` holds either way).
+//! Weights: mostly of magnitude 0.25 to 1.75, one in eight negative, one
+//! in 32 a zero of either sign (the output's zero takes the product's
+//! sign); in f16's LARGE and SPIKE one in eight (and SPIKE's last column,
+//! where every row has a spike) from `2^12` to 65504, so that some
+//! outputs overflow f16 (decided infinities: a kernel that saturates at
+//! 65504 fails).
 
 pub use crate::dtype::bits;
 use crate::rng::Rng;
@@ -50,11 +56,23 @@ pub enum Arm {
     /// element: where eps sits shows (outside the square root, added to
     /// the sum instead of the mean, missing: `0 * inf` is NaN).
     Small,
+    /// Small integers times a power of two: per row `y = m 2^k`, `k` from
+    /// -6 to 3, `|m|` from `ceil(M / 2)` to `M` (one element in 64 zero)
+    /// with `M` the largest whose `hidden M^2` is below `2^24`
+    /// ([`exact_max`]: 45 at hidden 8192, 15 at 65536), so every order of
+    /// the sum of squares is exact (core's rule `RMS-EXACT`) and the
+    /// interval of `r` is a few binary32 ulps wide at any hidden size,
+    /// where the other arms' spans about `(hidden / 2) 2^-24`: a mean over
+    /// `n - 1`, or one element lost from the sum, fails on the long rows.
+    /// With the fused add, `x = (m - b) 2^k` and `residual = b 2^k`, `|b| <=
+    /// M`, and `M` is halved again where `2 M` would not be exact in the
+    /// dtype.
+    Exact,
 }
 
 impl Arm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [Arm; 4] = [Arm::Rand, Arm::Spike, Arm::Large, Arm::Small];
+    pub const ALL: [Arm; 5] = [Arm::Rand, Arm::Spike, Arm::Large, Arm::Small, Arm::Exact];
 
     /// The arm's name in rows and reproductions.
     pub fn name(self) -> &'static str {
@@ -63,6 +81,7 @@ impl Arm {
             Arm::Spike => "SPIKE",
             Arm::Large => "LARGE",
             Arm::Small => "SMALL",
+            Arm::Exact => "EXACT",
         }
     }
 
@@ -75,7 +94,9 @@ impl Arm {
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!("arm {s:?}: expected \"RAND\", \"SPIKE\", \"LARGE\" or \"SMALL\"")
+                format!(
+                    "arm {s:?}: expected \"RAND\", \"SPIKE\", \"LARGE\", \"SMALL\" or \"EXACT\""
+                )
             })
     }
 }
@@ -184,6 +205,28 @@ fn pow2(e: f64) -> f64 {
     e.exp2()
 }
 
+/// EXACT's largest `|m|` for rows of `hidden`: the greatest `M` with
+/// `hidden M^2 < 2^24`, at most `2^p` for a dtype of `p` significant bits
+/// (every integer up to it is a dtype value), at most `2^(p - 1)` with the
+/// fused add (whose parts reach `2 M`).
+pub fn exact_max(hidden: usize, dtype: Dtype, fused: bool) -> u64 {
+    let limit = (1u64 << 24) - 1;
+    let h = hidden.max(1) as u64;
+    let mut m = ((limit / h) as f64).sqrt() as u64;
+    while (m + 1) * (m + 1) * h <= limit {
+        m += 1;
+    }
+    while m * m * h > limit {
+        m -= 1;
+    }
+    let bits = match dtype {
+        Dtype::F32 => 24,
+        Dtype::Bf16 => 8,
+        Dtype::F16 => 11,
+    };
+    m.min(1 << (bits - u32::from(fused)))
+}
+
 impl Spec {
     /// The default seed of a shape, dtype, fused add and arm.
     pub fn base_seed(d: Dims, dtype: Dtype, fused: bool, arm: Arm) -> u64 {
@@ -216,10 +259,26 @@ impl Spec {
         let (rows, h) = (shape.rows(), shape.hidden());
         let dt = self.dtype;
         let mut rng = Rng(self.seed);
+        // f16's LARGE and SPIKE: one weight in eight from 2^12 to 65504, and
+        // SPIKE's last column (every row's spike is there) always.
+        let big_weights = dt == Dtype::F16 && matches!(self.arm, Arm::Large | Arm::Spike);
         let weight: Vec<f32> = (0..h)
-            .map(|_| {
+            .map(|j| {
                 let sign = if rng.below(8) == 0 { -1.0 } else { 1.0 };
-                val(dt, sign * (0.25 + 1.5 * f64::from(rng.f01())))
+                let kind = rng.below(32);
+                let spike = self.arm == Arm::Spike && j == h - 1;
+                if kind == 0 && !(big_weights && spike) {
+                    if rng.below(2) == 0 {
+                        0.0
+                    } else {
+                        -0.0
+                    }
+                } else if big_weights && (kind <= 4 || spike) {
+                    let mag = pow2(12.0 + 4.0 * f64::from(rng.f01())).min(65504.0);
+                    val(dt, sign * mag)
+                } else {
+                    val(dt, sign * (0.25 + 1.5 * f64::from(rng.f01())))
+                }
             })
             .collect();
         // SMALL's kinds start at a seed-drawn offset.
@@ -279,6 +338,7 @@ impl Spec {
                         val(dt, sign * pow2(e) * halve)
                     })
                     .collect(),
+                Arm::Exact => unreachable!("EXACT draws x and residual together"),
                 Arm::Small => match (row + kind0) % 4 {
                     0 => vec![0.0; h],
                     1 => {
@@ -299,7 +359,32 @@ impl Spec {
         };
         let mut x = Vec::with_capacity(shape.len());
         let mut residual = Vec::new();
+        let big = exact_max(h, dt, self.fused) as usize;
         for row in 0..rows {
+            if self.arm == Arm::Exact {
+                let scale = pow2(rng.below(10) as f64 - 6.0);
+                for _ in 0..h {
+                    let m = if rng.below(64) == 0 {
+                        0
+                    } else {
+                        let half = big.div_ceil(2);
+                        let mag = half + rng.below(big - half + 1);
+                        if rng.below(2) == 0 {
+                            -(mag as i64)
+                        } else {
+                            mag as i64
+                        }
+                    };
+                    if self.fused {
+                        let b = rng.below(2 * big + 1) as i64 - big as i64;
+                        x.push(val(dt, (m - b) as f64 * scale));
+                        residual.push(val(dt, b as f64 * scale));
+                    } else {
+                        x.push(val(dt, m as f64 * scale));
+                    }
+                }
+                continue;
+            }
             x.extend(draw_row(row, &mut rng));
             if self.fused {
                 // SPIKE's spikes are in x; the residual is RAND-like there.
@@ -349,7 +434,9 @@ impl Reference {
 ///
 /// # Errors
 /// As [`oracle::rms_norm::check_inputs`], then
-/// [`RmsNormError::Range`] for a row whose sum could overflow.
+/// [`RmsNormError::AddOverflow`] for a row whose fused add overflows as
+/// normalized, or [`RmsNormError::Range`] for a row whose sum of squares
+/// could overflow (the first such row).
 pub fn reference(shape: &Shape, case: &Case, d: &Declared) -> Result<Reference, RmsNormError> {
     let fused = !case.residual.is_empty();
     let inputs = oracle::rms_norm::Inputs {
@@ -375,6 +462,9 @@ pub fn reference(shape: &Shape, case: &Case, d: &Declared) -> Result<Reference, 
             } else {
                 (xs.to_vec(), Vec::new())
             };
+            if let Some(col) = y.iter().position(|v: &f32| !v.is_finite()) {
+                return Err(RmsNormError::AddOverflow { row, col });
+            }
             let r = d.inv_rms(&y).ok_or(RmsNormError::Range { row })?;
             let (lo, hi) = (0..h)
                 .map(|j| a.interval(dt, y[j], r, case.weight[j]))
@@ -565,7 +655,28 @@ mod tests {
             .generate()
             .unwrap();
         assert!(c.x.contains(&0.0));
-        assert!(c.weight.iter().any(|&w| w < 0.0) && c.weight.iter().all(|&w| w.abs() >= 0.25));
+        assert!(c.weight.iter().any(|&w| w < 0.0));
+        // Zero weights of both signs, the rest from 0.25 to 1.75.
+        let c = spec((8, 1024), Dtype::Bf16, false, Arm::Rand)
+            .generate()
+            .unwrap();
+        let zeros: Vec<u32> = c
+            .weight
+            .iter()
+            .filter(|w| **w == 0.0)
+            .map(|w| w.to_bits())
+            .collect();
+        assert!(
+            zeros.contains(&0) && zeros.contains(&0x8000_0000),
+            "{zeros:?}"
+        );
+        assert!(c
+            .weight
+            .iter()
+            .all(|&w| w == 0.0 || (0.25..=1.75).contains(&w.abs())));
+        let c = spec((8, h), Dtype::Bf16, false, Arm::Rand)
+            .generate()
+            .unwrap();
         let rms =
             |r: &[f32]| (r.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>() / h as f64).sqrt();
         let scales: Vec<f64> = c.x.chunks(h).map(rms).collect();
@@ -624,6 +735,46 @@ mod tests {
             kinds[k] = true;
         }
         assert_eq!(kinds, [true; 4]);
+        // f16 LARGE and SPIKE: weights from 2^12 to 65504 (and only there).
+        for (arm, big) in [(Arm::Large, true), (Arm::Spike, true), (Arm::Rand, false)] {
+            let c = spec((2, 1024), Dtype::F16, false, arm).generate().unwrap();
+            let n = c.weight.iter().filter(|w| w.abs() >= 4096.0).count();
+            assert_eq!(n > 64, big, "{arm:?}: {n}");
+            assert!(c.weight.iter().all(|w| w.abs() <= 65504.0));
+        }
+        // EXACT: m 2^k, |m| from ceil(M / 2) to M or 0, one k per row.
+        for (dtype, fused, h) in [
+            (Dtype::Bf16, false, 8192),
+            (Dtype::Bf16, true, 129),
+            (Dtype::F16, true, 4097),
+            (Dtype::F32, false, 3),
+        ] {
+            let c = spec((4, h), dtype, fused, Arm::Exact).generate().unwrap();
+            let big = exact_max(h, dtype, fused) as f64;
+            for (i, row) in c.x.chunks(h).enumerate() {
+                let y: Vec<f64> = if fused {
+                    let res = &c.residual[i * h..(i + 1) * h];
+                    row.iter()
+                        .zip(res)
+                        .map(|(a, b)| f64::from(*a) + f64::from(*b))
+                        .collect()
+                } else {
+                    row.iter().map(|v| f64::from(*v)).collect()
+                };
+                let unit = y.iter().fold(0f64, |a, v| a.max(v.abs())) / big;
+                // The largest |m| is over M / 2: its unit is 2^ceil(log2).
+                let unit = 2f64.powi(unit.log2().ceil() as i32);
+                for v in &y {
+                    let m = v.abs() / unit;
+                    assert!(m == m.trunc() && (m == 0.0 || m >= (big / 2.0).ceil() && m <= big));
+                }
+            }
+        }
+        assert_eq!(exact_max(8192, Dtype::Bf16, false), 45);
+        assert_eq!(exact_max(65536, Dtype::F16, false), 15);
+        assert_eq!(exact_max(1, Dtype::Bf16, false), 256);
+        assert_eq!(exact_max(1, Dtype::Bf16, true), 128);
+        assert_eq!(exact_max(3, Dtype::F32, false), 2364);
         // Every non-zero value at least 2^-60.
         for arm in Arm::ALL {
             let c = spec((4, h), Dtype::Bf16, true, arm).generate().unwrap();
@@ -662,6 +813,137 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A kernel's output bits: the sum of squares in the order `sum`
+    /// gives, divided by `div`, eps added, `1 / sqrt` (binary32), then
+    /// the declared arithmetic at that `r`.
+    fn kernel(
+        shape: &Shape,
+        c: &Case,
+        d: &Declared,
+        sum: impl Fn(&[f32]) -> f32,
+        div: usize,
+    ) -> Vec<u32> {
+        let h = shape.hidden();
+        let mut out = Vec::with_capacity(shape.len());
+        for (i, row) in c.x.chunks(h).enumerate() {
+            let y: Vec<f32> = if c.residual.is_empty() {
+                row.to_vec()
+            } else {
+                let res = &c.residual[i * h..(i + 1) * h];
+                (0..h)
+                    .map(|j| d.sum().normed(d.dtype(), row[j], res[j]))
+                    .collect()
+            };
+            let sq: Vec<f32> = y.iter().map(|v| v * v).collect();
+            let r = 1.0 / (sum(&sq) / div as f32 + d.eps()).sqrt();
+            for (&v, &w) in y.iter().zip(&c.weight) {
+                let o = d.arithmetic().output(d.dtype(), v, r, w, false);
+                out.push(d.dtype().encode(o));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn exact_arm_catches_long_row_sum_bugs_the_others_admit() {
+        // On long rows a mean over n - 1 passes RAND (the general bound
+        // spans it) and, like one element left out of the sum, fails
+        // EXACT, where every order's sum is exact; a correct kernel passes
+        // both in any order.
+        let seq = |v: &[f32]| v.iter().fold(0f32, |a, &t| a + t);
+        let rev = |v: &[f32]| v.iter().rev().fold(0f32, |a, &t| a + t);
+        let drop_mid = |v: &[f32]| seq(v) - v[v.len() / 2];
+        // (A bf16 round_then_weight row shows them with odds of about one in
+        // four: its R(y r) takes a few dozen values; 16 rows, as the
+        // check's default shape.)
+        for (dims, dtype, fused, a) in [
+            ((4, 4096), Dtype::Bf16, false, Arithmetic::F32),
+            ((16, 8192), Dtype::Bf16, true, Arithmetic::RoundThenWeight),
+            ((3, 7168), Dtype::F16, false, Arithmetic::RoundThenWeight),
+        ] {
+            let d = declared(a, SumRounding::Dtype, dtype);
+            let judge = |arm, sum: &dyn Fn(&[f32]) -> f32, div| {
+                let sp = spec(dims, dtype, fused, arm);
+                let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
+                let want = reference(&shape, &c, &d).unwrap();
+                let got = kernel(&shape, &c, &d, sum, div);
+                let res = bits(dtype, &want.residual);
+                Verdict::judge(dtype, &want, &got, &res)
+            };
+            let n = dims.1;
+            for arm in [Arm::Rand, Arm::Exact] {
+                assert!(judge(arm, &seq, n).pass(), "{dims:?} {arm:?}");
+                assert!(judge(arm, &rev, n).pass(), "{dims:?} {arm:?}");
+            }
+            let v = judge(Arm::Exact, &seq, n);
+            assert!(v.decided > v.n * 9 / 10, "{v:?}");
+            for (sum, div) in [(&seq as &dyn Fn(&[f32]) -> f32, n - 1), (&drop_mid, n)] {
+                // RAND's rows span a mean over n - 1 past 4096 (at 4096 it
+                // is at the general bound's edge; a dropped element of
+                // three sigma may show).
+                if n > 4096 && div == n - 1 {
+                    assert!(
+                        judge(Arm::Rand, sum, div).pass(),
+                        "{dims:?}: RAND admits it"
+                    );
+                }
+                let v = judge(Arm::Exact, sum, div);
+                assert!(!v.pass() && v.decided_wrong > 0, "{dims:?}: {v:?}");
+            }
+        }
+        // The interval of r: a few binary32 ulps on EXACT, far wider on
+        // RAND.
+        let d = declared(Arithmetic::F32, SumRounding::Dtype, Dtype::Bf16);
+        for (arm, wide) in [(Arm::Exact, false), (Arm::Rand, true)] {
+            let sp = spec((2, 8192), Dtype::Bf16, false, arm);
+            let want = reference(&sp.shape().unwrap(), &sp.generate().unwrap(), &d).unwrap();
+            for r in &want.inv_rms {
+                let width = f64::from(r.hi) / f64::from(r.lo) - 1.0;
+                assert_eq!(width > 1e-4, wide, "{arm:?}: {width:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn f16_overflow_is_decided_and_a_saturating_kernel_fails() {
+        // f16 LARGE and SPIKE: some outputs are decided infinities; a
+        // kernel that clamps them to 65504 fails there.
+        for arm in [Arm::Large, Arm::Spike] {
+            for (dims, fused) in [((4, 2048), false), ((3, 4097), true)] {
+                let sp = spec(dims, Dtype::F16, fused, arm);
+                let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
+                let d = declared(Arithmetic::F32, SumRounding::Dtype, Dtype::F16);
+                let want = reference(&shape, &c, &d).unwrap();
+                let infs = (0..want.lo.len())
+                    .filter(|&i| want.decided(i) && want.lo[i].is_infinite())
+                    .count();
+                assert!(infs > 0, "{arm:?} {dims:?}");
+                let res = bits(Dtype::F16, &want.residual);
+                let got = bits(Dtype::F16, &want.lo);
+                assert!(Verdict::judge(Dtype::F16, &want, &got, &res).pass());
+                let clamped: Vec<f32> =
+                    want.lo.iter().map(|v| v.clamp(-65504.0, 65504.0)).collect();
+                let v = Verdict::judge(Dtype::F16, &want, &bits(Dtype::F16, &clamped), &res);
+                assert_eq!(v.decided_wrong, infs, "{arm:?} {dims:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_fused_add_that_overflows_is_named() {
+        let shape = Shape::new(1, 2).unwrap();
+        let c = Case {
+            x: vec![1.0, 40000.0],
+            residual: vec![1.0, 30000.0],
+            weight: vec![1.0, 1.0],
+        };
+        let d = declared(Arithmetic::F32, SumRounding::Dtype, Dtype::F16);
+        assert_eq!(
+            reference(&shape, &c, &d),
+            Err(RmsNormError::AddOverflow { row: 0, col: 1 })
+        );
     }
 
     #[test]

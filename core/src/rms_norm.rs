@@ -29,14 +29,18 @@
 //!    `RMSNorm.forward_static` adds in f32 and normalizes that). Without the
 //!    fused add, `y = x`.
 //! 2. `RMS-EPS`: `eps` is a positive normal binary32 (the caller's number
-//!    rounded to nearest: vLLM's `const float epsilon`, torch's scalar in
-//!    float opmath), added to the mean, inside the square root.
+//!    rounded to nearest: vLLM's `const float epsilon`, torch 2.11's
+//!    scalar in float opmath), added to the mean, inside the square root.
 //! 3. `RMS-INV`: the exact inverse RMS `r* = 1 / sqrt(sum(y^2) / n + eps)`
 //!    (`n = hidden`), and the binary32 values `[r_lo, r_hi]` that any
 //!    binary32 evaluation of it can give under the model stated at
 //!    [`Declared::inv_rms`] (any summation order, squares rounded or fused,
 //!    the mean within [`MEAN_ULPS`], the eps add rounded, the reciprocal
 //!    square root within `rsqrt_ulps`, with or without flush to zero).
+//!    `RMS-EXACT`: where every square is a whole multiple of `2^e` and
+//!    their sum is below `2^(24 + e)`, every summation order is exact and
+//!    only the mean, the eps add and the reciprocal square root widen the
+//!    interval (derived at [`Declared::inv_rms`]).
 //! 4. `RMS-OUT`: the output element is a composition of roundings of `y *
 //!    r` and the weight, named by the [`Arithmetic`] the kernel declares.
 //!    Each is monotone in `r` (non-decreasing or non-increasing with the
@@ -54,10 +58,21 @@
 //!    elsewhere it must lie in the interval ([`admits`]). With a 16-bit
 //!    dtype most elements are decided; with f32 output most are only
 //!    bounded (the interval spans the f32 values of `y * r` for every
-//!    admissible `r`).
+//!    admissible `r`). What this cannot decide: a conversion that rounds
+//!    half away from zero (`(bits + 0x8000) >> 16`) instead of to nearest
+//!    even differs from it only at a tie, and where the tied value is a
+//!    rounding of `y r` (`R(y r)` of [`Arithmetic::RoundThenWeight`]; the
+//!    final conversion of [`Arithmetic::F32`] and [`Arithmetic::Gemma`]),
+//!    the admissible `r` next to the one that ties round to the two sides
+//!    of it, so the element is bounded (or, at an end of the interval, the
+//!    two roundings agree) and either rounding passes; so on the EXACT arm
+//!    too, whose interval of `r` still spans a few binary32 values. Only
+//!    ties of an exact product of decided values are decided (the final
+//!    `R(R(y r) w)`, whose product of two 16-bit values is exact).
 //! 7. `RMS-RANGE`: a row whose binary32 sum of squares could overflow is
 //!    refused (the kernel's result is not defined), as is an input that is
-//!    not finite.
+//!    not finite, and a fused add whose normalized sum overflows (`R(x +
+//!    residual)` infinite: [`RmsNormError::AddOverflow`]).
 //!
 //! Sources (the arithmetic each [`Arithmetic`] names is cited there): vLLM
 //! `rms_norm_kernel` (`variance += x * x`, a `cub::BlockReduce` sum,
@@ -130,11 +145,14 @@ pub enum Arithmetic {
     RoundThenWeight,
     /// `R(fl(fl(y r) * w))`: one rounding to the dtype at the end.
     /// FlashInfer's `RMSNormKernel` (`float(input_vec[j]) * rms_rcp *
-    /// (weight_bias + float(weight_vec[j]))`, `weight_bias = 0`), torch's
-    /// CUDA `_fused_rms_norm` (`gamma * (rstd_val * x)` in float, cast
-    /// once; its composite `rms_norm_composite` the same, `.mul(weight)`
-    /// in opmath then `type_as(input)`), and `(x * rsqrt(..) *
-    /// weight).to(dtype)` written in torch.
+    /// (weight_bias + float(weight_vec[j]))`, `weight_bias = 0`), torch
+    /// 2.11's CUDA `_fused_rms_norm` (`gamma * (rstd_val * x)` in float,
+    /// cast once; its composite `rms_norm_composite` the same,
+    /// `.mul(weight)` in opmath then `type_as(input)`), and
+    /// `(x * rsqrt(..) * weight).to(dtype)` written in torch. Earlier torch
+    /// differs: torch 2.4's `rms_norm` composite did
+    /// `upcasted_input.mul(rqrst_input).type_as(input)`, then the weight in
+    /// the input dtype ([`Arithmetic::RoundThenWeight`]).
     F32,
     /// `R(fl(fl(y r) * fl(1 + w)))`: Gemma's weight, stored as an offset
     /// from 1, in binary32, one rounding at the end. Hugging Face's
@@ -339,6 +357,15 @@ pub enum RmsNormError {
         /// The row.
         row: usize,
     },
+    /// The fused add's sum, as normalized ([`SumRounding::normed`]: `R(x +
+    /// residual)`, or the binary32 sum), overflows to infinity for finite
+    /// inputs (rule `RMS-RANGE`): the row normalized is not finite.
+    AddOverflow {
+        /// The row.
+        row: usize,
+        /// The first column whose sum overflows.
+        col: usize,
+    },
 }
 
 impl core::fmt::Display for RmsNormError {
@@ -366,6 +393,10 @@ impl core::fmt::Display for RmsNormError {
             RmsNormError::Range { row } => write!(
                 f,
                 "row {row}: its float32 sum of squares could overflow (the kernel's result is not defined)"
+            ),
+            RmsNormError::AddOverflow { row, col } => write!(
+                f,
+                "row {row}, col {col}: the fused add's x + residual overflows to infinity as normalized (the kernel's result is not defined)"
             ),
         }
     }
@@ -529,19 +560,56 @@ impl Declared {
     /// exact integer comparison. The binary64 slack widens the interval by
     /// a relative `2^-40` or so, far below a binary32 ulp.
     ///
-    /// Outside the model: torch's CUDA `_fused_rms_norm` on its
-    /// non-vectorized path (`hidden` not a multiple of 4, or unaligned
+    /// Rule `RMS-EXACT`: where the row's squares make every sum exact,
+    /// steps 1 and 2 add no error and the kernel's sum is `S` itself.
+    /// Let every non-zero `y_i^2` be at least `2^-126`, `e` the least
+    /// exponent of the last set bit of a non-zero `y_i^2` (so every `y_i^2`
+    /// is a whole multiple of `2^e`), and `S < 2^(24 + e)`. Then every value
+    /// a kernel's sum can hold, in any order, is exact:
+    ///
+    /// - a square `y_i^2`, a partial sum of any subset of the squares (any
+    ///   tree), or an FMA's `y_i * y_i + acc` with `acc` such a partial sum,
+    ///   is a whole multiple of `2^e` (a sum of multiples of `2^e`), not
+    ///   negative, and at most `S` (the terms are not negative);
+    /// - so it is `k 2^e` with `0 <= k < 2^24`: its set bits lie between
+    ///   `2^e` and `2^(23 + e)`, at most 24 significant bits;
+    /// - it is 0 or at least `2^-126` (it holds a non-zero square), so
+    ///   normal: with 24 significant bits it is a binary32 value (below
+    ///   `2^128`: a row whose `S` reaches `f32::MAX` is refused), no
+    ///   rounding changes it and no flush to zero applies (nor to `y_i`:
+    ///   `|y_i| >= 2^-63`).
+    ///
+    /// So `S^ = S` for every summation order, with or without FMA, and
+    /// `[v_lo, v_hi]` comes from steps 3 to 5 alone: the mean within
+    /// [`MEAN_ULPS`], the eps add, the reciprocal square root. `S` is then
+    /// computed exactly (each binary64 partial sum is such a value too); the
+    /// condition is tested on the outward-rounded upper sum (`S <= s_hi <
+    /// 2^(24 + e)`), by exact integer comparison. A row that misses it (a
+    /// square below `2^-126`, which a flush would lose; `S >= 2^(24 + e)`,
+    /// where some order rounds) takes the general bound. Rows of small
+    /// integers times a power of two (`|m| <= floor(sqrt((2^24 - 1) /
+    /// n))`) meet it: the case library's EXACT arm; there the interval is
+    /// a few binary32 ulps of `r` wide at any `n`, where the general bound
+    /// spans about `(n/2) 2^-24` relative (a mean over `n - 1`, or one
+    /// element left out of the sum, falls inside that at `n >= 4096`).
+    ///
+    /// Outside the model: torch's CUDA `_fused_rms_norm` (torch 2.11) on
+    /// its non-vectorized path (`hidden` not a multiple of 4, or unaligned
     /// tensors) takes `m2 + m1 * m1` from Welford's update
     /// (`RowwiseMomentsCUDAKernel`), not a sum of squares; its error is of
-    /// the same order but not derived here.
+    /// the same order as a sum's but not derived here, and where
+    /// `RMS-EXACT` holds it may fall outside the interval.
     pub fn inv_rms(&self, y: &[f32]) -> Option<InvRms> {
         self.inv_rms_of(y.len(), y.iter().copied())
     }
 
     /// [`Declared::inv_rms`] of the `n` values `y` yields.
     fn inv_rms_of(&self, n: usize, y: impl Iterator<Item = f32>) -> Option<InvRms> {
-        // The exact sum of squares, bounded in binary64.
-        let (mut s_lo, mut s_hi) = (0f64, 0f64);
+        // The exact sum of squares, bounded in binary64 (`s_lo`, `s_hi`),
+        // and as summed (`s`, exact under `RMS-EXACT`); the least exponent
+        // of a square's last set bit, and whether every square is normal.
+        let (mut s_lo, mut s_hi, mut s) = (0f64, 0f64, 0f64);
+        let (mut e, mut normal) = (i32::MAX, true);
         for v in y {
             if !v.is_finite() {
                 return None;
@@ -550,17 +618,30 @@ impl Declared {
             if t != 0.0 {
                 s_lo = (s_lo + t).next_down();
                 s_hi = (s_hi + t).next_up();
+                s += t;
+                normal &= t >= ETA;
+                e = e.min(dyadic(t).1);
             }
         }
+        // Rule `RMS-EXACT`: S <= s_hi < 2^(24 + e).
+        let exact = normal
+            && (s_hi == 0.0 || {
+                let (m, es) = dyadic(s_hi);
+                cmp_dyadic(m, es, 1, 24 + e) == core::cmp::Ordering::Less
+            });
         let nf = n as f64;
-        let k = nf - 1.0;
-        // Step 1: the squares.
-        let a_lo = ((s_lo * (1.0 - U)).next_down() - nf * ETA).next_down();
-        let a_hi = ((s_hi * (1.0 + U)).next_up() + nf * ETA).next_up();
-        // Step 2: the sum (k u and 1 - k u are exact: n < 2^24).
-        let gamma = ((k * U) / (1.0 - k * U)).next_up();
-        let b_lo = (((a_lo * (1.0 - k * U)).next_down() - k * ETA).next_down()).max(0.0);
-        let b_hi = (a_hi * (1.0 + gamma).next_up()).next_up();
+        let (b_lo, b_hi) = if exact {
+            (s, s)
+        } else {
+            let k = nf - 1.0;
+            // Step 1: the squares.
+            let a_lo = ((s_lo * (1.0 - U)).next_down() - nf * ETA).next_down();
+            let a_hi = ((s_hi * (1.0 + U)).next_up() + nf * ETA).next_up();
+            // Step 2: the sum (k u and 1 - k u are exact: n < 2^24).
+            let gamma = ((k * U) / (1.0 - k * U)).next_up();
+            let b_lo = (((a_lo * (1.0 - k * U)).next_down() - k * ETA).next_down()).max(0.0);
+            (b_lo, (a_hi * (1.0 + gamma).next_up()).next_up())
+        };
         if b_hi >= f64::from(f32::MAX) {
             return None;
         }
@@ -758,8 +839,10 @@ pub fn check_inputs(shape: &Shape, x: &Inputs<'_>, out: [usize; 3]) -> Result<()
 /// ([`Arithmetic::interval`]).
 ///
 /// # Errors
-/// As [`check_inputs`], then [`RmsNormError::Range`] for the first row
-/// whose sum of squares could overflow; the rows before it are written.
+/// As [`check_inputs`], then, for the first row that has one,
+/// [`RmsNormError::AddOverflow`] for a fused add whose normalized sum is
+/// infinite, or [`RmsNormError::Range`] for a sum of squares that could
+/// overflow; the rows before it are written.
 pub fn rms_norm(
     shape: &Shape,
     d: &Declared,
@@ -777,6 +860,11 @@ pub fn rms_norm(
                 let rs = &res[at..at + h];
                 for j in 0..h {
                     out.residual[at + j] = residual_out(d.dtype, xs[j], rs[j]);
+                }
+                if let Some(col) =
+                    (0..h).find(|&j| !d.sum.normed(d.dtype, xs[j], rs[j]).is_finite())
+                {
+                    return Err(RmsNormError::AddOverflow { row, col });
                 }
                 let y = (0..h).map(|j| d.sum.normed(d.dtype, xs[j], rs[j]));
                 d.inv_rms_of(h, y)
@@ -953,6 +1041,177 @@ mod tests {
         }
     }
 
+    /// The four binary32 values within 2 ulps of `1 / sqrt(v)` at the
+    /// extremes: one below its lower binary32 neighbour, the neighbours,
+    /// one above the upper (decided exactly: `r^2 v` against 1).
+    fn rsqrt_within_2_ulps(v: f32) -> [f32; 4] {
+        let below = extreme_r(f64::from(v), 1.0, false);
+        let above = extreme_r(f64::from(v), 1.0, true);
+        [below.next_down(), below, above, above.next_up()]
+    }
+
+    /// Every binary32 sum of the squares of `y` in the orders a kernel may
+    /// take: sequential, reversed, ascending, descending, pairwise, three
+    /// random trees, and sequential with each square fused into the add.
+    fn sums_in_every_order(y: &[f32], next: &mut impl FnMut() -> f32) -> Vec<f32> {
+        let sq: Vec<f32> = y.iter().map(|v| v * v).collect();
+        let seq = |v: &[f32]| v.iter().fold(0f32, |a, &t| a + t);
+        let mut rev = sq.clone();
+        rev.reverse();
+        let mut asc = sq.clone();
+        asc.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let mut desc = asc.clone();
+        desc.reverse();
+        let mut out = vec![seq(&sq), seq(&rev), seq(&asc), seq(&desc), tree(&sq)];
+        for _ in 0..3 {
+            out.push(random_tree(&sq, next));
+        }
+        out.push(y.iter().fold(0f32, |a, &v| crate::fma::fma_f32(v, v, a)));
+        out
+    }
+
+    /// The `r` of every admissible kernel form from the sum `s`: the mean
+    /// as `s / n` or `s * fl(1 / n)`, the eps add, and each of
+    /// [`rsqrt_within_2_ulps`].
+    fn kernel_rs(s: f32, n: usize, eps: f32) -> Vec<f32> {
+        let mut out = Vec::new();
+        for m in [s / n as f32, s * (1.0 / n as f32)] {
+            out.extend(rsqrt_within_2_ulps(m + eps));
+        }
+        out
+    }
+
+    #[test]
+    fn rms_exact_sum_is_exact_in_every_order_and_tight() {
+        // Rule RMS-EXACT on the rows it is meant for, pushed to its edge:
+        // |m| = M everywhere (S = n M^2, the largest under 2^(24 + e)),
+        // random |m| up to M, and S = 2^24 - 1 exactly; scales from 2^-60
+        // (squares near 2^-126) to 2^50.
+        let mut next = lcg(23);
+        let eps = 1e-6f32;
+        let d = declared(Dtype::F32, eps);
+        for &n in &[1usize, 3, 4, 4096, 7168, 8192, 65536] {
+            let big = ((((1u64 << 24) - 1) / n as u64) as f64).sqrt() as i32;
+            assert!(n as u64 * (big as u64).pow(2) < 1 << 24);
+            for k in [-60i32, -6, 0, 3, 50] {
+                let scale = 2f32.powi(k);
+                let mut rows: Vec<Vec<f32>> = Vec::new();
+                rows.push(
+                    (0..n)
+                        .map(|_| if next() < 0.5 { -big } else { big } as f32 * scale)
+                        .collect(),
+                );
+                rows.push(
+                    (0..n)
+                        .map(|_| ((next() * (2 * big + 1) as f32) as i32 - big) as f32 * scale)
+                        .collect(),
+                );
+                if n == 4 {
+                    // 4095^2 + 90^2 + 9^2 + 3^2 = 2^24 - 1.
+                    rows.push([4095f32, -90.0, 9.0, 3.0].map(|v| v * scale).to_vec());
+                }
+                for y in &rows {
+                    let exact: f64 = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+                    let b = d.inv_rms(y).unwrap();
+                    // A few binary32 ulps of r wide, whatever n.
+                    let width = f64::from(b.hi) / f64::from(b.lo) - 1.0;
+                    assert!(width < 20.0 * U, "n {n} k {k}: width {width:e}");
+                    for s in sums_in_every_order(y, &mut next) {
+                        // The derivation's claim: no order rounds.
+                        assert_eq!(f64::from(s), exact, "n {n} k {k}");
+                        for r in kernel_rs(s, n, eps) {
+                            assert!(inside(b, r), "n {n} k {k}: {r} outside {b:?}");
+                        }
+                    }
+                    if n < 3 || exact / (n as f64) < 1e3 * f64::from(eps) {
+                        // No n - 1 to take, or eps dominates the mean.
+                        continue;
+                    }
+                    // Not vacuous: a mean over n - 1, and the sum without
+                    // its largest square, are outside.
+                    let s = exact as f32;
+                    assert!(!inside(b, kernel_r(s, n - 1, eps, false, 0)), "n {n} k {k}");
+                    let top = y.iter().fold(0f32, |a, &v| a.max(v * v));
+                    assert!(
+                        !inside(b, kernel_r(s - top, n, eps, false, 0)),
+                        "n {n} k {k}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rms_exact_sum_is_what_catches_long_row_sum_bugs() {
+        // At n = 8192 the general bound admits a mean over n - 1 and a
+        // dropped element; the same row with one zero made 2^-40 (a square
+        // of 2^-80: S no longer below 2^(24 + e)) takes the general bound
+        // and admits both, which is the slip-through RMS-EXACT closes.
+        let mut next = lcg(31);
+        let (n, eps) = (8192usize, 1e-6f32);
+        let d = declared(Dtype::Bf16, eps);
+        let mut y: Vec<f32> = (0..n)
+            .map(|_| ((next() * 91.0) as i32 - 45) as f32 * 0.25)
+            .collect();
+        y[n - 1] = 0.0;
+        let s: f32 = y.iter().fold(0f32, |a, &v| a + v * v);
+        let drop_one = s - y[n / 2] * y[n / 2];
+        assert!(y[n / 2] != 0.0);
+        let tight = d.inv_rms(&y).unwrap();
+        let mut loose_row = y.clone();
+        loose_row[n - 1] = 2f32.powi(-40);
+        let loose = d.inv_rms(&loose_row).unwrap();
+        assert!(loose.lo < tight.lo && tight.hi < loose.hi);
+        for bug in [
+            kernel_r(s, n - 1, eps, false, 0),
+            kernel_r(drop_one, n, eps, false, 0),
+        ] {
+            assert!(!inside(tight, bug), "{bug} inside {tight:?}");
+            assert!(inside(loose, bug), "{bug} outside {loose:?}");
+        }
+    }
+
+    #[test]
+    fn rms_exact_sum_outside_its_conditions_takes_the_general_bound() {
+        // S one past 2^(24 + e): 4096^2 then 1000 ones. Left to right every
+        // 2^24 + 1 ties to 2^24, 1000 units lost (Higham's worst case);
+        // the general bound holds it (a bound taken as exact here would
+        // not: the test fails with 25 for 24 in the condition).
+        let eps = 1e-6f32;
+        let d = declared(Dtype::F32, eps);
+        let mut y = vec![1f32; 1001];
+        y[0] = 4096.0;
+        let exact = (1u64 << 24) as f32 + 1000.0;
+        let s = y.iter().fold(0f32, |a, &v| a + v * v);
+        assert_eq!(s, (1u64 << 24) as f32);
+        let b = d.inv_rms(&y).unwrap();
+        for sum in [s, exact] {
+            for r in kernel_rs(sum, 1001, eps) {
+                assert!(inside(b, r), "{r} outside {b:?}");
+            }
+        }
+        // Squares below 2^-126: 2^-116 and 1000 of 2^-128, all multiples
+        // of 2^-128, S = 5096 2^-128 < 2^(24 - 128); but a flush to zero
+        // loses the 1000 (a fifth of the mean, which stays normal). Held
+        // either way.
+        let eps = f32::MIN_POSITIVE;
+        let d = declared(Dtype::F32, eps);
+        let mut y = vec![2f32.powi(-64); 1001];
+        y[0] = 2f32.powi(-58);
+        let b = d.inv_rms(&y).unwrap();
+        let kept = y.iter().fold(0f32, |a, &v| a + v * v);
+        let flushed = y
+            .iter()
+            .fold(0f32, |a, &v| flush_subnormal(a + flush_subnormal(v * v)));
+        assert_eq!(kept, 5096.0 * 2f32.powi(-128));
+        assert_eq!(flushed, 2f32.powi(-116));
+        for sum in [kept, flushed] {
+            for r in kernel_rs(sum, 1001, eps) {
+                assert!(inside(b, r), "{r} outside {b:?}");
+            }
+        }
+    }
+
     #[test]
     fn rms_inv_refuses_overflow_and_catches_a_padded_mean() {
         let d = declared(Dtype::F32, 1e-5);
@@ -1056,28 +1315,41 @@ mod tests {
         assert!(!admits(Dtype::Bf16, f32::NAN, f32::NAN, 0x7FC0));
     }
 
+    /// Two rows of 3, each `[f32; 6]`: `(lo, hi, residual_out)`.
+    type Rows2x3 = ([f32; 6], [f32; 6], [f32; 6]);
+
+    /// [`rms_norm`] with the fused add on two rows of 3 under
+    /// [`Arithmetic::F32`].
+    fn fused_2x3(
+        dtype: Dtype,
+        sum: SumRounding,
+        x: &[f32; 6],
+        res: &[f32; 6],
+        w: &[f32; 3],
+    ) -> Result<Rows2x3, RmsNormError> {
+        let d = Declared::new(Arithmetic::F32, sum, dtype, 1e-6, 2).unwrap();
+        let (mut lo, mut hi, mut ro) = ([0f32; 6], [0f32; 6], [0f32; 6]);
+        let inputs = Inputs {
+            x,
+            residual: Some(res),
+            weight: w,
+        };
+        let mut out = Outputs {
+            lo: &mut lo,
+            hi: &mut hi,
+            residual: &mut ro,
+        };
+        rms_norm(&Shape::new(2, 3).unwrap(), &d, &inputs, &mut out)?;
+        Ok((lo, hi, ro))
+    }
+
     #[test]
     fn fused_add_writes_the_rounded_sum_and_normalizes_per_sum_rounding() {
         let shape = Shape::new(2, 3).unwrap();
         let x = [1.0f32, 2.0, 3.0, 256.0, -1.0, 0.5];
         let res = [0.00390625f32, -2.0, 1.0, 1.0, 1.0, 0.25];
         let w = [1.0f32, 2.0, 0.5];
-        let run = |sum| {
-            let d = Declared::new(Arithmetic::F32, sum, Dtype::Bf16, 1e-6, 2).unwrap();
-            let (mut lo, mut hi, mut ro) = ([0f32; 6], [0f32; 6], [0f32; 6]);
-            let inputs = Inputs {
-                x: &x,
-                residual: Some(&res),
-                weight: &w,
-            };
-            let mut out = Outputs {
-                lo: &mut lo,
-                hi: &mut hi,
-                residual: &mut ro,
-            };
-            rms_norm(&shape, &d, &inputs, &mut out).unwrap();
-            (lo, hi, ro)
-        };
+        let run = |sum| fused_2x3(Dtype::Bf16, sum, &x, &res, &w).unwrap();
         let (lo_d, _, ro) = run(SumRounding::Dtype);
         let (lo_f, _, ro_f) = run(SumRounding::F32);
         // 1 + 2^-8 and 256 + 1 are not bf16 values: rounded to 1 and 256.
@@ -1114,6 +1386,22 @@ mod tests {
         );
         assert_eq!(Shape::new(0, 4), Err(RmsNormError::Zero { dim: "rows" }));
         assert!(Shape::new(1, MAX_HIDDEN + 1).is_err());
+    }
+
+    #[test]
+    fn rms_range_names_a_fused_add_that_overflows() {
+        // f16: 40000 + 30000 rounds to infinity; its float32 sum is finite.
+        let x = [1.0f32, 2.0, 3.0, 1.0, 40000.0, 1.0];
+        let res = [1.0f32, 1.0, 1.0, 1.0, 30000.0, 1.0];
+        let run = |sum| fused_2x3(Dtype::F16, sum, &x, &res, &[1.0; 3]).map(|r| r.2);
+        let e = run(SumRounding::Dtype).unwrap_err();
+        assert_eq!(e, RmsNormError::AddOverflow { row: 1, col: 1 });
+        assert!(
+            std::format!("{e}").contains("x + residual overflows"),
+            "{e}"
+        );
+        let ro = run(SumRounding::F32).unwrap();
+        assert_eq!(ro[4], f32::INFINITY);
     }
 
     #[test]

@@ -9,7 +9,7 @@ for bit where that interval is one value (most bf16 elements), within it
 elsewhere. Kernels differ in where they round: `round_then_weight` rounds
 `y * r` to the model dtype, then multiplies by the weight and rounds again
 (vLLM's CUDA ops, Hugging Face's `LlamaRMSNorm`, Liger's "llama" mode);
-`f32` rounds once at the end (FlashInfer, torch's `rms_norm`); `gemma`
+`f32` rounds once at the end (FlashInfer, torch 2.11's `rms_norm`); `gemma`
 multiplies by `1 + w` in float32 and rounds once. The check names every
 arithmetic whose intervals admit the output.
 
@@ -19,11 +19,14 @@ library is not importable:
    round_then_weight), and its decoder layer's residual add in the model
    dtype before it (fused add, sum_rounding "dtype");
 2. Hugging Face's `GemmaRMSNorm` forward in torch (declared gemma);
-3. `torch.nn.functional.rms_norm` with a bf16 weight (declared f32: its
-   CUDA kernel computes `gamma * (rstd * x)` in float and casts once; on
-   hidden sizes that are not multiples of 4 it takes Welford's mean and
-   variance instead of a sum of squares, outside the bound's derivation:
-   the run says whether it stays inside);
+3. `torch.nn.functional.rms_norm` with a bf16 weight (declared f32 for
+   torch 2.11, the GPU host's: its CUDA `_fused_rms_norm` computes `gamma *
+   (rstd * x)` in float and casts once; torch 2.4's composite rounded `x *
+   rstd` to the input dtype before the weight, round_then_weight, and the
+   run names what the installed torch computes; on hidden sizes that are
+   not multiples of 4 it takes Welford's mean and variance instead of a sum
+   of squares, outside the bound's derivation, which the EXACT arm holds
+   to a few ulps of the inverse RMS: the run says whether it stays inside);
 4. a Triton kernel in Liger's llama form (`(x * rstd).to(dtype) * w`),
    written here (declared round_then_weight);
 5. vLLM's `rms_norm` and `fused_add_rms_norm` ops (declared
@@ -221,7 +224,8 @@ def main(argv=None):
         elif not r.ok:
             print(f"UNEXPECTED: {fn.__name__} is outside its declared arithmetic")
             bad += 1
-    r = section("torch.nn.functional.rms_norm", 300, lambda: run(torch_rms_norm(dt), "f32"))
+    r = section(f"torch.nn.functional.rms_norm (torch {torch.__version__})", 300,
+                lambda: run(torch_rms_norm(dt), "f32"))
     bad += r is None
     if triton is None:
         print("\n=== Triton: not importable, skipped")

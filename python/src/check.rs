@@ -1138,3 +1138,49 @@ pub(crate) fn failure_head(head: &str, written: &[String]) -> String {
     }
     r
 }
+
+/// What the compared cases of an interval check (each output within an
+/// interval, bit for bit where it is one value: `check_rms_norm`,
+/// `check_act_and_mul`) admitted: the labels every case matched, and the
+/// decided and all elements.
+#[derive(Debug, Default)]
+pub(crate) struct Admitted {
+    all: Option<Vec<String>>,
+    decided: usize,
+    elements: usize,
+}
+
+impl Admitted {
+    /// One compared case: the labels it matched, its decided and all
+    /// elements.
+    pub(crate) fn add(&mut self, found: &[String], decided: usize, elements: usize) {
+        let now = self.all.take().unwrap_or_else(|| found.to_vec());
+        self.all = Some(now.into_iter().filter(|s| found.contains(s)).collect());
+        self.decided += decided;
+        self.elements += elements;
+    }
+
+    /// The summary's phrase: `"decided elements checked bit for bit: D of
+    /// N (...); every compared case admitted under: LABELS; "`.
+    pub(crate) fn summary(&self) -> String {
+        let every = match &self.all {
+            Some(v) => names_or(v, "; ", "none known"),
+            None => "(no case compared)".into(),
+        };
+        format!(
+            "decided elements checked bit for bit: {} of {} (the rest within their intervals); every compared case admitted under: {every}; ",
+            self.decided, self.elements
+        )
+    }
+}
+
+/// The last lines of an interval check's failure report: what the output
+/// matched, the line that reruns the case and the one that gives its
+/// arrays and intervals (`case_call`).
+pub(crate) fn failure_tail(r: &mut String, matches: &str, repro: &str, case_call: &str) {
+    let _ = writeln!(r, "  the output matches: {matches}");
+    let _ = write!(
+        r,
+        "reproduce:\n  {repro}\nthe case's arrays and the oracle's intervals:\n  {case_call}"
+    );
+}

@@ -10,8 +10,8 @@
 
 use crate::arrays::{array, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, names_or, seeds_for, value, CheckReport,
-    Held, Input, Out, OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, failure_tail, names_or, seeds_for, value,
+    Admitted, CheckReport, Held, Input, Out, OutKind,
 };
 use crate::check_rope::{read_values, to_array};
 use kernel_oracle::rms_norm::{
@@ -27,20 +27,26 @@ use std::fmt::Write;
 /// The shapes `(rows, hidden)` a check runs by default: hidden sizes that
 /// are not multiples of 8 first (a vectorised kernel's tail: 7 has no
 /// whole vector at all, 129 and 4097 one element past the last, 5123
-/// three, 1 a row of one), then the models' hidden sizes (2048: Llama 3.2
-/// 1B, 4096: Llama 3 8B, 5120: Qwen2.5 14B and Llama 4, 7168: DeepSeek-V3,
-/// 8192: Llama 3 70B); rows from 1 to 33 (decode and small prefill).
-pub const RMS_NORM_SHAPES: [Dims; 10] = [
+/// three, 1 a row of one, where `y r` is about `sign(y)` whatever the sum,
+/// 3 a row shorter than a vector of 4 whose `r` still depends on every
+/// element), then the models' hidden sizes (2048: Llama 3.2 1B, 4096:
+/// Llama 3 8B, 5120: Qwen2.5 14B and Llama 4, 7168: DeepSeek-V3, 8192:
+/// Llama 3 70B); rows from 1 to 33 (decode and small prefill), 16 at
+/// 8192: on EXACT a bf16 `round_then_weight` row shows a mean over `n -
+/// 1` or a dropped element with odds of about one in four (its `R(y r)`
+/// takes a few dozen values), so the long rows are many.
+pub const RMS_NORM_SHAPES: [Dims; 11] = [
     (9, 7),
     (5, 129),
     (3, 4097),
     (2, 5123),
     (6, 1),
+    (7, 3),
     (33, 2048),
     (4, 4096),
     (2, 5120),
     (3, 7168),
-    (1, 8192),
+    (16, 8192),
 ];
 
 /// The declaration from the keyword arguments: `eps` rounded to the
@@ -77,8 +83,8 @@ fn declared(
 /// `r_hi` under `arithmetic`:
 /// - `"round_then_weight"`: `R(R(y*r) * w)` (vLLM's CUDA ops, Hugging
 ///   Face's `LlamaRMSNorm`, Liger "llama");
-/// - `"f32"`: `R((y*r) * w)` in float32 (FlashInfer's `rmsnorm`, torch's
-///   `rms_norm`);
+/// - `"f32"`: `R((y*r) * w)` in float32 (FlashInfer's `rmsnorm`, torch
+///   2.11's `rms_norm`);
 /// - `"gemma"`: `R((y*r) * (1 + w))` in float32 (Gemma's RMSNorm).
 ///
 /// Returns new arrays in the inputs' representation: `out_lo`, `out_hi`
@@ -88,8 +94,9 @@ fn declared(
 /// Errors: `TypeError` for an array of another dtype; `ValueError` for an
 /// unknown arithmetic, sum rounding or dtype, shapes that disagree, an eps
 /// that is not a positive normal float32, `rsqrt_ulps` outside 1..1024, an
-/// input that is not finite, a row whose float32 sum of squares could
-/// overflow, or a case over the caps.
+/// input that is not finite, a fused add whose normalized sum `x +
+/// residual` overflows to infinity (named by row and column), a row whose
+/// float32 sum of squares could overflow, or a case over the caps.
 #[pyfunction]
 #[pyo3(signature = (x, weight, eps, residual = None, arithmetic = "round_then_weight", dtype = "bfloat16", sum_rounding = "dtype", rsqrt_ulps = 2))]
 #[allow(clippy::too_many_arguments)]
@@ -238,7 +245,7 @@ def inputs_only(fn, n_in):
 
 /// `f` as `call_typed` calls it (inputs, then the outputs): `f` itself
 /// when it takes the outputs, else an adapter that drops them.
-fn as_called<'py>(
+pub(crate) fn as_called<'py>(
     py: Python<'py>,
     f: &Bound<'py, PyAny>,
     n_in: usize,
@@ -260,7 +267,7 @@ fn as_called<'py>(
 }
 
 /// A value of `d` by its bits, as a failure shows it.
-fn shown(d: Dtype, b: u32) -> String {
+pub(crate) fn shown(d: Dtype, b: u32) -> String {
     match d {
         Dtype::F32 => value(f32::from_bits(b)),
         _ => format!("0x{b:04X} ({})", value(d.decode(b))),
@@ -333,15 +340,26 @@ fn failure_lines(
 ///
 /// Runs `fn`, an RMSNorm (with `fused_add`, a fused add + RMSNorm),
 /// through the arms `RAND` (normal rows, a scale per row, weights of
-/// either sign), `SPIKE` (one to three huge elements per row, the last
-/// element among them), `LARGE` (f16 values from 256 to 65504, whose
-/// squares overflow f16; bf16 and f32 rows whose sum of squares nears
-/// 2^124) and `SMALL` (all-zero rows, rows near `sqrt(eps)`, rows where
-/// eps dominates, one non-zero element), and judges every output against
+/// either sign, some of them zeros of either sign), `SPIKE` (one to three
+/// huge elements per row, the last element among them), `LARGE` (f16
+/// values from 256 to 65504, whose squares overflow f16, halved with the
+/// fused add so that their sum stays finite; bf16 and f32 rows whose sum
+/// of squares nears 2^124; in f16, as in SPIKE, some weights up to
+/// 65504, so that some outputs are decided infinities), `SMALL` (all-zero
+/// rows, rows near `sqrt(eps)`, rows where eps dominates, one non-zero
+/// element) and
+/// `EXACT` (small integers times a power of two, whose sum of squares is
+/// exact in every order: the inverse RMS is bounded within a few float32
+/// ulps at any hidden size, so a mean over `n - 1` or an element lost from
+/// the sum fails on long rows too), and judges every output against
 /// `rms_norm`'s interval under the declared `arithmetic`: bit for bit
 /// where the interval is one value (decided: most elements in bf16 and
 /// f16), within it elsewhere (bounded: most elements in float32); the
-/// fused add's residual output bit for bit.
+/// fused add's residual output bit for bit. Not decidable: a conversion
+/// that rounds half away from zero instead of to nearest even, where the
+/// tie is a rounding of `y*r` (the inner rounding of
+/// `"round_then_weight"`, the final one of `"f32"` and `"gemma"`): the
+/// admissible `r` on either side of the tie round both ways.
 ///
 /// The callable: `fn(x, weight, eps)` returning `out`, or with
 /// `fused_add` `fn(x, residual, weight, eps)` returning `(out,
@@ -352,14 +370,17 @@ fn failure_lines(
 /// positional argument per output (`fn(x, weight, eps, out)`,
 /// `fn(x, residual, weight, eps, out, residual_out)`, or `*args`) gets
 /// the outputs filled with NaN, as every check hands them: it writes them
-/// and returns None, or returns them. The inputs must be left as given. vLLM's in-place `fused_add_rms_norm`
-/// runs on copies: `out` gets the normalized input, `residual_out` the
-/// updated residual. A kernel that refuses a shape raises
-/// `kernel_oracle.Refused`.
+/// and returns None, or returns them. The inputs must be left as given.
+/// vLLM's in-place `fused_add_rms_norm` runs on copies: `out` gets the
+/// normalized input, `residual_out` the updated residual. A kernel that
+/// refuses a shape raises `kernel_oracle.Refused`. (The oracle
+/// `rms_norm(x, weight, eps, residual=None)` takes the residual last, as a
+/// keyword; the callable takes it second.)
 ///
 /// `arithmetic`: `"round_then_weight"` (the normalized value rounded to
 /// the dtype, then the weight: vLLM, Hugging Face's Llama), `"f32"` (one
-/// rounding: FlashInfer, torch's `rms_norm`) or `"gemma"` (`(1 + w)` in
+/// rounding: FlashInfer, torch 2.11's `rms_norm`; torch 2.4's rounded
+/// before the weight) or `"gemma"` (`(1 + w)` in
 /// float32, one rounding). `sum_rounding` (fused add): `"dtype"` (the
 /// rounded sum is normalized: vLLM's op) or `"f32"` (the float32 sum:
 /// FlashInfer). `rsqrt_ulps`: the reciprocal square root's accuracy
@@ -429,9 +450,7 @@ fn check_rms_norm<'py>(
         "{:<12} {:>5} {:>18} {:>15} {:>8} {:>8} {:>10} {:>9}  verdict  matches",
         "rows,hidden", "arm", "seed", "decided", "bounded", "outside", "res_differ", "call_ms"
     ))?;
-    // The labels every compared case matched; the decided and all elements.
-    let mut all: Option<Vec<String>> = None;
-    let (mut decided, mut elements) = (0usize, 0usize);
+    let mut admitted = Admitted::default();
     let eps_arg = PyFloat::new(py, f64::from(decl.eps())).into_any();
     for &dims in &shapes {
         let shape = within_caps(dims).map_err(PyValueError::new_err)?;
@@ -486,10 +505,7 @@ fn check_rms_norm<'py>(
                         identify(&shape, &case, d, decl.eps(), rsqrt_ulps, &got_out, &got_res)
                     })
                     .map_err(PyValueError::new_err)?;
-                let now = all.take().unwrap_or_else(|| found.clone());
-                all = Some(now.into_iter().filter(|s| found.contains(s)).collect());
-                decided += v.decided;
-                elements += v.n;
+                admitted.add(&found, v.decided, v.n);
                 let matches = names_or(&found, "; ", "none known");
                 let pass = v.pass() && written.is_empty();
                 o.row(&format!(
@@ -511,26 +527,16 @@ fn check_rms_norm<'py>(
                 }
                 let mut r = failure_head(&head, &written);
                 failure_lines(&mut r, d, &v, &want, &case, [&got_out, &got_res], dims.1);
-                let _ = writeln!(r, "  the output matches: {matches}");
-                let _ = write!(
-                    r,
-                    "reproduce:\n  {repro}\nthe case's arrays and the oracle's intervals:\n  kernel_oracle.rms_norm_case({}, {}, \"{a}\", seed=0x{seed:016x}, {kw})",
+                let case_call = format!(
+                    "kernel_oracle.rms_norm_case({}, {}, \"{a}\", seed=0x{seed:016x}, {kw})",
                     dims.0, dims.1
                 );
+                failure_tail(&mut r, &matches, &repro, &case_call);
                 rep.fail(&mut o, r, repro)?;
             }
         }
     }
-    let every = match &all {
-        Some(v) => names_or(v, "; ", "none known"),
-        None => "(no case compared)".into(),
-    };
-    rep.finish(
-        o,
-        &format!(
-            "decided elements checked bit for bit: {decided} of {elements} (the rest within their intervals); every compared case admitted under: {every}; "
-        ),
-    )
+    rep.finish(o, &admitted.summary())
 }
 
 /// Adds RMSNorm, its check, its case and default shapes.
