@@ -27,18 +27,25 @@ use std::collections::HashSet;
 pub enum Arm {
     /// Normal values (a sixteenth of them scaled down by up to 2^-11, into
     /// the FP8 subnormals), random distinct slots, about one token in
-    /// eight padding (`-1`, the last token among them), the cache's last
-    /// slot left free: the index maps, the scale (a random binary32,
-    /// `k_scale != v_scale`), the rounding (nearest even against toward
-    /// zero) and a padding token read as slot `-1` (the last block's last
-    /// offset, in Python's and torch's negative indexing).
+    /// eight padding (`-1`; the last token too on half the seeds), the
+    /// cache's last slot left free: the index maps, the scale (a random
+    /// binary32, `k_scale != v_scale`), the rounding (nearest even against
+    /// toward zero) and a padding token read as slot `-1` (the last
+    /// block's last offset, in Python's and torch's negative indexing).
     Rand,
     /// The slots a kernel gets wrong: every third token padding (one of
-    /// them `-2`: any negative slot is padding), the cache's last slot and
-    /// the first slot of its last block, offsets 0 and `block_size - 1` of
-    /// other blocks and a run of consecutive slots in one block (a
-    /// prefill), handed to the tokens in shuffled order.
+    /// them `-2`: any negative slot is padding) but never the last, the
+    /// cache's last slot and the first slot of its last block, offsets 0
+    /// and `block_size - 1` of other blocks and consecutive slots of one
+    /// block, handed to the tokens in shuffled order; values as RAND's.
     Slots,
+    /// A prefill's slot map: token `t` at slot `start + t`, `start` in
+    /// the middle of a block (offset `block_size - 1` or near it, so the
+    /// run crosses as many block boundaries as the tokens allow: two and
+    /// more wherever `T > block_size + 2`), then on half the seeds one to
+    /// three padding tokens at the tail (CUDA-graph padding); values as
+    /// RAND's. A kernel's fast path for a contiguous run runs here.
+    Prefill,
     /// The edges of the conversion, on power-of-two scales (so every
     /// scaled value is exact): under FP8, scaled values at the format's
     /// max finite, the dtype's neighbours of it, the midpoint past it
@@ -47,30 +54,43 @@ pub enum Arm {
     /// the FP8 subnormals and the midpoints among them (half the smallest
     /// subnormal ties to zero); under `"auto"`, the dtype's special bit
     /// patterns (quiet and signaling NaNs with payloads, `±inf`, `±0`,
-    /// subnormals, max finite), which a copy must keep bit for bit.
+    /// subnormals, max finite), which a copy must keep bit for bit. Slots
+    /// as RAND's.
     Sat,
-    /// FP8 only: rounding ties. Keys on a scale `k 2^e` (`k` a small odd
-    /// integer whose binary32 reciprocal is inexact; `2^e` for the
-    /// multiplying rules) with every scaled key exactly at a midpoint
-    /// between two codes (or at a code): nearest even against half away
-    /// from zero, and the division against a multiply by the reciprocal
-    /// (which lands one binary32 ulp past a third of the midpoints).
-    /// Values on a random binary32 scale, each the dtype's rounding of a
-    /// midpoint times the scale: the scaled value sits within the dtype's
-    /// half ulp of the midpoint, so the rules that round to the model's
-    /// dtype first tie and the others do not.
+    /// FP8 only: rounding ties, in keys and in values, one of them EXACT
+    /// and the other NEAR (which is which drawn from the seed: either way
+    /// round on about half the seeds; both EXACT under F32, where there
+    /// is no dtype rounding to part). EXACT: elements `m r`, `r = k 2^e`
+    /// (`k` a small odd integer whose binary32 reciprocal is inexact:
+    /// [`ties_multiplier`]), `m` a midpoint between two codes (or a code),
+    /// exact in the dtype. The dividing rules are handed `r`: the division
+    /// lands exactly on `m` (nearest even against half away from zero),
+    /// the multiply by the reciprocal one binary32 ulp off most midpoints
+    /// (78 of 126 for bf16 and E4M3), a code away wherever the even code
+    /// lies on the other side. The multiplying rules are handed `RN(1/r)`:
+    /// the product is that multiply (ties where it lands on `m`), and a
+    /// division by the handed scale's reciprocal gives another code on
+    /// about a quarter of the midpoints. NEAR: a random binary32 scale,
+    /// chosen among 64 draws so that the declared rule parts from the
+    /// rules that round otherwise, each element the dtype's rounding of a
+    /// midpoint times the scale:
+    /// the scaled value sits within the dtype's half ulp of the midpoint,
+    /// so the rules that round to the model's dtype first tie and the
+    /// others do not, and a scale the dtype cannot hold parts the rule
+    /// that rounds it ([`ScaleRule::DivideScaleInDtype`]).
     Ties,
 }
 
 impl Arm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [Arm; 4] = [Arm::Rand, Arm::Slots, Arm::Sat, Arm::Ties];
+    pub const ALL: [Arm; 5] = [Arm::Rand, Arm::Slots, Arm::Prefill, Arm::Sat, Arm::Ties];
 
     /// The arm's name in rows and reproductions.
     pub fn name(self) -> &'static str {
         match self {
             Arm::Rand => "RAND",
             Arm::Slots => "SLOTS",
+            Arm::Prefill => "PREFILL",
             Arm::Sat => "SAT",
             Arm::Ties => "TIES",
         }
@@ -84,7 +104,9 @@ impl Arm {
         Arm::ALL
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("arm {s:?}: expected \"RAND\", \"SLOTS\", \"SAT\" or \"TIES\""))
+            .ok_or_else(|| {
+                format!("arm {s:?}: expected \"RAND\", \"SLOTS\", \"PREFILL\", \"SAT\" or \"TIES\"")
+            })
     }
 
     /// Whether the arm runs on a cache of `kv` (TIES needs FP8).
@@ -119,7 +141,7 @@ pub fn parse_kv_cache_dtype(s: &str) -> Result<KvCacheDtype, String> {
 pub fn parse_scale_rule(s: &str) -> Result<ScaleRule, String> {
     ScaleRule::from_name(s).ok_or_else(|| {
         format!(
-            "scale_rule {s:?}: expected \"divide\", \"reciprocal\", \"multiply\", \"divide_in_dtype\", \"reciprocal_in_dtype\" or \"multiply_in_dtype\""
+            "scale_rule {s:?}: expected \"divide\", \"reciprocal\", \"multiply\", \"divide_in_dtype\", \"reciprocal_in_dtype\", \"multiply_in_dtype\" or \"divide_scale_in_dtype\""
         )
     })
 }
@@ -143,8 +165,8 @@ pub enum Known {
 }
 
 impl Known {
-    /// Every known arithmetic of a cache of `kv`: the copy, or the twelve
-    /// FP8 conversions (each rule with `sat_finite`, then with
+    /// Every known arithmetic of a cache of `kv`: the copy, or the
+    /// fourteen FP8 conversions (each rule with `sat_finite`, then with
     /// `non_saturating`).
     pub fn all(kv: KvCacheDtype) -> Vec<Known> {
         if kv == KvCacheDtype::Auto {
@@ -263,7 +285,8 @@ pub struct Spec {
     pub dtype: Dtype,
     /// The declared scale rule: SAT and TIES aim the scaled values through
     /// it (a multiplying rule gets `x = target / s`, the others `x =
-    /// target s`).
+    /// target s`; TIES's EXACT elements are `target r` either way, a
+    /// multiplying rule being handed `s = RN(1/r)`).
     pub rule: ScaleRule,
     /// The data.
     pub arm: Arm,
@@ -403,11 +426,24 @@ fn shuffle<T>(v: &mut [T], rng: &mut Rng) {
 /// The slot mapping of an arm (see [`Arm`]).
 fn draw_slots(shape: &Shape, arm: Arm, rng: &mut Rng) -> Vec<i64> {
     let (t_n, n, bs) = (shape.tokens(), shape.num_slots(), shape.block_size());
+    if arm == Arm::Prefill {
+        return prefill_slots(shape, rng);
+    }
     let pad: Vec<bool> = match arm {
-        Arm::Slots => (0..t_n).map(|t| t % 3 == 1).collect(),
-        _ => (0..t_n)
-            .map(|t| rng.below(8) == 0 || (t_n >= 2 && t == t_n - 1))
-            .collect(),
+        Arm::Slots => (0..t_n).map(|t| t % 3 == 1 && t + 1 != t_n).collect(),
+        _ => {
+            // The last token padding on half the seeds, writing on the rest.
+            let last = rng.below(2) == 0;
+            (0..t_n)
+                .map(|t| {
+                    if t_n >= 2 && t + 1 == t_n {
+                        last
+                    } else {
+                        rng.below(8) == 0
+                    }
+                })
+                .collect()
+        }
     };
     let valid = pad.iter().filter(|&&p| !p).count();
     let chosen: Vec<usize> = match arm {
@@ -416,7 +452,7 @@ fn draw_slots(shape: &Shape, arm: Arm, rng: &mut Rng) -> Vec<i64> {
             let mut want = vec![n - 1, (nb - 1) * bs, 0, bs - 1];
             let b = rng.below(nb);
             want.extend([b * bs, b * bs + bs - 1]);
-            // A prefill's run: consecutive slots of one block.
+            // Consecutive slots of one block (shuffled with the rest below).
             let b = rng.below(nb);
             want.extend((0..bs.min(8)).map(|o| b * bs + o));
             let mut seen = HashSet::new();
@@ -431,10 +467,12 @@ fn draw_slots(shape: &Shape, arm: Arm, rng: &mut Rng) -> Vec<i64> {
         // The cache's last slot stays free.
         _ => distinct(n - 1, valid, rng),
     };
-    // Tokens past the slots available become padding too.
+    // Tokens past the slots available become padding too: the first ones,
+    // so that the last token keeps its slot.
     let mut it = chosen.into_iter();
     let mut out: Vec<i64> = pad
         .iter()
+        .rev()
         .map(|&p| {
             if p {
                 -1
@@ -443,12 +481,41 @@ fn draw_slots(shape: &Shape, arm: Arm, rng: &mut Rng) -> Vec<i64> {
             }
         })
         .collect();
+    out.reverse();
     if arm == Arm::Slots {
         if let Some(t) = out.iter().position(|&s| s < 0) {
             out[t] = -2;
         }
     }
     out
+}
+
+/// PREFILL's slot map (see [`Arm::Prefill`]): `run` tokens at slots
+/// `start..start + run`, then the tail's padding. The first slot's offset
+/// is drawn among the offsets `1..block_size` (0 when `block_size` is 1)
+/// whose run crosses the most block boundaries and fits the cache; its
+/// block among those the run fits from.
+fn prefill_slots(shape: &Shape, rng: &mut Rng) -> Vec<i64> {
+    let (t_n, n, bs) = (shape.tokens(), shape.num_slots(), shape.block_size());
+    let tail = if t_n >= 2 && rng.below(2) == 0 {
+        1 + rng.below((t_n - 1).min(3))
+    } else {
+        0
+    };
+    let run = (t_n - tail).min(n);
+    let crossings = |o: usize| (o + run - 1) / bs;
+    let fits: Vec<usize> = (1..bs).filter(|&o| o + run <= n).collect();
+    let o = match fits.iter().map(|&o| crossings(o)).max() {
+        Some(most) => {
+            let best: Vec<usize> = fits.into_iter().filter(|&o| crossings(o) == most).collect();
+            best[rng.below(best.len())]
+        }
+        None => 0,
+    };
+    let start = rng.below((n - o - run) / bs + 1) * bs + o;
+    (0..t_n)
+        .map(|t| if t < run { (start + t) as i64 } else { -1 })
+        .collect()
 }
 
 /// Bits of `x` rounded to `dtype`.
@@ -526,24 +593,40 @@ fn precision(dtype: Dtype) -> u32 {
     }
 }
 
-/// TIES's key scale multiplier: the odd `k` (3..=63) whose product with
-/// every midpoint of `f` fits `dtype`'s precision and whose binary32
-/// reciprocal moves the most midpoints off themselves (`RN(RN(m k)
-/// RN(1/k)) != m`); 1 when none fits. bf16: 7 for E4M3 (78 of 126
-/// midpoints), 15 for E5M2; f16 and f32: 63.
-pub fn ties_multiplier(dtype: Dtype, f: &Fp8Format) -> u32 {
+/// TIES's EXACT scale multiplier: the odd `k` (3..=63) whose product with
+/// every midpoint of `f` fits `dtype`'s precision and that parts the most
+/// midpoints `m` (1 when none fits). For the dividing rules (`multiplies`
+/// false), the most moved off themselves by the binary32 reciprocal
+/// (`RN(RN(m k) RN(1/k)) != m`): bf16: 7 for E4M3 (78 of 126 midpoints),
+/// 15 for E5M2; f16 and f32: 63 (125 of 126). For the multiplying rules,
+/// handed `RN(1/k)`, the most whose code under that product differs from
+/// the code of `RN(m k) / RN(1/RN(1/k))` (a division by the reciprocal of
+/// the handed scale): 7 for bf16 (33 of 126, E4M3), 13 for f16 and f32
+/// (48) under E4M3; 7 under E5M2.
+pub fn ties_multiplier(dtype: Dtype, f: &Fp8Format, multiplies: bool) -> u32 {
     let m_bits = f.mantissa_bits + 2;
     let room = precision(dtype).saturating_sub(m_bits);
     let mids = midpoints(f);
+    let code = |q: f32| fp8::encode(f, q, Overflow::SatFinite);
     let mut best = (0usize, 1u32);
     for k in (3..=63u32).step_by(2) {
         if 32 - k.leading_zeros() > room {
             continue;
         }
         let r = 1.0 / k as f32;
-        let moved = mids.iter().filter(|&&m| m * k as f32 * r != m).count();
-        if moved > best.0 {
-            best = (moved, k);
+        let parted = mids
+            .iter()
+            .filter(|&&m| {
+                let x = m * k as f32;
+                if multiplies {
+                    code(x * r) != code(x / (1.0 / r))
+                } else {
+                    x * r != m
+                }
+            })
+            .count();
+        if parted > best.0 {
+            best = (parted, k);
         }
     }
     best.1
@@ -593,7 +676,7 @@ fn fp8_values(
     };
     let n = shape.key_len();
     match sp.arm {
-        Arm::Rand | Arm::Slots => {
+        Arm::Rand | Arm::Slots | Arm::Prefill => {
             let draw = |rng: &mut Rng| {
                 let amp = pow2(rng.below(5) as i32 - 2);
                 let s = random_scale(rng, amp);
@@ -676,51 +759,100 @@ fn fp8_values(
             (ks, vs, key, value)
         }
         Arm::Ties => {
-            let mids = midpoints(f);
-            let k = if mul { 1 } else { ties_multiplier(dt, f) };
-            // The largest e with k 2^e max within the dtype (at most 0),
-            // less 0..2.
-            let mut e = 0i32;
-            while e > -40 && (k as f32) * pow2(e) * max > dtype_max(dt) / 2.0 {
-                e -= 1;
-            }
-            let e = e - rng.below(3) as i32;
-            let ks = if mul { pow2(-e) } else { k as f32 * pow2(e) };
-            let key = (0..n)
-                .map(|_| {
-                    let m = if rng.below(8) == 0 {
-                        code_value(f, rng.below(usize::from(f.max_finite) + 1) as u8)
-                    } else {
-                        mids[rng.below(mids.len())]
-                    };
-                    let m = if rng.below(2) == 0 { m } else { -m };
-                    let x = place(m, ks);
-                    // Exact in the dtype, or the code's neighbourhood anyway.
-                    enc(dt, x)
-                })
-                .collect();
-            let vs = ties_value_scale(sp, f, rng, random_scale);
-            let value = (0..n)
-                .map(|_| {
-                    let m = mids[rng.below(mids.len())];
-                    let m = if rng.below(2) == 0 { m } else { -m };
-                    enc(dt, place(m, vs))
-                })
-                .collect();
+            // Which of keys and values is EXACT, the other NEAR; both EXACT
+            // under F32 (no dtype rounding to part).
+            let keys_exact = rng.below(2) == 0;
+            let f32_model = dt == Dtype::F32;
+            let draw = |rng: &mut Rng, exact: bool| {
+                if exact || f32_model {
+                    ties_exact(sp, n, f, rng)
+                } else {
+                    let s = ties_near_scale(sp, f, rng, random_scale);
+                    let mids = midpoints(f);
+                    let v = (0..n)
+                        .map(|_| {
+                            let m = mids[rng.below(mids.len())];
+                            let m = if rng.below(2) == 0 { m } else { -m };
+                            enc(dt, place(m, s))
+                        })
+                        .collect();
+                    (s, v)
+                }
+            };
+            let (ks, key) = draw(rng, keys_exact);
+            let (vs, value) = draw(rng, !keys_exact);
             (ks, vs, key, value)
         }
     }
 }
 
-/// TIES's value scale: a random binary32 scale (as `draw` gives them)
-/// under which the most classes of midpoints (the midpoints in `[1, 2)`:
-/// every binade's share the pattern, the products' mantissas being the
-/// same) tie in the model's dtype while the binary32 quotient lands off
-/// the midpoint on the side away from the even code, so the declared
-/// rule and its twin (with or without the rounding to the dtype) give
-/// other codes; the first of up to 64 draws reaching half the classes.
-/// Under F32 the twins are one: the first draw.
-fn ties_value_scale(
+/// TIES's EXACT elements and their scale (see [`Arm::Ties`]): `r = k 2^e`
+/// with `k` [`ties_multiplier`]'s and `e` the largest at most 0 with `r`
+/// times the format's max finite within half the dtype's, less 0..2;
+/// elements `m r` exact in the dtype, `m` a midpoint between two codes (or,
+/// one in eight, a code), of random sign. The dividing rules are handed `r`
+/// (`x / r` is `m`; `x RN(1/r)` is one binary32 ulp off a third of the
+/// midpoints); the multiplying rules `RN(1/r)`, the scale inverted (`x
+/// RN(1/r)` is that product; a division by the handed scale's reciprocal
+/// lands elsewhere).
+fn ties_exact(sp: &Spec, n: usize, f: &Fp8Format, rng: &mut Rng) -> (f32, Vec<u32>) {
+    let dt = sp.dtype;
+    let max = code_value(f, f.max_finite);
+    let k = ties_multiplier(dt, f, sp.rule.multiplies()) as f32;
+    let mut e = 0i32;
+    while e > -40 && k * pow2(e) * max > dtype_max(dt) / 2.0 {
+        e -= 1;
+    }
+    let r = k * pow2(e - rng.below(3) as i32);
+    // `m r`, where it is exact in binary32 (a product of 5 and 6
+    // significant bits at most) and in the dtype.
+    let exact = |m: f32| {
+        let x = m * r;
+        (f64::from(m) * f64::from(r) == f64::from(x) && dt.round(x) == x).then_some(x)
+    };
+    let mids: Vec<f32> = midpoints(f).into_iter().filter_map(exact).collect();
+    let codes: Vec<f32> = (0..=f.max_finite)
+        .filter_map(|c| exact(code_value(f, c)))
+        .collect();
+    let v = (0..n)
+        .map(|_| {
+            let pool = if mids.is_empty() || rng.below(8) == 0 {
+                &codes
+            } else {
+                &mids
+            };
+            let x = pool[rng.below(pool.len())];
+            enc(dt, if rng.below(2) == 0 { x } else { -x })
+        })
+        .collect();
+    (if sp.rule.multiplies() { 1.0 / r } else { r }, v)
+}
+
+/// The rules a NEAR tensor parts `rule` from: those of its family that
+/// round otherwise (to the model's dtype, its scale, or neither). The
+/// division and the multiply by the reciprocal round alike there; EXACT
+/// parts them.
+fn near_rivals(rule: ScaleRule) -> &'static [ScaleRule] {
+    use ScaleRule as R;
+    match rule {
+        R::Multiply => &[R::MultiplyInDtype],
+        R::MultiplyInDtype => &[R::Multiply],
+        R::Divide => &[R::DivideInDtype, R::DivideScaleInDtype],
+        R::Reciprocal => &[R::ReciprocalInDtype, R::DivideScaleInDtype],
+        R::DivideInDtype => &[R::Divide, R::DivideScaleInDtype],
+        R::ReciprocalInDtype => &[R::Reciprocal, R::DivideScaleInDtype],
+        R::DivideScaleInDtype => &[R::Divide, R::DivideInDtype],
+    }
+}
+
+/// TIES's NEAR scale (see [`Arm::Ties`]): a random binary32 scale (as `draw` gives them)
+/// under which the declared rule's code differs from each of its
+/// [`near_rivals`]' on the most classes of midpoints (the midpoints in
+/// `[1, 2)`: every binade's share the pattern, the products' mantissas
+/// being the same), each element being the dtype's rounding of a midpoint
+/// times the scale; the first of up to 64 draws reaching half the classes
+/// for every rival, else the best.
+fn ties_near_scale(
     sp: &Spec,
     f: &Fp8Format,
     rng: &mut Rng,
@@ -731,33 +863,24 @@ fn ties_value_scale(
         .into_iter()
         .filter(|&m| (1.0..2.0).contains(&m))
         .collect();
-    let (plain, rounded) = match sp.rule {
-        ScaleRule::Multiply | ScaleRule::MultiplyInDtype => {
-            (ScaleRule::Multiply, ScaleRule::MultiplyInDtype)
-        }
-        ScaleRule::Reciprocal | ScaleRule::ReciprocalInDtype => {
-            (ScaleRule::Reciprocal, ScaleRule::ReciprocalInDtype)
-        }
-        _ => (ScaleRule::Divide, ScaleRule::DivideInDtype),
-    };
+    let mul = sp.rule.multiplies();
     let mut best = (0usize, draw(rng, 1.0));
-    if dt == Dtype::F32 {
-        return best.1;
-    }
     for _ in 0..64 {
         let s = draw(rng, 1.0);
-        let parted = mids
+        let parted = near_rivals(sp.rule)
             .iter()
-            .filter(|&&m| {
-                let x = dt.round(if plain == ScaleRule::Multiply {
-                    m / s
-                } else {
-                    m * s
-                });
-                let code = |r: ScaleRule| fp8::encode(f, r.scaled(dt, x, s), Overflow::SatFinite);
-                code(plain) != code(rounded)
+            .map(|&rival| {
+                mids.iter()
+                    .filter(|&&m| {
+                        let x = dt.round(if mul { m / s } else { m * s });
+                        let code =
+                            |r: ScaleRule| fp8::encode(f, r.scaled(dt, x, s), Overflow::SatFinite);
+                        code(sp.rule) != code(rival)
+                    })
+                    .count()
             })
-            .count();
+            .min()
+            .unwrap_or(0);
         if parted > best.0 {
             best = (parted, s);
         }
@@ -923,6 +1046,27 @@ mod tests {
 
     const D: Dims = (23, 2, 48, 16, 4);
 
+    /// A spec of `arm` on `dims`, with `seed`.
+    fn spec(
+        dims: Dims,
+        layout: Layout,
+        kv: KvCacheDtype,
+        dtype: Dtype,
+        rule: ScaleRule,
+        arm: Arm,
+        seed: u64,
+    ) -> Spec {
+        Spec {
+            dims,
+            layout,
+            kv,
+            dtype,
+            rule,
+            arm,
+            seed,
+        }
+    }
+
     fn case(
         layout: Layout,
         kv: KvCacheDtype,
@@ -930,15 +1074,15 @@ mod tests {
         rule: ScaleRule,
         arm: Arm,
     ) -> (Shape, Case) {
-        let sp = Spec {
-            dims: D,
+        let sp = spec(
+            D,
             layout,
             kv,
             dtype,
             rule,
             arm,
-            seed: Spec::base_seed(D, layout, kv, dtype, arm),
-        };
+            Spec::base_seed(D, layout, kv, dtype, arm),
+        );
         (sp.shape().unwrap(), sp.generate().unwrap())
     }
 
@@ -991,6 +1135,8 @@ mod tests {
         let last = shape.num_slots() as i64 - 1;
         assert!(s.contains(&last) && s.contains(&(last - 15)) && s.contains(&0) && s.contains(&15));
         assert!(s.contains(&-2) && s.iter().filter(|&&v| v == -1).count() >= 6);
+        // SLOTS's last token writes.
+        assert!(s[22] >= 0);
         let (_, r) = case(
             Layout::Nhd,
             KvCacheDtype::Auto,
@@ -998,18 +1144,18 @@ mod tests {
             ScaleRule::Divide,
             Arm::Rand,
         );
-        assert!(!r.slot_mapping.contains(&last) && r.slot_mapping[22] == -1);
+        assert!(!r.slot_mapping.contains(&last));
         assert!(r.slot_mapping.iter().filter(|&&v| v >= 0).count() >= 12);
         // More tokens than slots: the rest are padding.
-        let sp = Spec {
-            dims: (9, 1, 8, 2, 2),
-            layout: Layout::Hnd,
-            kv: KvCacheDtype::Auto,
-            dtype: Dtype::F32,
-            rule: ScaleRule::Divide,
-            arm: Arm::Slots,
-            seed: 3,
-        };
+        let sp = spec(
+            (9, 1, 8, 2, 2),
+            Layout::Hnd,
+            KvCacheDtype::Auto,
+            Dtype::F32,
+            ScaleRule::Divide,
+            Arm::Slots,
+            3,
+        );
         let m = sp.generate().unwrap().slot_mapping;
         assert_eq!(m.iter().filter(|&&v| v >= 0).count(), 4);
         let sp = Spec {
@@ -1021,9 +1167,13 @@ mod tests {
 
     #[test]
     fn ties_separate_rounding_division_and_the_dtype_rounding() {
-        assert_eq!(ties_multiplier(Dtype::Bf16, &oracle::fp8::E4M3FN), 7);
-        assert_eq!(ties_multiplier(Dtype::Bf16, &oracle::fp8::E5M2), 15);
-        assert_eq!(ties_multiplier(Dtype::F16, &oracle::fp8::E4M3FN), 63);
+        let (e4, e5) = (&oracle::fp8::E4M3FN, &oracle::fp8::E5M2);
+        assert_eq!(ties_multiplier(Dtype::Bf16, e4, false), 7);
+        assert_eq!(ties_multiplier(Dtype::Bf16, e5, false), 15);
+        assert_eq!(ties_multiplier(Dtype::F16, e4, false), 63);
+        assert_eq!(ties_multiplier(Dtype::Bf16, e4, true), 7);
+        assert_eq!(ties_multiplier(Dtype::F16, e4, true), 13);
+        assert_eq!(ties_multiplier(Dtype::F32, e5, true), 7);
         for kv in [KvCacheDtype::Fp8E4m3, KvCacheDtype::Fp8E5m2] {
             for dtype in Dtype::ALL {
                 let (shape, c) = case(Layout::Nhd, kv, dtype, ScaleRule::Divide, Arm::Ties);
@@ -1043,22 +1193,24 @@ mod tests {
                     expect.push(Known::Fp8(conv(ScaleRule::Divide, o)));
                     if dtype == Dtype::F32 {
                         expect.push(Known::Fp8(conv(ScaleRule::DivideInDtype, o)));
+                        expect.push(Known::Fp8(conv(ScaleRule::DivideScaleInDtype, o)));
                     }
                 }
                 assert_eq!(found, expect, "{kv:?} {dtype:?}");
-                // Every scaled key sits exactly on a midpoint or a code.
+                // Every scaled element of the EXACT side sits exactly on a
+                // midpoint (or, one in eight, a code); both sides under F32.
                 let f = kv.format().unwrap();
                 let mids = midpoints(f);
-                let on = c
-                    .key
-                    .iter()
-                    .filter(|&&b| mids.contains(&(dtype.decode(b) / c.k_scale).abs()))
-                    .count();
-                assert!(
-                    on * 4 > c.key.len() * 3,
-                    "{kv:?} {dtype:?}: {on} of {}",
-                    c.key.len()
-                );
+                let on = |v: &[u32], s: f32| {
+                    v.iter()
+                        .filter(|&&b| mids.contains(&(dtype.decode(b) / s).abs()))
+                        .count()
+                };
+                let (k, v) = (on(&c.key, c.k_scale), on(&c.value, c.v_scale));
+                let n = c.key.len();
+                let exact = |m: usize| m * 4 > n * 3;
+                assert!(exact(k) || exact(v), "{kv:?} {dtype:?}: {k}, {v} of {n}");
+                assert!(dtype != Dtype::F32 || (exact(k) && exact(v)));
             }
         }
         // The rules that round to bf16 first part from the others on the
@@ -1087,42 +1239,184 @@ mod tests {
     }
 
     #[test]
-    fn sat_parts_the_overflow_policies_and_every_rule_identifies_itself_somewhere() {
+    fn sat_parts_the_overflow_policies_and_every_rule_identifies_itself_on_each_ties_case() {
         for kv in [KvCacheDtype::Fp8E4m3, KvCacheDtype::Fp8E5m2] {
-            for rule in ScaleRule::ALL {
-                for overflow in [Overflow::SatFinite, Overflow::NonSaturating] {
-                    let cv = conv(rule, overflow);
-                    let mut everywhere: Option<Vec<Known>> = None;
-                    for arm in Arm::ALL {
-                        let (shape, c) = case(Layout::Hnd, kv, Dtype::Bf16, rule, arm);
-                        let w = reference(&shape, &c, kv, Dtype::Bf16, cv).unwrap();
-                        let found =
-                            identify(&c, kv, Dtype::Bf16, &w, &w.key_cache, Some(&w.value_cache))
-                                .unwrap();
-                        assert!(found.contains(&Known::Fp8(cv)), "{kv:?} {rule:?} {arm:?}");
-                        if arm == Arm::Sat {
-                            assert!(found
-                                .iter()
-                                .all(|k| matches!(k, Known::Fp8(c) if c.overflow == overflow)));
-                        }
-                        let now = everywhere.take().unwrap_or_else(|| found.clone());
-                        everywhere = Some(now.into_iter().filter(|k| found.contains(k)).collect());
+            for dtype in [Dtype::Bf16, Dtype::F16] {
+                for rule in ScaleRule::ALL {
+                    for overflow in [Overflow::SatFinite, Overflow::NonSaturating] {
+                        identifies_itself(kv, dtype, conv(rule, overflow));
                     }
-                    let all = everywhere.unwrap();
-                    // divide and reciprocal in bf16 are not told apart.
-                    let twin = match rule {
-                        ScaleRule::DivideInDtype => Some(ScaleRule::ReciprocalInDtype),
-                        ScaleRule::ReciprocalInDtype => Some(ScaleRule::DivideInDtype),
-                        _ => None,
-                    };
-                    assert!(
-                        all.iter().all(|k| *k == Known::Fp8(cv)
-                            || Some(*k) == twin.map(|r| Known::Fp8(conv(r, overflow)))),
-                        "{kv:?} {rule:?} {overflow:?}: {all:?}"
-                    );
                 }
             }
         }
+    }
+
+    /// `cv` matches every arm's case (bf16 or f16, HND); SAT matches only
+    /// its overflow policy; SAT with any one TIES case (of three seeds,
+    /// keys EXACT on some, values on others) matches nothing but `cv` and
+    /// its twin (divide and reciprocal in the dtype tie alike).
+    fn identifies_itself(kv: KvCacheDtype, dtype: Dtype, cv: Conversion) {
+        let (rule, overflow) = (cv.rule, cv.overflow);
+        let found = |arm: Arm, seed: u64| {
+            let sp = spec(D, Layout::Hnd, kv, dtype, rule, arm, seed);
+            let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
+            let w = reference(&shape, &c, kv, dtype, cv).unwrap();
+            let found = identify(&c, kv, dtype, &w, &w.key_cache, Some(&w.value_cache)).unwrap();
+            assert!(found.contains(&Known::Fp8(cv)), "{kv:?} {cv:?} {arm:?}");
+            found
+        };
+        for arm in [Arm::Rand, Arm::Slots, Arm::Prefill] {
+            found(arm, 1);
+        }
+        let sat = found(Arm::Sat, 1);
+        assert!(sat
+            .iter()
+            .all(|k| matches!(k, Known::Fp8(c) if c.overflow == overflow)));
+        let twin = match rule {
+            ScaleRule::DivideInDtype => Some(ScaleRule::ReciprocalInDtype),
+            ScaleRule::ReciprocalInDtype => Some(ScaleRule::DivideInDtype),
+            _ => None,
+        };
+        for seed in 1..4 {
+            let ties = found(Arm::Ties, seed);
+            let both: Vec<&Known> = sat.iter().filter(|k| ties.contains(k)).collect();
+            assert!(
+                both.iter().all(|&&k| k == Known::Fp8(cv)
+                    || Some(k) == twin.map(|r| Known::Fp8(conv(r, overflow)))),
+                "{kv:?} {dtype:?} {rule:?} {overflow:?} seed {seed}: {both:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ties_takes_keys_or_values_exact_by_seed() {
+        let kv = KvCacheDtype::Fp8E4m3;
+        let f = kv.format().unwrap();
+        let mids = midpoints(f);
+        // EXACT's scale (its inverse for the multiplying rules) is k 2^e,
+        // NEAR's a random binary32.
+        let exact = |dtype: Dtype, v: &[u32], s: f32, mul: bool| {
+            let r = if mul { 1.0 / s } else { s };
+            let r = Dtype::Bf16.round(r);
+            let on = v
+                .iter()
+                .filter(|&&b| mids.contains(&(dtype.decode(b) / r).abs()))
+                .count();
+            on * 4 > v.len() * 3
+        };
+        for rule in [ScaleRule::Divide, ScaleRule::Multiply] {
+            let mut seen = HashSet::new();
+            for seed in 0..8 {
+                let sp = spec(D, Layout::Nhd, kv, Dtype::Bf16, rule, Arm::Ties, seed);
+                let c = sp.generate().unwrap();
+                let m = rule.multiplies();
+                let (k, v) = (
+                    exact(Dtype::Bf16, &c.key, c.k_scale, m),
+                    exact(Dtype::Bf16, &c.value, c.v_scale, m),
+                );
+                assert!(k != v, "{rule:?} seed {seed}: one side EXACT");
+                seen.insert(k);
+                // F32: both.
+                let c = Spec {
+                    dtype: Dtype::F32,
+                    ..sp
+                }
+                .generate()
+                .unwrap();
+                assert!(exact(Dtype::F32, &c.key, c.k_scale, m));
+                assert!(exact(Dtype::F32, &c.value, c.v_scale, m));
+            }
+            assert_eq!(
+                seen.len(),
+                2,
+                "{rule:?}: keys EXACT on some seeds, values on others"
+            );
+        }
+    }
+
+    #[test]
+    fn ties_parts_the_multiply_from_a_division_by_the_reciprocal() {
+        // Declared multiply, the kernel computing x / RN(1/s): EXACT's
+        // elements m r with s = RN(1/r) part the two on a share of them.
+        for kv in [KvCacheDtype::Fp8E4m3, KvCacheDtype::Fp8E5m2] {
+            for dtype in Dtype::ALL {
+                let f = kv.format().unwrap();
+                let sp = spec(D, Layout::Nhd, kv, dtype, ScaleRule::Multiply, Arm::Ties, 5);
+                let c = sp.generate().unwrap();
+                let parted = |v: &[u32], s: f32| {
+                    v.iter()
+                        .filter(|&&b| {
+                            let x = dtype.decode(b);
+                            let code = |q: f32| fp8::encode(f, q, Overflow::SatFinite);
+                            code(x * s) != code(x / (1.0 / s))
+                        })
+                        .count()
+                };
+                let p = parted(&c.key, c.k_scale) + parted(&c.value, c.v_scale);
+                assert!(p * 40 > c.key.len(), "{kv:?} {dtype:?}: {p}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_token_writes_in_every_arm_and_pads_in_some() {
+        for arm in Arm::ALL {
+            let (mut writes, mut pads) = (0, 0);
+            for seed in 0..16 {
+                let sp = spec(
+                    (8, 1, 16, 4, 8),
+                    Layout::Nhd,
+                    KvCacheDtype::Fp8E4m3,
+                    Dtype::Bf16,
+                    ScaleRule::Divide,
+                    arm,
+                    seed,
+                );
+                if sp.generate().unwrap().slot_mapping[7] >= 0 {
+                    writes += 1;
+                } else {
+                    pads += 1;
+                }
+            }
+            assert!(writes > 0, "{arm:?}");
+            assert!((arm == Arm::Slots) == (pads == 0), "{arm:?}: {pads}");
+        }
+    }
+
+    #[test]
+    fn prefill_runs_on_by_one_from_mid_block_across_block_boundaries() {
+        let mut tails = HashSet::new();
+        for (dims, least) in [
+            ((300, 8, 128, 16, 32), 17),
+            ((11, 4, 96, 1, 40), 7),
+            ((40, 2, 16, 16, 8), 2),
+            ((8, 8, 128, 16, 64), 0),
+            ((9, 1, 8, 2, 2), 1),
+        ] {
+            for seed in 0..6 {
+                let sp = spec(
+                    dims,
+                    Layout::Hnd,
+                    KvCacheDtype::Auto,
+                    Dtype::Bf16,
+                    ScaleRule::Divide,
+                    Arm::Prefill,
+                    seed,
+                );
+                let s = sp.generate().unwrap().slot_mapping;
+                let run = s.iter().take_while(|&&v| v >= 0).count();
+                assert!(run >= 1 && s[run..].iter().all(|&v| v == -1), "{s:?}");
+                assert!(s[..run].windows(2).all(|w| w[1] == w[0] + 1), "{s:?}");
+                let bs = dims.3 as i64;
+                let (first, last) = (s[0], s[run - 1]);
+                assert!(bs == 1 || first % bs != 0 || run as i64 == bs * dims.4 as i64);
+                assert!(last / bs - first / bs >= least, "{dims:?}: {s:?}");
+                tails.insert(s.len() - run);
+            }
+        }
+        // A full prefill (the last token writes) and one to three padding
+        // tokens at the tail.
+        assert!(tails.contains(&0) && tails.iter().any(|&t| (1..=3).contains(&t)));
     }
 
     #[test]
@@ -1130,15 +1424,15 @@ mod tests {
         let d: MlaDims = (9, 40, 8, 16, 2);
         let shape = mla_within_caps(KvCacheDtype::Fp8E4m3, Dtype::Bf16, d).unwrap();
         for arm in Arm::ALL {
-            let sp = Spec {
-                dims: mla_dims(d),
-                layout: Layout::Nhd,
-                kv: KvCacheDtype::Fp8E4m3,
-                dtype: Dtype::Bf16,
-                rule: ScaleRule::Divide,
+            let sp = spec(
+                mla_dims(d),
+                Layout::Nhd,
+                KvCacheDtype::Fp8E4m3,
+                Dtype::Bf16,
+                ScaleRule::Divide,
                 arm,
-                seed: 11,
-            };
+                11,
+            );
             let c = sp.generate().unwrap();
             let cv = conv(ScaleRule::Reciprocal, Overflow::NonSaturating);
             let w = reference(&shape, &c, sp.kv, sp.dtype, cv).unwrap();
@@ -1180,15 +1474,15 @@ mod tests {
             identify(&c, kv, Dtype::F16, &w, &got, Some(&w.value_cache)).unwrap(),
             vec![]
         );
-        assert!(Spec {
-            dims: D,
-            layout: Layout::Nhd,
+        assert!(spec(
+            D,
+            Layout::Nhd,
             kv,
-            dtype: Dtype::F16,
-            rule: ScaleRule::Divide,
-            arm: Arm::Ties,
-            seed: 1
-        }
+            Dtype::F16,
+            ScaleRule::Divide,
+            Arm::Ties,
+            1
+        )
         .generate()
         .is_err());
         assert!(within_caps(

@@ -187,47 +187,77 @@ impl Layout {
 /// `*InDtype` rules round the scaled value to the model's dtype first, as
 /// torch eager computes on bf16 and f16 tensors, one operator at a time,
 /// so the code is rounded twice (in F32 they are the rules without it).
+/// Which rule a torch expression computes depends on the device and on
+/// the scale's kind (a Python float, a 0-dim tensor, a one-element
+/// tensor): each rule names the ones it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScaleRule {
     /// `RN(x / s)`, one IEEE binary32 division: vLLM's CUDA kernels
     /// (`scaled_vec_conversion`: `__bfloat162float(a) / scale`, nvcc's
-    /// `/` being `div.rn.f32`); torch's division by a CUDA tensor; Triton's
-    /// `tl.div_rn`. (Triton's plain `/` on float32 is PTX's approximate
-    /// `div.full.f32`: none of these.)
+    /// `/` being `div.rn.f32`); torch on CUDA dividing by a float32 tensor
+    /// of one or more dimensions (a `[1]`-shaped scale: a bf16 or f16
+    /// `key` is promoted to float32 first); Triton's `tl.div_rn`.
+    /// (Triton's plain `/` on float32 is PTX's approximate `div.full.f32`:
+    /// none of these.)
     Divide,
     /// `RN(x * RN(1 / s))`: a multiply by the scale's binary32 reciprocal,
-    /// as torch divides a CUDA tensor by a Python scalar
-    /// (`div_true_kernel_cuda` "computes a * reciprocal(b)") and as
-    /// kernels that take the reciprocal once per launch compute.
+    /// as torch on CUDA divides a float32 tensor by a Python scalar
+    /// (`div_true_kernel_cuda`, aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu:
+    /// for a CPU scalar it computes "a * reciprocal(b)") and as kernels
+    /// that take the reciprocal once per launch compute. (On the CPU torch
+    /// divides: [`ScaleRule::Divide`], or [`ScaleRule::DivideInDtype`] on
+    /// bf16 and f16.)
     Reciprocal,
     /// `RN(x * s)`: the kernel multiplies, the caller handing it the
     /// inverted scale (TensorRT-LLM's `kvScaleOrigQuant`, "multiplied by
     /// this original-domain to FP8 scale before storing").
     Multiply,
-    /// `R(RN(x / s))`: [`ScaleRule::Divide`] in the model's dtype (torch
-    /// `(key / k_scale_tensor).to(torch.float8_e4m3fn)` on a bf16 `key`).
+    /// `R(RN(x / s))`: [`ScaleRule::Divide`] in the model's dtype: torch
+    /// on the CPU dividing a bf16 or f16 `key` by a Python float or a 0-dim
+    /// float32 tensor, then `.to(torch.float8_e4m3fn)` (`div_true_kernel`'s
+    /// reduced-float branch, aten/src/ATen/native/cpu/BinaryOpsKernel.cpp:
+    /// `static_cast<opmath_t>(a) / b` with the scale read as float32, the
+    /// quotient stored back in the tensor's dtype); a kernel that stores the
+    /// quotient in the model's dtype before converting it. (On CUDA a 0-dim
+    /// scale is [`ScaleRule::DivideScaleInDtype`], a Python float
+    /// [`ScaleRule::ReciprocalInDtype`], a `[1]`-shaped float32 tensor
+    /// [`ScaleRule::Divide`].)
     DivideInDtype,
     /// `R(RN(x * RN(1 / s)))`: [`ScaleRule::Reciprocal`] in the model's
     /// dtype (SGLang's `set_kv_buffer`: `cache_k.div_(k_scale)` with a
-    /// float `k_scale` on the bf16 `cache_k`, then `.to(self.dtype)`).
+    /// float `k_scale` on the bf16 `cache_k` on CUDA, then
+    /// `.to(self.dtype)`).
     ReciprocalInDtype,
     /// `R(RN(x * s))`: [`ScaleRule::Multiply`] in the model's dtype.
     MultiplyInDtype,
+    /// `R(RN(x / R(s)))`: the scale rounded to the model's dtype, then
+    /// [`ScaleRule::DivideInDtype`]: torch on CUDA dividing a bf16 or f16
+    /// `key` by a 0-dim float32 CUDA tensor (as vLLM's attention layers hold
+    /// `_k_scale`), then `.to(torch.float8_e4m3fn)`. A 0-dim tensor takes no
+    /// part in type promotion, so the common dtype is the key's, and
+    /// `div_true_kernel_cuda`'s tensor branch
+    /// (aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu: `DivFunctor<scalar_t>`
+    /// through `gpu_kernel_with_scalars`) reads the scale cast to that
+    /// dtype; c10's `BFloat16` and `Half` `operator/` divide in float32 and
+    /// round back. In F32 it is [`ScaleRule::Divide`]; under f16 a scale
+    /// past its range rounds to infinity or zero, and the quotient follows.
+    DivideScaleInDtype,
 }
 
 impl ScaleRule {
     /// Every rule, in the order identification reports them.
-    pub const ALL: [ScaleRule; 6] = [
+    pub const ALL: [ScaleRule; 7] = [
         ScaleRule::Divide,
         ScaleRule::Reciprocal,
         ScaleRule::Multiply,
         ScaleRule::DivideInDtype,
         ScaleRule::ReciprocalInDtype,
         ScaleRule::MultiplyInDtype,
+        ScaleRule::DivideScaleInDtype,
     ];
 
-    /// `"divide"`, `"reciprocal"`, `"multiply"`, and each with
-    /// `"_in_dtype"`.
+    /// `"divide"`, `"reciprocal"`, `"multiply"`, each with `"_in_dtype"`,
+    /// and `"divide_scale_in_dtype"`.
     pub const fn name(self) -> &'static str {
         match self {
             ScaleRule::Divide => "divide",
@@ -236,6 +266,7 @@ impl ScaleRule {
             ScaleRule::DivideInDtype => "divide_in_dtype",
             ScaleRule::ReciprocalInDtype => "reciprocal_in_dtype",
             ScaleRule::MultiplyInDtype => "multiply_in_dtype",
+            ScaleRule::DivideScaleInDtype => "divide_scale_in_dtype",
         }
     }
 
@@ -261,6 +292,7 @@ impl ScaleRule {
             ScaleRule::DivideInDtype => dtype.round(x / s),
             ScaleRule::ReciprocalInDtype => dtype.round(x * (1.0 / s)),
             ScaleRule::MultiplyInDtype => dtype.round(x * s),
+            ScaleRule::DivideScaleInDtype => dtype.round(x / dtype.round(s)),
         }
     }
 }
@@ -998,6 +1030,43 @@ mod tests {
             (c(ScaleRule::Divide), c(ScaleRule::Reciprocal)),
             (0x3C, 0x3D)
         );
+    }
+
+    #[test]
+    fn divide_scale_in_dtype_rounds_the_scale_first() {
+        // s = 1 + 2^-8 - 2^-20 rounds to 1.0 in bf16 (8 significant
+        // bits). x = 1.1875 = 1.0011b is the E4M3 midpoint of 1.125 (0x39)
+        // and 1.25 (0x3A): x / R(s) sits on it and ties to the even 0x3A;
+        // x / s = 1.18288.. rounds (to bf16 1.1796875, or in binary32) to
+        // 0x39.
+        let s = 1.0 + 1.0 / 256.0 - 1.0 / 1_048_576.0;
+        let (x, rule) = (1.1875f32, ScaleRule::DivideScaleInDtype);
+        assert_eq!(Dtype::Bf16.round(s), 1.0);
+        assert_eq!(rule.scaled(Dtype::Bf16, x, s), x);
+        assert_eq!(
+            ScaleRule::DivideInDtype.scaled(Dtype::Bf16, x, s),
+            1.179_687_5
+        );
+        let code = |r: ScaleRule| {
+            let conv = Conversion {
+                rule: r,
+                overflow: Overflow::NonSaturating,
+            };
+            convert(
+                KvCacheDtype::Fp8E4m3,
+                Dtype::Bf16,
+                conv,
+                Dtype::Bf16.encode(x),
+                s,
+            )
+        };
+        assert_eq!(code(rule), 0x3A);
+        assert_eq!(code(ScaleRule::DivideInDtype), 0x39);
+        assert_eq!(code(ScaleRule::Divide), 0x39);
+        // In F32 the rounding is the identity: the plain division.
+        assert_eq!(rule.scaled(Dtype::F32, x, s), x / s);
+        assert_eq!(ScaleRule::from_name("divide_scale_in_dtype"), Some(rule));
+        assert!(!rule.multiplies());
     }
 
     #[test]

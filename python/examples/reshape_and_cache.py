@@ -10,12 +10,15 @@ the paged-attention layout (vLLM's `reshape_and_cache`, keys packed by `x =
 bits and demands every element no token writes unchanged. Under an FP8
 cache each written code is the input scaled by `k_scale` or `v_scale`,
 rounded to nearest even: the scale rule (`divide`: x / s, one binary32
-division; `reciprocal`: x * fl(1/s), torch's tensor divided by a Python
-float; `multiply`; each `_in_dtype`: the scaled value rounded to the
-model's dtype first, torch eager on bf16 tensors) and the overflow policy
+division; `reciprocal`: x * fl(1/s), torch on CUDA dividing a float32
+tensor by a Python float; `multiply`; each `_in_dtype`: the scaled value
+rounded to the model's dtype first, torch eager on bf16 tensors;
+`divide_scale_in_dtype`: the scale rounded to the model's dtype too, torch
+on CUDA dividing by a 0-dim float32 tensor) and the overflow policy
 (`SAT_FINITE`: CUDA's `__NV_SATFINITE` and Triton's conversion on sm_90;
 `NON_SATURATING`: torch's `.to(torch.float8_e4m3fn)`) are the findings.
-SAT separates the policies, TIES the rules.
+SAT separates the policies, each TIES case the rules (on keys in some
+cases, values in others).
 
 Sections, each under its own time limit, each skipped with a line when its
 library is not importable:
@@ -27,9 +30,10 @@ library is not importable:
    (`key.div(k_scale_float)` on the bf16 key, then `.to(fp8)`: torch
    multiplies a CUDA tensor by a Python scalar's binary32 reciprocal and
    rounds to bf16: declared `reciprocal_in_dtype`) and the same with a
-   0-dim CUDA scale (declared `divide_in_dtype`; torch's CUDA kernel reads a
-   0-dim operand as the common dtype, bf16, so the scale itself may be
-   rounded: the run settles it), and E5M2;
+   0-dim CUDA scale (declared `divide_scale_in_dtype`: a 0-dim operand takes
+   no part in type promotion, so torch's CUDA division
+   (`DivFunctor<BFloat16>`) reads the scale cast to bf16, divides in float32
+   and rounds the quotient to bf16), and E5M2;
 3. a Triton kernel in the form of vLLM's `triton_reshape_and_cache_flash`
    (one program per token and tile, `key / tl.load(k_scale)` stored
    through an FP8 pointer), every layout: with Triton's float32 `/`
@@ -327,7 +331,7 @@ def main():
             print("UNEXPECTED: torch's index-put is not a copy")
             bad += 1
     for form, rule, overflow in (("float", "divide", NONSAT), ("scalar", "reciprocal_in_dtype", NONSAT),
-                                 ("zero_dim", "divide_in_dtype", NONSAT)):
+                                 ("zero_dim", "divide_scale_in_dtype", NONSAT)):
         r = section(f"torch FP8 E4M3, nhd, form {form}", 240,
                     lambda f=form, ru=rule, o=overflow: run(torch_cache("nhd", "fp8_e4m3", form=f),
                                                            "nhd", "fp8_e4m3", ru, o))

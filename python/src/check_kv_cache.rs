@@ -30,7 +30,8 @@ use std::fmt::Write;
 
 /// The shapes `(tokens, num_kv_heads, head_size, block_size, num_blocks)`
 /// a check runs by default: Llama's GQA decode (8 key heads of 128, 16
-/// slots a block), a prefill of 300 tokens, head sizes 64 (32 slots a
+/// slots a block), 300 tokens (PREFILL's run crosses 18 or more block
+/// boundaries there), head sizes 64 (32 slots a
 /// block), 80 (64), 96 (block size 1), 256 with one key head (MQA), then
 /// head sizes past a vector's reach: 72 and 40 (a multiple of 8 but not
 /// of 16: a kernel moving 16 elements at a time without a tail loop
@@ -38,7 +39,8 @@ use std::fmt::Write;
 /// elements has a tail past every vector of 8 or 16). The paged layout
 /// runs the shapes whose head size is a multiple of its `x` (16 for FP8
 /// codes, 8 for bf16 and f16, 4 for f32); the other shapes are skipped
-/// there. Token counts are small: the arithmetic is per element.
+/// there, each with a row saying so. Token counts are small: the arithmetic
+/// is per element.
 pub const KV_CACHE_SHAPES: [Dims; 9] = [
     (8, 8, 128, 16, 64),
     (300, 8, 128, 16, 32),
@@ -167,6 +169,22 @@ fn read_scale(arg: &str, a: &Bound<'_, PyAny>) -> PyResult<f32> {
     }
 }
 
+/// A slot mapping (int64, or int32 widened) and its shape.
+fn read_slots(a: &Bound<'_, PyAny>) -> PyResult<(Vec<usize>, Vec<i64>)> {
+    if let Ok(x) = a.extract::<PyReadonlyArrayDyn<'_, i64>>() {
+        return Ok((x.shape().to_vec(), to_vec(&x)));
+    }
+    match a.extract::<PyReadonlyArrayDyn<'_, i32>>() {
+        Ok(x) => Ok((
+            x.shape().to_vec(),
+            to_vec(&x).into_iter().map(i64::from).collect(),
+        )),
+        Err(_) => Err(PyTypeError::new_err(
+            "slot_mapping: expected an int64 (or int32) array",
+        )),
+    }
+}
+
 /// The shapes of `key` (and `value`), the key cache and the value cache.
 fn shapes_of(s: &Shape) -> ([usize; 3], Vec<usize>, Vec<usize>) {
     (
@@ -182,7 +200,7 @@ fn shapes_of(s: &Shape) -> ([usize; 3], Vec<usize>, Vec<usize>) {
 /// `key_cache` and `value_cache` as given with every token's key and value
 /// written. `key`, `value` `[T, num_kv_heads, head_size]` (uint16 bit
 /// patterns of `dtype`, `"bfloat16"` or `"float16"`, or float32 for
-/// `"float32"`); `slot_mapping` int64 `[T]` (slot `s` is offset `s %
+/// `"float32"`); `slot_mapping` int64 or int32 `[T]` (slot `s` is offset `s %
 /// block_size` of block `s // block_size`; negative: padding, nothing
 /// written); `k_scale`, `v_scale` floats (or one-element float32 arrays);
 /// the caches in `layout`:
@@ -200,10 +218,13 @@ fn shapes_of(s: &Shape) -> ([usize; 3], Vec<usize>, Vec<usize>) {
 /// copied), uint8 codes under `"fp8"` / `"fp8_e4m3"` (E4M3FN) and
 /// `"fp8_e5m2"`: the code of the scaled input under `scale_rule`
 /// (`"divide"`: `x / s`, one binary32 division, vLLM's CUDA kernels;
-/// `"reciprocal"`: `x * fl(1/s)`, torch's tensor divided by a Python
-/// float; `"multiply"`: `x * s`, the scale handed inverted; each with
-/// `"_in_dtype"`: the scaled value rounded to `dtype` first, torch eager
-/// on bf16 tensors), rounded to nearest even with `overflow`
+/// `"reciprocal"`: `x * fl(1/s)`, torch on CUDA dividing a float32 tensor
+/// by a Python float; `"multiply"`: `x * s`, the scale handed inverted;
+/// each with `"_in_dtype"`: the scaled value rounded to `dtype` first,
+/// torch eager on bf16 and f16 tensors (`"divide_in_dtype"` on the CPU,
+/// `"reciprocal_in_dtype"` on CUDA by a Python float);
+/// `"divide_scale_in_dtype"`: the scale rounded to `dtype` too, torch on
+/// CUDA dividing by a 0-dim float32 tensor), rounded to nearest even with `overflow`
 /// (`Overflow.SAT_FINITE`: CUDA's `__NV_SATFINITE`, ±max finite;
 /// `Overflow.NON_SATURATING`: torch's `.to(torch.float8_e4m3fn)`, NaN
 /// in E4M3 and ±inf in E5M2).
@@ -222,7 +243,7 @@ fn reshape_and_cache<'py>(
     value: Bound<'py, PyAny>,
     key_cache: Bound<'py, PyAny>,
     value_cache: Bound<'py, PyAny>,
-    slot_mapping: PyReadonlyArrayDyn<'py, i64>,
+    slot_mapping: Bound<'py, PyAny>,
     k_scale: Bound<'py, PyAny>,
     v_scale: Bound<'py, PyAny>,
     layout: &str,
@@ -237,10 +258,10 @@ fn reshape_and_cache<'py>(
     let ckind = cache_kind(kv, d);
     let (kcs, kcb) = read_bits("key_cache", &key_cache, ckind)?;
     let (vcs, vcb) = read_bits("value_cache", &value_cache, ckind)?;
-    if ks.len() != 3 || vs != ks || slot_mapping.shape() != [ks[0]] || kcs.len() < 2 {
+    let (ss, slots) = read_slots(&slot_mapping)?;
+    if ks.len() != 3 || vs != ks || ss != [ks[0]] || kcs.len() < 2 {
         return Err(PyValueError::new_err(format!(
-            "key {ks:?}, value {vs:?}, slot_mapping {:?}: expected [T, num_kv_heads, head_size] twice and [T]",
-            slot_mapping.shape()
+            "key {ks:?}, value {vs:?}, slot_mapping {ss:?}: expected [T, num_kv_heads, head_size] twice and [T]"
         )));
     }
     let bs = match l {
@@ -260,7 +281,7 @@ fn reshape_and_cache<'py>(
     let case = Case {
         key: kb,
         value: vb,
-        slot_mapping: to_vec(&slot_mapping),
+        slot_mapping: slots,
         k_scale: read_scale("k_scale", &k_scale)?,
         v_scale: read_scale("v_scale", &v_scale)?,
         key_cache: kcb,
@@ -550,22 +571,31 @@ fn list(v: &[Known], none: &str) -> String {
     names_or(&names, "; ", none)
 }
 
+/// The shapes a check runs, and the default shapes it skips with why.
+type Shapes = (Vec<Dims>, Vec<(Dims, String)>);
+
 /// The shapes a check runs: `given`, each within the caps, else the
 /// `defaults` the declared write can run (the paged layout packs only
-/// head sizes that are multiples of its `x`).
-fn shapes_or(decl: &Declared, given: Option<Vec<Dims>>, defaults: &[Dims]) -> PyResult<Vec<Dims>> {
+/// head sizes that are multiples of its `x`); with the defaults it
+/// cannot, and why.
+fn shapes_or(decl: &Declared, given: Option<Vec<Dims>>, defaults: &[Dims]) -> PyResult<Shapes> {
     match given {
         Some(s) => {
             for &dims in &s {
                 decl.shape(dims).map_err(PyValueError::new_err)?;
             }
-            Ok(s)
+            Ok((s, Vec::new()))
         }
-        None => Ok(defaults
-            .iter()
-            .copied()
-            .filter(|&dims| decl.shape(dims).is_ok())
-            .collect()),
+        None => {
+            let (mut run, mut skipped) = (Vec::new(), Vec::new());
+            for &dims in defaults {
+                match decl.shape(dims) {
+                    Ok(_) => run.push(dims),
+                    Err(e) => skipped.push((dims, e)),
+                }
+            }
+            Ok((run, skipped))
+        }
     }
 }
 
@@ -576,7 +606,7 @@ fn drive<'py>(
     py: Python<'py>,
     kernel: &Bound<'py, PyAny>,
     decl: Declared,
-    shapes: Vec<Dims>,
+    (shapes, skipped): Shapes,
     arms: Vec<Arm>,
     seeds: Option<Vec<u64>>,
     trials: usize,
@@ -596,7 +626,7 @@ fn drive<'py>(
     let (kw, what) = (decl.kw(), decl.what());
     o.row(&format!("check_{contract}({fname}), {what}"))?;
     o.row(&format!(
-        "{:<20} {:>5} {:>18} {:>15} {:>17} {:>9}  verdict  matches",
+        "{:<20} {:>7} {:>18} {:>15} {:>17} {:>9}  verdict  matches",
         if mla {
             "T,rank,pe,bs,blocks"
         } else {
@@ -608,6 +638,12 @@ fn drive<'py>(
         "unwritten changed",
         "call_ms"
     ))?;
+    for (d, why) in &skipped {
+        let dims_s = format!("{},{},{},{},{}", d.0, d.1, d.2, d.3, d.4);
+        o.row(&format!(
+            "{dims_s:<20} skipped, a default shape {contract} cannot run here: {why}"
+        ))?;
+    }
     // The known arithmetics every compared case matched, and every SAT
     // and TIES case.
     let mut all: Option<Vec<Known>> = None;
@@ -677,7 +713,7 @@ fn drive<'py>(
                 let (called, ms) = call_args(py, kernel, args, &inputs, &outs, caches)?;
                 let a = arm.name();
                 let dims_s = format!("{},{},{},{},{}", dims.0, dims.1, dims.2, dims.3, dims.4);
-                let row = format!("{dims_s:<20} {a:>5} 0x{seed:016x}");
+                let row = format!("{dims_s:<20} {a:>7} 0x{seed:016x}");
                 let dims_py = format!("({dims_s})").replace(',', ", ");
                 let repro = format!(
                     "kernel_oracle.check_{contract}({fname}, {kw}, shapes=[{dims_py}], arms=[\"{a}\"], seeds=[0x{seed:016x}])"
@@ -758,10 +794,14 @@ fn drive<'py>(
         Some(v) => list(v, "none known"),
         None => "(no case compared)".into(),
     };
+    let skipped = match skipped.len() {
+        0 => String::new(),
+        n => format!("{n} default shape(s) skipped (the layout cannot pack their head size); "),
+    };
     rep.finish(
         o,
         &format!(
-            "written elements bit-identical on every compared case under: {}; on every SAT and TIES case under: {}; ",
+            "{skipped}written elements bit-identical on every compared case under: {}; on every SAT and TIES case under: {}; ",
             sum(&all),
             sum(&edges)
         ),
@@ -771,15 +811,23 @@ fn drive<'py>(
 /// check_reshape_and_cache(kernel, layout="nhd", kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
 ///
 /// Runs `kernel`, a KV-cache write, through the arms `RAND` (random
-/// values, scales and distinct slots, some padding), `SLOTS` (padding
-/// tokens, `-2` among them; the cache's last slot, the last block, first
-/// and last offsets of blocks, a prefill's run, in shuffled order), `SAT`
-/// (power-of-two scales; scaled values at and around the FP8 max finite
-/// and the midpoint past it, `±inf`, NaN, `±0`, the FP8 subnormals; under
-/// `"auto"` the dtype's special bit patterns) and `TIES` (FP8 only:
-/// scaled keys exactly at midpoints between codes, on a scale whose
-/// binary32 reciprocal is inexact; scaled values within the dtype's half
-/// ulp of midpoints), and judges both caches element by element: every
+/// values, scales and distinct slots, some padding; the last token
+/// padding on half the seeds), `SLOTS` (every third token padding but
+/// the last, `-2` among them; the cache's last slot, the last block,
+/// first and last offsets of blocks, consecutive slots of one block, in
+/// shuffled order), `PREFILL` (a prefill's slot map: token `t` at slot
+/// `start + t` from the middle of a block, across as many block
+/// boundaries as the tokens allow, on half the seeds one to three
+/// padding tokens at the tail), `SAT` (power-of-two scales; scaled values
+/// at and around the FP8 max finite and the midpoint past it, `±inf`,
+/// NaN, `±0`, the FP8 subnormals; under `"auto"` the dtype's special bit
+/// patterns) and `TIES` (FP8 only: of keys and values, one EXACT, every
+/// scaled element exactly at a midpoint between codes on a scale `k 2^e`
+/// whose binary32 reciprocal is inexact (handed inverted to the
+/// multiplying rules), the other NEAR, within the dtype's half ulp of
+/// midpoints on a random binary32 scale; which is which drawn from the
+/// seed, keys EXACT on about half the seeds and values on the rest), and
+/// judges both caches element by element: every
 /// element the contract writes bit for bit against `reshape_and_cache`
 /// under the declared `layout`, `kv_cache_dtype`, `dtype`, `scale_rule`
 /// and `overflow` (an FP8 NaN code equal to any NaN code: a GPU's
@@ -804,21 +852,34 @@ fn drive<'py>(
 ///
 /// Each row counts the written elements that differ and the unwritten
 /// ones that changed, and names every known arithmetic the written
-/// elements match (`"copy"` under `"auto"`; under FP8 each of the six
-/// rules with `sat_finite` or `non_saturating`); SAT separates the
-/// overflow policies and TIES the rules, so what matches on every SAT and
-/// TIES case is how the kernel converts (`divide_in_dtype` and
-/// `reciprocal_in_dtype` part rarely: both tie the same midpoints).
+/// elements match (`"copy"` under `"auto"`; under FP8 each of the seven
+/// rules with `sat_finite` or `non_saturating`). SAT separates the
+/// overflow policies; each TIES case separates the rules (EXACT the
+/// division from the multiply by the reciprocal and the rounding, NEAR
+/// the rounding to the model's dtype and of the scale), on keys in some
+/// cases and on values in others, so what matches on every SAT and TIES
+/// case is how the kernel converts, keys and values alike, once both
+/// sides have been EXACT (`divide_in_dtype` and `reciprocal_in_dtype`
+/// part rarely: both tie the same midpoints). Under `"paged"` a default
+/// shape the layout cannot pack gets a row saying it was skipped.
 ///
 /// Arguments: `shapes` `(tokens, num_kv_heads, head_size, block_size,
 /// num_blocks)` tuples (default `KV_CACHE_SHAPES`; under `"paged"` the
-/// defaults whose head size is not a multiple of `x` are skipped, a given
-/// one is an error); `arms` (default all; TIES runs on FP8 caches only);
+/// defaults whose head size is not a multiple of `x` are skipped with a
+/// row saying so, a given one is an error); `arms` (default all; TIES
+/// runs on FP8 caches only);
 /// `seeds` / `trials` / `verbose` / `name` as `check_rotary_embedding`.
 ///
 /// Errors: `ValueError` for an unknown layout, cache dtype, dtype, rule
 /// or arm, a bad shape or one over the caps (2^22 key elements, 2^24
 /// elements a cache, 2^14 tokens), before any call.
+///
+/// Out of reach: the caps keep every index below 2^31, so a kernel's
+/// 32-bit index overflow never shows; `key` always has exactly as many
+/// rows as `slot_mapping` (vLLM V1 hands more key rows than slots under
+/// CUDA-graph padding: a kernel sizing its grid by `key` is not tried);
+/// and a write outside the two caches handed (a slot of `-2` read as an
+/// unsigned index) changes no element the check can see.
 #[pyfunction]
 #[pyo3(signature = (kernel, layout = "nhd", kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -854,9 +915,10 @@ fn check_reshape_and_cache<'py>(
 
 /// The shapes `(tokens, kv_lora_rank, pe_dim, block_size, num_blocks)`
 /// an MLA check runs by default: DeepSeek-V2/V3's latent (512 + 64) in
-/// decode (64 slots a block, FlashMLA's) and in a prefill, with block
-/// size 1, MiniCPM3's (256 + 32), then a latent of 36 and a rotary part
-/// of 12 (the rotary part starts past no vector boundary of 8 or 16).
+/// decode (64 slots a block, FlashMLA's), over 200 tokens (PREFILL's run
+/// crossing 12 block boundaries or more) and with block size 1,
+/// MiniCPM3's (256 + 32), then a latent of 36 and a rotary part of 12
+/// (the rotary part starts past no vector boundary of 8 or 16).
 pub const MLA_SHAPES: [Dims; 5] = [
     (8, 512, 64, 64, 4),
     (200, 512, 64, 16, 16),
@@ -884,7 +946,7 @@ fn concat_and_cache_mla<'py>(
     kv_c: Bound<'py, PyAny>,
     k_pe: Bound<'py, PyAny>,
     kv_cache: Bound<'py, PyAny>,
-    slot_mapping: PyReadonlyArrayDyn<'py, i64>,
+    slot_mapping: Bound<'py, PyAny>,
     scale: Bound<'py, PyAny>,
     kv_cache_dtype: &str,
     dtype: &str,
@@ -896,15 +958,10 @@ fn concat_and_cache_mla<'py>(
     let (ps, pb) = read_bits("k_pe", &k_pe, OutKind::of(d))?;
     let ck = cache_kind(kv, d);
     let (kcs, kcb) = read_bits("kv_cache", &kv_cache, ck)?;
-    if cs.len() != 2
-        || ps.len() != 2
-        || ps[0] != cs[0]
-        || slot_mapping.shape() != [cs[0]]
-        || kcs.len() != 3
-    {
+    let (ss, slots) = read_slots(&slot_mapping)?;
+    if cs.len() != 2 || ps.len() != 2 || ps[0] != cs[0] || ss != [cs[0]] || kcs.len() != 3 {
         return Err(PyValueError::new_err(format!(
-            "kv_c {cs:?}, k_pe {ps:?}, slot_mapping {:?}, kv_cache {kcs:?}: expected [T, kv_lora_rank], [T, pe_dim], [T], [num_blocks, block_size, kv_lora_rank + pe_dim]",
-            slot_mapping.shape()
+            "kv_c {cs:?}, k_pe {ps:?}, slot_mapping {ss:?}, kv_cache {kcs:?}: expected [T, kv_lora_rank], [T, pe_dim], [T], [num_blocks, block_size, kv_lora_rank + pe_dim]"
         )));
     }
     let shape = mla_within_caps(kv, d, (cs[0], cs[1], ps[1], kcs[1], kcs[0]))
@@ -915,7 +972,6 @@ fn concat_and_cache_mla<'py>(
             shape.head_size()
         )));
     }
-    let slots = to_vec(&slot_mapping);
     let scale = read_scale("scale", &scale)?;
     let mut out = kcb;
     py.detach(|| {
@@ -995,8 +1051,9 @@ fn concat_and_cache_mla_case<'py>(
 /// `check_reshape_and_cache` and judges every element of the cache the
 /// same way: the written ones bit for bit against `concat_and_cache_mla`,
 /// the others against their poison. TIES has keys only here (one scale):
-/// scaled elements exactly at midpoints, which part the rounding and the
-/// rules but not the rounding to the model's dtype first.
+/// EXACT on some cases (the rounding, the division against the multiply
+/// by the reciprocal), NEAR on the others (the rounding to the model's
+/// dtype and of the scale).
 ///
 /// The callable: `kernel(kv_c, k_pe, kv_cache, slot_mapping, scale)`
 /// (vLLM's order without `kv_cache_dtype`), `kv_c` `[T, kv_lora_rank]`,

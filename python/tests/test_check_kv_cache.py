@@ -48,7 +48,11 @@ def make_convert(kv="auto", dtype="bfloat16", rule="divide", overflow=SAT, bug=N
             return bits
         x, s = dec(bits), f32(s[0])
         op = rule.replace("_in_dtype", "")
-        if bug == "scale-multiplied" or op == "multiply":
+        if op == "divide_scale":  # the scale rounded to the model's dtype first
+            s = dec(enc(np.array([s], f32)))[0]
+        if bug == "divides-by-reciprocal":  # x / fl(1/s) for x * s
+            q = x / (f32(1) / s)
+        elif bug == "scale-multiplied" or op == "multiply":
             q = x * s
         elif bug == "reciprocal-for-divide" or op == "reciprocal":
             q = x * (f32(1) / s)
@@ -71,14 +75,27 @@ def numpy_cache(layout="nhd", kv="auto", dtype="bfloat16", rule="divide", overfl
         T, H, hs = key.shape
         kc = convert(key, k_scale)
         vc = convert(value, k_scale if bug == "k-scale-for-values" else v_scale)
+        if bug == "values-times-reciprocal":  # keys x / s, values x * fl(1/s)
+            vc = make_convert(kv, dtype, "reciprocal", overflow)(value, v_scale)
         keep = slot_mapping >= 0
         if bug == "pad-as-last-block":
             keep[:] = True  # -1 indexes from the end
+        if bug == "last-token-dropped":  # a grid one token short
+            keep[-1] = False
         t = np.nonzero(keep)[0]
         s = slot_mapping[t]
         bs = key_cache.shape[1] if layout == "nhd" else key_cache.shape[2 if layout == "hnd" else 3]
         nb = key_cache.shape[0]
         b, o = s // bs, s % bs
+        if bug == "run-fast-path" and len(t) > 1 and (t == np.arange(len(t))).all() and (np.diff(s) == 1).all():
+            # A prefill's fast path (HND): the valid tokens lead and their slots
+            # run on by one; the block of the first slot, offsets counted on
+            # past the block's end.
+            o = s[0] % bs + np.arange(len(t))
+            idx = ((((s[0] // bs) * H + np.arange(H)[None, :]) * bs + o[:, None]) * hs)[..., None] + np.arange(hs)
+            key_cache.reshape(-1)[idx % key_cache.size] = kc[t]
+            value_cache.reshape(-1)[idx % value_cache.size] = vc[t]
+            return
         if bug == "block-offset-swapped":
             b, o = s % nb, s // nb % bs
         kc, vc = kc[t], vc[t]
@@ -136,7 +153,7 @@ def edge_rows(r):
 def test_each_layout_and_cache_dtype_passes(layout, kv):
     r = ko.check_reshape_and_cache(numpy_cache(layout, kv), layout=layout, kv_cache_dtype=kv,
                                    shapes=SHAPES, verbose=False)
-    arms = 3 if kv == "auto" else 4
+    arms = 4 if kv == "auto" else 5
     assert r.ok and r.passed == r.cases == 3 * arms, r.text
     want = "copy" if kv == "auto" else "divide/sat_finite"
     rows = [line for line in r.text.splitlines() if " 0x" in line]
@@ -145,15 +162,17 @@ def test_each_layout_and_cache_dtype_passes(layout, kv):
         assert "on every SAT and TIES case under: divide/sat_finite; PASS" in r.text
 
 
-@pytest.mark.parametrize(
-    "rule", ["divide", "reciprocal", "multiply", "divide_in_dtype", "reciprocal_in_dtype", "multiply_in_dtype"]
-)
+RULES = ["divide", "reciprocal", "multiply", "divide_in_dtype", "reciprocal_in_dtype", "multiply_in_dtype",
+         "divide_scale_in_dtype"]
+
+
+@pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("overflow", [SAT, NONSAT])
 def test_each_rule_and_overflow_passes_and_is_named_on_the_edges(rule, overflow):
     r = ko.check_reshape_and_cache(numpy_cache(kv="fp8_e4m3", rule=rule, overflow=overflow),
                                    kv_cache_dtype="fp8", scale_rule=rule, overflow=overflow,
                                    shapes=SHAPES, verbose=False)
-    assert r.ok and r.passed == 12, r.text
+    assert r.ok and r.passed == 15, r.text
     o = "sat_finite" if overflow == SAT else "non_saturating"
     named = r.text.rsplit("on every SAT and TIES case under: ", 1)[1].rsplit("; PASS", 1)[0]
     twins = {"divide_in_dtype": "reciprocal_in_dtype", "reciprocal_in_dtype": "divide_in_dtype"}
@@ -173,7 +192,9 @@ def test_other_dtypes_pass(dtype):
 
 
 # Each bug, what it is declared against, and the arm (of the defaults) that
-# catches it. Every bug is run on the default arms and shapes.
+# catches it. Every bug is run on the default arms and shapes. The last four
+# passed every default arm and shape before the cold review's fixes (F1, F3,
+# F4; F2 on the default shapes with T % 3 == 2: see its own test).
 BUGS = [
     ("pad-as-last-block", dict(), "RAND", "the cache's last slot, where slot -1 lands"),
     ("block-offset-swapped", dict(), "RAND", None),
@@ -189,21 +210,54 @@ BUGS = [
     ("k-scale-for-values", dict(kv="fp8_e4m3"), "RAND", "none known"),
     ("past-head-size", dict(), "RAND", "elements no token writes changed"),
     ("nan-quieted", dict(), "SAT", "none known"),
+    # F1: values on the reciprocal, keys divided: only an EXACT value side sees it.
+    ("values-times-reciprocal", dict(kv="fp8_e4m3"), "TIES", "value_cache"),
+    # F2: a grid one token short.
+    ("last-token-dropped", dict(), "SLOTS", "written elements differ"),
+    # F3: a contiguous run's fast path, the block taken from the run's first slot.
+    ("run-fast-path", dict(layout="hnd"), "PREFILL", None),
+    # F4: declared multiply, x / fl(1/s).
+    ("divides-by-reciprocal", dict(kv="fp8_e4m3", rule="multiply"), "TIES", "none known"),
 ]
 
 
 def check_kw(kw):
     return dict(layout=kw.get("layout", "nhd"), kv_cache_dtype=kw.get("kv", "auto"),
-                dtype=kw.get("dtype", "bfloat16"))
+                dtype=kw.get("dtype", "bfloat16"), scale_rule=kw.get("rule", "divide"))
+
+
+def bug_cache(bug, kw):
+    return numpy_cache(kw.get("layout", "nhd"), kw.get("kv", "auto"), kw.get("dtype", "bfloat16"),
+                       kw.get("rule", "divide"), bug=bug)
+
+
+# Bugs invisible to every arm but the one that catches them: one binary32
+# ulp, which moves an FP8 code only at a midpoint (TIES's EXACT side), or a
+# contiguous run of slots (PREFILL).
+ONLY = {"reciprocal-for-divide", "values-times-reciprocal", "run-fast-path", "divides-by-reciprocal"}
+
+
+def arms_failing(r):
+    return {re.search(r"arm=(\w+)", f).group(1) for f in r.failures}
 
 
 @pytest.mark.parametrize("bug,kw,arm,caught_by", BUGS)
 def test_planted_bugs_fail_under_the_defaults(bug, kw, arm, caught_by):
-    fn = numpy_cache(kw.get("layout", "nhd"), kw.get("kv", "auto"), kw.get("dtype", "bfloat16"), bug=bug)
+    fn = bug_cache(bug, kw)
     r = ko.check_reshape_and_cache(fn, verbose=False, **check_kw(kw))
     assert not r.ok and r.failed >= 1
-    arms = {re.search(r"arm=(\w+)", f).group(1) for f in r.failures}
+    arms = arms_failing(r)
     assert arm in arms, (arm, arms)
+    if bug in ONLY:
+        assert arms == {arm}, r.text
+    ties = len(ko.KV_CACHE_SHAPES)
+    if bug in ("reciprocal-for-divide", "divides-by-reciprocal"):
+        assert r.failed == ties  # every TIES case has an EXACT side
+    if bug == "values-times-reciprocal":
+        # Keys and values take turns being EXACT: the default shapes hold
+        # both turns, and the cases that fail are those whose values are.
+        assert 0 < r.failed < ties, r.text
+        assert all("key_cache:" not in f and "value_cache:" in f for f in r.failures)
     fail = next(f for f in r.failures if f"arm={arm}" in f)
     assert "FAIL reshape_and_cache" in fail and "reproduce:" in fail
     assert "reshape_and_cache_case(" in fail
@@ -216,15 +270,22 @@ def test_planted_bugs_fail_under_the_defaults(bug, kw, arm, caught_by):
     assert not again.ok
 
 
-def test_the_reciprocal_is_caught_at_ties_only():
-    # x * fl(1/s) for x / s: one binary32 ulp, which moves an FP8 code only
-    # at a rounding midpoint. RAND, SLOTS and SAT (power-of-two scales)
-    # cannot see it; TIES puts a third of the keys' midpoints one ulp off.
-    fn = numpy_cache(kv="fp8_e4m3", bug="reciprocal-for-divide")
-    r = ko.check_reshape_and_cache(fn, kv_cache_dtype="fp8")
-    assert not r.ok
-    assert {re.search(r"arm=(\w+)", f).group(1) for f in r.failures} == {"TIES"}
-    assert r.passed == 3 * len(ko.KV_CACHE_SHAPES)
+def test_the_last_token_writes_in_every_arm_family():
+    # F2: on the default shapes with T % 3 == 2 every arm made the last
+    # token padding, so a grid one token short passed all of them. Now
+    # SLOTS never pads it, and RAND, PREFILL and SAT write it on half their
+    # seeds.
+    shapes = [d for d in ko.KV_CACHE_SHAPES if d[0] % 3 == 2]
+    assert len(shapes) == 5
+    fn = bug_cache("last-token-dropped", {})
+    r = ko.check_reshape_and_cache(fn, shapes=shapes, verbose=False)
+    failing = {(re.search(r"arm=(\w+)", f).group(1), re.search(r"shapes=\[\(([\d, ]+)\)", f).group(1))
+               for f in r.failures}
+    assert {s for a, s in failing if a == "SLOTS"} == {", ".join(map(str, d)) for d in shapes}
+    assert {a for a, _ in failing} >= {"SLOTS", "RAND", "PREFILL", "SAT"}, failing
+    fp8 = ko.check_reshape_and_cache(bug_cache("last-token-dropped", dict(kv="fp8_e4m3")),
+                                     kv_cache_dtype="fp8", shapes=shapes, arms=["TIES"], verbose=False)
+    assert not fp8.ok
 
 
 def test_the_default_shapes_catch_a_dropped_tail():
@@ -249,6 +310,10 @@ def test_the_case_holds_the_oracles_caches():
     kc, vc = c["key_cache"].copy(), c["value_cache"].copy()
     fn(c["key"], c["value"], kc, vc, c["slot_mapping"], c["k_scale"], c["v_scale"])
     assert (kc == k).all() and (vc == v).all()
+    k32, v32 = ko.reshape_and_cache(*args[:4], c["slot_mapping"].astype(np.int32), *args[5:], **kw)
+    assert (k32 == k).all() and (v32 == v).all()
+    with pytest.raises(TypeError, match="slot_mapping"):
+        ko.reshape_and_cache(*args[:4], c["slot_mapping"].astype(f32), *args[5:], **kw)
     with pytest.raises(ValueError, match="slot"):
         ko.reshape_and_cache(*args[:4], c["slot_mapping"] + 1000, *args[5:], **kw)
     with pytest.raises(ValueError, match="share a slot"):
@@ -259,6 +324,17 @@ def test_the_case_holds_the_oracles_caches():
         ko.reshape_and_cache(*args[:5], 0.0, 1.0, **kw)
     with pytest.raises(ValueError, match="needs"):
         ko.reshape_and_cache(*args[:2], k.reshape(8, 2, 6, 4, 8), *args[3:], **kw)
+
+
+def test_paged_defaults_print_the_shapes_they_skip():
+    # FP8 codes pack x = 16 elements: head sizes 72, 40 and 36 cannot run.
+    r = ko.check_reshape_and_cache(numpy_cache("paged", "fp8_e4m3"), layout="paged", kv_cache_dtype="fp8",
+                                   arms=["RAND"], verbose=False)
+    assert r.ok and r.cases == 6, r.text
+    rows = [line for line in r.text.splitlines() if "skipped, a default shape" in line]
+    assert [row.split()[0] for row in rows] == ["7,2,72,16,4", "6,3,40,32,2", "5,1,36,16,3"]
+    assert all("multiple of it" in row for row in rows)
+    assert "3 default shape(s) skipped" in r.text.splitlines()[-1]
 
 
 def test_auto_copies_every_bit():
@@ -353,12 +429,12 @@ def numpy_mla(kv="auto", dtype="bfloat16", rule="divide", overflow=SAT, bug=None
 
 @pytest.mark.parametrize("kv,rule,overflow", [
     ("auto", "divide", SAT), ("fp8_e4m3", "divide", SAT), ("fp8_e5m2", "reciprocal", NONSAT),
-    ("fp8_e4m3", "multiply_in_dtype", SAT),
+    ("fp8_e4m3", "multiply_in_dtype", SAT), ("fp8_e4m3", "divide_scale_in_dtype", NONSAT),
 ])
 def test_mla_forms_pass(kv, rule, overflow):
     r = ko.check_concat_and_cache_mla(numpy_mla(kv, rule=rule, overflow=overflow), kv_cache_dtype=kv,
                                       scale_rule=rule, overflow=overflow, shapes=MLA_SHAPES, verbose=False)
-    assert r.ok and r.passed == r.cases == 2 * (3 if kv == "auto" else 4), r.text
+    assert r.ok and r.passed == r.cases == 2 * (4 if kv == "auto" else 5), r.text
     o = "sat_finite" if overflow == SAT else "non_saturating"
     want = "copy" if kv == "auto" else f"{rule}/{o}"
     assert f"every compared case under: {want}" in r.text
