@@ -51,6 +51,11 @@
 //!   FlashInfer, Liger, torch) as an interval per element from a sound
 //!   bound on the inverse RMS, bit for bit where the interval is one value,
 //!   under a declared arithmetic (round then weight, f32, Gemma's `1 + w`).
+//! - [`act_and_mul`]: gated activations, `act(gate) * up` (SwiGLU, GeGLU:
+//!   vLLM, FlashInfer, Liger, torch) as an interval per element from a
+//!   sound enclosure of every binary32 evaluation of the activation, bit
+//!   for bit where the interval is one value, under a declared arithmetic
+//!   (round then multiply, f32) and layout.
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! No allocation anywhere: every contract writes into caller-provided
@@ -59,6 +64,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod act_and_mul;
 pub mod bf16;
 pub mod compare;
 pub mod conventions;

@@ -275,7 +275,7 @@ pub fn validate(routing: &Routing, num_experts: usize) -> Result<(), RoutingErro
     Ok(())
 }
 
-fn abs_f64(x: f64) -> f64 {
+pub(crate) fn abs_f64(x: f64) -> f64 {
     if x < 0.0 {
         -x
     } else {
@@ -284,7 +284,7 @@ fn abs_f64(x: f64) -> f64 {
 }
 
 /// `2^e` for a binary64 normal exponent.
-const fn pow2(e: i32) -> f64 {
+pub(crate) const fn pow2(e: i32) -> f64 {
     f64::from_bits(((1023 + e) as u64) << 52)
 }
 
@@ -299,8 +299,9 @@ const TINY: f64 = pow2(-120);
 /// every difference of two binary32 logits up to `2^-53` relative):
 /// this crate's binary32 `exp` of `t` rounded to binary32, widened by its
 /// 1.03 ulp, the argument's rounding (`exp(t d)`, `|d| <= u`) and an
-/// absolute `2^-148` where the result is subnormal or zero. `t <= 88`.
-fn exp_enclosure(t: f64) -> Enclosure {
+/// absolute `2^-148` where the result is subnormal or zero. `t <= 88`
+/// (`crate::act_and_mul` extends it past 88).
+pub(crate) fn exp_enclosure(t: f64) -> Enclosure {
     let x = t as f32;
     let r = f64::from(exp(x));
     let rel = 1.03 * 2.0 * U + 1.01 * U * abs_f64(t) + F64_SLACK;

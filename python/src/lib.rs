@@ -44,11 +44,17 @@
 //!   (RMSNorm and fused add + RMSNorm: each output within the interval a
 //!   sound bound on the inverse RMS leaves, bit for bit where it is one
 //!   value; its arithmetic named).
+//! - [`check_act_and_mul`]: `act_and_mul`, `act_and_mul_case` and
+//!   `check_act_and_mul` (gated activations, SwiGLU and GeGLU: each output
+//!   within the interval a sound enclosure of the activation leaves, bit
+//!   for bit where it is one value; its activation, arithmetic and layout
+//!   named).
 
 #![warn(missing_docs)]
 
 pub mod arrays;
 pub mod check;
+pub mod check_act_and_mul;
 pub mod check_fused_moe;
 pub mod check_gdn;
 pub mod check_kv_cache;
@@ -99,5 +105,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_rope::register(m)?;
     check_kv_cache::register(m)?;
     check_rms_norm::register(m)?;
+    check_act_and_mul::register(m)?;
     Ok(())
 }
