@@ -91,7 +91,7 @@ pub fn parse_arithmetic(s: &str) -> Result<Arithmetic, String> {
         .find(|a| a.name() == s)
         .ok_or_else(|| {
             format!(
-                "arithmetic {s:?}: expected \"per_op\", \"f32\", \"f32_fma\" or \"f32_fma_second\""
+                "arithmetic {s:?}: expected \"per_op\", \"f32\", \"f32_fma\", \"f32_fma_second\", \"f32_fma_x\" or \"f32_fma_y\""
             )
         })
 }
@@ -492,7 +492,9 @@ mod tests {
             [
                 Arithmetic::F32,
                 Arithmetic::F32FmaFirst,
-                Arithmetic::F32FmaSecond
+                Arithmetic::F32FmaSecond,
+                Arithmetic::F32FmaX,
+                Arithmetic::F32FmaY
             ]
             .map(|a| (a, Layout::Neox))
         );

@@ -122,25 +122,41 @@ pub enum Arithmetic {
     /// that orders the operands otherwise (nvcc's NVVM is not LLVM's open
     /// DAG combiner; a source written `-y * s + x * c`) gives.
     F32FmaSecond,
+    /// binary32 with the first product of `x c - y s` fused and the second
+    /// of `y c + x s`: `R(fma(x, c, -RN(y s)))`, `R(fma(x, s, RN(y c)))`.
+    /// Both fused products are the ones with `x`. A compiler contracts
+    /// each expression on its own, so mixed forms occur: Triton's build
+    /// with FP fusion matched neither uniform contraction on an H100's TIES
+    /// cases (`device/NOTES.md`, run 78).
+    F32FmaX,
+    /// binary32 with the second product of `x c - y s` fused and the first
+    /// of `y c + x s`: `R(fma(-y, s, RN(x c)))`, `R(fma(y, c, RN(x s)))`
+    /// (both fused products the ones with `y`): the last of the four
+    /// contractions.
+    F32FmaY,
 }
 
 impl Arithmetic {
     /// Every arithmetic, in the order identification reports them.
-    pub const ALL: [Arithmetic; 4] = [
+    pub const ALL: [Arithmetic; 6] = [
         Arithmetic::PerOp,
         Arithmetic::F32,
         Arithmetic::F32FmaFirst,
         Arithmetic::F32FmaSecond,
+        Arithmetic::F32FmaX,
+        Arithmetic::F32FmaY,
     ];
 
     /// The name a check takes: `"per_op"`, `"f32"`, `"f32_fma"`,
-    /// `"f32_fma_second"`.
+    /// `"f32_fma_second"`, `"f32_fma_x"`, `"f32_fma_y"`.
     pub const fn name(self) -> &'static str {
         match self {
             Arithmetic::PerOp => "per_op",
             Arithmetic::F32 => "f32",
             Arithmetic::F32FmaFirst => "f32_fma",
             Arithmetic::F32FmaSecond => "f32_fma_second",
+            Arithmetic::F32FmaX => "f32_fma_x",
+            Arithmetic::F32FmaY => "f32_fma_y",
         }
     }
 
@@ -156,6 +172,8 @@ impl Arithmetic {
             Arithmetic::F32 => (r(x * c - y * s), r(y * c + x * s)),
             Arithmetic::F32FmaFirst => (r(fma_f32(x, c, -(y * s))), r(fma_f32(y, c, x * s))),
             Arithmetic::F32FmaSecond => (r(fma_f32(-y, s, x * c)), r(fma_f32(x, s, y * c))),
+            Arithmetic::F32FmaX => (r(fma_f32(x, c, -(y * s))), r(fma_f32(x, s, y * c))),
+            Arithmetic::F32FmaY => (r(fma_f32(-y, s, x * c)), r(fma_f32(y, c, x * s))),
         }
     }
 }
@@ -481,6 +499,8 @@ mod tests {
             // is one rounding of the exact value, fused or not.
             assert_eq!(f, Arithmetic::F32FmaFirst.rotate(Dtype::Bf16, x, y, c, s));
             assert_eq!(f, Arithmetic::F32FmaSecond.rotate(Dtype::Bf16, x, y, c, s));
+            assert_eq!(f, Arithmetic::F32FmaX.rotate(Dtype::Bf16, x, y, c, s));
+            assert_eq!(f, Arithmetic::F32FmaY.rotate(Dtype::Bf16, x, y, c, s));
             differ += usize::from(p != f);
             // In F32 per_op is f32.
             assert_eq!(
@@ -500,8 +520,13 @@ mod tests {
             let f = Arithmetic::F32.rotate(Dtype::F32, x, y, c, s);
             let a = Arithmetic::F32FmaFirst.rotate(Dtype::F32, x, y, c, s);
             let b = Arithmetic::F32FmaSecond.rotate(Dtype::F32, x, y, c, s);
+            let fx = Arithmetic::F32FmaX.rotate(Dtype::F32, x, y, c, s);
+            let fy = Arithmetic::F32FmaY.rotate(Dtype::F32, x, y, c, s);
             first += usize::from(a != f);
             second += usize::from(b != a);
+            // The mixed contractions take one output from each uniform one.
+            assert_eq!((fx.0, fx.1), (a.0, b.1));
+            assert_eq!((fy.0, fy.1), (b.0, a.1));
         }
         assert!(first > 100 && second > 100, "{first} {second}");
     }

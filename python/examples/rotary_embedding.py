@@ -7,7 +7,9 @@ product and sum rounded to bf16 ("per_op": torch eager on bf16 tensors,
 older vLLM's CUDA op with c10's BFloat16 operators), in f32 rounded once at the
 end ("f32"), or in f32 with one product fused into an FMA ("f32_fma",
 LLVM's contraction of `a*b - c*d` to `fma(a, b, -(c*d))`; "f32_fma_second",
-the other product). The check computes all four in both layouts and names
+the other product; "f32_fma_x" and "f32_fma_y", one expression contracted
+each way: the products with `x`, or with `y`, fused). The check computes all
+six in both layouts and names
 those the kernel's output matches bit for bit; its TIES arm separates every
 arithmetic from every other, the three f32 forms only with a float32 cache
 (a product of two bf16 values is exact in f32).
@@ -195,7 +197,7 @@ def main():
     else:
         for fusion in (True, False):
             r = section(f"Triton f32 kernel, fp fusion {'on' if fusion else 'off'}", 240,
-                        lambda f=fusion: run(triton_rope(True, f), "f32_fma" if f else "f32", "float32"))
+                        lambda f=fusion: run(triton_rope(True, f), "f32_fma_x" if f else "f32", "float32"))
             bad += r is None
     try:
         from vllm import _custom_ops as vllm_ops

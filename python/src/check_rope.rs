@@ -151,7 +151,11 @@ pub(crate) fn to_array<'py>(
 /// - `"f32"`: binary32, unfused, one rounding to `dtype`;
 /// - `"f32_fma"`: binary32 with the first product of each expression fused,
 ///   `fma(x, c, -(y*s))` and `fma(y, c, x*s)` (LLVM's contraction: Triton);
-/// - `"f32_fma_second"`: the second fused, `fma(-y, s, x*c)`, `fma(x, s, y*c)`.
+/// - `"f32_fma_second"`: the second fused, `fma(-y, s, x*c)`, `fma(x, s, y*c)`;
+/// - `"f32_fma_x"`, `"f32_fma_y"`: one of each, the products with `x`
+///   fused (`fma(x, c, -(y*s))`, `fma(x, s, y*c)`) or those with `y`
+///   (`fma(-y, s, x*c)`, `fma(y, c, x*s)`): a compiler contracts each
+///   expression on its own.
 ///
 /// Returns `(out_query, out_key)` in the inputs' representation (`out_key`
 /// None when `key` is None).
@@ -331,8 +335,9 @@ fn shapes_of(s: &Shape) -> ([usize; 3], [usize; 3]) {
 /// raises `kernel_oracle.Refused`.
 ///
 /// Each row names the known arithmetics and layouts the output matches
-/// bit for bit (`"per_op"`, `"f32"`, `"f32_fma"`, `"f32_fma_second"`, each
-/// NeoX or GPT-J); with a 16-bit cache the three f32 forms agree (every
+/// bit for bit (`"per_op"`, `"f32"`, `"f32_fma"`, `"f32_fma_second"`,
+/// `"f32_fma_x"`, `"f32_fma_y"`, each NeoX or GPT-J); with a 16-bit cache
+/// the five f32 forms agree (every
 /// product of two 16-bit values is exact in f32), so only a float32 cache
 /// tells the contractions apart. What matches on every TIES case is how
 /// the kernel computes.

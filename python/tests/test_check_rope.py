@@ -51,6 +51,10 @@ def numpy_rope(arithmetic="f32", is_neox=True, dtype="bfloat16", bug=None, name=
             return R(x * c - y * s), R(y * c + x * s)
         if arithmetic == "f32_fma":
             return R(fma(x, c, -(y * s))), R(fma(y, c, x * s))
+        if arithmetic == "f32_fma_x":
+            return R(fma(x, c, -(y * s))), R(fma(x, s, y * c))
+        if arithmetic == "f32_fma_y":
+            return R(fma(-y, s, x * c)), R(fma(y, c, x * s))
         return R(fma(-y, s, x * c)), R(fma(x, s, y * c))
 
     def f(positions, query, key, cache, out_query, out_key):
@@ -98,7 +102,7 @@ def ties_rows(r):
     return [line for line in r.text.splitlines() if " TIES 0x" in line]
 
 
-@pytest.mark.parametrize("arithmetic", ["per_op", "f32", "f32_fma", "f32_fma_second"])
+@pytest.mark.parametrize("arithmetic", ["per_op", "f32", "f32_fma", "f32_fma_second", "f32_fma_x", "f32_fma_y"])
 @pytest.mark.parametrize("is_neox", [True, False])
 def test_numpy_forms_pass_and_are_named_alone_on_ties(arithmetic, is_neox):
     r = ko.check_rotary_embedding(
@@ -128,7 +132,7 @@ def test_other_dtypes_pass(dtype):
 def test_a_model_dtype_cache_cannot_tell_the_f32_forms_apart(capsys):
     r = ko.check_rotary_embedding(numpy_rope("f32_fma"), arithmetic="f32_fma", shapes=SHAPES[:1])
     assert r.ok
-    assert "on every TIES case under: f32/neox; f32_fma/neox; f32_fma_second/neox; PASS" in r.text
+    assert "on every TIES case under: f32/neox; f32_fma/neox; f32_fma_second/neox; f32_fma_x/neox; f32_fma_y/neox; PASS" in r.text
     assert capsys.readouterr().out.rstrip().endswith("PASS")
 
 
