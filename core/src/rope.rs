@@ -109,13 +109,13 @@ pub enum Arithmetic {
     /// `--fmad=false`, `__fmul_rn`/`__fadd_rn`).
     F32,
     /// binary32 with the first product of each expression fused:
-    /// `R(fma(x, c, -RN(y s)))`, `R(fma(y, c, RN(x s)))`. LLVM contracts
-    /// `fsub(fmul(a, b), fmul(c, d))` to `fma(a, b, fneg(fmul(c, d)))`
-    /// and `fadd(fmul(a, b), fmul(c, d))` to `fma(a, b, fmul(c, d))` when
-    /// both products have one use (DAGCombiner's
-    /// `visitFSUBForFMACombine`/`visitFADDForFMACombine`, stated in
-    /// NVPTX's `NVPTXFoldFMA`): Triton's default (`enable_fp_fusion`) on
-    /// `x * c - y * s`.
+    /// `R(fma(x, c, -RN(y s)))`, `R(fma(y, c, RN(x s)))`. LLVM's
+    /// DAGCombiner contracts `fsub(fmul(a, b), fmul(c, d))` to `fma(a, b,
+    /// fneg(fmul(c, d)))` and `fadd(fmul(a, b), fmul(c, d))` to `fma(a, b,
+    /// fmul(c, d))` when both products have one use
+    /// (`visitFSUBForFMACombine`/`visitFADDForFMACombine`). Triton's
+    /// default build (`enable_fp_fusion`) measured otherwise:
+    /// [`Arithmetic::F32FmaX`] (run 78).
     F32FmaFirst,
     /// binary32 with the second product fused: `R(fma(-y, s, RN(x c)))`,
     /// `R(fma(x, s, RN(y c)))`: the other contraction, which a compiler
@@ -126,8 +126,9 @@ pub enum Arithmetic {
     /// of `y c + x s`: `R(fma(x, c, -RN(y s)))`, `R(fma(x, s, RN(y c)))`.
     /// Both fused products are the ones with `x`. A compiler contracts
     /// each expression on its own, so mixed forms occur: Triton's build
-    /// with FP fusion matched neither uniform contraction on an H100's TIES
-    /// cases (`device/NOTES.md`, run 78).
+    /// with FP fusion (`x * c - y * s`, `y * c + x * s` in float32 on an
+    /// H100) is this one, bit for bit on every case, TIES included, and
+    /// neither uniform contraction (`device/NOTES.md`, run 78).
     F32FmaX,
     /// binary32 with the second product of `x c - y s` fused and the first
     /// of `y c + x s`: `R(fma(-y, s, RN(x c)))`, `R(fma(y, c, RN(x s)))`

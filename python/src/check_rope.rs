@@ -150,12 +150,12 @@ pub(crate) fn to_array<'py>(
 ///   operators; current vLLM computes in float32);
 /// - `"f32"`: binary32, unfused, one rounding to `dtype`;
 /// - `"f32_fma"`: binary32 with the first product of each expression fused,
-///   `fma(x, c, -(y*s))` and `fma(y, c, x*s)` (LLVM's contraction: Triton);
+///   `fma(x, c, -(y*s))` and `fma(y, c, x*s)`;
 /// - `"f32_fma_second"`: the second fused, `fma(-y, s, x*c)`, `fma(x, s, y*c)`;
 /// - `"f32_fma_x"`, `"f32_fma_y"`: one of each, the products with `x`
 ///   fused (`fma(x, c, -(y*s))`, `fma(x, s, y*c)`) or those with `y`
 ///   (`fma(-y, s, x*c)`, `fma(y, c, x*s)`): a compiler contracts each
-///   expression on its own.
+///   expression on its own (Triton's default build is `"f32_fma_x"`).
 ///
 /// Returns `(out_query, out_key)` in the inputs' representation (`out_key`
 /// None when `key` is None).
