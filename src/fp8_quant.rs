@@ -6,10 +6,22 @@
 //!
 //! A case: `x` `[m][k]` f32 (elements), groups of `group` columns; the
 //! outputs `q` `[m][k]` e4m3 codes and `s` `[m][ceil(k / group)]` f32.
+//!
+//! Its second half does the same for the per-tensor and per-token
+//! quantizers (vLLM's `static_scaled_fp8_quant`, `dynamic_scaled_fp8_quant`,
+//! `dynamic_per_token_scaled_fp8_quant`, the pure-torch forms, PyTorch's
+//! `to_float8` recipe), under a declared [`ScaledRule`]: [`ScaledSpec`],
+//! [`ScaledArm`], [`scaled_reference`], [`scaled_identify`].
 
 use crate::elementwise::Part;
 use crate::rng::Rng;
-use oracle::fp8_quant::{quantize_groups, GroupScale};
+use oracle::conventions::Overflow;
+use oracle::e4m3::encode_e4m3;
+use oracle::fp8_mmq::E4M3_MAX;
+use oracle::fp8_quant::{
+    quantize_groups, quantize_scaled, Granularity, GroupScale, ScaleSource, ScaledRule,
+    MIN_SCALING_FACTOR,
+};
 
 /// The data a case draws, each arm aimed at one choice that separates the
 /// rules.
@@ -264,6 +276,11 @@ fn ordered(c: u8) -> i32 {
 impl Verdict {
     /// Compares `q` and `s` with the oracle's `want` (`spec`'s shapes).
     pub fn judge(spec: &Spec, q: &[u8], s: &[f32], want: &(Vec<u8>, Vec<f32>)) -> Verdict {
+        Verdict::judge_codes(spec.k, q, s, want)
+    }
+
+    /// Compares `q` (rows of `k` codes) and `s` with the oracle's `want`.
+    pub fn judge_codes(k: usize, q: &[u8], s: &[f32], want: &(Vec<u8>, Vec<f32>)) -> Verdict {
         let mut v = Verdict {
             codes: (want.0.len(), 0),
             scales: Part::judge(s, &want.1, &vec![0.0; want.1.len()]),
@@ -272,7 +289,7 @@ impl Verdict {
         for (i, (&g, &w)) in q.iter().zip(&want.0).enumerate() {
             if g != w {
                 v.codes.1 += 1;
-                v.first_code.get_or_insert((i / spec.k, i % spec.k, g, w));
+                v.first_code.get_or_insert((i / k, i % k, g, w));
                 v.max_code_steps = v.max_code_steps.max(ordered(g).abs_diff(ordered(w)));
             }
         }
@@ -292,6 +309,429 @@ pub fn identify(spec: &Spec, x: &[f32], q: &[u8], s: &[f32]) -> Vec<GroupScale> 
         .filter(|rule| {
             reference(spec, x, *rule)
                 .map(|want| Verdict::judge(spec, q, s, &want).pass())
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Per-tensor and per-token scaled quantizers (`oracle::fp8_quant::
+// quantize_scaled`): vLLM's `static_scaled_fp8_quant`,
+// `dynamic_scaled_fp8_quant` and `dynamic_per_token_scaled_fp8_quant`,
+// the pure-torch forms and PyTorch's `to_float8` recipe.
+//
+// A case: `x` `[m][k]` f32; the outputs `q` `[m][k]` e4m3 codes and `s`,
+// 1 f32 per tensor or `m` per token.
+// ---------------------------------------------------------------------------
+
+/// The data a scaled-quantizer case draws, each arm aimed at one classic
+/// bug of these kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaledArm {
+    /// Normal elements, each row at its own magnitude (10^-3 to 10^3).
+    Rand,
+    /// The floor: per token, rows cycling through all zero, amax near
+    /// 1e-13 (under every floor), amax near 1e-4 (under vLLM's
+    /// `min_scaling_factor * 448` only), one non-zero element, normal;
+    /// per tensor, the whole tensor all zero, near 1e-13 or near 1e-4 (by
+    /// `seed % 3`). A kernel without the floor divides by zero there.
+    Zero,
+    /// Rounding ties: elements within an f32 ulp of a midpoint between
+    /// two e4m3 values times the scale `s` (dynamic: `amax / 448` with an
+    /// inexact amax `3 * 2^e * (1 + odd / 2^20)`; static: the given
+    /// scale), where a division and a multiply by the reciprocal round
+    /// some of them apart; half the elements are the nearest such point
+    /// (within 8 ulps of the midpoint) where `x / s` and `x * fl(1/s)`
+    /// code differently, where one exists (for a static scale whose
+    /// reciprocal is nearly exact, such as 0.0173, none may).
+    Ties,
+    /// The amax element: in every span (the tensor, or each row) the amax
+    /// sits at both signs, and in half the spans only at the negative
+    /// sign (the largest positive element is smaller: a signed max loses
+    /// it); it must code to exactly ±448 (`0x7E`/`0xFE`). Under a static
+    /// scale, the elements are drawn from `0.25` to `4` times `448 * s`
+    /// (four in five beyond the saturation bound), with `±448 * s` itself:
+    /// without the clamp, torch's non-saturating cast makes those past
+    /// `464 * s` NaN.
+    Amax,
+    /// The amax at the end: the span's last element (the tensor's very
+    /// last, or each row's) is twice every other magnitude, so a
+    /// reduction that drops its tail (a vectorized loop without its
+    /// remainder, a grid-stride bound off by one) finds a smaller amax.
+    Tail,
+    /// The bound (per token, with `scale_ub`): even rows with amax 1.5 to
+    /// 8 times `scale_ub`, odd rows below it; `fminf(amax, scale_ub)`
+    /// decides the even rows' scales, and their elements beyond the bound
+    /// saturate at ±448.
+    Ub,
+}
+
+impl ScaledArm {
+    /// Every arm, in the order a check runs them.
+    pub const ALL: [ScaledArm; 6] = [
+        ScaledArm::Rand,
+        ScaledArm::Zero,
+        ScaledArm::Ties,
+        ScaledArm::Amax,
+        ScaledArm::Tail,
+        ScaledArm::Ub,
+    ];
+
+    /// The arm's name in rows and reproductions.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScaledArm::Rand => "RAND",
+            ScaledArm::Zero => "ZERO",
+            ScaledArm::Ties => "TIES",
+            ScaledArm::Amax => "AMAX",
+            ScaledArm::Tail => "TAIL",
+            ScaledArm::Ub => "UB",
+        }
+    }
+
+    /// The arm named `s` (any case).
+    ///
+    /// # Errors
+    /// A sentence naming the arms.
+    pub fn parse(s: &str) -> Result<ScaledArm, String> {
+        ScaledArm::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                format!("arm {s:?}: expected \"RAND\", \"ZERO\", \"TIES\", \"AMAX\", \"TAIL\" or \"UB\"")
+            })
+    }
+}
+
+/// A dynamic rule and its floor, as a check names it: the rule's label,
+/// with `(min_scale=...)` where the floor is not vLLM's
+/// `min_scaling_factor` (`to_float8` has its own, and a static scale
+/// none).
+pub fn scaled_label(rule: ScaledRule, source: ScaleSource) -> String {
+    match source {
+        ScaleSource::Dynamic { min_scale, .. }
+            if rule != ScaledRule::ToFloat8 && min_scale != MIN_SCALING_FACTOR =>
+        {
+            format!("{}(min_scale={min_scale:e})", rule.label())
+        }
+        _ => rule.label().into(),
+    }
+}
+
+/// The shapes `(m, k)` a scaled check runs by default: ragged hidden sizes
+/// first (7, 129, 1003; rows 1 to 33: a vectorized-by-4 loop needs its
+/// remainder there), then the model widths 4096 (Llama-3 8B), 7168
+/// (DeepSeek-V3) and 5120 (Qwen3 32B).
+pub const SCALED_SHAPES: [(usize, usize); 8] = [
+    (1, 7),
+    (33, 7),
+    (3, 129),
+    (17, 1003),
+    (1, 4096),
+    (8, 4096),
+    (16, 7168),
+    (33, 5120),
+];
+
+/// One scaled-quantizer case.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScaledSpec {
+    /// Rows (tokens).
+    pub m: usize,
+    /// Columns (hidden size).
+    pub k: usize,
+    /// One scale, or one per row.
+    pub granularity: Granularity,
+    /// The scale's source (a static scale shapes TIES and AMAX; a
+    /// `scale_ub` shapes UB).
+    pub source: ScaleSource,
+    /// The data.
+    pub arm: ScaledArm,
+    /// The data seed.
+    pub seed: u64,
+}
+
+impl ScaledSpec {
+    /// The default seed of a shape, granularity and arm.
+    pub fn base_seed(m: usize, k: usize, granularity: Granularity, arm: ScaledArm) -> u64 {
+        0xF8A1_0000_0000_0000
+            ^ ((m as u64) << 36)
+            ^ ((k as u64) << 12)
+            ^ (u64::from(granularity == Granularity::Token) << 8)
+            ^ ScaledArm::ALL.iter().position(|&a| a == arm).unwrap_or(0) as u64
+    }
+
+    /// Scales written: 1 per tensor, `m` per token.
+    pub fn scales(&self) -> usize {
+        match self.granularity {
+            Granularity::Tensor => 1,
+            Granularity::Token => self.m,
+        }
+    }
+
+    /// The arms a check runs by default: RAND, TIES and AMAX under a
+    /// static scale; ZERO and TAIL too for a dynamic one; UB too with a
+    /// `scale_ub`.
+    pub fn default_arms(&self) -> Vec<ScaledArm> {
+        ScaledArm::ALL
+            .into_iter()
+            .filter(|a| match (a, self.source) {
+                (ScaledArm::Zero | ScaledArm::Tail | ScaledArm::Ub, ScaleSource::Static(_)) => {
+                    false
+                }
+                (ScaledArm::Ub, ScaleSource::Dynamic { scale_ub, .. }) => scale_ub.is_some(),
+                _ => true,
+            })
+            .collect()
+    }
+
+    /// # Errors
+    /// A zero dimension; a case over [`MAX_ELEMS`]; UB without a
+    /// `scale_ub`.
+    pub fn valid(&self) -> Result<(), String> {
+        if self.m == 0 || self.k == 0 {
+            return Err(format!(
+                "m={} k={}: each must be at least 1",
+                self.m, self.k
+            ));
+        }
+        if self.m.saturating_mul(self.k) > MAX_ELEMS {
+            return Err(format!(
+                "m={} k={}: over the check's {MAX_ELEMS} elements",
+                self.m, self.k
+            ));
+        }
+        if self.arm == ScaledArm::Ub
+            && !matches!(
+                self.source,
+                ScaleSource::Dynamic {
+                    scale_ub: Some(_),
+                    ..
+                }
+            )
+        {
+            return Err("arm UB needs a dynamic scale with a scale_ub".into());
+        }
+        Ok(())
+    }
+
+    /// `x`, drawn from `seed` and the spec's source alone.
+    ///
+    /// # Errors
+    /// As [`ScaledSpec::valid`].
+    pub fn generate(&self) -> Result<Vec<f32>, String> {
+        self.valid()?;
+        let mut rng = Rng(self.seed);
+        let (m, k) = (self.m, self.k);
+        let mut x = vec![0f32; m * k];
+        let static_s = match self.source {
+            ScaleSource::Static(s) => Some(s),
+            ScaleSource::Dynamic { .. } => None,
+        };
+        for row in x.chunks_mut(k) {
+            let mag = 10f32.powf(6.0 * rng.f01() - 3.0);
+            for v in row.iter_mut() {
+                *v = rng.normal() * mag;
+            }
+        }
+        let amax_of = |xs: &[f32]| xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+        // A span is the tensor (per tensor) or a row (per token).
+        let span = match self.granularity {
+            Granularity::Tensor => m * k,
+            Granularity::Token => k,
+        };
+        match self.arm {
+            ScaledArm::Rand => {}
+            ScaledArm::Zero => {
+                let tensor_regime = (self.seed % 3) as usize;
+                for (j, row) in x.chunks_mut(k).enumerate() {
+                    let regime = match self.granularity {
+                        Granularity::Tensor => tensor_regime,
+                        Granularity::Token => j % 5,
+                    };
+                    let a = amax_of(row).max(f32::MIN_POSITIVE);
+                    match regime {
+                        0 => row.fill(0.0),
+                        1 => row.iter_mut().for_each(|v| *v = *v / a * 1e-13),
+                        2 => row.iter_mut().for_each(|v| *v = *v / a * 1e-4),
+                        3 => {
+                            let one = row[0];
+                            row.fill(0.0);
+                            row[rng.below(k)] = one;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            ScaledArm::Ties => {
+                for sp in x.chunks_mut(span) {
+                    // Of 16 inexact amaxes, the one whose scale's
+                    // reciprocal is least exact (the two rules part most
+                    // often there).
+                    let e = rng.below(21) as i32 - 10;
+                    let inexact = |a: f32| {
+                        let s = a / E4M3_MAX;
+                        (f64::from(1.0 / s) * f64::from(s) - 1.0).abs()
+                    };
+                    let mut amax = 0f32;
+                    for i in 0..16 {
+                        let odd = (2 * rng.below(1 << 10) + 1) as f32;
+                        let a = 3.0 * 2f32.powi(e) * (1.0 + odd / 1_048_576.0);
+                        if i == 0 || inexact(a) > inexact(amax) {
+                            amax = a;
+                        }
+                    }
+                    let s = static_s.unwrap_or(amax / E4M3_MAX);
+                    let r = 1.0 / s;
+                    for v in sp.iter_mut() {
+                        // A midpoint between adjacent e4m3 magnitudes
+                        // (normal range: odd / 16 at binade be, up to
+                        // 248), signed, scaled, nudged by up to one ulp.
+                        let be = rng.below(13) as i32 - 5;
+                        let odd = (2 * rng.below(8) + 17) as f32;
+                        let mid = odd / 16.0 * 2f32.powi(be);
+                        let at = |d: i32| f32::from_bits(((mid * s).to_bits() as i32 + d) as u32);
+                        let code = |v: f32| encode_e4m3(v, Overflow::SatFinite);
+                        // Half the elements: the nearest nudge (up to 8
+                        // ulps) where the two rules' codes part, if any.
+                        let parting = if rng.f01() < 0.5 {
+                            (0..17)
+                                .map(|i| if i % 2 == 0 { i / 2 } else { -(i + 1) / 2 })
+                                .map(at)
+                                .find(|&t| code(t / s) != code(t * r))
+                        } else {
+                            None
+                        };
+                        let t = parting.unwrap_or_else(|| at(rng.below(3) as i32 - 1));
+                        *v = if rng.f01() < 0.5 { -t } else { t };
+                    }
+                    if static_s.is_none() {
+                        sp[rng.below(sp.len())] = amax;
+                    }
+                }
+            }
+            ScaledArm::Amax => {
+                for sp in x.chunks_mut(span) {
+                    if let Some(s) = static_s {
+                        // Half the elements beyond the saturation bound,
+                        // and ±448 s itself.
+                        for v in sp.iter_mut() {
+                            let t = E4M3_MAX * s * (0.25 + 3.75 * rng.f01());
+                            *v = if rng.f01() < 0.5 { -t } else { t };
+                        }
+                        let b = E4M3_MAX * s;
+                        sp[rng.below(sp.len())] = b;
+                        sp[rng.below(sp.len())] = -b;
+                        continue;
+                    }
+                    let odd = (2 * rng.below(1 << 10) + 1) as f32;
+                    let amax = amax_of(sp).max(1e-30) * 1.25 * (1.0 + odd / 1_048_576.0);
+                    let negative_only = rng.f01() < 0.5;
+                    if negative_only {
+                        for v in sp.iter_mut() {
+                            *v = v.abs().min(amax * 0.75);
+                        }
+                    }
+                    sp[rng.below(sp.len())] = -amax;
+                    if !negative_only && sp.len() > 1 {
+                        // Another position than the negative one where it
+                        // can be found.
+                        let i = rng.below(sp.len());
+                        if sp[i] != -amax {
+                            sp[i] = amax;
+                        }
+                    }
+                }
+            }
+            ScaledArm::Tail => {
+                for sp in x.chunks_mut(span) {
+                    let n = sp.len();
+                    let rest = amax_of(&sp[..n - 1]).max(1e-3);
+                    sp[n - 1] = if rng.f01() < 0.5 { -2.0 } else { 2.0 } * rest;
+                }
+            }
+            ScaledArm::Ub => {
+                let ub = match self.source {
+                    ScaleSource::Dynamic {
+                        scale_ub: Some(ub), ..
+                    } => ub,
+                    _ => unreachable!("valid() requires a scale_ub"),
+                };
+                for (j, row) in x.chunks_mut(k).enumerate() {
+                    let a = amax_of(row).max(f32::MIN_POSITIVE);
+                    let target = if j % 2 == 0 {
+                        ub * (1.5 + 6.5 * rng.f01())
+                    } else {
+                        ub * (0.1 + 0.8 * rng.f01())
+                    };
+                    row.iter_mut().for_each(|v| *v = *v / a * target);
+                }
+            }
+        }
+        Ok(x)
+    }
+}
+
+/// The oracle's codes and scales for `x` under `rule` and the spec's
+/// source, with the floor `min_scale` replaced by `min_scale` where given
+/// (identification tries other floors on the same case).
+///
+/// # Errors
+/// As [`ScaledSpec::valid`], and the oracle's argument errors.
+pub fn scaled_reference(
+    spec: &ScaledSpec,
+    x: &[f32],
+    rule: ScaledRule,
+    source: ScaleSource,
+) -> Result<(Vec<u8>, Vec<f32>), String> {
+    spec.valid()?;
+    let mut q = vec![0u8; x.len()];
+    let mut s = vec![0f32; spec.scales()];
+    quantize_scaled(x, spec.k, spec.granularity, rule, source, &mut q, &mut s)
+        .map_err(|e| e.to_string())?;
+    Ok((q, s))
+}
+
+/// The (rule, source) pairs a check names when an output matches them:
+/// under a static scale, `divide` and `reciprocal`; under a dynamic one
+/// (the spec's `scale_ub`), every [`ScaledRule`] at vLLM's
+/// `min_scaling_factor`, and `divide` and `reciprocal` with no floor
+/// (vLLM's per-tensor CUDA kernel).
+pub fn scaled_known(source: ScaleSource) -> Vec<(ScaledRule, ScaleSource)> {
+    match source {
+        ScaleSource::Static(_) => vec![
+            (ScaledRule::Divide, source),
+            (ScaledRule::Reciprocal, source),
+        ],
+        ScaleSource::Dynamic { scale_ub, .. } => {
+            let at = |min_scale| ScaleSource::Dynamic {
+                min_scale,
+                scale_ub,
+            };
+            let mut v: Vec<_> = ScaledRule::ALL
+                .into_iter()
+                .map(|r| (r, at(MIN_SCALING_FACTOR)))
+                .collect();
+            v.push((ScaledRule::Divide, at(0.0)));
+            v.push((ScaledRule::Reciprocal, at(0.0)));
+            v
+        }
+    }
+}
+
+/// The known (rule, source) pairs ([`scaled_known`]) whose output equals
+/// `q` and `s` bit for bit.
+pub fn scaled_identify(
+    spec: &ScaledSpec,
+    x: &[f32],
+    q: &[u8],
+    s: &[f32],
+) -> Vec<(ScaledRule, ScaleSource)> {
+    scaled_known(spec.source)
+        .into_iter()
+        .filter(|&(rule, source)| {
+            scaled_reference(spec, x, rule, source)
+                .map(|want| Verdict::judge_codes(spec.k, q, s, &want).pass())
                 .unwrap_or(false)
         })
         .collect()
@@ -388,5 +828,222 @@ mod tests {
         assert!(spec(0, 1, Arm::Rand).generate().is_err());
         assert!(Spec { group: 0, ..sp }.generate().is_err());
         assert_eq!(Arm::parse("ties"), Ok(Arm::Ties));
+    }
+
+    fn scaled(
+        m: usize,
+        k: usize,
+        g: Granularity,
+        source: ScaleSource,
+        arm: ScaledArm,
+    ) -> ScaledSpec {
+        ScaledSpec {
+            m,
+            k,
+            granularity: g,
+            source,
+            arm,
+            seed: ScaledSpec::base_seed(m, k, g, arm),
+        }
+    }
+
+    fn dynamic(min_scale: f32, scale_ub: Option<f32>) -> ScaleSource {
+        ScaleSource::Dynamic {
+            min_scale,
+            scale_ub,
+        }
+    }
+
+    /// Whether two (rule, source) pairs give different bits on a case.
+    fn parts(sp: &ScaledSpec, a: (ScaledRule, ScaleSource), b: (ScaledRule, ScaleSource)) -> bool {
+        let x = sp.generate().unwrap();
+        let wa = scaled_reference(sp, &x, a.0, a.1).unwrap();
+        let wb = scaled_reference(sp, &x, b.0, b.1).unwrap();
+        !Verdict::judge_codes(sp.k, &wa.0, &wa.1, &wb).pass()
+    }
+
+    /// TIES parts a division from a multiply by the reciprocal, static and
+    /// dynamic, per tensor and per token, at every default shape.
+    #[test]
+    fn the_ties_arm_parts_divide_from_reciprocal() {
+        let (d, r) = (ScaledRule::Divide, ScaledRule::Reciprocal);
+        for &(m, k) in &SCALED_SHAPES {
+            for (g, src) in [
+                (Granularity::Tensor, ScaleSource::Static(0.3)),
+                (Granularity::Tensor, dynamic(MIN_SCALING_FACTOR, None)),
+                (Granularity::Token, dynamic(MIN_SCALING_FACTOR, None)),
+            ] {
+                let sp = scaled(m, k, g, src, ScaledArm::Ties);
+                // One element has too few ties to part them reliably.
+                if m * k >= 100 {
+                    assert!(parts(&sp, (d, src), (r, src)), "{sp:?}");
+                }
+            }
+        }
+        // Per tensor, the scale is one f32: torch's fl(1/448) multiply
+        // parts from the division on TIES's inexact amax.
+        let src = dynamic(MIN_SCALING_FACTOR, None);
+        let sp = scaled(8, 4096, Granularity::Tensor, src, ScaledArm::Ties);
+        assert!(parts(&sp, (d, src), (ScaledRule::TorchDivide, src)));
+    }
+
+    /// ZERO parts a floor from none at every shape (per token: row 0 is
+    /// all zero) and, per tensor, draws each of its three regimes over
+    /// the default shapes.
+    #[test]
+    fn the_zero_arm_needs_the_floor_and_draws_its_regimes() {
+        let r = ScaledRule::Reciprocal;
+        let mut regimes = [false; 3];
+        for &(m, k) in &SCALED_SHAPES {
+            for g in [Granularity::Tensor, Granularity::Token] {
+                let sp = scaled(m, k, g, dynamic(MIN_SCALING_FACTOR, None), ScaledArm::Zero);
+                let x = sp.generate().unwrap();
+                let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+                if g == Granularity::Tensor {
+                    regimes[(sp.seed % 3) as usize] = true;
+                    assert!(amax < 2e-3, "{sp:?}: amax {amax}");
+                } else {
+                    assert!(x[..k].iter().all(|&v| v == 0.0));
+                }
+                assert!(
+                    parts(&sp, (r, sp.source), (r, dynamic(0.0, None))),
+                    "{sp:?}"
+                );
+            }
+        }
+        assert_eq!(regimes, [true; 3]);
+    }
+
+    /// TAIL: the amax is the last element alone, so dropping it changes
+    /// the scale (per tensor: of the whole tensor; per token: of every
+    /// row).
+    #[test]
+    fn the_tail_arm_puts_the_amax_last() {
+        let d = ScaledRule::Divide;
+        for &(m, k) in &SCALED_SHAPES {
+            for g in [Granularity::Tensor, Granularity::Token] {
+                let sp = scaled(m, k, g, dynamic(MIN_SCALING_FACTOR, None), ScaledArm::Tail);
+                let mut x = sp.generate().unwrap();
+                let want = scaled_reference(&sp, &x, d, sp.source).unwrap();
+                let last = match g {
+                    Granularity::Tensor => vec![m * k - 1],
+                    Granularity::Token => (1..=m).map(|j| j * k - 1).collect(),
+                };
+                for i in last {
+                    x[i] = 0.0;
+                }
+                let short = scaled_reference(&sp, &x, d, sp.source).unwrap();
+                assert!(want.1.iter().zip(&short.1).all(|(a, b)| a > b), "{sp:?}");
+            }
+        }
+    }
+
+    /// AMAX: each span's amax codes to ±448 (and, in half the spans, only
+    /// the negative one is there); under a static scale, elements beyond
+    /// the saturation bound.
+    #[test]
+    fn the_amax_arm_codes_448_and_saturates_static_scales() {
+        let mut negative_only = 0;
+        for &(m, k) in &SCALED_SHAPES {
+            let sp = scaled(
+                m,
+                k,
+                Granularity::Token,
+                dynamic(MIN_SCALING_FACTOR, None),
+                ScaledArm::Amax,
+            );
+            let x = sp.generate().unwrap();
+            for rule in ScaledRule::ALL {
+                let (q, _) = scaled_reference(&sp, &x, rule, sp.source).unwrap();
+                for j in 0..m {
+                    let row = &x[j * k..(j + 1) * k];
+                    let a = row.iter().fold(0f32, |a, v| a.max(v.abs()));
+                    for (c, &v) in q[j * k..(j + 1) * k].iter().zip(row) {
+                        if v.abs() == a {
+                            assert_eq!(*c, if v < 0.0 { 0xFE } else { 0x7E }, "{rule:?}");
+                        }
+                    }
+                    if rule == ScaledRule::Divide && row.iter().fold(f32::MIN, |a, &v| a.max(v)) < a
+                    {
+                        negative_only += 1;
+                    }
+                }
+            }
+            let s = 0.0173f32;
+            let sp = scaled(
+                m,
+                k,
+                Granularity::Tensor,
+                ScaleSource::Static(s),
+                ScaledArm::Amax,
+            );
+            let x = sp.generate().unwrap();
+            let beyond = x.iter().filter(|v| (*v / s).abs() >= 465.0).count();
+            assert!(beyond * 3 >= x.len() / 2 || x.len() < 8, "{sp:?}: {beyond}");
+        }
+        assert!(negative_only >= 10, "{negative_only}");
+    }
+
+    /// UB: the bound decides the even rows' scales; without a bound the
+    /// arm is refused.
+    #[test]
+    fn the_ub_arm_needs_and_exercises_the_bound() {
+        let with = dynamic(MIN_SCALING_FACTOR, Some(2.5));
+        let d = ScaledRule::Divide;
+        for &(m, k) in &SCALED_SHAPES {
+            let sp = scaled(m, k, Granularity::Token, with, ScaledArm::Ub);
+            assert!(parts(
+                &sp,
+                (d, with),
+                (d, dynamic(MIN_SCALING_FACTOR, None))
+            ));
+            let x = sp.generate().unwrap();
+            let (_, s) = scaled_reference(&sp, &x, d, with).unwrap();
+            assert_eq!(s[0], 2.5 / 448.0);
+        }
+        let sp = scaled(2, 7, Granularity::Token, dynamic(0.0, None), ScaledArm::Ub);
+        assert!(sp.generate().is_err());
+        assert_eq!(
+            sp.default_arms().len(),
+            5,
+            "no UB by default without a bound"
+        );
+        assert_eq!(
+            scaled(2, 7, Granularity::Token, with, ScaledArm::Ub)
+                .default_arms()
+                .len(),
+            6
+        );
+        assert_eq!(
+            scaled(
+                2,
+                7,
+                Granularity::Tensor,
+                ScaleSource::Static(1.0),
+                ScaledArm::Rand
+            )
+            .default_arms(),
+            vec![ScaledArm::Rand, ScaledArm::Ties, ScaledArm::Amax]
+        );
+    }
+
+    /// Identification names each rule's own output, and the labels show a
+    /// floor only where it is not vLLM's.
+    #[test]
+    fn scaled_identify_names_each_rule() {
+        let src = dynamic(MIN_SCALING_FACTOR, None);
+        let sp = scaled(8, 4096, Granularity::Token, src, ScaledArm::Ties);
+        let x = sp.generate().unwrap();
+        for rule in ScaledRule::ALL {
+            let (q, s) = scaled_reference(&sp, &x, rule, src).unwrap();
+            let ids = scaled_identify(&sp, &x, &q, &s);
+            assert!(ids.contains(&(rule, src)), "{rule:?}: {ids:?}");
+        }
+        assert_eq!(
+            scaled_label(ScaledRule::Reciprocal, dynamic(0.0, None)),
+            "reciprocal(min_scale=0e0)"
+        );
+        assert_eq!(scaled_label(ScaledRule::Divide, src), "divide");
+        assert_eq!(ScaledArm::parse("tail"), Ok(ScaledArm::Tail));
     }
 }

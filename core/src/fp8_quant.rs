@@ -20,6 +20,11 @@
 //! `[rows][cols]` e4m3 codes; `s` is `[rows][ceil(cols / group)]` f32, row
 //! `j`'s group `g` covering columns `g * group .. min((g + 1) * group,
 //! cols)` (a short last group when `group` does not divide `cols`).
+//!
+//! The module's second half ([`quantize_scaled`]) is the per-tensor and
+//! per-token quantizers the field runs before a per-tensor or rowwise FP8
+//! GEMM: one scale for the whole tensor (static, given; or dynamic, from
+//! the tensor's amax) or one per row (dynamic), named by a [`ScaledRule`].
 
 use crate::conventions::Overflow;
 use crate::e4m3::encode_e4m3;
@@ -227,6 +232,13 @@ pub enum QuantError {
     /// A slice whose length disagrees with the shape: its name, the
     /// length expected and the length given.
     Len(&'static str, usize, usize),
+    /// A static scale, `scale_ub` or `min_scale` out of its range: the
+    /// argument's name and value (a static scale and `scale_ub` must be
+    /// finite and positive, `min_scale` finite and at least 0).
+    Arg(&'static str, f32),
+    /// A [`ScaledRule`] that derives its own scale (`torch_divide`,
+    /// `torch_reciprocal`, `to_float8`) given a static one.
+    StaticRule(ScaledRule),
 }
 
 impl core::fmt::Display for QuantError {
@@ -237,6 +249,12 @@ impl core::fmt::Display for QuantError {
             QuantError::Len(arg, want, got) => {
                 write!(f, "{arg}: {got} elements, expected {want}")
             }
+            QuantError::Arg(arg, v) => write!(f, "{arg} = {v}: out of its range"),
+            QuantError::StaticRule(r) => write!(
+                f,
+                "rule {}: it derives its own scale; a static scale takes divide or reciprocal",
+                r.label()
+            ),
         }
     }
 }
@@ -281,6 +299,282 @@ pub fn quantize_groups(
             let lo = j * cols + g * group;
             let hi = j * cols + cols.min((g + 1) * group);
             s[j * per_row + g] = quantize_group(&x[lo..hi], rule, &mut q[lo..hi]);
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Per-tensor and per-token scaled quantizers.
+// ---------------------------------------------------------------------------
+
+/// vLLM's floor under a dynamic FP8 scale, `min_scaling_factor<
+/// c10::Float8_e4m3fn>::val()` (`csrc/quantization/utils.cuh`): `1.0f /
+/// (448 * 512.0f)`, the binary32 reciprocal of 229376 rounded once
+/// (`0x36924925`). vLLM's `dynamic_per_token_scaled_fp8_quant_kernel`
+/// floors each token's scale at it; its per-tensor CUDA kernel
+/// (`segmented_max_reduction`) has no floor (`min_scale = 0`), and its
+/// torch-native `QuantFP8.forward_native` floors both at it.
+pub const MIN_SCALING_FACTOR: f32 = 1.0 / (E4M3_MAX * 512.0);
+
+/// The amax floor of PyTorch's `to_float8` recipe (`amax.clamp(min=1e-12)`,
+/// the FP8 `_scaled_mm` tests and tutorials) and torchao's
+/// `amax_to_scale` (`EPS = 1e-12`).
+pub const TO_FLOAT8_EPS: f32 = 1e-12;
+
+/// How a per-tensor or per-token quantizer forms its scale `s` and its
+/// codes. `amax` is the running maximum of `|x|` from `+0` over the span
+/// (the whole tensor, or one row), then `fminf(amax, scale_ub)` where an
+/// upper bound is given; every code is `e4m3(clamp(v))` with `v` the
+/// scaled element, `clamp(v) = fmaxf(-448, fminf(v, 448))` (vLLM's
+/// `scaled_fp8_conversion`, [`clamp_fmin_fmax`]: a NaN `v` becomes +448)
+/// and the conversion round-to-nearest-even (`SatFinite`, which the clamp
+/// makes immaterial). `min_scale` is the floor of [`ScaleSource::Dynamic`].
+///
+/// Static scales (vLLM `static_scaled_fp8_quant`) take `Divide` or
+/// `Reciprocal` only; the scale written is the one given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaledRule {
+    /// `s = fmaxf(amax / 448, min_scale)`, `v = x / s` (IEEE binary32
+    /// divisions). vLLM's `dynamic_per_token_scaled_fp8_quant_kernel`
+    /// (`csrc/quantization/w8a8/fp8/common.cu`: `scaled_fp8_conversion<
+    /// false>`, "we don't use inverted scales so we can match FBGemm").
+    Divide,
+    /// `s = fmaxf(amax / 448, min_scale)`, `v = x * fl(1 / s)`: vLLM's
+    /// `scaled_fp8_quant_kernel` (`inverted_scale = 1.0f / (*scale)`,
+    /// `scaled_fp8_conversion<true>`), which `static_scaled_fp8_quant` and
+    /// `dynamic_scaled_fp8_quant` (after `segmented_max_reduction`'s
+    /// `atomicMaxFloat(scale, amax / 448)`, no floor) both run.
+    Reciprocal,
+    /// `s = fmaxf(amax * fl(1/448), min_scale)` (torch's `amax / 448.0` on
+    /// a CUDA tensor: a multiply by the binary32 reciprocal of the Python
+    /// scalar, `div_true_kernel_cuda`), `v = x / s` (a tensor division,
+    /// IEEE): the pure-torch form `x / scale`.
+    TorchDivide,
+    /// `s = fmaxf(amax * fl(1/448), min_scale)`, `v = x * fl(1 / s)`:
+    /// vLLM's torch-native `QuantFP8.forward_native`
+    /// (`vllm/model_executor/layers/quantization/input_quant_fp8.py`:
+    /// `(x_max / _FP8_MAX).clamp(min=_FP8_MIN_SCALING_FACTOR)`, then `x *
+    /// scale.reciprocal()`).
+    TorchReciprocal,
+    /// PyTorch's `to_float8` recipe and torchao's `amax_to_scale` /
+    /// `to_fp8_saturated`: `a = max(amax, 1e-12)` ([`TO_FLOAT8_EPS`];
+    /// `min_scale` unused), `r = fl(fl(1 / a) * 448)` (torch's `448 /
+    /// amax` for a Python scalar over a tensor is `amax.reciprocal() *
+    /// 448`, `Tensor.__rtruediv__`), `v = x * r`, and the scale written is
+    /// its inverse `s = fl(1 / r)` (`scale.float().reciprocal()`, what
+    /// `torch._scaled_mm` takes).
+    ToFloat8,
+}
+
+impl ScaledRule {
+    /// Every rule, in the order reports list them.
+    pub const ALL: [ScaledRule; 5] = [
+        ScaledRule::Divide,
+        ScaledRule::Reciprocal,
+        ScaledRule::TorchDivide,
+        ScaledRule::TorchReciprocal,
+        ScaledRule::ToFloat8,
+    ];
+
+    /// The rule's name in reports and in Python (`"divide"`, ...).
+    pub fn label(&self) -> &'static str {
+        match self {
+            ScaledRule::Divide => "divide",
+            ScaledRule::Reciprocal => "reciprocal",
+            ScaledRule::TorchDivide => "torch_divide",
+            ScaledRule::TorchReciprocal => "torch_reciprocal",
+            ScaledRule::ToFloat8 => "to_float8",
+        }
+    }
+
+    /// The rule's formula in reports.
+    pub fn formula(&self) -> &'static str {
+        match self {
+            ScaledRule::Divide => "s = max(amax/448, min_scale), x / s",
+            ScaledRule::Reciprocal => "s = max(amax/448, min_scale), x * fl(1/s)",
+            ScaledRule::TorchDivide => "s = max(amax*fl(1/448), min_scale), x / s",
+            ScaledRule::TorchReciprocal => "s = max(amax*fl(1/448), min_scale), x * fl(1/s)",
+            ScaledRule::ToFloat8 => {
+                "r = fl(1/max(amax,1e-12))*448, x * r, s = fl(1/r) (written inverted)"
+            }
+        }
+    }
+}
+
+/// One scale for the whole tensor, or one per row (token).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Granularity {
+    /// One scale; `s` has 1 element.
+    Tensor,
+    /// One scale per row; `s` has `rows` elements (vLLM writes `[rows, 1]`).
+    Token,
+}
+
+/// Where a scale comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScaleSource {
+    /// A given scale (finite, positive), per tensor: vLLM's
+    /// `static_scaled_fp8_quant`.
+    Static(f32),
+    /// From the span's amax, floored at `min_scale` (finite, at least 0;
+    /// [`MIN_SCALING_FACTOR`] is vLLM's), the amax first bounded by
+    /// `scale_ub` where given (finite, positive; vLLM's per-token
+    /// `scale_ub`, an amax bound despite its name: `fminf(amax,
+    /// *scale_ub) / 448`).
+    Dynamic {
+        /// The floor under the scale.
+        min_scale: f32,
+        /// The upper bound on the amax.
+        scale_ub: Option<f32>,
+    },
+}
+
+/// CUDA's `fmaxf(-448, fminf(v, 448))` (vLLM's `scaled_fp8_conversion`):
+/// `fminf` returns its non-NaN operand, so a NaN `v` becomes +448 (code
+/// `0x7E`), whatever its sign. The opposite order ([`clamp_fminmax`])
+/// sends it to -448.
+pub fn clamp_fmin_fmax(v: f32) -> f32 {
+    let hi = if v.is_nan() || v > E4M3_MAX {
+        E4M3_MAX
+    } else {
+        v
+    };
+    if hi < -E4M3_MAX {
+        -E4M3_MAX
+    } else {
+        hi
+    }
+}
+
+/// One span (the tensor, or one row): its codes into `q` (`q.len() ==
+/// x.len()`), its scale returned, by `rule` from `source` (see
+/// [`ScaledRule`]'s variants for every step). Arguments are checked by
+/// [`quantize_scaled`].
+///
+/// # Panics
+/// If `q.len() != x.len()`.
+pub fn quantize_span(x: &[f32], rule: ScaledRule, source: ScaleSource, q: &mut [u8]) -> f32 {
+    assert_eq!(q.len(), x.len(), "quantize_span: q and x lengths differ");
+    // The scale written, and the factor the codes use: (s, true) divides
+    // by s, (r, false) multiplies by r.
+    let (s, factor, divide) = match source {
+        ScaleSource::Static(s) => match rule {
+            ScaledRule::Reciprocal => (s, 1.0 / s, false),
+            _ => (s, s, true),
+        },
+        ScaleSource::Dynamic {
+            min_scale,
+            scale_ub,
+        } => {
+            let mut amax = 0.0f32;
+            for &v in x {
+                let a = abs(v);
+                if a > amax {
+                    amax = a;
+                }
+            }
+            if let Some(ub) = scale_ub {
+                if ub < amax {
+                    amax = ub;
+                }
+            }
+            if rule == ScaledRule::ToFloat8 {
+                let a = if amax > TO_FLOAT8_EPS {
+                    amax
+                } else {
+                    TO_FLOAT8_EPS
+                };
+                let r = (1.0 / a) * E4M3_MAX;
+                (1.0 / r, r, false)
+            } else {
+                let s0 = match rule {
+                    ScaledRule::TorchDivide | ScaledRule::TorchReciprocal => {
+                        amax * (1.0 / E4M3_MAX)
+                    }
+                    _ => amax / E4M3_MAX,
+                };
+                let s = if s0 > min_scale { s0 } else { min_scale };
+                match rule {
+                    ScaledRule::Divide | ScaledRule::TorchDivide => (s, s, true),
+                    _ => (s, 1.0 / s, false),
+                }
+            }
+        }
+    };
+    for (c, &v) in q.iter_mut().zip(x) {
+        let y = if divide { v / factor } else { v * factor };
+        *c = encode_e4m3(clamp_fmin_fmax(y), Overflow::SatFinite);
+    }
+    s
+}
+
+/// The per-tensor or per-token quantizer: `x` `[rows][cols]` f32, codes
+/// `q` `[rows][cols]`, scales `s` (1 element for [`Granularity::Tensor`],
+/// `rows` for [`Granularity::Token`]), by `rule` from `source`. Per
+/// tensor, the amax runs over every element of every row.
+///
+/// # Errors
+/// [`QuantError`] for a slice of the wrong length, a static scale or
+/// `scale_ub` that is not finite and positive, a `min_scale` that is NaN,
+/// infinite or negative, a static scale per token (`Arg("scale", s)`: no
+/// field kernel has one) or under a rule that derives its own scale;
+/// nothing is written then.
+pub fn quantize_scaled(
+    x: &[f32],
+    cols: usize,
+    granularity: Granularity,
+    rule: ScaledRule,
+    source: ScaleSource,
+    q: &mut [u8],
+    s: &mut [f32],
+) -> Result<(), QuantError> {
+    let positive = |v: f32| v.is_finite() && v > 0.0;
+    match source {
+        ScaleSource::Static(sc) => {
+            if !positive(sc) || granularity == Granularity::Token {
+                return Err(QuantError::Arg("scale", sc));
+            }
+            if !matches!(rule, ScaledRule::Divide | ScaledRule::Reciprocal) {
+                return Err(QuantError::StaticRule(rule));
+            }
+        }
+        ScaleSource::Dynamic {
+            min_scale,
+            scale_ub,
+        } => {
+            if !(min_scale.is_finite() && min_scale >= 0.0) {
+                return Err(QuantError::Arg("min_scale", min_scale));
+            }
+            if let Some(ub) = scale_ub {
+                if !positive(ub) {
+                    return Err(QuantError::Arg("scale_ub", ub));
+                }
+            }
+        }
+    }
+    let rows = x.len().checked_div(cols).unwrap_or(0);
+    if rows * cols != x.len() {
+        return Err(QuantError::Len("x", rows * cols, x.len()));
+    }
+    if q.len() != x.len() {
+        return Err(QuantError::Len("q", x.len(), q.len()));
+    }
+    let scales = match granularity {
+        Granularity::Tensor => 1,
+        Granularity::Token => rows,
+    };
+    if s.len() != scales {
+        return Err(QuantError::Len("s", scales, s.len()));
+    }
+    match granularity {
+        Granularity::Tensor => s[0] = quantize_span(x, rule, source, q),
+        Granularity::Token => {
+            // Rows in order, each its own span.
+            let rows_q = q.chunks_mut(cols.max(1));
+            for ((sj, xj), qj) in s.iter_mut().zip(x.chunks(cols.max(1))).zip(rows_q) {
+                *sj = quantize_span(xj, rule, source, qj);
+            }
         }
     }
     Ok(())
@@ -389,5 +683,157 @@ mod tests {
             quantize_groups(&x, 4, 2, GroupScale::V2, &mut q, &mut s),
             Err(QuantError::Len("x", 8, 10))
         );
+    }
+
+    #[test]
+    fn min_scaling_factor_is_the_rounded_reciprocal_of_229376() {
+        assert_eq!(MIN_SCALING_FACTOR.to_bits(), 0x3692_4925);
+        assert_eq!(MIN_SCALING_FACTOR, 1.0 / 229_376.0);
+    }
+
+    #[test]
+    fn the_vllm_clamp_sends_nan_to_the_top() {
+        assert_eq!(clamp_fmin_fmax(f32::NAN), 448.0);
+        assert_eq!(clamp_fmin_fmax(-f32::NAN), 448.0);
+        assert_eq!(clamp_fmin_fmax(-1e9), -448.0);
+        assert_eq!(clamp_fmin_fmax(f32::INFINITY), 448.0);
+        assert_eq!(clamp_fmin_fmax(-0.0).to_bits(), (-0.0f32).to_bits());
+    }
+
+    const DYN: ScaleSource = ScaleSource::Dynamic {
+        min_scale: MIN_SCALING_FACTOR,
+        scale_ub: None,
+    };
+
+    /// At an e4m3 rounding tie the two static rules part: `x / s` and `x *
+    /// fl(1/s)` differ by an f32 ulp, and where one is exactly the
+    /// midpoint 2.375 = 0b10.011 (between 2.25 = 0b10.010, odd last bit,
+    /// and 2.5, even: the tie rounds up) and the other one ulp below it,
+    /// their codes are a step apart.
+    #[test]
+    fn divide_and_reciprocal_part_at_a_tie() {
+        let mut parted = 0;
+        for s in [0.3f32, 0.1, 3.0 / 448.0, 1.0 / 3.0, 0.0173] {
+            let r = 1.0 / s;
+            for mid in [2.125f32, 2.375, 2.625, 2.875] {
+                for d in -8i32..=8 {
+                    let x = f32::from_bits(((mid * s).to_bits() as i32 + d) as u32);
+                    let (mut qd, mut qr) = ([0u8], [0u8]);
+                    quantize_span(&[x], ScaledRule::Divide, ScaleSource::Static(s), &mut qd);
+                    quantize_span(
+                        &[x],
+                        ScaledRule::Reciprocal,
+                        ScaleSource::Static(s),
+                        &mut qr,
+                    );
+                    assert_eq!(qd[0], encode_e4m3(x / s, Overflow::SatFinite));
+                    assert_eq!(qr[0], encode_e4m3(x * r, Overflow::SatFinite));
+                    parted += usize::from(qd != qr);
+                }
+            }
+        }
+        assert!(parted > 0, "no element near a tie parts the rules");
+    }
+
+    #[test]
+    fn each_dynamic_rule_forms_its_scale_and_codes_448_at_the_amax() {
+        let x = [0.5f32, -3.0, 1.25, 2.0];
+        let mut q = [0u8; 4];
+        let want = [
+            (ScaledRule::Divide, 3.0f32 / 448.0),
+            (ScaledRule::Reciprocal, 3.0 / 448.0),
+            (ScaledRule::TorchDivide, 3.0 * (1.0 / 448.0)),
+            (ScaledRule::TorchReciprocal, 3.0 * (1.0 / 448.0)),
+            (ScaledRule::ToFloat8, 1.0 / ((1.0 / 3.0) * 448.0)),
+        ];
+        for (rule, s_want) in want {
+            let s = quantize_span(&x, rule, DYN, &mut q);
+            assert_eq!(s.to_bits(), s_want.to_bits(), "{rule:?}");
+            assert_eq!(q[1], 0xFE, "{rule:?}: -amax codes -448");
+        }
+        // 3 / 448 and 3 * fl(1/448) are one ulp apart.
+        assert_ne!(
+            (3.0f32 / 448.0).to_bits(),
+            (3.0f32 * (1.0 / 448.0)).to_bits()
+        );
+    }
+
+    #[test]
+    fn the_floor_the_bound_and_a_missing_floor() {
+        let zero = [0.0f32; 3];
+        let mut q = [0xAAu8; 3];
+        for rule in ScaledRule::ALL {
+            let s = quantize_span(&zero, rule, DYN, &mut q);
+            assert_eq!(q, [0; 3], "{rule:?}");
+            if rule == ScaledRule::ToFloat8 {
+                assert_eq!(s, 1.0 / ((1.0 / TO_FLOAT8_EPS) * 448.0));
+            } else {
+                assert_eq!(s, MIN_SCALING_FACTOR, "{rule:?}");
+            }
+        }
+        // vLLM's per-tensor CUDA kernel: no floor, so a zero tensor's
+        // scale is 0, 1/0 = inf, 0 * inf = NaN, and the clamp makes +448.
+        let no_floor = ScaleSource::Dynamic {
+            min_scale: 0.0,
+            scale_ub: None,
+        };
+        let s = quantize_span(&zero, ScaledRule::Reciprocal, no_floor, &mut q);
+        assert_eq!((s, q), (0.0, [0x7E; 3]));
+        // scale_ub bounds the amax: 8 over a bound of 2 codes 448.
+        let ub = ScaleSource::Dynamic {
+            min_scale: MIN_SCALING_FACTOR,
+            scale_ub: Some(2.0),
+        };
+        let s = quantize_span(&[8.0, 1.0, -2.0], ScaledRule::Divide, ub, &mut q);
+        assert_eq!((s, q), (2.0 / 448.0, [0x7E, 0x76, 0xFE]));
+    }
+
+    #[test]
+    fn tensor_amax_covers_every_row_and_bad_arguments_are_refused() {
+        let x = [1.0f32, 2.0, 3.0, 0.5, 0.25, 7.0];
+        let (mut q, mut s) = ([0u8; 6], [0f32; 1]);
+        let r = ScaledRule::Divide;
+        quantize_scaled(&x, 3, Granularity::Tensor, r, DYN, &mut q, &mut s).unwrap();
+        assert_eq!(s[0], 7.0 / 448.0);
+        assert_eq!(q[5], 0x7E);
+        let mut s2 = [0f32; 2];
+        quantize_scaled(&x, 3, Granularity::Token, r, DYN, &mut q, &mut s2).unwrap();
+        assert_eq!(s2, [3.0 / 448.0, 7.0 / 448.0]);
+        assert_eq!(
+            quantize_scaled(&x, 3, Granularity::Token, r, DYN, &mut q, &mut s),
+            Err(QuantError::Len("s", 2, 1))
+        );
+        let st = ScaleSource::Static(0.5);
+        assert_eq!(
+            quantize_scaled(
+                &x,
+                3,
+                Granularity::Tensor,
+                ScaledRule::ToFloat8,
+                st,
+                &mut q,
+                &mut s
+            ),
+            Err(QuantError::StaticRule(ScaledRule::ToFloat8))
+        );
+        assert!(quantize_scaled(&x, 3, Granularity::Token, r, st, &mut q, &mut s2).is_err());
+        for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+            let st = ScaleSource::Static(bad);
+            assert!(quantize_scaled(&x, 3, Granularity::Tensor, r, st, &mut q, &mut s).is_err());
+            let ub = ScaleSource::Dynamic {
+                min_scale: 0.0,
+                scale_ub: Some(bad),
+            };
+            assert!(quantize_scaled(&x, 3, Granularity::Tensor, r, ub, &mut q, &mut s).is_err());
+        }
+        let nf = ScaleSource::Dynamic {
+            min_scale: f32::NAN,
+            scale_ub: None,
+        };
+        assert!(quantize_scaled(&x, 3, Granularity::Tensor, r, nf, &mut q, &mut s).is_err());
+        // A static scale writes itself; 7 / 0.5 = 14 codes 14.
+        let st = ScaleSource::Static(0.5);
+        quantize_scaled(&x, 3, Granularity::Tensor, r, st, &mut q, &mut s).unwrap();
+        assert_eq!((s[0], q[5]), (0.5, encode_e4m3(14.0, Overflow::SatFinite)));
     }
 }

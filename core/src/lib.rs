@@ -24,7 +24,7 @@
 //!   schedules (fold and in-block accumulation).
 //! - [`fp8_quant`]: per-token-group e4m3 activation quantizers under the
 //!   field's declared scale rules (v2's, vLLM's and SGLang's division,
-//!   UE8M0).
+//!   UE8M0), and the per-tensor (static or dynamic) and per-token ones.
 //! - [`fp8_scaled_mm`]: the FP8 GEMM with row or tensor scales (torch
 //!   `_scaled_mm`, CUTLASS and Triton scaled mm) and its declared
 //!   accumulation (the tensor core's chain, promotion interval) and

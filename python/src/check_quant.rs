@@ -3,15 +3,24 @@
 //! `check_fp8_group_quant`, which runs any Python quantizer through the
 //! case library's cases (`kernel_oracle::fp8_quant`) and judges its codes
 //! and scales bit for bit, naming every known rule its output matches.
+//! Likewise for the per-tensor and per-token quantizers that run before a
+//! per-tensor or rowwise FP8 GEMM: `quantize_fp8_scaled`,
+//! `fp8_scaled_quant_case` and `check_fp8_scaled_quant`.
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
     arms_or_all, call_typed, callable_name, failure_head, names_or, seeds_for, value, CheckReport,
     Input, Out, OutKind,
 };
-use kernel_oracle::fp8_quant::{identify, reference, rule_label, Arm, Spec, Verdict, KNOWN};
+use kernel_oracle::fp8_quant::{
+    identify, reference, rule_label, scaled_identify, scaled_known, scaled_label, scaled_reference,
+    Arm, ScaledArm, ScaledSpec, Spec, Verdict, KNOWN, SCALED_SHAPES,
+};
 use numpy::PyReadonlyArrayDyn;
-use oracle::fp8_quant::{quantize_groups, GroupScale};
+use oracle::fp8_quant::{
+    quantize_groups, quantize_scaled, Granularity, GroupScale, ScaleSource, ScaledRule,
+    MIN_SCALING_FACTOR,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -297,9 +306,415 @@ fn check_fp8_group_quant<'py>(
     rep.finish(out, &format!("known rules: {}; ", known.join(", ")))
 }
 
-/// Adds the group quantizer, its check, its case and default shapes.
+// ---------------------------------------------------------------------------
+// Per-tensor and per-token scaled quantizers.
+// ---------------------------------------------------------------------------
+
+/// The arguments of a scaled quantizer, checked: `granularity`
+/// (`"tensor"`, `"token"`), `rule` (a [`ScaledRule`] label), a static
+/// `scale` (per tensor, `divide` or `reciprocal`), `scale_ub` (dynamic,
+/// per token) and `min_scale`.
+fn scaled_setup(
+    granularity: &str,
+    scale: Option<f32>,
+    rule: &str,
+    scale_ub: Option<f32>,
+    min_scale: f32,
+) -> PyResult<(Granularity, ScaledRule, ScaleSource)> {
+    let bad = |m: String| Err(PyValueError::new_err(m));
+    let g = match granularity.to_ascii_lowercase().as_str() {
+        "tensor" => Granularity::Tensor,
+        "token" => Granularity::Token,
+        _ => {
+            return bad(format!(
+                "granularity {granularity:?}: expected \"tensor\" or \"token\""
+            ))
+        }
+    };
+    let Some(r) = ScaledRule::ALL
+        .into_iter()
+        .find(|r| r.label().eq_ignore_ascii_case(rule))
+    else {
+        return bad(format!(
+            "rule {rule:?}: expected \"divide\", \"reciprocal\", \"torch_divide\", \"torch_reciprocal\" or \"to_float8\""
+        ));
+    };
+    let positive = |v: f32| v.is_finite() && v > 0.0;
+    let source = match scale {
+        Some(s) => {
+            if g == Granularity::Token {
+                return bad("scale: a static scale is per tensor (vLLM's static_scaled_fp8_quant); granularity must be \"tensor\"".into());
+            }
+            if !positive(s) {
+                return bad(format!("scale = {s}: it must be finite and positive"));
+            }
+            if !matches!(r, ScaledRule::Divide | ScaledRule::Reciprocal) {
+                return bad(format!(
+                    "rule {:?} derives its own scale: a static scale takes \"divide\" or \"reciprocal\"",
+                    r.label()
+                ));
+            }
+            if scale_ub.is_some() {
+                return bad("scale_ub bounds a dynamic amax; a static scale takes none".into());
+            }
+            ScaleSource::Static(s)
+        }
+        None => {
+            if let Some(ub) = scale_ub {
+                if g == Granularity::Tensor {
+                    return bad(
+                        "scale_ub: vLLM's bound is per token; granularity must be \"token\"".into(),
+                    );
+                }
+                if !positive(ub) {
+                    return bad(format!("scale_ub = {ub}: it must be finite and positive"));
+                }
+            }
+            if !(min_scale.is_finite() && min_scale >= 0.0) {
+                return bad(format!(
+                    "min_scale = {min_scale}: it must be finite and at least 0"
+                ));
+            }
+            ScaleSource::Dynamic {
+                min_scale,
+                scale_ub,
+            }
+        }
+    };
+    Ok((g, r, source))
+}
+
+/// The shape of a scaled quantizer's scales: `[1]` per tensor, `[m, 1]`
+/// per token (vLLM's).
+fn scale_shape(g: Granularity, m: usize) -> Vec<usize> {
+    match g {
+        Granularity::Tensor => vec![1],
+        Granularity::Token => vec![m, 1],
+    }
+}
+
+/// quantize_fp8_scaled(x, granularity="tensor", scale=None, rule="divide", scale_ub=None, min_scale=MIN_SCALING_FACTOR) -> (q: uint8[m, k], s: float32[1] or [m, 1])
+///
+/// The per-tensor or per-token e4m3 quantizer of `oracle::fp8_quant::
+/// quantize_scaled` on `x` (float32 `[m, k]`): one scale for the tensor
+/// (`granularity="tensor"`; the static `scale` when given, else from the
+/// amax of every element) or one per row (`"token"`, dynamic), under
+/// `rule`:
+/// - `"divide"`: `s = max(amax / 448, min_scale)`, codes of `x / s`
+///   (vLLM's `dynamic_per_token_scaled_fp8_quant_kernel`,
+///   `csrc/quantization/w8a8/fp8/common.cu`);
+/// - `"reciprocal"`: the same `s`, codes of `x * fl(1/s)` (vLLM's
+///   `scaled_fp8_quant_kernel`, run by `static_scaled_fp8_quant` and, after
+///   `segmented_max_reduction`, `dynamic_scaled_fp8_quant`, with no floor:
+///   `min_scale=0`);
+/// - `"torch_divide"`: `s = max(amax * fl(1/448), min_scale)` (torch's
+///   `amax / 448.0` on a CUDA tensor), codes of `x / s`;
+/// - `"torch_reciprocal"`: that `s`, codes of `x * fl(1/s)` (vLLM's
+///   `QuantFP8.forward_native`);
+/// - `"to_float8"`: PyTorch's `to_float8` recipe: `r = fl(1 / max(amax,
+///   1e-12)) * 448`, codes of `x * r`, scale written `fl(1 / r)`.
+///
+/// The amax is bounded by `scale_ub` first (per token, dynamic: vLLM's
+/// `fminf(amax, *scale_ub)`); `min_scale` defaults to vLLM's
+/// `min_scaling_factor`, `1 / (448 * 512)`. Every code is
+/// `fmaxf(-448, fminf(v, 448))` converted to nearest even e4m3.
+///
+/// Errors: `ValueError` for an unknown granularity or rule, a static scale
+/// per token or under a rule that derives its own, a scale or `scale_ub`
+/// not finite and positive, `scale_ub` per tensor or with a static scale,
+/// a `min_scale` NaN, infinite or negative, or an `x` that is not 2-D.
+#[pyfunction]
+#[pyo3(signature = (x, granularity = "tensor", scale = None, rule = "divide", scale_ub = None, min_scale = MIN_SCALING_FACTOR))]
+fn quantize_fp8_scaled<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArrayDyn<'py, f32>,
+    granularity: &str,
+    scale: Option<f32>,
+    rule: &str,
+    scale_ub: Option<f32>,
+    min_scale: f32,
+) -> PyResult<crate::fp8::Quantized<'py>> {
+    let (g, rule, source) = scaled_setup(granularity, scale, rule, scale_ub, min_scale)?;
+    let d = dims("x", &x, 2)?;
+    let (m, k) = (d[0], d[1]);
+    let xv = to_vec(&x);
+    let shape = scale_shape(g, m);
+    let mut q = vec![0u8; m * k];
+    let mut s = vec![0f32; shape.iter().product()];
+    quantize_scaled(&xv, k, g, rule, source, &mut q, &mut s).map_err(value_error)?;
+    Ok((array(py, &[m, k], q)?, array(py, &shape, s)?))
+}
+
+/// fp8_scaled_quant_case(m, k, arm, granularity="tensor", scale=None, rule="divide", scale_ub=None, min_scale=MIN_SCALING_FACTOR, seed=None) -> dict
+///
+/// One case of `check_fp8_scaled_quant` as new arrays: `x` (float32 `[m,
+/// k]`), and the oracle's `q` and `s` under `rule`. `seed` None: the
+/// check's first seed.
+///
+/// Errors: `ValueError` for an unknown arm, the arguments
+/// `quantize_fp8_scaled` refuses, a zero dimension, or `UB` without a
+/// `scale_ub`.
+#[pyfunction]
+#[pyo3(signature = (m, k, arm, granularity = "tensor", scale = None, rule = "divide", scale_ub = None, min_scale = MIN_SCALING_FACTOR, seed = None))]
+#[allow(clippy::too_many_arguments)]
+fn fp8_scaled_quant_case<'py>(
+    py: Python<'py>,
+    m: usize,
+    k: usize,
+    arm: &str,
+    granularity: &str,
+    scale: Option<f32>,
+    rule: &str,
+    scale_ub: Option<f32>,
+    min_scale: f32,
+    seed: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let arm = ScaledArm::parse(arm).map_err(PyValueError::new_err)?;
+    let (g, rule, source) = scaled_setup(granularity, scale, rule, scale_ub, min_scale)?;
+    let sp = ScaledSpec {
+        m,
+        k,
+        granularity: g,
+        source,
+        arm,
+        seed: seed.unwrap_or_else(|| ScaledSpec::base_seed(m, k, g, arm)),
+    };
+    let x = sp.generate().map_err(PyValueError::new_err)?;
+    let (q, sc) = scaled_reference(&sp, &x, rule, source).map_err(PyValueError::new_err)?;
+    let dict = PyDict::new(py);
+    dict.set_item("x", array(py, &[m, k], x)?)?;
+    dict.set_item("q", array(py, &[m, k], q)?)?;
+    dict.set_item("s", array(py, &scale_shape(g, m), sc)?)?;
+    Ok(dict)
+}
+
+/// check_fp8_scaled_quant(quant, granularity="tensor", scale=None, rule="divide", scale_ub=None, min_scale=MIN_SCALING_FACTOR, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
+///
+/// Runs `quant`, a per-tensor (`granularity="tensor"`; static when `scale`
+/// is given) or per-token (`"token"`) e4m3 quantizer, through the arms
+/// `RAND` (rows at magnitudes 1e-3 to 1e3), `ZERO` (all-zero and tiny
+/// rows or tensors: the floor), `TIES` (scaled elements at e4m3 rounding
+/// midpoints: a division and a multiply by the reciprocal part there),
+/// `AMAX` (the amax at both signs, or only negative: codes exactly ±448;
+/// under a static scale, elements beyond `448 * scale`: a missing clamp
+/// gives NaN through torch's non-saturating cast), `TAIL` (the amax at the
+/// very last element: a reduction that drops its tail) and `UB` (rows
+/// above `scale_ub`), and judges its codes and scales bit for bit against
+/// `quantize_fp8_scaled(x, granularity, scale, rule, scale_ub,
+/// min_scale)`. By default: RAND, TIES, AMAX for a static scale; ZERO and
+/// TAIL too for a dynamic one; UB too with a `scale_ub`.
+///
+/// The callable: `quant(x, q, s)`, with `x` float32 `[m, k]`, `q` uint8
+/// `[m, k]` (e4m3 codes; handed filled with 0x7F, the NaN code, which the
+/// oracle never writes) and `s` float32 `[1]` per tensor, `[m, 1]` per
+/// token (filled with NaN; a static quantizer writes the scale it was
+/// given); writing both and returning None, or returning `(q, s)`.
+///
+/// Each row names the known rules the output matches bit for bit (static:
+/// `divide`, `reciprocal`; dynamic: each rule at vLLM's floor, and
+/// `divide`, `reciprocal` with none) and, where it differs from the
+/// declared one, how far: codes in e4m3 steps, scales in f32 ulps.
+///
+/// Errors: `ValueError`, before any call, for the arguments
+/// `quantize_fp8_scaled` refuses, an unknown arm, `UB` without a
+/// `scale_ub`, a zero dimension or a case over 2^26 elements.
+#[pyfunction]
+#[pyo3(signature = (quant, granularity = "tensor", scale = None, rule = "divide", scale_ub = None, min_scale = MIN_SCALING_FACTOR, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
+#[allow(clippy::too_many_arguments)]
+fn check_fp8_scaled_quant<'py>(
+    py: Python<'py>,
+    quant: Bound<'py, PyAny>,
+    granularity: &str,
+    scale: Option<f32>,
+    rule: &str,
+    scale_ub: Option<f32>,
+    min_scale: f32,
+    shapes: Option<Vec<(usize, usize)>>,
+    arms: Option<Vec<String>>,
+    seeds: Option<Vec<u64>>,
+    trials: usize,
+    verbose: bool,
+    name: Option<String>,
+) -> PyResult<CheckReport> {
+    let (g, rule, source) = scaled_setup(granularity, scale, rule, scale_ub, min_scale)?;
+    let shapes = shapes.unwrap_or_else(|| SCALED_SHAPES.to_vec());
+    let probe = |m, k, arm| ScaledSpec {
+        m,
+        k,
+        granularity: g,
+        source,
+        arm,
+        seed: 0,
+    };
+    let arms = match arms {
+        Some(_) => arms_or_all(arms, &ScaledArm::ALL, ScaledArm::parse)?,
+        None => probe(1, 1, ScaledArm::Rand).default_arms(),
+    };
+    for &(m, k) in &shapes {
+        for &arm in &arms {
+            probe(m, k, arm).valid().map_err(PyValueError::new_err)?;
+        }
+    }
+    let fname = callable_name(&quant, name);
+    let mut out = Out::new(py, verbose)?;
+    let mut rep = CheckReport {
+        contract: "fp8_scaled_quant".into(),
+        ..CheckReport::default()
+    };
+    let declared = scaled_label(rule, source);
+    let gname = match g {
+        Granularity::Tensor => "tensor",
+        Granularity::Token => "token",
+    };
+    let (kind, src_kw) = match source {
+        ScaleSource::Static(s) => (
+            format!("static scale {}", value(s)),
+            format!(", scale={s:e}"),
+        ),
+        ScaleSource::Dynamic {
+            min_scale,
+            scale_ub,
+        } => {
+            let ub = scale_ub
+                .map(|u| format!(", scale_ub={u:e}"))
+                .unwrap_or_default();
+            let ms = if min_scale == MIN_SCALING_FACTOR {
+                String::new()
+            } else {
+                format!(", min_scale={min_scale:e}")
+            };
+            (
+                format!(
+                    "dynamic, min_scale {min_scale:e}{}",
+                    ub.replace(", scale_ub=", ", scale_ub ")
+                ),
+                format!("{ub}{ms}"),
+            )
+        }
+    };
+    out.row(&format!(
+        "check_fp8_scaled_quant({fname}), per {gname}, {kind}, declared: {declared} ({})",
+        rule.formula()
+    ))?;
+    out.row(&format!(
+        "{:<12} {:>5} {:>18} {:>17} {:>13} {:>6} {:>6} {:>9}  verdict  matches",
+        "m,k", "arm", "seed", "codes differ", "scales differ", "steps", "ulps", "call_ms"
+    ))?;
+    let rule_kw = rule.label();
+    for &(m, k) in &shapes {
+        for &arm in &arms {
+            let base = ScaledSpec::base_seed(m, k, g, arm);
+            for seed in seeds_for(base, &seeds, trials) {
+                let sp = ScaledSpec {
+                    seed,
+                    ..probe(m, k, arm)
+                };
+                let x = sp.generate().map_err(PyValueError::new_err)?;
+                let want =
+                    scaled_reference(&sp, &x, rule, source).map_err(PyValueError::new_err)?;
+                let inputs = [("x", Input::F32(array(py, &[m, k], x.clone())?, &x))];
+                let s_shape = scale_shape(g, m);
+                let (called, ms) = call_typed(
+                    py,
+                    &quant,
+                    Vec::new(),
+                    &inputs,
+                    &[(&[m, k], OutKind::U8), (&s_shape, OutKind::F32)],
+                )?;
+                let a = arm.name();
+                let row = format!("{:<12} {a:>5} 0x{seed:016x}", format!("{m},{k}"));
+                let repro = format!(
+                    "kernel_oracle.check_fp8_scaled_quant({fname}, granularity=\"{gname}\", rule=\"{rule_kw}\"{src_kw}, shapes=[({m}, {k})], arms=[\"{a}\"], seeds=[0x{seed:016x}])"
+                );
+                let head = format!(
+                    "FAIL fp8_scaled_quant: m={m} k={k} per {gname} arm={a} seed=0x{seed:016x}, declared: {declared}"
+                );
+                let Some((got, written)) = rep.take(&mut out, called, &row, &head, &repro)? else {
+                    continue;
+                };
+                let (q, s) = (got[0].u8(), got[1].f32());
+                let v = Verdict::judge_codes(k, q, s, &want);
+                let matches: Vec<String> = scaled_identify(&sp, &x, q, s)
+                    .into_iter()
+                    .map(|(r, src)| scaled_label(r, src))
+                    .collect();
+                let pass = v.pass() && written.is_empty();
+                out.row(&format!(
+                    "{row} {:>8}/{:<8} {:>5}/{:<7} {:>6} {:>6} {ms:>9.2}  {}  {}",
+                    v.codes.1,
+                    v.codes.0,
+                    v.scales.n - v.scales.identical,
+                    v.scales.n,
+                    v.max_code_steps,
+                    v.scales.max_ulp,
+                    if pass { "PASS" } else { "FAIL" },
+                    names_or(&matches, ", ", "none known")
+                ))?;
+                if pass {
+                    rep.passed += 1;
+                    continue;
+                }
+                let mut r = failure_head(&head, &written);
+                if !v.pass() {
+                    let _ = writeln!(
+                        r,
+                        "  codes: {} of {} differ (at most {} e4m3 steps); scales: {} of {} differ (at most {} ulps)",
+                        v.codes.1,
+                        v.codes.0,
+                        v.max_code_steps,
+                        v.scales.n - v.scales.identical,
+                        v.scales.n,
+                        v.scales.max_ulp
+                    );
+                    if let Some((j, c, gc, w)) = v.first_code {
+                        let _ = writeln!(
+                            r,
+                            "  first code at (row {j}, column {c}): got 0x{gc:02X}, want 0x{w:02X}; x = {}",
+                            value(x[j * k + c])
+                        );
+                    }
+                    if let Some((i, got_s, want_s, _)) = v.scales.first_diff {
+                        let _ = writeln!(
+                            r,
+                            "  first scale at {}: got {}, want {}",
+                            match g {
+                                Granularity::Tensor => "the tensor's".to_string(),
+                                Granularity::Token => format!("row {i}"),
+                            },
+                            value(got_s),
+                            value(want_s)
+                        );
+                    }
+                    let _ = writeln!(
+                        r,
+                        "  the output matches: {}",
+                        names_or(&matches, ", ", "no known rule")
+                    );
+                }
+                let _ = write!(
+                    r,
+                    "reproduce:\n  {repro}\nthe case's arrays and the oracle's codes and scales:\n  kernel_oracle.fp8_scaled_quant_case({m}, {k}, \"{a}\", granularity=\"{gname}\", rule=\"{rule_kw}\"{src_kw}, seed=0x{seed:016x})"
+                );
+                rep.fail(&mut out, r, repro)?;
+            }
+        }
+    }
+    let known: Vec<String> = scaled_known(source)
+        .into_iter()
+        .map(|(r, src)| scaled_label(r, src))
+        .collect();
+    rep.finish(out, &format!("known rules: {}; ", known.join(", ")))
+}
+
+/// Adds the group quantizer, its check, its case and default shapes, and
+/// the same for the per-tensor and per-token quantizers.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("QUANT_SHAPES", QUANT_SHAPES.to_vec())?;
+    m.add("SCALED_QUANT_SHAPES", SCALED_SHAPES.to_vec())?;
+    m.add("MIN_SCALING_FACTOR", MIN_SCALING_FACTOR)?;
+    m.add_function(wrap_pyfunction!(quantize_fp8_scaled, m)?)?;
+    m.add_function(wrap_pyfunction!(check_fp8_scaled_quant, m)?)?;
+    m.add_function(wrap_pyfunction!(fp8_scaled_quant_case, m)?)?;
     m.add_function(wrap_pyfunction!(quantize_fp8_groups, m)?)?;
     m.add_function(wrap_pyfunction!(check_fp8_group_quant, m)?)?;
     m.add_function(wrap_pyfunction!(fp8_group_quant_case, m)?)?;

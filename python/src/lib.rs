@@ -23,7 +23,8 @@
 //!   judged by a written error bound);
 //! - [`check_quant`]: `quantize_fp8_groups` and `check_fp8_group_quant`
 //!   (per-token-group e4m3 quantizers, bit for bit under a declared scale
-//!   rule);
+//!   rule), and `quantize_fp8_scaled` and `check_fp8_scaled_quant` (the
+//!   per-tensor and per-token ones);
 //! - [`check_moe`]: `moe_align_block_size` and `check_moe_align_block_size`
 //!   (the MoE routing table a fused-MoE GEMM walks);
 //! - [`check_fused_moe`]: `fused_moe_fp8`, `fused_moe_fp8_case` and
