@@ -68,12 +68,7 @@ impl Arm {
     /// # Errors
     /// A sentence naming the arms.
     pub fn parse(s: &str) -> Result<Arm, String> {
-        Arm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                format!("arm {s:?}: expected \"RAND\", \"TAILS\", \"ZERO\" or \"SPLIT\"")
-            })
+        crate::names::parse_named("arm", s, &Arm::ALL, Arm::name, true)
     }
 }
 
@@ -82,14 +77,7 @@ impl Arm {
 /// # Errors
 /// A sentence naming the activations.
 pub fn parse_activation(s: &str) -> Result<Activation, String> {
-    Activation::ALL
-        .into_iter()
-        .find(|a| a.name() == s)
-        .ok_or_else(|| {
-            format!(
-                "activation {s:?}: expected \"silu\", \"gelu\", \"gelu_tanh\" or \"gelu_quick\""
-            )
-        })
+    crate::names::parse_named("activation", s, &Activation::ALL, Activation::name, false)
 }
 
 /// The arithmetic named `s` ([`Arithmetic::name`]).
@@ -97,10 +85,7 @@ pub fn parse_activation(s: &str) -> Result<Activation, String> {
 /// # Errors
 /// A sentence naming the arithmetics.
 pub fn parse_arithmetic(s: &str) -> Result<Arithmetic, String> {
-    Arithmetic::ALL
-        .into_iter()
-        .find(|a| a.name() == s)
-        .ok_or_else(|| format!("arithmetic {s:?}: expected \"round_then_mul\" or \"f32\""))
+    crate::names::parse_named("arithmetic", s, &Arithmetic::ALL, Arithmetic::name, false)
 }
 
 /// The most output elements a case has (`tokens * d`; `x` twice that,

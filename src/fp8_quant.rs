@@ -65,10 +65,7 @@ impl Arm {
     /// # Errors
     /// A sentence naming the arms.
     pub fn parse(s: &str) -> Result<Arm, String> {
-        Arm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("arm {s:?}: expected \"RAND\", \"ZERO\", \"TIES\" or \"POW2\""))
+        crate::names::parse_named("arm", s, &Arm::ALL, Arm::name, true)
     }
 }
 
@@ -394,12 +391,7 @@ impl ScaledArm {
     /// # Errors
     /// A sentence naming the arms.
     pub fn parse(s: &str) -> Result<ScaledArm, String> {
-        ScaledArm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                format!("arm {s:?}: expected \"RAND\", \"ZERO\", \"TIES\", \"AMAX\", \"TAIL\" or \"UB\"")
-            })
+        crate::names::parse_named("arm", s, &ScaledArm::ALL, ScaledArm::name, true)
     }
 }
 

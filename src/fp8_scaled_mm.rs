@@ -60,10 +60,7 @@ impl Arm {
     /// # Errors
     /// A sentence naming the arms.
     pub fn parse(s: &str) -> Result<Arm, String> {
-        Arm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("arm {s:?}: expected \"EXACT\", \"RAND\" or \"SPIKE\""))
+        crate::names::parse_named("arm", s, &Arm::ALL, Arm::name, true)
     }
 }
 

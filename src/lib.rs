@@ -25,6 +25,7 @@ pub mod moe_routing;
 pub mod moe_tables;
 pub mod mul_mat;
 pub mod mutate;
+pub mod names;
 pub mod paths;
 pub mod refcache;
 pub mod rms_norm;

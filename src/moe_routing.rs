@@ -75,10 +75,7 @@ impl Arm {
     /// # Errors
     /// The names, when `s` is none of them.
     pub fn parse(s: &str) -> Result<Arm, String> {
-        Arm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("arm {s:?}: one of RAND, TIES, SKEW, BIAS, GROUPS"))
+        crate::names::parse_named("arm", s, &Arm::ALL, Arm::name, true)
     }
 
     /// Whether the arm applies to a routing (BIAS needs a bias, GROUPS

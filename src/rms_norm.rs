@@ -90,14 +90,7 @@ impl Arm {
     /// # Errors
     /// A sentence naming the arms.
     pub fn parse(s: &str) -> Result<Arm, String> {
-        Arm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                format!(
-                    "arm {s:?}: expected \"RAND\", \"SPIKE\", \"LARGE\", \"SMALL\" or \"EXACT\""
-                )
-            })
+        crate::names::parse_named("arm", s, &Arm::ALL, Arm::name, true)
     }
 }
 
@@ -106,12 +99,7 @@ impl Arm {
 /// # Errors
 /// A sentence naming the arithmetics.
 pub fn parse_arithmetic(s: &str) -> Result<Arithmetic, String> {
-    Arithmetic::ALL
-        .into_iter()
-        .find(|a| a.name() == s)
-        .ok_or_else(|| {
-            format!("arithmetic {s:?}: expected \"round_then_weight\", \"f32\" or \"gemma\"")
-        })
+    crate::names::parse_named("arithmetic", s, &Arithmetic::ALL, Arithmetic::name, false)
 }
 
 /// The sum rounding named `s` ([`SumRounding::name`]).
@@ -119,10 +107,13 @@ pub fn parse_arithmetic(s: &str) -> Result<Arithmetic, String> {
 /// # Errors
 /// A sentence naming the two.
 pub fn parse_sum(s: &str) -> Result<SumRounding, String> {
-    SumRounding::ALL
-        .into_iter()
-        .find(|a| a.name() == s)
-        .ok_or_else(|| format!("sum_rounding {s:?}: expected \"dtype\" or \"f32\""))
+    crate::names::parse_named(
+        "sum_rounding",
+        s,
+        &SumRounding::ALL,
+        SumRounding::name,
+        false,
+    )
 }
 
 /// The most elements a case has (`rows * hidden`, 16 MiB of f32): a

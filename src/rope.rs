@@ -66,12 +66,7 @@ impl Arm {
     /// # Errors
     /// A sentence naming the arms.
     pub fn parse(s: &str) -> Result<Arm, String> {
-        Arm::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                format!("arm {s:?}: expected \"RAND\", \"POS\", \"PARTIAL\" or \"TIES\"")
-            })
+        crate::names::parse_named("arm", s, &Arm::ALL, Arm::name, true)
     }
 
     /// Whether the arm runs on `shape` (PARTIAL needs `rotary_dim <
@@ -86,14 +81,7 @@ impl Arm {
 /// # Errors
 /// A sentence naming the arithmetics.
 pub fn parse_arithmetic(s: &str) -> Result<Arithmetic, String> {
-    Arithmetic::ALL
-        .into_iter()
-        .find(|a| a.name() == s)
-        .ok_or_else(|| {
-            format!(
-                "arithmetic {s:?}: expected \"per_op\", \"f32\", \"f32_fma\", \"f32_fma_second\", \"f32_fma_x\" or \"f32_fma_y\""
-            )
-        })
+    crate::names::parse_named("arithmetic", s, &Arithmetic::ALL, Arithmetic::name, false)
 }
 
 /// The most query plus key elements a case has (64 MiB of f32): a check
