@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod act_and_mul;
+pub mod attention;
 pub mod dtype;
 pub mod elementwise;
 pub mod fp8_mmq;

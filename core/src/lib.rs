@@ -56,6 +56,10 @@
 //!   sound enclosure of every binary32 evaluation of the activation, bit
 //!   for bit where the interval is one value, under a declared arithmetic
 //!   (round then multiply, f32) and layout.
+//! - [`attention`]: scaled dot-product attention (FlashAttention, torch
+//!   SDPA, FlexAttention, Hugging Face's eager form) held to a sound
+//!   enclosure per output element under a declared arithmetic (flash, f32,
+//!   eager), mask alignment, window, softcap and GQA.
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! No allocation anywhere: every contract writes into caller-provided
@@ -65,6 +69,7 @@
 #![warn(missing_docs)]
 
 pub mod act_and_mul;
+pub mod attention;
 pub mod bf16;
 pub mod compare;
 pub mod conventions;

@@ -50,12 +50,17 @@
 //!   within the interval a sound enclosure of the activation leaves, bit
 //!   for bit where it is one value; its activation, arithmetic and layout
 //!   named).
+//! - [`check_attention`]: `attention`, `attention_case` and
+//!   `check_attention` (scaled dot-product attention: each output within
+//!   the interval a sound enclosure leaves, bit for bit where it is one
+//!   value; its arithmetic named: flash, f32, eager).
 
 #![warn(missing_docs)]
 
 pub mod arrays;
 pub mod check;
 pub mod check_act_and_mul;
+pub mod check_attention;
 pub mod check_fused_moe;
 pub mod check_gdn;
 pub mod check_kv_cache;
@@ -107,5 +112,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_kv_cache::register(m)?;
     check_rms_norm::register(m)?;
     check_act_and_mul::register(m)?;
+    check_attention::register(m)?;
     Ok(())
 }
