@@ -10,8 +10,9 @@
 //! Its second half does the same for the per-tensor and per-token
 //! quantizers (vLLM's `static_scaled_fp8_quant`, `dynamic_scaled_fp8_quant`,
 //! `dynamic_per_token_scaled_fp8_quant`, the pure-torch forms, PyTorch's
-//! `to_float8` recipe), under a declared [`ScaledRule`]: [`ScaledSpec`],
-//! [`ScaledArm`], [`scaled_reference`], [`scaled_identify`].
+//! `to_float8` recipe, torchao's float8 recipe), under a declared
+//! [`ScaledRule`]: [`ScaledSpec`], [`ScaledArm`], [`scaled_reference`],
+//! [`scaled_identify`].
 
 use crate::elementwise::Part;
 use crate::rng::Rng;
@@ -315,7 +316,7 @@ pub fn identify(spec: &Spec, x: &[f32], q: &[u8], s: &[f32]) -> Vec<GroupScale> 
 // Per-tensor and per-token scaled quantizers (`oracle::fp8_quant::
 // quantize_scaled`): vLLM's `static_scaled_fp8_quant`,
 // `dynamic_scaled_fp8_quant` and `dynamic_per_token_scaled_fp8_quant`,
-// the pure-torch forms and PyTorch's `to_float8` recipe.
+// the pure-torch forms, PyTorch's `to_float8` recipe and torchao's.
 //
 // A case: `x` `[m][k]` f32; the outputs `q` `[m][k]` e4m3 codes and `s`,
 // 1 f32 per tensor or `m` per token.
@@ -334,13 +335,15 @@ pub enum ScaledArm {
     /// `seed % 3`). A kernel without the floor divides by zero there.
     Zero,
     /// Rounding ties: elements within an f32 ulp of a midpoint between
-    /// two e4m3 values times the scale `s` (dynamic: `amax / 448` with an
-    /// inexact amax `3 * 2^e * (1 + odd / 2^20)`; static: the given
-    /// scale), where a division and a multiply by the reciprocal round
-    /// some of them apart; half the elements are the nearest such point
-    /// (within 8 ulps of the midpoint) where `x / s` and `x * fl(1/s)`
-    /// code differently, where one exists (for a static scale whose
-    /// reciprocal is nearly exact, such as 0.0173, none may).
+    /// two e4m3 values ([`TIE_MIDS`], normal and subnormal) times the
+    /// scale `s` (dynamic: `amax / 448` with an inexact amax
+    /// `3 * 2^e * (1 + odd / 2^20)`; static: the given scale), where a
+    /// division and a multiply by the reciprocal round some of them
+    /// apart; half the elements are drawn from every point (within 8 ulps
+    /// of a midpoint) where `x / s` and `x * fl(1/s)` code differently,
+    /// where the scale has one (a static scale whose reciprocal is nearly
+    /// exact, such as 0.0173 or a power of two, has none: the two rules
+    /// are then one function on every normal input).
     Ties,
     /// The amax element: in every span (the tensor, or each row) the amax
     /// sits at both signs, and in half the spans only at the negative
@@ -361,17 +364,27 @@ pub enum ScaledArm {
     /// decides the even rows' scales, and their elements beyond the bound
     /// saturate at ±448.
     Ub,
+    /// NaN elements (opt-in; `divide` and `reciprocal` only, whose NaN
+    /// semantics are vLLM's CUDA kernels': `fmaxf` skips a NaN in the
+    /// amax, and the clamp codes it +448): RAND's data with a NaN of
+    /// random sign at the first and the last element of each span and at
+    /// one more (per token, even rows only). A reduction that lets a NaN
+    /// through (`max`, or a compare in the wrong order) or a clamp that
+    /// keeps it (torch's `clamp`) or sends it to -448 (`fminf` and
+    /// `fmaxf` swapped) fails here.
+    Nan,
 }
 
 impl ScaledArm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [ScaledArm; 6] = [
+    pub const ALL: [ScaledArm; 7] = [
         ScaledArm::Rand,
         ScaledArm::Zero,
         ScaledArm::Ties,
         ScaledArm::Amax,
         ScaledArm::Tail,
         ScaledArm::Ub,
+        ScaledArm::Nan,
     ];
 
     /// The arm's name in rows and reproductions.
@@ -383,6 +396,7 @@ impl ScaledArm {
             ScaledArm::Amax => "AMAX",
             ScaledArm::Tail => "TAIL",
             ScaledArm::Ub => "UB",
+            ScaledArm::Nan => "NAN",
         }
     }
 
@@ -397,18 +411,44 @@ impl ScaledArm {
 
 /// A dynamic rule and its floor, as a check names it: the rule's label,
 /// with `(min_scale=...)` where the floor is not vLLM's
-/// `min_scaling_factor` (`to_float8` has its own, and a static scale
-/// none).
+/// `min_scaling_factor` (`to_float8` and `torchao` have their own, and a
+/// static scale none).
 pub fn scaled_label(rule: ScaledRule, source: ScaleSource) -> String {
     match source {
         ScaleSource::Dynamic { min_scale, .. }
-            if rule != ScaledRule::ToFloat8 && min_scale != MIN_SCALING_FACTOR =>
+            if rule.uses_min_scale() && min_scale != MIN_SCALING_FACTOR =>
         {
             format!("{}(min_scale={min_scale:e})", rule.label())
         }
         _ => rule.label().into(),
     }
 }
+
+/// The kinds of midpoint between adjacent e4m3 magnitudes, where a
+/// division and a multiply by the reciprocal can round apart: the eight
+/// of the normal binades (`odd / 16`, 1.0625 to 1.9375, at binade 0; a
+/// power of two moves them to any other) and the eight of the subnormal
+/// range (`(j + 1/2) * 2^-9`, from `2^-10`, between 0 and the least
+/// subnormal, to `7.5 * 2^-9`, below the least normal), whose mantissas
+/// differ.
+pub const TIE_MIDS: [f32; 16] = [
+    1.0625,
+    1.1875,
+    1.3125,
+    1.4375,
+    1.5625,
+    1.6875,
+    1.8125,
+    1.9375,
+    0.5 / 512.0,
+    1.5 / 512.0,
+    2.5 / 512.0,
+    3.5 / 512.0,
+    4.5 / 512.0,
+    5.5 / 512.0,
+    6.5 / 512.0,
+    7.5 / 512.0,
+];
 
 /// The shapes `(m, k)` a scaled check runs by default: ragged hidden sizes
 /// first (7, 129, 1003; rows 1 to 33: a vectorized-by-4 loop needs its
@@ -463,11 +503,12 @@ impl ScaledSpec {
 
     /// The arms a check runs by default: RAND, TIES and AMAX under a
     /// static scale; ZERO and TAIL too for a dynamic one; UB too with a
-    /// `scale_ub`.
+    /// `scale_ub`. NAN only when named.
     pub fn default_arms(&self) -> Vec<ScaledArm> {
         ScaledArm::ALL
             .into_iter()
             .filter(|a| match (a, self.source) {
+                (ScaledArm::Nan, _) => false,
                 (ScaledArm::Zero | ScaledArm::Tail | ScaledArm::Ub, ScaleSource::Static(_)) => {
                     false
                 }
@@ -575,26 +616,37 @@ impl ScaledSpec {
                     }
                     let s = static_s.unwrap_or(amax / E4M3_MAX);
                     let r = 1.0 / s;
+                    // A point nudged d ulps from mid * s (kept finite and
+                    // non-negative where an extreme static scale takes
+                    // mid * s to 0 or infinity).
+                    let at = |mid: f32, d: i32| {
+                        let b = (mid * s).to_bits() as i32 + d;
+                        f32::from_bits(b.clamp(0, 0x7F7F_FFFF) as u32)
+                    };
+                    let code = |v: f32| encode_e4m3(v, Overflow::SatFinite);
+                    // Every place two rules can part: each of the 16 kinds
+                    // of e4m3 midpoint (TIE_MIDS), nudged by up to 8 ulps.
+                    // A power of two scales a normal-range point exactly,
+                    // so these are all there are for this scale.
+                    let parting: Vec<(usize, i32)> = (0..TIE_MIDS.len())
+                        .flat_map(|i| (-8..=8).map(move |d| (i, d)))
+                        .filter(|&(i, d)| {
+                            let t = at(TIE_MIDS[i], d);
+                            code(t / s) != code(t * r)
+                        })
+                        .collect();
                     for v in sp.iter_mut() {
-                        // A midpoint between adjacent e4m3 magnitudes
-                        // (normal range: odd / 16 at binade be, up to
-                        // 248), signed, scaled, nudged by up to one ulp.
-                        let be = rng.below(13) as i32 - 5;
-                        let odd = (2 * rng.below(8) + 17) as f32;
-                        let mid = odd / 16.0 * 2f32.powi(be);
-                        let at = |d: i32| f32::from_bits(((mid * s).to_bits() as i32 + d) as u32);
-                        let code = |v: f32| encode_e4m3(v, Overflow::SatFinite);
-                        // Half the elements: the nearest nudge (up to 8
-                        // ulps) where the two rules' codes part, if any.
-                        let parting = if rng.f01() < 0.5 {
-                            (0..17)
-                                .map(|i| if i % 2 == 0 { i / 2 } else { -(i + 1) / 2 })
-                                .map(at)
-                                .find(|&t| code(t / s) != code(t * r))
+                        // Half the elements (where the scale has any): a
+                        // parting point, at a random binade where its
+                        // midpoint is a normal one. The rest: a random
+                        // midpoint nudged by up to one ulp.
+                        let (i, d) = if !parting.is_empty() && rng.f01() < 0.5 {
+                            parting[rng.below(parting.len())]
                         } else {
-                            None
+                            (rng.below(TIE_MIDS.len()), rng.below(3) as i32 - 1)
                         };
-                        let t = parting.unwrap_or_else(|| at(rng.below(3) as i32 - 1));
+                        let binade = if i < 8 { rng.below(13) as i32 - 5 } else { 0 };
+                        let t = at(TIE_MIDS[i] * 2f32.powi(binade), d);
                         *v = if rng.f01() < 0.5 { -t } else { t };
                     }
                     if static_s.is_none() {
@@ -659,6 +711,17 @@ impl ScaledSpec {
                     row.iter_mut().for_each(|v| *v = *v / a * target);
                 }
             }
+            ScaledArm::Nan => {
+                for (j, sp) in x.chunks_mut(span).enumerate() {
+                    if self.granularity == Granularity::Token && j % 2 == 1 {
+                        continue;
+                    }
+                    let n = sp.len();
+                    for i in [0, n - 1, rng.below(n)] {
+                        sp[i] = if rng.f01() < 0.5 { -f32::NAN } else { f32::NAN };
+                    }
+                }
+            }
         }
         Ok(x)
     }
@@ -711,8 +774,16 @@ pub fn scaled_known(source: ScaleSource) -> Vec<(ScaledRule, ScaleSource)> {
     }
 }
 
+/// Whether the oracle's NaN semantics (vLLM's CUDA kernels') are the
+/// rule's: `divide` and `reciprocal`. The torch forms propagate NaN
+/// (`Tensor.max`, `Tensor.clamp`), which the oracle does not model, so
+/// the NAN arm takes these two alone.
+pub fn nan_rule(rule: ScaledRule) -> bool {
+    matches!(rule, ScaledRule::Divide | ScaledRule::Reciprocal)
+}
+
 /// The known (rule, source) pairs ([`scaled_known`]) whose output equals
-/// `q` and `s` bit for bit.
+/// `q` and `s` bit for bit (on the NAN arm, of [`nan_rule`]s only).
 pub fn scaled_identify(
     spec: &ScaledSpec,
     x: &[f32],
@@ -721,6 +792,7 @@ pub fn scaled_identify(
 ) -> Vec<(ScaledRule, ScaleSource)> {
     scaled_known(spec.source)
         .into_iter()
+        .filter(|&(rule, _)| spec.arm != ScaledArm::Nan || nan_rule(rule))
         .filter(|&(rule, source)| {
             scaled_reference(spec, x, rule, source)
                 .map(|want| Verdict::judge_codes(spec.k, q, s, &want).pass())
@@ -1017,6 +1089,152 @@ mod tests {
             .default_arms(),
             vec![ScaledArm::Rand, ScaledArm::Ties, ScaledArm::Amax]
         );
+    }
+
+    /// Each arm reaches its designed cases at its designed rate over the
+    /// default shapes: TIES parts about half the elements (dynamic scales,
+    /// and a static scale with parting points; none for one without),
+    /// AMAX's amax is negative-only in about half the spans and, under a
+    /// static scale, about 79% of elements lie beyond `464 s`; ZERO cycles
+    /// its five row regimes; UB puts every even row above the bound and
+    /// every odd one below.
+    #[test]
+    fn the_arms_reach_their_designed_rates() {
+        let dyn_src = dynamic(MIN_SCALING_FACTOR, None);
+        let (d, r) = (ScaledRule::Divide, ScaledRule::Reciprocal);
+        let mut rows = [0usize; 4];
+        for &(m, k) in &SCALED_SHAPES {
+            let big = m * k >= 100;
+            for (g, src, lo, hi) in [
+                (Granularity::Tensor, dyn_src, 0.45, 0.7),
+                (Granularity::Token, dyn_src, 0.45, 0.7),
+                (Granularity::Tensor, ScaleSource::Static(0.3), 0.45, 0.7),
+                (Granularity::Tensor, ScaleSource::Static(0.0173), 0.0, 0.0),
+                (Granularity::Tensor, ScaleSource::Static(0.5), 0.0, 0.0),
+            ] {
+                let sp = scaled(m, k, g, src, ScaledArm::Ties);
+                let x = sp.generate().unwrap();
+                let a = scaled_reference(&sp, &x, d, src).unwrap().0;
+                let b = scaled_reference(&sp, &x, r, src).unwrap().0;
+                let parted = a.iter().zip(&b).filter(|(p, q)| p != q).count();
+                let rate = parted as f64 / (m * k) as f64;
+                if big || hi == 0.0 {
+                    assert!((lo..=hi).contains(&rate), "{sp:?}: TIES parts {rate}");
+                }
+            }
+            // AMAX per token: negative-only rows; static: beyond 464 s.
+            let sp = scaled(m, k, Granularity::Token, dyn_src, ScaledArm::Amax);
+            let x = sp.generate().unwrap();
+            for row in x.chunks(k) {
+                let a = row.iter().fold(0f32, |a, v| a.max(v.abs()));
+                rows[0] += 1;
+                rows[1] += usize::from(row.iter().all(|&v| v < a));
+            }
+            let s = 0.3f32;
+            let sp = scaled(
+                m,
+                k,
+                Granularity::Tensor,
+                ScaleSource::Static(s),
+                ScaledArm::Amax,
+            );
+            let x = sp.generate().unwrap();
+            rows[2] += x.len();
+            rows[3] += x.iter().filter(|v| (*v / s).abs() > 464.0).count();
+            // ZERO per token: row j in regime j % 5.
+            let sp = scaled(m, k, Granularity::Token, dyn_src, ScaledArm::Zero);
+            let x = sp.generate().unwrap();
+            for (j, row) in x.chunks(k).enumerate() {
+                let a = row.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let nonzero = row.iter().filter(|&&v| v != 0.0).count();
+                match j % 5 {
+                    0 => assert_eq!(a, 0.0),
+                    1 => assert!(a > 0.0 && a < 1e-12, "{sp:?} row {j}: {a}"),
+                    2 => assert!(a > 0.5e-4 && a < MIN_SCALING_FACTOR * 448.0 / 4.0),
+                    3 => assert!(nonzero <= 1),
+                    _ => assert!(a > 1e-4 && nonzero == k),
+                }
+            }
+            // UB: even rows above the bound, odd rows below.
+            let ub = 2.5f32;
+            let sp = scaled(
+                m,
+                k,
+                Granularity::Token,
+                dynamic(MIN_SCALING_FACTOR, Some(ub)),
+                ScaledArm::Ub,
+            );
+            let x = sp.generate().unwrap();
+            for (j, row) in x.chunks(k).enumerate() {
+                let a = row.iter().fold(0f32, |a, v| a.max(v.abs()));
+                if j % 2 == 0 {
+                    assert!(a >= 1.49 * ub && a <= 8.01 * ub, "{sp:?} row {j}: {a}");
+                } else {
+                    assert!(a <= 0.91 * ub, "{sp:?} row {j}: {a}");
+                }
+            }
+        }
+        let negative_only = rows[1] as f64 / rows[0] as f64;
+        assert!(
+            (0.35..=0.65).contains(&negative_only),
+            "AMAX negative-only rows: {negative_only}"
+        );
+        let beyond = rows[3] as f64 / rows[2] as f64;
+        assert!(
+            (0.74..=0.84).contains(&beyond),
+            "static AMAX beyond 464 s: {beyond}"
+        );
+    }
+
+    /// NAN: NaN at each span's first and last element (per token, even
+    /// rows only), skipped by the amax and coded +448 under `divide` and
+    /// `reciprocal`; not a default arm.
+    #[test]
+    fn the_nan_arm_places_nans_the_amax_skips() {
+        let src = dynamic(MIN_SCALING_FACTOR, None);
+        for &(m, k) in &SCALED_SHAPES {
+            for g in [Granularity::Tensor, Granularity::Token] {
+                let sp = scaled(m, k, g, src, ScaledArm::Nan);
+                let x = sp.generate().unwrap();
+                let span = if g == Granularity::Tensor { m * k } else { k };
+                for (j, xs) in x.chunks(span).enumerate() {
+                    let nan = g == Granularity::Tensor || j % 2 == 0;
+                    assert_eq!(xs[0].is_nan() && xs[span - 1].is_nan(), nan, "{sp:?}");
+                    assert!(nan || xs.iter().all(|v| v.is_finite()));
+                }
+                let finite: Vec<f32> = x
+                    .iter()
+                    .map(|&v| if v.is_nan() { 0.0 } else { v })
+                    .collect();
+                for rule in [ScaledRule::Divide, ScaledRule::Reciprocal] {
+                    let (q, s) = scaled_reference(&sp, &x, rule, src).unwrap();
+                    let (_, s_finite) = scaled_reference(&sp, &finite, rule, src).unwrap();
+                    assert_eq!(s, s_finite, "{sp:?}: the amax skips NaN");
+                    for (c, v) in q.iter().zip(&x) {
+                        assert!(!v.is_nan() || *c == 0x7E);
+                    }
+                }
+                assert!(!sp.default_arms().contains(&ScaledArm::Nan));
+            }
+        }
+    }
+
+    /// Every arm draws finite elements, even under extreme static scales
+    /// (TIES nudges `mid * s` by ulps: at 0 or infinity that would wrap to
+    /// NaN).
+    #[test]
+    fn extreme_static_scales_draw_finite_elements() {
+        // (AMAX draws up to 4 * 448 s, past f32's range beyond 3e38.)
+        for s in [1e-44f32, 1e-30, 1e30, 3e38] {
+            for arm in [ScaledArm::Rand, ScaledArm::Ties, ScaledArm::Amax] {
+                if arm == ScaledArm::Amax && s > 1e35 {
+                    continue;
+                }
+                let sp = scaled(3, 129, Granularity::Tensor, ScaleSource::Static(s), arm);
+                let x = sp.generate().unwrap();
+                assert!(x.iter().all(|v| v.is_finite()), "{sp:?}");
+            }
+        }
     }
 
     /// Identification names each rule's own output, and the labels show a

@@ -237,7 +237,7 @@ pub enum QuantError {
     /// finite and positive, `min_scale` finite and at least 0).
     Arg(&'static str, f32),
     /// A [`ScaledRule`] that derives its own scale (`torch_divide`,
-    /// `torch_reciprocal`, `to_float8`) given a static one.
+    /// `torch_reciprocal`, `to_float8`, `torchao`) given a static one.
     StaticRule(ScaledRule),
 }
 
@@ -317,9 +317,10 @@ pub fn quantize_groups(
 /// torch-native `QuantFP8.forward_native` floors both at it.
 pub const MIN_SCALING_FACTOR: f32 = 1.0 / (E4M3_MAX * 512.0);
 
-/// The amax floor of PyTorch's `to_float8` recipe (`amax.clamp(min=1e-12)`,
-/// the FP8 `_scaled_mm` tests and tutorials) and torchao's
-/// `amax_to_scale` (`EPS = 1e-12`).
+/// The amax floor of PyTorch's `to_float8` recipe (`amax.clamp(min=1e-12)`
+/// on a float32 amax, the FP8 `_scaled_mm` tests and tutorials): the
+/// binary32 nearest 1e-12. torchao's `amax_to_scale` clamps a float64
+/// amax at the float64 `EPS = 1e-12` instead ([`ScaledRule::Torchao`]).
 pub const TO_FLOAT8_EPS: f32 = 1e-12;
 
 /// How a per-tensor or per-token quantizer forms its scale `s` and its
@@ -330,6 +331,13 @@ pub const TO_FLOAT8_EPS: f32 = 1e-12;
 /// `scaled_fp8_conversion`, [`clamp_fmin_fmax`]: a NaN `v` becomes +448)
 /// and the conversion round-to-nearest-even (`SatFinite`, which the clamp
 /// makes immaterial). `min_scale` is the floor of [`ScaleSource::Dynamic`].
+///
+/// NaN and infinite elements follow vLLM's CUDA kernels (`fmaxf` skips a
+/// NaN in the amax; the clamp codes a NaN `v` as +448): the torch forms
+/// (`TorchDivide`, `TorchReciprocal`, `ToFloat8`, `Torchao`) differ there
+/// (`Tensor.max` and `Tensor.clamp` propagate NaN, so a NaN element makes
+/// every code of its span NaN); the case library draws NaN only in its
+/// NAN arm, under `Divide` and `Reciprocal`.
 ///
 /// Static scales (vLLM `static_scaled_fp8_quant`) take `Divide` or
 /// `Reciprocal` only; the scale written is the one given.
@@ -342,9 +350,12 @@ pub enum ScaledRule {
     Divide,
     /// `s = fmaxf(amax / 448, min_scale)`, `v = x * fl(1 / s)`: vLLM's
     /// `scaled_fp8_quant_kernel` (`inverted_scale = 1.0f / (*scale)`,
-    /// `scaled_fp8_conversion<true>`), which `static_scaled_fp8_quant` and
-    /// `dynamic_scaled_fp8_quant` (after `segmented_max_reduction`'s
-    /// `atomicMaxFloat(scale, amax / 448)`, no floor) both run.
+    /// `scaled_fp8_conversion<true>`; `scaled_fp8_quant_kernel_strided`
+    /// and `..._strided_dynamic` in current vLLM, the same steps), which
+    /// `static_scaled_fp8_quant` (with a `[1]` scale; its per-channel `[d]`
+    /// scale is not modelled) and `dynamic_scaled_fp8_quant` (after
+    /// `segmented_max_reduction`'s `atomicMaxFloat(scale, amax / 448)`
+    /// over rows from a zeroed scale, no floor) both run.
     Reciprocal,
     /// `s = fmaxf(amax * fl(1/448), min_scale)` (torch's `amax / 448.0` on
     /// a CUDA tensor: a multiply by the binary32 reciprocal of the Python
@@ -357,24 +368,42 @@ pub enum ScaledRule {
     /// `(x_max / _FP8_MAX).clamp(min=_FP8_MIN_SCALING_FACTOR)`, then `x *
     /// scale.reciprocal()`).
     TorchReciprocal,
-    /// PyTorch's `to_float8` recipe and torchao's `amax_to_scale` /
-    /// `to_fp8_saturated`: `a = max(amax, 1e-12)` ([`TO_FLOAT8_EPS`];
+    /// PyTorch's `to_float8` recipe (the `_scaled_mm` tests and tutorials,
+    /// on a float32 amax): `a = max(amax, 1e-12)` ([`TO_FLOAT8_EPS`];
     /// `min_scale` unused), `r = fl(fl(1 / a) * 448)` (torch's `448 /
     /// amax` for a Python scalar over a tensor is `amax.reciprocal() *
-    /// 448`, `Tensor.__rtruediv__`), `v = x * r`, and the scale written is
-    /// its inverse `s = fl(1 / r)` (`scale.float().reciprocal()`, what
-    /// `torch._scaled_mm` takes).
+    /// 448`, `Tensor.__rdiv__` in `torch/_tensor.py`), `v = x * r`, and the
+    /// scale written is its inverse `s = fl(1 / r)`
+    /// (`scale.float().reciprocal()`, what `torch._scaled_mm` takes).
     ToFloat8,
+    /// torchao's float8 training recipe (`torchao/float8/float8_utils.py`:
+    /// `amax_to_scale` upcasts the amax to float64 "to ensure same numeric
+    /// between compile and eager"; `to_fp8_saturated` clamps, then casts):
+    /// `a = max(f64(amax), 1e-12)` in binary64 (`min_scale` unused), `r =
+    /// f32(fl64(fl64(1 / a) * 448))` (`448 / a` through
+    /// `Tensor.__rdiv__`, then `.to(torch.float32)`), `v = x * r`
+    /// (`float8_training_tensor.py`, `_ToFloat8ConstrFunc.forward`:
+    /// `tensor.to(torch.float32) * scale`), and the scale written its
+    /// inverse `s = fl(1 / r)` (`_scale` is the multiplier; what
+    /// `torch._scaled_mm` takes is `_scale.reciprocal()`). The one rule
+    /// with binary64 steps, as torchao has them. For an amax of at least
+    /// 1e-12, `r` is the binary32 quotient `448 / amax` correctly rounded
+    /// (the float64 steps err by under 2^-51 relative, and no quotient of
+    /// 448 by a binary32 lies within 2^-49 of a binary32 midpoint), which
+    /// `ToFloat8`'s `fl(fl(1 / a) * 448)` misses by an ulp for about a
+    /// fifth of amaxes. For an amax under 1e-12, `a` is the float64 1e-12.
+    Torchao,
 }
 
 impl ScaledRule {
     /// Every rule, in the order reports list them.
-    pub const ALL: [ScaledRule; 5] = [
+    pub const ALL: [ScaledRule; 6] = [
         ScaledRule::Divide,
         ScaledRule::Reciprocal,
         ScaledRule::TorchDivide,
         ScaledRule::TorchReciprocal,
         ScaledRule::ToFloat8,
+        ScaledRule::Torchao,
     ];
 
     /// The rule's name in reports and in Python (`"divide"`, ...).
@@ -385,7 +414,14 @@ impl ScaledRule {
             ScaledRule::TorchDivide => "torch_divide",
             ScaledRule::TorchReciprocal => "torch_reciprocal",
             ScaledRule::ToFloat8 => "to_float8",
+            ScaledRule::Torchao => "torchao",
         }
+    }
+
+    /// Whether the rule floors its scale at `min_scale`: all but
+    /// `ToFloat8` and `Torchao`, which floor the amax at 1e-12 instead.
+    pub fn uses_min_scale(&self) -> bool {
+        !matches!(self, ScaledRule::ToFloat8 | ScaledRule::Torchao)
     }
 
     /// The rule's formula in reports.
@@ -397,6 +433,9 @@ impl ScaledRule {
             ScaledRule::TorchReciprocal => "s = max(amax*fl(1/448), min_scale), x * fl(1/s)",
             ScaledRule::ToFloat8 => {
                 "r = fl(1/max(amax,1e-12))*448, x * r, s = fl(1/r) (written inverted)"
+            }
+            ScaledRule::Torchao => {
+                "r = f32(448/max(f64(amax),1e-12)), x * r, s = fl(1/r) (written inverted)"
             }
         }
     }
@@ -486,6 +525,12 @@ pub fn quantize_span(x: &[f32], rule: ScaledRule, source: ScaleSource, q: &mut [
                     TO_FLOAT8_EPS
                 };
                 let r = (1.0 / a) * E4M3_MAX;
+                (1.0 / r, r, false)
+            } else if rule == ScaledRule::Torchao {
+                // torchao's float64 steps, then one rounding to binary32.
+                let a64 = f64::from(amax);
+                let a = if a64 > 1e-12 { a64 } else { 1e-12 };
+                let r = ((1.0 / a) * f64::from(E4M3_MAX)) as f32;
                 (1.0 / r, r, false)
             } else {
                 let s0 = match rule {
@@ -745,6 +790,7 @@ mod tests {
             (ScaledRule::TorchDivide, 3.0 * (1.0 / 448.0)),
             (ScaledRule::TorchReciprocal, 3.0 * (1.0 / 448.0)),
             (ScaledRule::ToFloat8, 1.0 / ((1.0 / 3.0) * 448.0)),
+            (ScaledRule::Torchao, 1.0 / (448.0f64 / 3.0) as f32),
         ];
         for (rule, s_want) in want {
             let s = quantize_span(&x, rule, DYN, &mut q);
@@ -767,6 +813,9 @@ mod tests {
             assert_eq!(q, [0; 3], "{rule:?}");
             if rule == ScaledRule::ToFloat8 {
                 assert_eq!(s, 1.0 / ((1.0 / TO_FLOAT8_EPS) * 448.0));
+            } else if rule == ScaledRule::Torchao {
+                // The float64 1e-12.
+                assert_eq!(s, 1.0 / ((1.0 / 1e-12f64) * 448.0) as f32);
             } else {
                 assert_eq!(s, MIN_SCALING_FACTOR, "{rule:?}");
             }
@@ -786,6 +835,41 @@ mod tests {
         };
         let s = quantize_span(&[8.0, 1.0, -2.0], ScaledRule::Divide, ub, &mut q);
         assert_eq!((s, q), (2.0 / 448.0, [0x7E, 0x76, 0xFE]));
+    }
+
+    /// torchao's float64 scale is the correctly rounded binary32 `448 /
+    /// amax` (checked against a float64 division, and against the
+    /// binary32 neighbours by exact integer arithmetic on a sample), and
+    /// parts from `to_float8`'s `fl(fl(1/a) * 448)` on about a fifth of
+    /// amaxes.
+    #[test]
+    fn torchao_rounds_448_over_amax_once_and_parts_from_to_float8() {
+        let (mut parted, n) = (0usize, 4096u32);
+        let mut q = [0u8; 1];
+        for i in 0..n {
+            // Amaxes spread over [2^-20, 2^20), mantissas from a
+            // multiplicative walk.
+            let bits = 0x3580_0000u32 + i.wrapping_mul(0x0009_E377) % 0x1400_0000;
+            let a = f32::from_bits(bits);
+            let s = quantize_span(&[a], ScaledRule::Torchao, DYN, &mut q);
+            let r = (448.0f64 / f64::from(a)) as f32;
+            assert_eq!(s.to_bits(), (1.0 / r).to_bits(), "amax {a:e}");
+            // r is nearest: |448 - a r| is at most the gap to either
+            // neighbour (a, r and 448 exact in f64 products of 24-bit
+            // mantissas, so these comparisons are exact).
+            let err = |v: f32| (448.0 - f64::from(a) * f64::from(v)).abs();
+            let up = f32::from_bits(r.to_bits() + 1);
+            let down = f32::from_bits(r.to_bits() - 1);
+            assert!(err(r) <= err(up) && err(r) <= err(down), "amax {a:e}");
+            assert_eq!(q[0], 0x7E);
+            let t = quantize_span(&[a], ScaledRule::ToFloat8, DYN, &mut q);
+            parted += usize::from(s != t);
+        }
+        let frac = parted as f64 / f64::from(n);
+        assert!(
+            (0.1..0.4).contains(&frac),
+            "torchao parts from to_float8 on {frac}"
+        );
     }
 
     #[test]

@@ -20,17 +20,23 @@ believed to compute:
 3. torch, dynamic per token, `x_max.clamp(max=scale_ub)` (scale_ub 1200,
    FBGEMM's activation bound): `torch_divide` and `torch_reciprocal`;
 4. PyTorch's `to_float8` recipe (the `_scaled_mm` tests and the float8
-   tutorials; torchao's `amax_to_scale`): `amax.clamp(min=1e-12)`, `scale
-   = 448 / amax` (that is `amax.reciprocal() * 448`), codes of `(x *
-   scale).clamp(-448, 448)`, the scale returned inverted
-   (`scale.float().reciprocal()`): declared `to_float8`, per tensor and
-   rowwise;
+   tutorials): `amax.clamp(min=1e-12)`, `scale = 448 / amax` (that is
+   `amax.reciprocal() * 448`), codes of `(x * scale).clamp(-448, 448)`,
+   the scale returned inverted (`scale.float().reciprocal()`): declared
+   `to_float8`, per tensor and rowwise; and torchao's float8 recipe
+   (`torchao.float8.float8_utils.amax_to_scale`, which computes `448 /
+   amax` in float64, and `to_fp8_saturated`; an inline copy of the two
+   where torchao is not installed): declared `torchao` (a torchao from
+   before the float64 upcast computes `to_float8`'s scale, and fails
+   here naming it);
 5. vLLM's `_custom_ops.scaled_fp8_quant` where vLLM is importable (else
    reported as skipped): static (`scaled_fp8_quant_kernel`, declared
    `reciprocal`), dynamic per tensor (`segmented_max_reduction` with no
    floor, then the same kernel: declared `reciprocal`, `min_scale=0`),
    dynamic per token (`dynamic_per_token_scaled_fp8_quant_kernel`,
-   declared `divide`), and per token with `scale_ub`.
+   declared `divide`), and per token with `scale_ub`; each again on the
+   NAN arm alone (NaN elements: vLLM's kernels skip them in the amax and
+   code them +448, the oracle's NaN semantics).
 
 A declared rule is printed with PASS or FAIL and every known rule each
 case matched; a FAIL where PASS was expected is a finding (printed as
@@ -126,6 +132,40 @@ def to_float8(granularity):
     return f
 
 
+def torchao_form(granularity):
+    """torchao's amax_to_scale (float64) and to_fp8_saturated, per tensor
+    or rowwise; torchao's own functions where importable."""
+    try:
+        from torchao.float8.float8_utils import amax_to_scale, to_fp8_saturated
+        source = "torchao"
+    except Exception:  # torchao absent: the same steps, inline
+        source = "inline"
+
+        def amax_to_scale(amax, float8_dtype):
+            amax = amax.to(torch.float64)
+            return (torch.finfo(float8_dtype).max / torch.clamp(amax, min=1e-12)).to(torch.float32)
+
+        def to_fp8_saturated(v, float8_dtype):
+            m = torch.finfo(float8_dtype).max
+            return v.clamp(min=-m, max=m).to(float8_dtype)
+
+    def f(x, q, s):
+        xt = cuda(x)
+        if granularity == "token":
+            amax = xt.abs().amax(dim=-1, keepdim=True)
+        else:
+            amax = xt.abs().max()
+        try:
+            scale = amax_to_scale(amax, fp8())
+        except TypeError:  # older torchao: amax_to_scale(amax, float8_dtype, orig_dtype)
+            scale = amax_to_scale(amax, fp8(), torch.float32)
+        qt = to_fp8_saturated(xt.to(torch.float32) * scale, fp8())
+        to_outputs(qt, scale.reciprocal(), q, s)
+
+    f.__name__ = f"torchao_{granularity}_{source}"
+    return f
+
+
 def vllm_form(ops, mode):
     """vLLM's scaled_fp8_quant: "static", "tensor", "token", "token_ub"."""
 
@@ -158,8 +198,9 @@ def main():
         r = ko.check_fp8_scaled_quant(fn, **kw)
         verdict = "PASS" if r.ok else "FAIL"
         note = "" if expect == r.ok else " (UNEXPECTED)"
-        findings.append(f"{fn.__name__}: declared {kw.get('rule')}, {verdict}{note}")
-        print(f"FINDING {fn.__name__}: declared {kw.get('rule')}, {verdict}{note}", flush=True)
+        arms = f" (arms {kw['arms']})" if "arms" in kw else ""
+        findings.append(f"{fn.__name__}: declared {kw.get('rule')}{arms}, {verdict}{note}")
+        print(f"FINDING {fn.__name__}: declared {kw.get('rule')}{arms}, {verdict}{note}", flush=True)
         return r
 
     static = {"granularity": "tensor", "scale": STATIC}
@@ -175,6 +216,8 @@ def main():
          {"granularity": "token", "rule": "torch_reciprocal", "scale_ub": SCALE_UB}),
         (to_float8("tensor"), True, {"granularity": "tensor", "rule": "to_float8"}),
         (to_float8("token"), True, {"granularity": "token", "rule": "to_float8"}),
+        (torchao_form("tensor"), True, {"granularity": "tensor", "rule": "torchao"}),
+        (torchao_form("token"), True, {"granularity": "token", "rule": "torchao"}),
     ]
     for fn, expect, kw in plan:
         r = section(f"{fn.__name__}, declared {kw['rule']}", 300, lambda f=fn, e=expect, k=kw: run(f, e, **k))
@@ -197,6 +240,9 @@ def main():
         for mode, kw in vplan:
             fn = vllm_form(ops, mode)
             r = section(f"{fn.__name__}, declared {kw['rule']}", 300, lambda f=fn, k=kw: run(f, True, **k))
+            bad += r is None
+            nan = dict(kw, arms=["NAN"])
+            r = section(f"{fn.__name__}, NAN arm", 300, lambda f=fn, k=nan: run(f, True, **k))
             bad += r is None
     print("\nSUMMARY")
     for line in findings:

@@ -13,8 +13,8 @@ use crate::check::{
     Input, Out, OutKind,
 };
 use kernel_oracle::fp8_quant::{
-    identify, reference, rule_label, scaled_identify, scaled_known, scaled_label, scaled_reference,
-    Arm, ScaledArm, ScaledSpec, Spec, Verdict, KNOWN, SCALED_SHAPES,
+    identify, nan_rule, reference, rule_label, scaled_identify, scaled_known, scaled_label,
+    scaled_reference, Arm, ScaledArm, ScaledSpec, Spec, Verdict, KNOWN, SCALED_SHAPES,
 };
 use numpy::PyReadonlyArrayDyn;
 use oracle::fp8_quant::{
@@ -336,7 +336,7 @@ fn scaled_setup(
         .find(|r| r.label().eq_ignore_ascii_case(rule))
     else {
         return bad(format!(
-            "rule {rule:?}: expected \"divide\", \"reciprocal\", \"torch_divide\", \"torch_reciprocal\" or \"to_float8\""
+            "rule {rule:?}: expected \"divide\", \"reciprocal\", \"torch_divide\", \"torch_reciprocal\", \"to_float8\" or \"torchao\""
         ));
     };
     let positive = |v: f32| v.is_finite() && v > 0.0;
@@ -384,6 +384,18 @@ fn scaled_setup(
     Ok((g, r, source))
 }
 
+/// Refuses the NAN arm under a rule whose NaN semantics the oracle does
+/// not model (the torch forms: [`nan_rule`]).
+fn nan_arm_rule(arms: &[ScaledArm], rule: ScaledRule) -> PyResult<()> {
+    if arms.contains(&ScaledArm::Nan) && !nan_rule(rule) {
+        return Err(PyValueError::new_err(format!(
+            "arm NAN takes rule \"divide\" or \"reciprocal\" (vLLM's CUDA kernels: the amax skips NaN, the clamp codes it +448); rule {:?} is a torch form, whose max and clamp propagate NaN",
+            rule.label()
+        )));
+    }
+    Ok(())
+}
+
 /// The shape of a scaled quantizer's scales: `[1]` per tensor, `[m, 1]`
 /// per token (vLLM's).
 fn scale_shape(g: Granularity, m: usize) -> Vec<usize> {
@@ -412,12 +424,17 @@ fn scale_shape(g: Granularity, m: usize) -> Vec<usize> {
 /// - `"torch_reciprocal"`: that `s`, codes of `x * fl(1/s)` (vLLM's
 ///   `QuantFP8.forward_native`);
 /// - `"to_float8"`: PyTorch's `to_float8` recipe: `r = fl(1 / max(amax,
-///   1e-12)) * 448`, codes of `x * r`, scale written `fl(1 / r)`.
+///   1e-12)) * 448`, codes of `x * r`, scale written `fl(1 / r)`;
+/// - `"torchao"`: torchao's float8 recipe (`amax_to_scale` in float64):
+///   `r = f32(448 / max(f64(amax), 1e-12))`, codes of `x * r`, scale
+///   written `fl(1 / r)`.
 ///
 /// The amax is bounded by `scale_ub` first (per token, dynamic: vLLM's
 /// `fminf(amax, *scale_ub)`); `min_scale` defaults to vLLM's
-/// `min_scaling_factor`, `1 / (448 * 512)`. Every code is
-/// `fmaxf(-448, fminf(v, 448))` converted to nearest even e4m3.
+/// `min_scaling_factor`, `1 / (448 * 512)` (`to_float8` and `torchao`
+/// ignore it). Every code is `fmaxf(-448, fminf(v, 448))` converted to
+/// nearest even e4m3 (a NaN codes +448, as vLLM's CUDA kernels; torch's
+/// `clamp` and `max` propagate NaN instead, which no case draws).
 ///
 /// Errors: `ValueError` for an unknown granularity or rule, a static scale
 /// per token or under a rule that derives its own, a scale or `scale_ub`
@@ -452,8 +469,8 @@ fn quantize_fp8_scaled<'py>(
 /// check's first seed.
 ///
 /// Errors: `ValueError` for an unknown arm, the arguments
-/// `quantize_fp8_scaled` refuses, a zero dimension, or `UB` without a
-/// `scale_ub`.
+/// `quantize_fp8_scaled` refuses, a zero dimension, `UB` without a
+/// `scale_ub`, or `NAN` under a torch rule.
 #[pyfunction]
 #[pyo3(signature = (m, k, arm, granularity = "tensor", scale = None, rule = "divide", scale_ub = None, min_scale = MIN_SCALING_FACTOR, seed = None))]
 #[allow(clippy::too_many_arguments)]
@@ -471,6 +488,7 @@ fn fp8_scaled_quant_case<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = ScaledArm::parse(arm).map_err(PyValueError::new_err)?;
     let (g, rule, source) = scaled_setup(granularity, scale, rule, scale_ub, min_scale)?;
+    nan_arm_rule(&[arm], rule)?;
     let sp = ScaledSpec {
         m,
         k,
@@ -498,11 +516,14 @@ fn fp8_scaled_quant_case<'py>(
 /// `AMAX` (the amax at both signs, or only negative: codes exactly ±448;
 /// under a static scale, elements beyond `448 * scale`: a missing clamp
 /// gives NaN through torch's non-saturating cast), `TAIL` (the amax at the
-/// very last element: a reduction that drops its tail) and `UB` (rows
-/// above `scale_ub`), and judges its codes and scales bit for bit against
-/// `quantize_fp8_scaled(x, granularity, scale, rule, scale_ub,
-/// min_scale)`. By default: RAND, TIES, AMAX for a static scale; ZERO and
-/// TAIL too for a dynamic one; UB too with a `scale_ub`.
+/// very last element: a reduction that drops its tail), `UB` (rows
+/// above `scale_ub`) and `NAN` (NaN at each span's first and last
+/// element: vLLM's CUDA kernels skip it in the amax and code it +448;
+/// only when named, under `divide` or `reciprocal`), and judges its codes
+/// and scales bit for bit against `quantize_fp8_scaled(x, granularity,
+/// scale, rule, scale_ub, min_scale)`. By default: RAND, TIES, AMAX for a
+/// static scale; ZERO and TAIL too for a dynamic one; UB too with a
+/// `scale_ub`.
 ///
 /// The callable: `quant(x, q, s)`, with `x` float32 `[m, k]`, `q` uint8
 /// `[m, k]` (e4m3 codes; handed filled with 0x7F, the NaN code, which the
@@ -517,7 +538,8 @@ fn fp8_scaled_quant_case<'py>(
 ///
 /// Errors: `ValueError`, before any call, for the arguments
 /// `quantize_fp8_scaled` refuses, an unknown arm, `UB` without a
-/// `scale_ub`, a zero dimension or a case over 2^26 elements.
+/// `scale_ub`, `NAN` under a torch rule, a zero dimension or a case over
+/// 2^26 elements.
 #[pyfunction]
 #[pyo3(signature = (quant, granularity = "tensor", scale = None, rule = "divide", scale_ub = None, min_scale = MIN_SCALING_FACTOR, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -550,6 +572,7 @@ fn check_fp8_scaled_quant<'py>(
         Some(_) => arms_or_all(arms, &ScaledArm::ALL, ScaledArm::parse)?,
         None => probe(1, 1, ScaledArm::Rand).default_arms(),
     };
+    nan_arm_rule(&arms, rule)?;
     for &(m, k) in &shapes {
         for &arm in &arms {
             probe(m, k, arm).valid().map_err(PyValueError::new_err)?;
