@@ -32,6 +32,7 @@ pub mod refcache;
 pub mod rms_norm;
 pub mod rng;
 pub mod rope;
+pub mod sampling;
 pub mod score;
 pub mod stats;
 pub mod tensor_core;

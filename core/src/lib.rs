@@ -60,6 +60,9 @@
 //!   SDPA, FlexAttention, Hugging Face's eager form) held to a sound
 //!   enclosure per output element under a declared arithmetic (flash, f32,
 //!   eager), mask alignment, window, softcap and GQA.
+//! - [`sampling`]: the sampling filters (temperature, top-k, top-p,
+//!   min-p: vLLM, FlashInfer, Hugging Face) held to sound enclosures:
+//!   each token's membership exact wherever the enclosures decide it.
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! No allocation anywhere: every contract writes into caller-provided
@@ -91,4 +94,5 @@ pub mod moe_tables;
 pub mod rms_norm;
 pub mod rope;
 pub mod round;
+pub mod sampling;
 pub mod tensor_core;

@@ -54,6 +54,11 @@
 //!   `check_attention` (scaled dot-product attention: each output within
 //!   the interval a sound enclosure leaves, bit for bit where it is one
 //!   value; its arithmetic named: flash, f32, eager).
+//! - [`check_sampling`]: `sampling_case` and `check_sampling` (the
+//!   sampling filters, temperature, top-k, top-p and min-p: each token's
+//!   membership exact wherever sound enclosures decide it; the masked
+//!   logits, renormalised probabilities or sampled ids judged; the order
+//!   and tie policies named).
 
 #![warn(missing_docs)]
 
@@ -69,6 +74,7 @@ pub mod check_moe_routing;
 pub mod check_quant;
 pub mod check_rms_norm;
 pub mod check_rope;
+pub mod check_sampling;
 pub mod check_scaled_mm;
 pub mod codecs;
 pub mod conventions;
@@ -113,5 +119,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_rms_norm::register(m)?;
     check_act_and_mul::register(m)?;
     check_attention::register(m)?;
+    check_sampling::register(m)?;
     Ok(())
 }
