@@ -68,7 +68,8 @@ pub enum Arm {
     /// the filters, their order and the nucleus boundary.
     Rand,
     /// Logits from five values only, so the `k`-th value and the nucleus
-    /// boundary fall in groups of equal logits.
+    /// boundary fall in groups of equal logits; some rows `min_p = 1`, so
+    /// the tokens tied at the maximum are all kept (`p >= p_max`, not `>`).
     Ties,
     /// One token holding all but about `e^-8` of the mass: top-p keeps it
     /// alone, and a sampler must draw it every time.
@@ -79,7 +80,8 @@ pub enum Arm {
     /// one row in four uses the whole vocabulary.
     Flat,
     /// Per row one edge: `k = 1`, `k = V`, `top_p = 1`, `top_p = 1e-6`,
-    /// `min_p = 1`, min-p on, and a third of the vocabulary masked `-inf`.
+    /// `min_p = 1`, min-p on, and a third of the vocabulary masked `-inf`
+    /// with a flat nucleus (`T = 3`, `top_p = 0.9`, top-k off).
     Edge,
 }
 
@@ -280,7 +282,9 @@ impl Spec {
                         temperature: [1.0, 0.8][c % 2],
                         top_k: [3, 1, 0, 10, 40][c % 5].min(vk),
                         top_p: [1.0, 0.6, 0.9, 0.3][c % 4],
-                        min_p: [0.0, 0.0, 0.3][c % 3],
+                        // min_p 1 with ties at the maximum: `p >= p_max`
+                        // keeps them all, `>` only the protected argmax.
+                        min_p: [0.0, 0.0, 0.3, 1.0][(c / 3) % 4],
                     };
                 }
                 Arm::Peak => {
@@ -358,8 +362,12 @@ impl Spec {
                             top_k: 20.min(vk),
                             ..Filters::OFF
                         },
+                        // Top-k off and a flat nucleus of many tokens:
+                        // a sampler that reads k = 0 as k = 1 draws one
+                        // token every time (`Fault::Collapsed`).
                         _ => Filters {
                             top_p: 0.9,
+                            temperature: 3.0,
                             ..Filters::OFF
                         },
                     };
@@ -414,6 +422,60 @@ pub enum Fault {
         /// Why not: `None` outside the vocabulary.
         rule: Option<Rule>,
     },
+    /// [`Form::Sample`]: every draw of the row is token `id`, though any
+    /// sampler within the declaration draws one token `n` times with
+    /// probability at most `bound` (see [`COLLAPSE_BOUND`]).
+    Collapsed {
+        /// The token drawn every time.
+        id: i64,
+        /// Draws.
+        n: usize,
+        /// The most probability of `n` equal draws.
+        bound: f64,
+    },
+}
+
+/// [`Form::Sample`]'s one statistical judgement: a row whose draws are
+/// all one token fails when an i.i.d. sampler of the declared filters
+/// does that with probability at most this (`2^-40`), so a greedy sampler
+/// (an argmax, `top_k = 0` read as `k = 1`) cannot pass for one that
+/// samples. The bound: with `q` the renormalised probabilities over the
+/// kernel's kept set, `P(n equal draws) = sum_t q_t^n <= (max_t q_t)^(n -
+/// 1)`, and `q_t <= e_t.hi / (e_t.hi + sum of the other surely kept
+/// e.lo)` (the kept set holds every surely kept token), raised by `2^-10`
+/// for the sampler's own roundings.
+pub const COLLAPSE_BOUND: f64 = 9.094_947_017_729_282e-13; // 2^-40
+
+/// The bound of [`Fault::Collapsed`] for `n` draws of one row.
+fn collapse_bound(s: &[Token], n: usize) -> f64 {
+    let sure: f64 = s
+        .iter()
+        .filter(|t| t.logit.is_finite() && t.kept == Status::In)
+        .map(|t| t.e.lo)
+        .sum();
+    let q_max = s
+        .iter()
+        .filter(|t| t.logit.is_finite() && t.kept != Status::Out)
+        .map(|t| {
+            let rest = if t.kept == Status::In {
+                sure - t.e.lo
+            } else {
+                sure
+            };
+            let d = t.e.hi + rest.max(0.0);
+            if d > 0.0 {
+                (t.e.hi / d).min(1.0)
+            } else {
+                1.0
+            }
+        })
+        .fold(0.0f64, f64::max);
+    let q = (q_max + 1.0 / 1024.0).min(1.0);
+    let mut p = 1.0f64;
+    for _ in 1..n {
+        p *= q;
+    }
+    p
 }
 
 /// A case's judgement.
@@ -486,6 +548,19 @@ fn judge_row(
                         slot,
                         id,
                         rule: Some(removal_rule(t)),
+                    })
+                })
+                .or_else(|| {
+                    let draws = &ids[r * n..(r + 1) * n];
+                    let first = *draws.first()?;
+                    if n < 2 || draws.iter().any(|&x| x != first) {
+                        return None;
+                    }
+                    let bound = collapse_bound(&s, n);
+                    (bound <= COLLAPSE_BOUND).then_some(Fault::Collapsed {
+                        id: first,
+                        n,
+                        bound,
                     })
                 })
         }
@@ -667,6 +742,9 @@ pub fn describe(r: usize, f: &Fault, case: &Case, odtype: Dtype) -> String {
                 )
             }
         }
+        Fault::Collapsed { id, n, bound } => format!(
+            "row {r} {params}: all {n} draws are token {id}, which a sampler of these filters does with probability at most {bound:e} (a greedy sampler?)"
+        ),
         Fault::Sampled { slot, id, rule } => match rule {
             None => format!("row {r} {params}: sample {slot} is {id}, not a token"),
             Some(rule) => format!(

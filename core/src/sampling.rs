@@ -66,7 +66,10 @@
 //! `n` non-negative terms in any order within `(n - 1) u`, a division or
 //! product `u`; every first-order bound doubled. Per rule:
 //! - min-p compares `p_i` with `min_p * p_max`: the normaliser cancels,
-//!   three roundings remain (`e_i`'s error, then `6u`);
+//!   three roundings remain (`e_i`'s error, then `6u`); a kernel may
+//!   compare in logit space instead (`s_i < m + log(min_p)`, vLLM's GPU
+//!   worker), whose threshold's roundings grow with `|m|`: the slack of
+//!   `min_p_slack` covers both;
 //! - top-p compares `G / Z` (descending cumsum, FlashInfer's form) or
 //!   `L / Z = 1 - G / Z` (vLLM's ascending cumsum against the binary32
 //!   `1 - top_p`): a token is decided only where both forms decide it
@@ -406,6 +409,7 @@ pub fn classify(
     let max_logit = scratch[0].logit;
     // Rule 1: the terms; rule 2: min-p.
     let min_p = f64::from(f.min_p);
+    let r = min_p_slack(m, f.min_p, k_ulps);
     for t in scratch[..finite].iter_mut() {
         if t.logit == max_logit {
             // exp(0) = 1 in every exp of the field, and equal logits give
@@ -425,7 +429,6 @@ pub fn classify(
                 hi: x.hi * (1.0 + kappa) + TINY,
             };
         }
-        let r = 6.0 * U + F64_SLACK;
         // The maximum's own probability is the maximum, bit for bit.
         t.min_p = if t.logit == max_logit || t.e.lo * (1.0 - r) - TINY >= min_p {
             Status::In
@@ -510,6 +513,35 @@ pub fn classify(
     }
     row.decided = decided;
     Ok(row)
+}
+
+/// The relative slack of rule `SAMPLE-MINP`'s comparison beyond the
+/// term's own enclosure, for a row whose largest scaled logit is `m`.
+///
+/// In probability space (vLLM's `MinPLogitsProcessor`, Hugging Face's
+/// `MinPLogitsWarper`: `p_i < min_p * max p`) the normaliser cancels and
+/// three roundings remain (`e_i / Z`, `1 / Z`, the product with `min_p`):
+/// `3u`. In logit space (vLLM's GPU worker `_min_p_torch` and
+/// `_min_p_kernel`, `vllm/v1/worker/gpu/sample/min_p.py`: `s_i < max +
+/// log(min_p)`, removed) the threshold `fl(m + fl(ln min_p))` is off
+/// `m + ln min_p` by at most `2 K u |ln min_p|` (a `log` within `K`
+/// ulps) plus `u (|m| + |ln min_p|)` (the sum's rounding), a shift `δ` of
+/// the exponent that moves the compared ratio by the factor `e^δ`, within
+/// `|δ| (1 + |δ|)` relative. Every bound doubled, as in the module docs;
+/// `|ln min_p| <= |E| ln 2` for `min_p` in `[2^E, 1)` and `0` at `1`.
+fn min_p_slack(m: f64, min_p: f32, k_ulps: f64) -> f64 {
+    let mut r = 2.0 * 3.0 * U + F64_SLACK;
+    if min_p > 0.0 && min_p < 1.0 {
+        // The binary exponent E of min_p (min_p < 1, so E <= -1); a
+        // subnormal's is at most -126.
+        let bits = min_p.to_bits();
+        let biased = ((bits >> 23) & 0xFF) as i32;
+        let e = if biased == 0 { -149 } else { biased - 127 };
+        let ln_bound = f64::from(-e) * core::f64::consts::LN_2 * (1.0 + F64_SLACK);
+        let delta = (2.0 * k_ulps * ln_bound + abs_f64(m) + ln_bound) * U;
+        r += 2.0 * delta * (1.0 + delta);
+    }
+    r
 }
 
 /// Rule `SAMPLE-TOPP` over the candidates among `scratch[..finite]`.
@@ -1053,6 +1085,53 @@ mod tests {
                 rule: Rule::MinP
             })
         ));
+    }
+
+    /// vLLM's GPU worker's min-p in logit space (`_min_p_torch`,
+    /// `vllm/v1/worker/gpu/sample/min_p.py`): removed iff `s_i < max +
+    /// log(min_p)`, in binary32.
+    fn min_p_logit_space(logits: &[f32], min_p: f32) -> Vec<bool> {
+        let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let thr = m + min_p.ln();
+        logits.iter().map(|&l| l.is_finite() && l >= thr).collect()
+    }
+
+    #[test]
+    fn min_p_in_logit_space_passes() {
+        // A large maximum: the threshold m + ln(0.2) rounds up by about
+        // 33u relative (in ulps of 35.7), more than the probability
+        // form's three roundings; the token at the threshold is kept.
+        let (m, s) = (35.740_43f32, 34.130_99f32);
+        let f = filters(0, 1.0, 0.2);
+        let logits = [m, s, 0.0];
+        assert_eq!(min_p_logit_space(&logits, 0.2), [true, true, false]);
+        let (sc, row) = run(&logits, &f, &VLLM);
+        assert_eq!(
+            judge_kept(&sc, &row, &VLLM, &min_p_logit_space(&logits, 0.2)),
+            Ok(())
+        );
+        // Tokens one ulp either side of the threshold, many maxima.
+        let mut g = Gen(11);
+        for case in 0..4000 {
+            let m = g.f(60.0);
+            let min_p = [0.05f32, 0.1, 0.2, 0.01, 0.3, 1e-4][case % 6];
+            let thr = m + min_p.ln();
+            let below = f32::from_bits(thr.to_bits() - 1);
+            let above = f32::from_bits(thr.to_bits() + 1);
+            let logits = [m, thr, below, above, m - 40.0];
+            let keep = min_p_logit_space(&logits, min_p);
+            let f = filters(0, 1.0, min_p);
+            let (sc, row) = run(&logits, &f, &VLLM);
+            assert_eq!(judge_kept(&sc, &row, &VLLM, &keep), Ok(()), "case {case}");
+            // Still decided a little away from the threshold.
+            let far = [
+                m,
+                thr + 1e-3 * thr.abs().max(1.0),
+                thr - 1e-3 * thr.abs().max(1.0),
+            ];
+            let (sc, _) = run(&far, &f, &VLLM);
+            assert_eq!(kept_set(&sc, 3), [true, true, false], "case {case}");
+        }
     }
 
     #[test]
