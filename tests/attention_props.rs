@@ -1,10 +1,15 @@
 //! bolero property over the attention enclosures (CPU): every binary32
 //! attention written the field's ways (two-pass; an online softmax over
 //! key blocks of 1, 16 or 64 with the accumulator and row sum rescaled;
-//! a split-KV pass merged by the log-sum-exp, Flash-Decoding's; `exp`, or
-//! `exp2` of an FMA with `log2(e)` folded in, FlashAttention's; `P`
-//! rounded to the dtype before the `PV` product under `flash`, kept under
-//! `f32`; the eager form with scores and `P` rounded) lands inside the
+//! a split-KV pass merged by the log-sum-exp, Flash-Decoding's, divided by
+//! the merged weights' sum or, as FlashAttention's
+//! `combine_attn_seqk_parallel`, weighted by `exp(lse_s - lse_logsum)`
+//! without a division; `exp`, or `exp2` of an FMA with `log2(e)` folded
+//! in, FlashAttention's; `P` rounded to the dtype before the `PV` product
+//! under `flash`, kept under `f32`; the eager form with scores and `P`
+//! rounded, the scores either Hugging Face's (`matmul(q, k^T) * scale`)
+//! or torch's math backend's without the upcast (`q` and `k` times
+//! `sqrt(scale)` in the dtype before the matmul)) lands inside the
 //! case library's intervals under its declared arithmetic, on data drawn
 //! from the input's bytes through each arm, mask and softcap. A correct
 //! kernel failing would be the check's bug; this hunts for it. A second
@@ -21,15 +26,19 @@ enum Form {
     TwoPass,
     Online(usize),
     Split(usize),
+    /// FlashAttention's split-KV combine: no division by the weights' sum.
+    Combine(usize),
 }
 
-const FORMS: [Form; 6] = [
+const FORMS: [Form; 8] = [
     Form::TwoPass,
     Form::Online(1),
     Form::Online(16),
     Form::Online(64),
     Form::Split(3),
     Form::Split(8),
+    Form::Combine(2),
+    Form::Combine(5),
 ];
 
 /// `[B, Hq, Hkv, Sq, Sk, D, Dv]`.
@@ -50,6 +59,9 @@ struct Case {
     softcap: Option<f32>,
     form: Form,
     exp2: bool,
+    /// Eager only: `q` and `k` pre-scaled by `sqrt(scale)` in the dtype
+    /// (torch's math backend without the float upcast).
+    prescale: bool,
     dims: [usize; 7],
     seed: u64,
 }
@@ -94,7 +106,8 @@ impl<'a> Arbitrary<'a> for Case {
             softcap: if h[0] & 0x40 != 0 { Some(30.0) } else { None },
             form: FORMS[usize::from(h[1] >> 3) % FORMS.len()],
             exp2: h[0] & 0x80 != 0,
-            dims: DIMS[usize::from(h[2]) % DIMS.len()],
+            prescale: h[2] & 0x80 != 0,
+            dims: DIMS[usize::from(h[2] & 0x7F) % DIMS.len()],
             seed: u.arbitrary()?,
         })
     }
@@ -120,12 +133,21 @@ impl Case {
         let d = q.len();
         js.iter()
             .map(|&j| {
+                let eager = self.arithmetic == Arithmetic::Eager;
+                let pre = eager && self.prescale;
+                // torch's math backend: sqrt(scale) as a binary32 scalar.
+                let c = (f64::from(scale)).sqrt() as f32;
                 let mut dot = 0f32;
                 for t in 0..d {
-                    dot += q[t] * k[j * d + t];
+                    dot += if pre {
+                        self.r(q[t] * c) * self.r(k[j * d + t] * c)
+                    } else {
+                        q[t] * k[j * d + t]
+                    };
                 }
-                let eager = self.arithmetic == Arithmetic::Eager;
-                let mut s = if eager {
+                let mut s = if pre {
+                    self.r(dot)
+                } else if eager {
                     self.r(self.r(dot) * scale)
                 } else {
                     dot * scale
@@ -230,6 +252,28 @@ impl Case {
                         })
                         .collect()
                 }
+                Form::Combine(parts) => {
+                    // flash_fwd_kernel.h's split-KV pass and
+                    // combine_attn_seqk_parallel: o_s normalised, lse_s =
+                    // m_s + log(l_s), o = sum exp(lse_s - lse_logsum) o_s.
+                    let chunk = n.div_ceil(parts);
+                    let mut lse = Vec::new();
+                    let mut outs = Vec::new();
+                    for c0 in (0..n).step_by(chunk) {
+                        let c1 = (c0 + chunk).min(n);
+                        let (m, l, acc) = self.pass(&s[c0..c1], v, &js[c0..c1], dv, 64);
+                        lse.push(m + l.ln());
+                        let inv = 1.0 / l;
+                        outs.push(acc.iter().map(|a| a * inv).collect::<Vec<f32>>());
+                    }
+                    let lm = lse.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+                    let ls: f32 = lse.iter().map(|&x| (x - lm).exp()).sum();
+                    let logsum = ls.ln() + lm;
+                    let w: Vec<f32> = lse.iter().map(|&x| (x - logsum).exp()).collect();
+                    (0..dv)
+                        .map(|e| w.iter().zip(&outs).map(|(w, o)| w * o[e]).sum())
+                        .collect()
+                }
             }
         };
         o.iter().map(|&x| self.r(x)).collect()
@@ -311,6 +355,16 @@ fn binary32_attention_forms_pass_their_own_check() {
         ("SPIKE", rate(&|c| c.arm == Arm::Spike), 0.15),
         ("online 1", rate(&|c| c.form == Form::Online(1)), 0.08),
         ("split", rate(&|c| matches!(c.form, Form::Split(_))), 0.15),
+        (
+            "combine",
+            rate(&|c| matches!(c.form, Form::Combine(_))),
+            0.15,
+        ),
+        (
+            "prescale",
+            rate(&|c| c.prescale && c.arithmetic == Arithmetic::Eager),
+            0.1,
+        ),
         ("exp2", rate(&|c| c.exp2), 0.3),
         ("softcap", rate(&|c| c.softcap.is_some()), 0.3),
     ] {
@@ -345,6 +399,7 @@ fn wrong_kernels_are_rejected() {
                 softcap: None,
                 form: Form::Online(16),
                 exp2: true,
+                prescale: false,
                 dims,
                 seed,
             };

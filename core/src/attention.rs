@@ -38,8 +38,9 @@
 //!    elsewhere within the interval ([`admits`]).
 //! 6. `ATTN-RANGE`: inputs must be finite and below `2^32` in magnitude
 //!    (so no binary32 product or score overflows); under
-//!    [`Arithmetic::Eager`] in f16 the scores must stay below f16's 65504
-//!    (beyond, the rounded score is infinite).
+//!    [`Arithmetic::Eager`] in f16 the scores, and `q` and `k` pre-scaled
+//!    by `sqrt(scale)` (`q` also by `scale log2(e)`: `PRESCALE` below),
+//!    must stay below f16's 65504 (beyond, the rounded value is infinite).
 //!
 //! # The bound
 //!
@@ -78,12 +79,52 @@
 //!   `exp(lse_s - lse_max)`, `lse_s = m_s + log(l_s)`: a `log` and an `exp`
 //!   within `K` ulps and four roundings of magnitude `M + ln n + 1`:
 //!   `(2 K + 6) u2 + 4 u2 (M + ln n + 1)`.
+//! - `MERGE-NORM`: FlashAttention's combine (`combine_attn_seqk_parallel`)
+//!   does not divide by the merged weights' sum: it writes `o = sum_s
+//!   exp(lse_s - lse_logsum) o_s`, each split's `o_s` already normalised,
+//!   `lse_logsum = log(sum_s exp(lse_s - lse_max)) + lse_max`. With the
+//!   rounded `lse_s`, `o = e^(-eps) sum_s (e^(lse_s) / sum_t e^(lse_t))
+//!   (1 + kappa_s) o_s`: the ratio is MERGE's weighted mean, but the
+//!   common `eps` (the `log` within `K` ulps of a value below `ln n + 1`,
+//!   the sum of the exps within `gamma(n)` and `K` ulps, the add of
+//!   `lse_max`, of magnitude `M + ln n + 1`) and each split's `kappa_s`
+//!   (its `exp` and its argument's rounding, of magnitude up to `2 M + ln
+//!   n + 1`) do not cancel. `x = log(sum_s e^(lse_s - lse_max))` is at
+//!   most `x_up = sum_(j != top) w_j e^(delta_j) / (w_top e^(-delta_top))`
+//!   (`top` the key of largest weight, `ln y <= y - 1`), so the add of
+//!   `lse_max` is off by at most `min(u2 (M + ln n + 1), x_up)`, and the
+//!   splits but the largest weigh at most `min(1, x_up)` of the row: `o`
+//!   moves by a relative `(2 K + 6) u2 + gamma(n) + (K + 4) u2 (ln n + 1) +
+//!   min(u2 (M + ln n + 1), x_up) + a`, taken into the sums' part below
+//!   (relative to `sum w+_j |v_j| / W'`, at least `|o|`), plus `a max|v|`,
+//!   `a = u2 (2 M + ln n + 2) min(1, x_up)` (the arguments' roundings).
+//!   Where one split dominates (`u2 (2 M + ln n + 2) < 0.1`), the largest
+//!   split's term of `lse_sum` is `exp(0)` within `K` ulps and the others
+//!   sum to at most `2 x_up` (each within a factor 2), each addition off
+//!   by at most its addend: `x` computed is within `(K + 1) u2 + 3 x_up`
+//!   of the true one, and the add of `lse_max` off by at most `|x|`: the
+//!   `gamma(n) + (K + 4) u2 (ln n + 1) + min(...)` part is then at most
+//!   `2 (K + 1) u2 + 7 x_up`, the smaller taken.
+//!   Without it a correct combine with scores near 1000 in f32 fell
+//!   outside; with one dominant key (PEAK) it costs nothing.
 //! - `EAGER` ([`Arithmetic::Eager`] only): the score rounded to the dtype
 //!   after the matmul and again after the scale (Hugging Face's `matmul(q,
 //!   k^T) * scaling`), and with a softcap three more times (`/ cap`,
 //!   `tanh`, `* cap`, each an operator on a dtype tensor): `u_d (2 |s_j| +
 //!   |s_j| + 2 |c_j|)` with `u_d` the dtype's unit roundoff (bf16 `2^-8`,
 //!   f16 `2^-11`: 8 and 11 significant bits), plus half the dtype's least subnormal per rounding.
+//!   `PRESCALE` (eager only): torch's math backend without the float
+//!   upcast (torch before 2.5, or `allow_fp16_bf16_reduction_math_sdp(True)`:
+//!   `_scaled_dot_product_attention_math` in `attention.cpp` multiplies
+//!   `q` and `k` each by `sqrt(scale)` in the input dtype before the
+//!   matmul) and Triton 2.1's tutorial (`q = (q * qk_scale).to(float16)`)
+//!   round each product term's factors to the dtype: `q_t k_t scale (1 +
+//!   e)(1 + e')`, `|e|, |e'| <= u_d`, so the score moves by `(2 u_d +
+//!   u_d^2) scale sum_t |q_t k_t|` (the unscaled magnitudes, not `|s_j|`:
+//!   a cancelling dot product is hit hardest), plus, where a factor
+//!   rounds to a subnormal (absolute error at most `sub_d / 2`), `sub_d /
+//!   2 * sqrt(scale') (sum_t |q_t| + sum_t |k_t|) + D (sub_d / 2)^2` with
+//!   `scale' = max(scale, (scale log2 e)^2)` (the larger pre-scale of `q`).
 //! - `REF`: this module's own enclosure of `exp(c_j - m)` (from core's
 //!   binary32 `exp`, [`crate::moe_routing`]'s rule) and of `tanh`, as a
 //!   log half-width.
@@ -116,13 +157,19 @@
 //! e^(delta_j)`, `|o^ - o'| <= 1.01 ((2 gamma + ubar_P + 4 u2) sum w+_j
 //! |v_j| + sum w+_j u_Pj |v_j|) / W'`, `ubar_P = sum w+_j u_Pj / W'`; an eager softmax that
 //! normalises `P` before rounding it and sums `P v` without a division is
-//! inside the same bound. Exponentials that underflow or are flushed to
+//! inside the same bound. `TOP`: each ratio `sum p^_j y_j / sum p^_j`
+//! above (`y >= 0`: `|v_j|`, `u_Pj`, `u_Pj |v_j|`) is also at most `sum_j
+//! r_j y_j`, `r_j = (w_j / w_top) e^(delta_j + delta_top)` (`top` the key
+//! of largest weight, `r_top = 1`: the denominator is at least `p^_top`);
+//! the smaller bound is taken (no `e^(2 delta_top)` where one key
+//! dominates). Exponentials that underflow or are flushed to
 //! zero, and `P` rounded to a dtype subnormal or zero, move each key's
 //! weight by at most `min(p_j, 2^-126 + sub_d / 2)` (later rescales only
 //! shrink it; none where `p_j`, at least about `w_j`, is normal): `sum_j that (|v_j| + max|v|) / W` (f16's `P` below `2^-14`
 //! is subnormal: this term is what f16 costs on long rows), over `W' (1 -
 //! gamma)`; eager's normalised `P` that may be subnormal, up to `(2^-126
-//! + sub_d / 2) W e^(2 delta_max)` in weight units.
+//! + sub_d / 2) W e^(2 delta_max)` in weight units, or its own size
+//! `w_j e^(delta_j + 3 delta_max)` (rounded to 0), the smaller.
 //!
 //! Every first-order term above is taken at twice the `u` of one rounding
 //! (`u2`), which covers the second-order terms. The output is then also
@@ -290,9 +337,15 @@ pub enum Arithmetic {
     /// reference.
     F32,
     /// The eager form: scores rounded to the input dtype (a bf16 matmul's
-    /// output, then the scale, and a softcap's three operators), softmax
-    /// in binary32 then rounded to the input dtype, `PV` accumulated in
-    /// binary32 and rounded: Hugging Face's `eager_attention_forward`.
+    /// output, then the scale, and a softcap's three operators; or `q`
+    /// and `k` pre-scaled by `sqrt(scale)` and rounded to the dtype before
+    /// the matmul: the module docs' `PRESCALE`), softmax in binary32 then
+    /// rounded to the input dtype, `PV` accumulated in binary32 and
+    /// rounded: Hugging Face's `eager_attention_forward`; torch's math
+    /// backend on f16/bf16 before torch 2.5 or with
+    /// `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`;
+    /// Triton 2.1's tutorial kernel (`q` pre-scaled in f16, `P` rounded
+    /// before `PV`, an online softmax: inside this bound too).
     Eager,
 }
 
@@ -362,7 +415,9 @@ pub enum AttentionError {
         /// The query position.
         query: usize,
     },
-    /// An eager f16 score reaches 65504 (rule `ATTN-RANGE`).
+    /// An eager f16 score, or a `q` or `k` element pre-scaled by
+    /// `sqrt(scale)` (or `q` by `scale log2(e)`), reaches 65504 (rule
+    /// `ATTN-RANGE`).
     ScoreRange {
         /// The query position.
         query: usize,
@@ -396,7 +451,7 @@ impl core::fmt::Display for AttentionError {
             ),
             AttentionError::ScoreRange { query } => write!(
                 f,
-                "query {query}: a score reaches f16's 65504 under the eager arithmetic"
+                "query {query}: a score or a pre-scaled q or k reaches f16's 65504 under the eager arithmetic"
             ),
         }
     }
@@ -780,11 +835,13 @@ pub fn row_enclosure(
     let mut big_m = 0.0f64;
     for (t, j) in terms.iter_mut().zip(first..end) {
         let kr = &k_head[j * d..(j + 1) * d];
-        let (mut dot, mut abs) = (0.0f64, 0.0f64);
+        let (mut dot, mut abs, mut l1, mut amax) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
         for (&a, &b) in q_row.iter().zip(kr) {
             let p = f64::from(a) * f64::from(b); // exact: 24 + 24 bits
             dot += p;
             abs += abs_f64(p);
+            l1 += abs_f64(f64::from(a)) + abs_f64(f64::from(b));
+            amax = amax.max(abs_f64(f64::from(a))).max(abs_f64(f64::from(b)));
         }
         let s = scale * dot;
         let s_abs = abs_f64(s);
@@ -815,7 +872,16 @@ pub fn row_enclosure(
                         0.0
                     })
                 + rounds * sub_d;
-            if decl.dtype == Dtype::F16 && s_abs.max(ca) * (1.0 + 4.0 * u_d) + 1.0 >= 65504.0 {
+            // PRESCALE: q and k each rounded after a pre-scale (module docs).
+            let pre =
+                scale.max(scale * scale * core::f64::consts::LOG2_E * core::f64::consts::LOG2_E);
+            delta += u_d1 * (2.0 + u_d) * scale * abs
+                + sub_d * sqrt_f64(pre) * l1 * (1.0 + F64_SLACK)
+                + d as f64 * sub_d * sub_d;
+            if decl.dtype == Dtype::F16
+                && (s_abs.max(ca) * (1.0 + 4.0 * u_d) + 1.0 >= 65504.0
+                    || amax * sqrt_f64(pre) * (1.0 + 4.0 * u_d) >= 65504.0)
+            {
                 return Err(AttentionError::ScoreRange { query: i });
             }
         }
@@ -920,9 +986,14 @@ pub fn row_enclosure(
             // w_j e^(-2 delta_max) / W: where that may be subnormal, its
             // rounding's absolute error is up to sub_d / 2 of the sum,
             // `W e^(2 delta_max)` in weight units.
-            let p_lo = t.w * (1.0 - 2.0 * t.delta) / (big_w * spread);
+            // Its rounding moves it by at most itself (to 0) or half a
+            // subnormal spacing: P_j <= w_j e^(delta_j) / W', in weight
+            // units (times W e^(2 delta_max), W / W' <= e^(delta_max)) at
+            // most w_j e^(delta_j + 3 delta_max), or the spacing's bound.
+            let p_lo = t.w * dn_exp(2.0 * t.delta) / (big_w * spread);
             if p_lo < normal {
-                t.tiny = t.tiny.max((pow2(-126) + sub_d) * big_w * spread);
+                let own = t.w * up_exp(t.delta + 3.0 * delta_max);
+                t.tiny = t.tiny.max(own.min((pow2(-126) + sub_d) * big_w * spread));
             }
         }
         t.up = match decl.arithmetic {
@@ -948,7 +1019,54 @@ pub fn row_enclosure(
         up_bar += t.w * up_exp(t.delta) * t.up;
     }
     let up_bar = up_bar / big_w_dn;
-    let sums = 1.01 * (2.0 * gamma2(3.0 * nf + 8.0) + up_bar + 4.0 * u2);
+    // MERGE-NORM: a combine that does not divide by its weights' sum
+    // (module docs). x_up bounds log(lse_sum) by the others' share of the
+    // key of largest weight (ln y <= y - 1); the add of lse_max is off by
+    // at most that or its rounding; the splits other than the largest
+    // weigh at most min(1, x_up) of the row and carry their exp
+    // arguments' roundings (magnitude up to 2 M + ln n + 1).
+    let top = terms
+        .iter()
+        .enumerate()
+        .fold(0, |b, (x, t)| if t.w > terms[b].w { x } else { b });
+    let rest: f64 = terms
+        .iter()
+        .enumerate()
+        .filter(|&(x, _)| x != top)
+        .map(|(_, t)| t.w * up_exp(t.delta) + t.tiny)
+        .sum();
+    let x_up = rest / (terms[top].w * dn_exp(terms[top].delta)) * (1.0 + F64_SLACK);
+    let lnn = ln_upper(nf);
+    let share = x_up.min(1.0);
+    let merge_args = u2 * (2.0 * big_m + lnn + 2.0) * share;
+    // One split dominating: x, its errors and the add all within a few x_up.
+    let dominated = if u2 * (2.0 * big_m + lnn + 2.0) < 0.1 {
+        2.0 * (kx + 1.0) * u2 + 7.0 * x_up
+    } else {
+        f64::INFINITY
+    };
+    let merge_norm = (2.0 * kx + 6.0) * u2
+        + (gamma2(nf)
+            + (kx + 4.0) * u2 * (lnn + 1.0)
+            + (u2 * (big_m + lnn + 1.0)).min(1.01 * x_up))
+        .min(dominated)
+        + merge_args;
+    // TOP: the kernel's weights relative to the key of largest weight,
+    // p^_j / p^_top <= r_j = (w_j / w_top) e^(delta_j + delta_top), bound
+    // any ratio sum p^_j y_j / sum p^_j (y >= 0) by sum r_j y_j (the
+    // denominator is at least p^_top): no e^(2 delta_top) where one key
+    // dominates (PEAK under eager, whose dominant score error is large).
+    let (w_top, d_top) = (terms[top].w, terms[top].delta);
+    let r = |x: usize, t: &KeyTerm| {
+        if x == top {
+            1.0
+        } else {
+            t.w / w_top * up_exp(t.delta + d_top) * (1.0 + F64_SLACK)
+        }
+    };
+    let up_top: f64 = terms.iter().enumerate().map(|(x, t)| r(x, t) * t.up).sum();
+    let up_bar = up_bar.min(up_top);
+    let sums = 1.01 * (2.0 * gamma2(3.0 * nf + 8.0) + up_bar + 4.0 * u2 + merge_norm);
     let vmax_row = |e: usize| {
         let mut a = 0.0f64;
         for j in first..end {
@@ -958,13 +1076,17 @@ pub fn row_enclosure(
     };
     for (e, slot) in out.iter_mut().enumerate().take(dv) {
         let (mut a, mut b, mut p1, mut tn, mut td) = (0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        let (mut bt, mut p1t) = (0.0f64, 0.0f64);
         let (mut vmin, mut vmax) = (f64::INFINITY, f64::NEG_INFINITY);
-        for (t, j) in terms.iter().zip(first..end) {
+        for (xi, (t, j)) in terms.iter().zip(first..end).enumerate() {
             let x = f64::from(v_head[j * dv + e]);
             let wu = t.w * up_exp(t.delta);
+            let rj = r(xi, t);
             a += t.w * x;
             b += wu * abs_f64(x);
             p1 += wu * t.up * abs_f64(x);
+            bt += rj * abs_f64(x);
+            p1t += rj * t.up * abs_f64(x);
             tn += t.tiny * abs_f64(x);
             td += t.tiny;
             vmin = vmin.min(x);
@@ -980,7 +1102,9 @@ pub fn row_enclosure(
         }
         let vabs = vmax_row(e);
         let dev1 = dev1 / big_w_dn * (1.0 + F64_SLACK);
-        let dev2 = (sums * b + 1.01 * p1) / big_w_dn;
+        let bw = (b / big_w_dn).min(bt);
+        let p1w = (p1 / big_w_dn).min(p1t);
+        let dev2 = sums * bw + 1.01 * p1w + 1.01 * merge_args * vabs;
         let tiny = 1.01 * (tn + td * vabs) / (big_w_dn * (1.0 - gamma2(3.0 * nf + 8.0)));
         let slack = F64_SLACK * (b / big_w + abs_f64(o)) * 4.0;
         let e_sums = dev2 + tiny + slack;
@@ -1311,8 +1435,9 @@ mod tests {
                         let want = v[j * 4 + c];
                         let (lo, hi) = to_dtype(dt, *e);
                         if dt == Dtype::F32 {
-                            // f32's ulps are finer than the division's error.
-                            assert!(lo <= want && want <= hi && hi - lo < 1e-5 * want.abs());
+                            // f32's ulps are finer than the division's error
+                            // and a split-KV combine's (MERGE-NORM).
+                            assert!(lo <= want && want <= hi && hi - lo < 2e-5 * want.abs());
                         } else {
                             assert_eq!((lo, hi), (want, want), "{a:?} {dt:?} {softcap:?}");
                         }
@@ -1361,6 +1486,94 @@ mod tests {
             &mut row,
         );
         assert_eq!(r, Err(AttentionError::ScoreRange { query: 0 }));
+    }
+
+    /// FlashAttention's split-KV combine (`combine_attn_seqk_parallel`):
+    /// each split's `o_s` normalised, `o = sum exp(lse_s - lse_logsum)
+    /// o_s`, no division by the weights' sum (`MERGE-NORM`): with scores
+    /// near 1000 in f32 the common rounding of `lse_logsum` moved `o` by
+    /// about `1e-5` relative, outside the enclosure before that term.
+    #[test]
+    fn a_combine_without_a_division_is_inside() {
+        let mut g = Gen(5);
+        for big in [1000.0f32, 100_000.0] {
+            for _ in 0..200 {
+                let shape = Shape::new([1, 1, 1, 1, 4, 1, 1]).unwrap();
+                let k: Vec<f32> = (0..4).map(|_| big + g.f(2.0)).collect();
+                let v = vec![1.0 + g.f(0.5); 4];
+                let decl = Declared::new(Arithmetic::Flash, Dtype::F32, 1.0, None, Mask::default())
+                    .unwrap();
+                // One key per split: m_s = k_j, l_s = 1, o_s = v_j.
+                let lse: Vec<f32> = k.iter().map(|&m| m + 1f32.ln()).collect();
+                let lm = lse.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+                let ls: f32 = lse.iter().map(|&x| (x - lm).exp()).sum();
+                let logsum = ls.ln() + lm;
+                let o: f32 = lse
+                    .iter()
+                    .zip(&v)
+                    .map(|(&x, &vj)| (x - logsum).exp() * vj)
+                    .sum();
+                let e = run(&shape, &decl, &[1.0], &k, &v);
+                let (lo, hi) = to_dtype(Dtype::F32, e[0]);
+                assert!(lo <= o && o <= hi, "{big}: {o} outside [{lo}, {hi}]");
+            }
+        }
+    }
+
+    /// torch's math backend without the float upcast
+    /// (`_scaled_dot_product_attention_math`: `q` and `k` times
+    /// `sqrt(scale)` in bf16, the matmul rounded to bf16, softmax in f32
+    /// rounded to bf16, `PV` rounded): a dot product that cancels, each
+    /// factor rounded the other way on the `+` and `-` terms, moves the
+    /// score by about `2 u_d scale sum |q k|` (`PRESCALE`), far beyond `2
+    /// u_d |s|`. Inside eager's enclosure; outside before that term.
+    #[test]
+    fn torch_math_without_the_upcast_is_inside_eager() {
+        let dt = Dtype::Bf16;
+        let d = 64;
+        let scale = default_scale(d);
+        let c = (f64::from(scale)).sqrt() as f32;
+        // a: q c rounds up the most in [1, 2), b: down the most.
+        let rel = |x: f32| (f64::from(dt.round(x * c)) - f64::from(x * c)) / f64::from(x * c);
+        let cands: Vec<f32> = (0..128).map(|t| 1.0 + t as f32 / 128.0).collect();
+        let a = cands
+            .iter()
+            .cloned()
+            .fold(1.0f32, |x, y| if rel(y) > rel(x) { y } else { x });
+        let b = cands
+            .iter()
+            .cloned()
+            .fold(1.0f32, |x, y| if rel(y) < rel(x) { y } else { x });
+        let q: Vec<f32> = (0..d).map(|t| if t < 32 { a } else { b }).collect();
+        let mut k = vec![0f32; 2 * d];
+        for (t, x) in k[..d].iter_mut().enumerate() {
+            *x = if t < 32 { a } else { -b };
+        }
+        let v = [1.0f32, -1.0];
+        let shape = Shape::new([1, 1, 1, 1, 2, d, 1]).unwrap();
+        let decl = Declared::new(Arithmetic::Eager, dt, scale, None, Mask::default()).unwrap();
+        let s: Vec<f32> = (0..2)
+            .map(|j| {
+                let dot: f32 = (0..d)
+                    .map(|t| dt.round(q[t] * c) * dt.round(k[j * d + t] * c))
+                    .sum();
+                dt.round(dot)
+            })
+            .collect();
+        let m = s[0].max(s[1]);
+        let p: Vec<f32> = s.iter().map(|&x| (x - m).exp()).collect();
+        let l = p[0] + p[1];
+        let o = dt.round(dt.round(p[0] / l) * v[0] + dt.round(p[1] / l) * v[1]);
+        let e = run(&shape, &decl, &q, &k, &v);
+        let (lo, hi) = to_dtype(dt, e[0]);
+        assert!(lo <= o && o <= hi, "{o} outside [{lo}, {hi}]");
+        // The case is adversarial: the pre-scaled score is off by far more
+        // than eager's 2 u_d |s| (the dot product nearly cancels).
+        let exact = f64::from(scale)
+            * (0..d)
+                .map(|t| f64::from(q[t]) * f64::from(k[t]))
+                .sum::<f64>();
+        assert!((f64::from(s[0]) - exact).abs() > 8.0 * pow2(-8) * exact.abs());
     }
 
     #[test]

@@ -11,7 +11,10 @@ support, is counted as refused by the check):
 1. torch `scaled_dot_product_attention` per backend
    (`torch.nn.attention.sdpa_kernel`): FLASH_ATTENTION, EFFICIENT_ATTENTION
    and CUDNN_ATTENTION (declared flash), MATH (declared f32: torch 2.5 and
-   later compute it in float32 for bf16/f16), without a mask and with
+   later upcast bf16/f16 to float32 unless
+   `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`; before
+   2.5, or with that set, q and k are scaled by sqrt(scale) and every
+   step rounds to the dtype: declared eager), without a mask and with
    `is_causal=True` (top-left, declared causal="top_left");
 2. Hugging Face's `eager_attention_forward` written out (`matmul(q, k^T) *
    scaling`, `softmax(..., dtype=float32).to(q.dtype)`, `matmul(p, v)`;
@@ -36,7 +39,7 @@ import sys
 import numpy as np
 
 import kernel_oracle as ko
-from sections import section, torch
+from sections import Timeout, section, torch
 
 
 def tdtype(name):
@@ -66,6 +69,15 @@ def expand_kv(k, v, hq):
     if g == 1:
         return k, v
     return k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+
+
+def math_arithmetic():
+    """The math backend's arithmetic on bf16/f16: `f32` where torch
+    upcasts (2.5 and later, `fp16_bf16_reduction_math_sdp_allowed()`
+    False), else `eager` (`_scaled_dot_product_attention_math` scales q
+    and k by sqrt(scale) in the dtype and rounds each step)."""
+    allowed = getattr(torch.backends.cuda, "fp16_bf16_reduction_math_sdp_allowed", None)
+    return "eager" if allowed is None or allowed() else "f32"
 
 
 def sdpa(backend, dt, is_causal=False):
@@ -134,6 +146,8 @@ def flex(dt, causal=False, softcap=None):
             kw["score_mod"] = score_mod
         try:
             o = compiled(Q, K, V, enable_gqa=Q.shape[1] != K.shape[1], **kw)
+        except Timeout:
+            raise
         except Exception as e:  # an unsupported shape (head dim, Dv != D) is refused
             raise ko.Refused(f"flex_attention: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
         to_numpy(o, out)
@@ -172,7 +186,7 @@ def main(argv=None):
         SDPBackend = None
     if SDPBackend is not None:
         for name, arithmetic in [("FLASH_ATTENTION", "flash"), ("EFFICIENT_ATTENTION", "flash"),
-                                 ("CUDNN_ATTENTION", "flash"), ("MATH", "f32")]:
+                                 ("CUDNN_ATTENTION", "flash"), ("MATH", math_arithmetic())]:
             backend = getattr(SDPBackend, name, None)
             if backend is None:
                 print(f"\n=== SDPA {name}: not in this torch, skipped")

@@ -134,8 +134,9 @@ fn checked(d: Dims, mask: &Mask) -> PyResult<oracle::attention::Shape> {
 /// default `1/sqrt(D)`. `arithmetic`: `"flash"` (P rounded to the dtype
 /// before the PV product: FlashAttention, torch's flash, efficient and
 /// cuDNN backends, FlexAttention), `"f32"` (P in float32: torch's math
-/// backend), `"eager"` (scores and P rounded to the dtype: Hugging Face's
-/// eager form).
+/// backend, which upcasts bf16/f16 since 2.5), `"eager"` (scores and P
+/// rounded to the dtype: Hugging Face's eager form; torch's math backend
+/// without its upcast, q and k scaled by `sqrt(scale)` in the dtype).
 ///
 /// Returns new arrays `[B, Hq, Sq, Dv]` in the input's representation:
 /// `out_lo`, `out_hi` (equal bits: the output is decided).

@@ -38,12 +38,16 @@ def visible(Sq, Sk, causal, window, bug=None):
         vis &= j <= (a - 1 if bug == "causal-off-by-one" else a)
     if window is not None:
         left, right = (window, None) if isinstance(window, int) else window
+        if bug == "window-wrong-side":
+            left, right = right, left
         if left is not None and left >= 0:
             vis &= j >= a - (left + 1 if bug == "window-off-by-one" else left)
         if right is not None and right >= 0:
             vis &= j <= a + right
     if bug == "last-key-dropped":
         vis[:, -1] = False
+    if bug == "extra-key":
+        vis |= j == a + 1
     return vis
 
 
@@ -60,12 +64,20 @@ def numpy_attn(arithmetic="flash", dtype="bfloat16", causal=None, window=None, s
         Q, K, V = dec(q), dec(k), dec(v)
         B, Hq, Sq, D = Q.shape
         Hkv, Sk = K.shape[1], K.shape[2]
+        if bug == "k-transposed":  # k read as [D][Sk] per head
+            K = K.reshape(B, Hkv, D, Sk).transpose(0, 1, 3, 2)
+        if bug == "v-next":  # v of the next position
+            V = np.concatenate([V[:, :, 1:], V[:, :, -1:]], 2)
+        if bug == "q-wrong-head":  # q heads swapped in pairs
+            Q = Q[:, np.arange(Hq) ^ 1]
         g = Hq // Hkv
         heads = np.arange(Hq) // g
         kh = np.arange(Hq) % Hkv if bug == "gqa-mod" else heads
         vh = np.arange(Hq) % Hkv if bug in ("gqa-mod", "v-head-mod") else heads
         Kq, Vq = K[:, kh], V[:, vh]
         scale = f32(1 / D) if bug == "scale-1/D" else f32(1 / math.sqrt(D))
+        if bug == "scale-twice":
+            scale = f32(scale * scale)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             S = np.matmul(Q, Kq.transpose(0, 1, 3, 2))
             if arithmetic == "eager" or bug == "scores-rounded":
@@ -79,7 +91,14 @@ def numpy_attn(arithmetic="flash", dtype="bfloat16", causal=None, window=None, s
                 else:
                     S = np.tanh(S / cap) * cap
             vis = visible(Sq, Sk, causal, window, bug)
-            S = np.where(vis, S, f32(-np.inf)).astype(f32)
+            # exp(-1e4 + ...) is 0 in binary32: the same output as -inf.
+            S = np.where(vis, S, S - f32(1e4) if bug == "masked-exp-1e4" else f32(-np.inf))
+            S = S.astype(f32)
+            if bug == "softmax-wrong-axis":  # normalised over the queries
+                P = np.exp(S - S.max(-2, keepdims=True))
+                P = R(P / P.sum(-2, keepdims=True))
+                out[...] = enc(np.asarray(np.matmul(P, Vq), f32))
+                return
             if arithmetic == "eager":
                 m = S.max(-1, keepdims=True)
                 P = np.exp(S - m)
@@ -186,7 +205,29 @@ BUGS = [
     # Scores rounded to bf16 (eager's first step) in a flash kernel: SPIKE's
     # scores of 100 and more move by up to 0.5, RAND's by a few 1e-3.
     (numpy_attn(bug="scores-rounded"), dict(), {"RAND", "SPIKE"}),
+    # One key past the causal diagonal: PEAK's chosen key still dominates
+    # it, UNIFORM's mean and RAND's weights move.
+    (numpy_attn(causal="bottom_right", bug="extra-key"), dict(causal="bottom_right"),
+     {"UNIFORM", "RAND"}),
+    (numpy_attn(causal="top_left", bug="extra-key", name="extra_key_top_left"),
+     dict(causal="top_left"), {"UNIFORM", "RAND"}),
+    (numpy_attn(bug="softmax-wrong-axis"), dict(), {"RAND", "PEAK", "SPIKE"}),
+    (numpy_attn(bug="k-transposed"), dict(), {"RAND", "PEAK", "SPIKE"}),
+    (numpy_attn(bug="v-next"), dict(), {"RAND", "PEAK", "UNIFORM"}),
+    (numpy_attn(bug="q-wrong-head"), dict(), {"RAND", "PEAK", "SPIKE"}),
+    (numpy_attn(bug="scale-twice"), dict(), {"RAND", "PEAK", "SPIKE"}),
+    (numpy_attn(window=(8, 2), bug="window-wrong-side"), dict(window=(8, 2)),
+     {"PEAK", "UNIFORM"}),
 ]
+
+
+def test_a_masked_key_weighted_exp_minus_1e4_passes():
+    """Triton's tutorial masks with -1e6 added, Hugging Face with the
+    dtype's minimum: exp of it is 0 in binary32, the output the same."""
+    kw = dict(causal="bottom_right")
+    r = ko.check_attention(numpy_attn(bug="masked-exp-1e4", **kw), shapes=BUG_SHAPES,
+                           verbose=False, **kw)
+    assert r.ok, r.text
 
 
 @pytest.mark.parametrize("fn,kw,arms", BUGS, ids=[f.__name__ for f, _, _ in BUGS])
@@ -290,3 +331,262 @@ def test_rows_name_the_arithmetics(capsys):
     # PEAK is decided under every arithmetic: all three admit it.
     assert r.ok and re.search(r"PEAK 0x[0-9a-f]+ .* PASS  flash; f32; eager\n", out), out
     assert out.rstrip().endswith("PASS")
+
+
+# Faithful float32 forms of the field's kernels, each under the arithmetic
+# it declares. `E2`/`E` may err by `ulps` (an approximate ex2/exp).
+LOG2E = f32(math.log2(math.e))
+
+
+def _fma(a, b, c):
+    """fl32(a b + c) with one rounding (a b of two binary32 is exact in binary64)."""
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64)
+            + np.asarray(c, np.float64)).astype(f32)
+
+
+def _fa2(Q, K, V, scale, vis, R, E, E2):
+    """FlashAttention-2 forward (Dao 2023 Algorithm 1; flash_fwd_kernel.h,
+    softmax.h): Bc = 64 keys a block; raw scores in f32, their row max;
+    P = exp2f(fma(s, scale_log2, -m scale_log2)) with scale_log2 = f32(scale
+    log2 e); acc and the row sum (of the f32 P) rescaled by exp2f((m_old -
+    m_new) scale_log2); P to the dtype before PV; acc * (1 / l)."""
+    S = np.where(vis, np.matmul(Q, K.transpose(0, 1, 3, 2)).astype(f32), f32(-np.inf))
+    sl2 = f32(scale * LOG2E)
+    m = np.full(S.shape[:-1] + (1,), -np.inf, f32)
+    l = np.zeros_like(m)
+    acc = np.zeros(S.shape[:-1] + (V.shape[-1],), f32)
+    for j0 in range(0, S.shape[-1], 64):
+        Sb = S[..., j0:j0 + 64]
+        mn = np.maximum(m, Sb.max(-1, keepdims=True))
+        mn0 = np.where(mn == -np.inf, f32(0), mn)
+        alpha = E2(((m - mn0) * sl2).astype(f32))
+        P = np.where(np.isinf(Sb), f32(0), E2(_fma(Sb, sl2, -(mn0 * sl2).astype(f32))))
+        l = (l * alpha + P.sum(-1, keepdims=True, dtype=f32)).astype(f32)
+        acc = (acc * alpha + np.matmul(R(P), V[..., j0:j0 + 64, :])).astype(f32)
+        m = mn
+    return acc * (f32(1) / l)
+
+
+def _fa2_splitkv(Q, K, V, scale, vis, R, E, E2, splits=4):
+    """Flash-Decoding as flash-attn writes it (compute_attn_1rowblock_splitkv,
+    combine_attn_seqk_parallel): per split o_s = acc_s / l_s and lse_s = m_s
+    scale + log(l_s); lse_logsum = log(sum exp(lse_s - lse_max)) + lse_max;
+    o = sum exp(lse_s - lse_logsum) o_s, no division by the weights' sum."""
+    Sk = K.shape[2]
+    edges = np.linspace(0, Sk, splits + 1).astype(int)
+    outs, lses = [], []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if a == b:
+            continue
+        sub = vis[:, a:b]
+        S = np.where(sub, np.matmul(Q, K[..., a:b, :].transpose(0, 1, 3, 2)).astype(f32),
+                     f32(-np.inf))
+        sl2 = f32(scale * LOG2E)
+        m = np.full(S.shape[:-1] + (1,), -np.inf, f32)
+        l = np.zeros_like(m)
+        acc = np.zeros(S.shape[:-1] + (V.shape[-1],), f32)
+        for j0 in range(0, b - a, 64):
+            Sb = S[..., j0:j0 + 64]
+            mn = np.maximum(m, Sb.max(-1, keepdims=True))
+            mn0 = np.where(mn == -np.inf, f32(0), mn)
+            alpha = E2(((m - mn0) * sl2).astype(f32))
+            P = np.where(np.isinf(Sb), f32(0), E2(_fma(Sb, sl2, -(mn0 * sl2).astype(f32))))
+            l = (l * alpha + P.sum(-1, keepdims=True, dtype=f32)).astype(f32)
+            acc = (acc * alpha + np.matmul(R(P), V[..., a + j0:min(a + j0 + 64, b), :])).astype(f32)
+            m = mn
+        empty = l == 0
+        outs.append((acc * np.where(empty, f32(1), f32(1) / np.where(empty, 1, l))).astype(f32))
+        lse = _fma(m, f32(scale), np.log(np.where(empty, 1, l)).astype(f32))
+        lses.append(np.where(empty, f32(-np.inf), lse))
+    L = np.stack(lses)
+    lmax = L.max(0)
+    lsum = np.sum(np.where(np.isinf(L), f32(0), E((L - lmax).astype(f32))), 0, dtype=f32)
+    logsum = (np.log(lsum).astype(f32) + lmax).astype(f32)
+    o = np.zeros_like(outs[0])
+    for lse, os_ in zip(lses, outs):
+        o = (o + np.where(np.isinf(lse), f32(0), E((lse - logsum).astype(f32))) * os_).astype(f32)
+    return o
+
+
+def _triton_tutorial(Q, K, V, scale, vis, R, E, E2):
+    """Triton's tutorial 06-fused-attention (3.x): qk_scale = sm_scale *
+    1.44269504; m_ij = max(m_i, max(qk) qk_scale), qk = qk qk_scale - m_ij;
+    on a masked block qk = qk qk_scale + where(mask, 0, -1e6); p = exp2(qk),
+    alpha = exp2(m_i - m_ij), acc = acc alpha + dot(p.to(dtype), v); acc / l."""
+    qk_scale = f32(f32(scale) * f32(1.44269504))
+    S = np.matmul(Q, K.transpose(0, 1, 3, 2)).astype(f32)
+    m = np.full(S.shape[:-1] + (1,), -np.inf, f32)
+    l = np.zeros_like(m)
+    acc = np.zeros(S.shape[:-1] + (V.shape[-1],), f32)
+    for j0 in range(0, S.shape[-1], 64):
+        Sb, vb = S[..., j0:j0 + 64], vis[:, j0:j0 + 64]
+        if not vb.any():
+            continue
+        if vb.all():
+            mij = np.maximum(m, (Sb.max(-1, keepdims=True) * qk_scale).astype(f32))
+            qk = _fma(Sb, qk_scale, -mij)
+        else:
+            qk = _fma(Sb, qk_scale, np.where(vb, f32(0), f32(-1.0e6)))
+            mij = np.maximum(m, qk.max(-1, keepdims=True))
+            qk = (qk - mij).astype(f32)
+        p = E2(qk)
+        alpha = E2((m - mij).astype(f32))
+        l = (l * alpha + p.sum(-1, keepdims=True, dtype=f32)).astype(f32)
+        acc = (acc * alpha + np.matmul(R(p), V[..., j0:j0 + 64, :])).astype(f32)
+        m = mij
+    return acc / l
+
+
+def _xformers(Q, K, V, scale, vis, R, E, E2):
+    """xformers' cutlass memory-efficient forward (kernel_forward.h,
+    iterative_softmax): 128 keys a block; s scale in f32, mi = max; P =
+    exp2f(log2e (s - mi)); the row sum of the f32 P; P stored in the dtype
+    for the second GEMM; out / s_prime."""
+    S = np.where(vis, (np.matmul(Q, K.transpose(0, 1, 3, 2)).astype(f32) * f32(scale)).astype(f32),
+                 f32(-np.inf))
+    m = np.full(S.shape[:-1] + (1,), -np.inf, f32)
+    l = np.zeros_like(m)
+    acc = np.zeros(S.shape[:-1] + (V.shape[-1],), f32)
+    for j0 in range(0, S.shape[-1], 128):
+        Sb = S[..., j0:j0 + 128]
+        mn = np.maximum(m, Sb.max(-1, keepdims=True))
+        resc = np.where(m == -np.inf, f32(0), E2((LOG2E * (m - mn)).astype(f32)))
+        P = np.where(np.isinf(Sb), f32(0), E2((LOG2E * (Sb - mn).astype(f32)).astype(f32)))
+        l = (l * resc + P.sum(-1, keepdims=True, dtype=f32)).astype(f32)
+        acc = (acc * resc + np.matmul(R(P), V[..., j0:j0 + 128, :])).astype(f32)
+        m = mn
+    return acc / l
+
+
+def _torch_math(Q, K, V, scale, vis, R, E, E2, upcast=True):
+    """torch's _scaled_dot_product_attention_math (attention.cpp): q and k
+    each times sqrt(scale) (a binary32 scalar), the matmul, the mask (-inf),
+    softmax, the PV matmul. Since torch 2.5 f16/bf16 are upcast to float
+    first (f32); without the upcast (torch < 2.5, or
+    allow_fp16_bf16_reduction_math_sdp(True)) each step rounds to the dtype
+    (eager)."""
+    T = (lambda x: np.asarray(x, f32)) if upcast else R
+    c = f32(math.sqrt(float(scale)))
+    S = T(np.matmul(T(Q * c), T(K * c).transpose(0, 1, 3, 2)))
+    S = np.where(vis, S, f32(-np.inf))
+    P = E((S - S.max(-1, keepdims=True)).astype(f32))
+    P = T(P / P.sum(-1, keepdims=True, dtype=f32))
+    return np.matmul(P, V).astype(f32)
+
+
+def _triton21(Q, K, V, scale, vis, R, E, E2):
+    """Triton 2.1's tutorial: q = (q * qk_scale).to(float16) before the loop
+    (q pre-scaled and rounded to the dtype), then an online exp2 softmax
+    with p.to(float16) before dot(p, v): eager's PRESCALE."""
+    qk_scale = f32(f32(scale) * f32(1.44269504))
+    S = np.where(vis, np.matmul(R(Q * qk_scale), K.transpose(0, 1, 3, 2)).astype(f32),
+                 f32(-np.inf))
+    m = np.full(S.shape[:-1] + (1,), -np.inf, f32)
+    l = np.zeros_like(m)
+    acc = np.zeros(S.shape[:-1] + (V.shape[-1],), f32)
+    for j0 in range(0, S.shape[-1], 64):
+        Sb = S[..., j0:j0 + 64]
+        mij = np.maximum(m, Sb.max(-1, keepdims=True))
+        mij0 = np.where(mij == -np.inf, f32(0), mij)
+        p = np.where(np.isinf(Sb), f32(0), E2((Sb - mij0).astype(f32)))
+        alpha = E2((m - mij0).astype(f32))
+        l = (l * alpha + p.sum(-1, keepdims=True, dtype=f32)).astype(f32)
+        acc = (acc * alpha + np.matmul(R(p), V[..., j0:j0 + 64, :])).astype(f32)
+        m = mij
+    return acc / l
+
+
+REAL_FORMS = {
+    "fa2": (_fa2, "flash"),
+    "fa2_splitkv": (_fa2_splitkv, "flash"),
+    "triton_tutorial": (_triton_tutorial, "flash"),
+    "xformers": (_xformers, "flash"),
+    "torch_math": (_torch_math, "f32"),
+    "torch_math_no_upcast": (lambda *a: _torch_math(*a, upcast=False), "eager"),
+    "triton21": (_triton21, "eager"),
+}
+
+
+def real_form(name, dtype="bfloat16", causal=None, window=None, ulps=0, seed=0):
+    """The named form as a check callable; `ulps`: exp and exp2 off by up
+    to that many ulps at random (the approximate ex2 FlashAttention and
+    Triton use is within 2)."""
+    enc, dec = CODECS[dtype]
+    body = REAL_FORMS[name][0]
+    rng = np.random.default_rng(seed)
+
+    def R(x):
+        return dec(enc(np.asarray(x, f32)))
+
+    def off(x):
+        x = np.asarray(x, f32)
+        if not ulps:
+            return x
+        k = rng.integers(-ulps, ulps + 1, size=x.shape)
+        b = x.view(np.int32).astype(np.int64) + np.where(x > 0, k, 0)
+        return np.maximum(b, 0).astype(np.int32).view(f32)
+
+    def fn(q, k, v, out):
+        Q, K, V = dec(q), dec(k), dec(v)
+        Hq, Hkv, Sq, Sk = Q.shape[1], K.shape[1], Q.shape[2], K.shape[2]
+        heads = np.arange(Hq) // (Hq // Hkv)
+        vis = visible(Sq, Sk, causal, window)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            O = body(Q, K[:, heads], V[:, heads], f32(1 / math.sqrt(Q.shape[-1])), vis, R,
+                     lambda x: off(np.exp(x)), lambda x: off(np.exp2(x)))
+        out[...] = enc(np.asarray(O, f32))
+
+    fn.__name__ = name
+    return fn
+
+
+@pytest.mark.parametrize("name,dtype,kw", [
+    ("fa2", "bfloat16", dict(causal="bottom_right")),
+    ("fa2", "float16", dict()),
+    ("fa2_splitkv", "bfloat16", dict()),
+    ("fa2_splitkv", "float32", dict(causal="bottom_right")),
+    ("triton_tutorial", "float16", dict(causal="bottom_right")),
+    ("xformers", "bfloat16", dict(causal="top_left")),
+    ("torch_math", "bfloat16", dict(causal="top_left")),
+    ("torch_math_no_upcast", "bfloat16", dict()),
+    ("torch_math_no_upcast", "float16", dict(causal="top_left")),
+    ("triton21", "float16", dict(causal="bottom_right", window=(16, 0))),
+])
+def test_real_kernel_forms_pass_their_declaration(name, dtype, kw):
+    """Each real kernel's arithmetic, exp2/exp off by 2 ulps, on every
+    default shape and arm: a correct kernel failing is the check's bug."""
+    fn = real_form(name, dtype, ulps=2, **kw)
+    r = ko.check_attention(fn, arithmetic=REAL_FORMS[name][1], dtype=dtype, verbose=False, **kw)
+    assert r.ok and r.passed == r.cases == 7 * 4, r.text
+
+
+def test_adversarial_cases_of_real_forms_stay_inside():
+    """The two cases that fell outside before MERGE-NORM and PRESCALE
+    (core's module docs): flash-attn's split-KV combine with scores near
+    1000 in float32, and torch's math backend without the upcast on a dot
+    product that cancels (each factor rounded the other way on its + and
+    - terms)."""
+    rng = np.random.default_rng(0)
+    fn = real_form("fa2_splitkv", "float32")
+    bad = 0
+    for _ in range(50):
+        q = np.ones((1, 1, 1, 1), f32)
+        k = (1000 + rng.uniform(-2, 2, (1, 1, 4, 1))).astype(f32)
+        v = np.full((1, 1, 4, 1), 1 + rng.uniform(-0.5, 0.5), f32)
+        lo, hi = ko.attention(q, k, v, dtype="float32", scale=1.0)
+        out = np.empty_like(lo)
+        fn(q, k, v, out)
+        bad += int(not (lo <= out).all() & (out <= hi).all())
+    assert bad == 0
+    enc, dec = ko.encode_bf16, ko.decode_bf16
+    c = f32(math.sqrt(1 / 8))
+    cand = np.unique(dec(enc(np.linspace(1, 2, 2000).astype(f32))))
+    rel = (dec(enc(cand * c)).astype(np.float64) - cand * np.float64(c)) / (cand * np.float64(c))
+    a, b = cand[np.argmax(rel)], cand[np.argmin(rel)]
+    q = enc(np.array([a] * 32 + [b] * 32, f32).reshape(1, 1, 1, 64))
+    k = enc(np.stack([np.array([a] * 32 + [-b] * 32, f32), np.zeros(64, f32)]).reshape(1, 1, 2, 64))
+    v = enc(np.array([1.0, -1.0], f32).reshape(1, 1, 2, 1))
+    lo, hi = ko.attention(q, k, v, arithmetic="eager")
+    out = np.empty_like(lo)
+    real_form("torch_math_no_upcast")(q, k, v, out)
+    assert dec(lo)[0, 0, 0, 0] <= dec(out)[0, 0, 0, 0] <= dec(hi)[0, 0, 0, 0]
