@@ -47,6 +47,42 @@ fn parse_rule(rule: &str, eps: f32) -> PyResult<GroupScale> {
     }
 }
 
+/// A verdict's cells in a row: codes differing of all (each count `w`
+/// wide), scales differing of all, the most e4m3 steps and scale ulps.
+fn verdict_cells(v: &Verdict, w: usize) -> String {
+    format!(
+        "{:>w$}/{:<w$} {:>5}/{:<7} {:>6} {:>6}",
+        v.codes.1,
+        v.codes.0,
+        v.scales.n - v.scales.identical,
+        v.scales.n,
+        v.max_code_steps,
+        v.scales.max_ulp
+    )
+}
+
+/// A failing verdict's counts and its first differing code, with its
+/// element of `x` (`[m, k]`).
+fn code_lines(r: &mut String, v: &Verdict, x: &[f32], k: usize) {
+    let _ = writeln!(
+        r,
+        "  codes: {} of {} differ (at most {} e4m3 steps); scales: {} of {} differ (at most {} ulps)",
+        v.codes.1,
+        v.codes.0,
+        v.max_code_steps,
+        v.scales.n - v.scales.identical,
+        v.scales.n,
+        v.scales.max_ulp
+    );
+    if let Some((j, c, g, w)) = v.first_code {
+        let _ = writeln!(
+            r,
+            "  first code at (row {j}, column {c}): got 0x{g:02X}, want 0x{w:02X}; x = {}",
+            value(x[j * k + c])
+        );
+    }
+}
+
 /// quantize_fp8_groups(x, group=128, rule="divide", eps=1e-10) -> (q: uint8[m, k], s: float32[m, ceil(k/group)])
 ///
 /// The per-token-group e4m3 quantizer of `oracle::fp8_quant` on `x`
@@ -246,13 +282,8 @@ fn check_fp8_group_quant<'py>(
                 let matches: Vec<String> = identify(&sp, &x, q, s).iter().map(rule_label).collect();
                 let pass = v.pass() && written.is_empty();
                 out.row(&format!(
-                    "{row} {:>7}/{:<7} {:>5}/{:<7} {:>6} {:>6} {ms:>9.2}  {}  {}",
-                    v.codes.1,
-                    v.codes.0,
-                    v.scales.n - v.scales.identical,
-                    v.scales.n,
-                    v.max_code_steps,
-                    v.scales.max_ulp,
+                    "{row} {} {ms:>9.2}  {}  {}",
+                    verdict_cells(&v, 7),
                     if pass { "PASS" } else { "FAIL" },
                     names_or(&matches, ", ", "none known")
                 ))?;
@@ -262,23 +293,7 @@ fn check_fp8_group_quant<'py>(
                 }
                 let mut r = failure_head(&head, &written);
                 if !v.pass() {
-                    let _ = writeln!(
-                        r,
-                        "  codes: {} of {} differ (at most {} e4m3 steps); scales: {} of {} differ (at most {} ulps)",
-                        v.codes.1,
-                        v.codes.0,
-                        v.max_code_steps,
-                        v.scales.n - v.scales.identical,
-                        v.scales.n,
-                        v.scales.max_ulp
-                    );
-                    if let Some((j, c, g, w)) = v.first_code {
-                        let _ = writeln!(
-                            r,
-                            "  first code at (row {j}, column {c}): got 0x{g:02X}, want 0x{w:02X}; x = {}",
-                            value(x[j * k + c])
-                        );
-                    }
+                    code_lines(&mut r, &v, &x, k);
                     if let Some((i, got_s, want_s, _)) = v.scales.first_diff {
                         let (j, g) = (i / sp.groups(), i % sp.groups());
                         let _ = writeln!(
@@ -663,13 +678,8 @@ fn check_fp8_scaled_quant<'py>(
                     .collect();
                 let pass = v.pass() && written.is_empty();
                 out.row(&format!(
-                    "{row} {:>8}/{:<8} {:>5}/{:<7} {:>6} {:>6} {ms:>9.2}  {}  {}",
-                    v.codes.1,
-                    v.codes.0,
-                    v.scales.n - v.scales.identical,
-                    v.scales.n,
-                    v.max_code_steps,
-                    v.scales.max_ulp,
+                    "{row} {} {ms:>9.2}  {}  {}",
+                    verdict_cells(&v, 8),
                     if pass { "PASS" } else { "FAIL" },
                     names_or(&matches, ", ", "none known")
                 ))?;
@@ -679,23 +689,7 @@ fn check_fp8_scaled_quant<'py>(
                 }
                 let mut r = failure_head(&head, &written);
                 if !v.pass() {
-                    let _ = writeln!(
-                        r,
-                        "  codes: {} of {} differ (at most {} e4m3 steps); scales: {} of {} differ (at most {} ulps)",
-                        v.codes.1,
-                        v.codes.0,
-                        v.max_code_steps,
-                        v.scales.n - v.scales.identical,
-                        v.scales.n,
-                        v.scales.max_ulp
-                    );
-                    if let Some((j, c, gc, w)) = v.first_code {
-                        let _ = writeln!(
-                            r,
-                            "  first code at (row {j}, column {c}): got 0x{gc:02X}, want 0x{w:02X}; x = {}",
-                            value(x[j * k + c])
-                        );
-                    }
+                    code_lines(&mut r, &v, &x, k);
                     if let Some((i, got_s, want_s, _)) = v.scales.first_diff {
                         let _ = writeln!(
                             r,
