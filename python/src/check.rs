@@ -904,21 +904,17 @@ fn check_fp8_block_gemm<'py>(
 /// FP8 GEMM checks' summary. `None` until a case is added.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Matched {
-    all: Option<Vec<oracle::fp8_mmq::Schedule>>,
-    exact: Option<Vec<oracle::fp8_mmq::Schedule>>,
+    all: Every<oracle::fp8_mmq::Schedule>,
+    exact: Every<oracle::fp8_mmq::Schedule>,
 }
 
 impl Matched {
     /// Adds one compared case that matched `ids`; `exact_arm`: its arm is
     /// bit-exact.
     pub(crate) fn add(&mut self, ids: &[oracle::fp8_mmq::Schedule], exact_arm: bool) {
-        let meet = |acc: &mut Option<Vec<oracle::fp8_mmq::Schedule>>| {
-            let now = acc.take().unwrap_or_else(|| ids.to_vec());
-            *acc = Some(now.into_iter().filter(|s| ids.contains(s)).collect());
-        };
-        meet(&mut self.all);
+        self.all.meet(ids);
         if exact_arm {
-            meet(&mut self.exact);
+            self.exact.meet(ids);
         }
     }
 
@@ -926,13 +922,14 @@ impl Matched {
     /// the summary's phrase, `"bit-identical on every compared case under:
     /// ...; on every EXACT/FOLD/CODES case under: ...; "`.
     pub(crate) fn record(&self, rep: &mut CheckReport) -> String {
-        let to_py = |v: &Option<Vec<oracle::fp8_mmq::Schedule>>| -> Vec<Schedule> {
-            v.iter()
-                .flatten()
+        let to_py = |v: &Every<oracle::fp8_mmq::Schedule>| -> Vec<Schedule> {
+            v.get()
+                .unwrap_or_default()
+                .iter()
                 .filter_map(|&s| Schedule::from_core(s))
                 .collect()
         };
-        let list = |v: &Option<Vec<oracle::fp8_mmq::Schedule>>| match v {
+        let list = |v: &Every<oracle::fp8_mmq::Schedule>| match v.get() {
             Some(v) => schedule_list(v),
             None => "(no case compared)".into(),
         };
@@ -1145,7 +1142,7 @@ pub(crate) fn failure_head(head: &str, written: &[String]) -> String {
 /// decided and all elements.
 #[derive(Debug, Default)]
 pub(crate) struct Admitted {
-    all: Option<Vec<String>>,
+    all: Every<String>,
     decided: usize,
     elements: usize,
 }
@@ -1154,8 +1151,7 @@ impl Admitted {
     /// One compared case: the labels it matched, its decided and all
     /// elements.
     pub(crate) fn add(&mut self, found: &[String], decided: usize, elements: usize) {
-        let now = self.all.take().unwrap_or_else(|| found.to_vec());
-        self.all = Some(now.into_iter().filter(|s| found.contains(s)).collect());
+        self.all.meet(found);
         self.decided += decided;
         self.elements += elements;
     }
@@ -1163,14 +1159,48 @@ impl Admitted {
     /// The summary's phrase: `"decided elements checked bit for bit: D of
     /// N (...); every compared case admitted under: LABELS; "`.
     pub(crate) fn summary(&self) -> String {
-        let every = match &self.all {
-            Some(v) => names_or(v, "; ", "none known"),
-            None => "(no case compared)".into(),
-        };
+        let every = self.all.phrase(String::clone);
         format!(
             "decided elements checked bit for bit: {} of {} (the rest within their intervals); every compared case admitted under: {every}; ",
             self.decided, self.elements
         )
+    }
+}
+
+/// The known declarations every compared case of a check matched: the
+/// intersection of what each case was found consistent with (`None`
+/// before the first case), for the report's summary.
+#[derive(Clone, Debug)]
+pub(crate) struct Every<T>(Option<Vec<T>>);
+
+impl<T> Default for Every<T> {
+    fn default() -> Self {
+        Every(None)
+    }
+}
+
+impl<T: Clone + PartialEq> Every<T> {
+    /// One compared case, consistent with `found`.
+    pub(crate) fn meet(&mut self, found: &[T]) {
+        let now = self.0.take().unwrap_or_else(|| found.to_vec());
+        self.0 = Some(now.into_iter().filter(|s| found.contains(s)).collect());
+    }
+
+    /// The declarations kept, `None` when no case was compared.
+    pub(crate) fn get(&self) -> Option<&[T]> {
+        self.0.as_deref()
+    }
+
+    /// Their labels joined by `"; "`, `"none known"` when none is left,
+    /// `"(no case compared)"` before the first case.
+    pub(crate) fn phrase(&self, label: impl Fn(&T) -> String) -> String {
+        match &self.0 {
+            Some(v) => {
+                let names: Vec<String> = v.iter().map(label).collect();
+                names_or(&names, "; ", "none known")
+            }
+            None => "(no case compared)".into(),
+        }
     }
 }
 

@@ -646,8 +646,8 @@ fn drive<'py>(
     }
     // The known arithmetics every compared case matched, and every SAT
     // and TIES case.
-    let mut all: Option<Vec<Known>> = None;
-    let mut edges: Option<Vec<Known>> = None;
+    let mut all = crate::check::Every::<Known>::default();
+    let mut edges = crate::check::Every::<Known>::default();
     for &dims in &shapes {
         let shape = decl.shape(dims).map_err(PyValueError::new_err)?;
         let (ks, _, _) = shapes_of(&shape);
@@ -752,13 +752,9 @@ fn drive<'py>(
                 let found = py
                     .detach(|| identify(&case, kv, d, &want, &gk, gv.as_deref()))
                     .map_err(PyValueError::new_err)?;
-                let meet = |acc: &mut Option<Vec<Known>>| {
-                    let now = acc.take().unwrap_or_else(|| found.clone());
-                    *acc = Some(now.into_iter().filter(|s| found.contains(s)).collect());
-                };
-                meet(&mut all);
+                all.meet(&found);
                 if matches!(arm, Arm::Sat | Arm::Ties) {
-                    meet(&mut edges);
+                    edges.meet(&found);
                 }
                 let matches = list(&found, "none known");
                 let sum =
@@ -790,10 +786,7 @@ fn drive<'py>(
             }
         }
     }
-    let sum = |v: &Option<Vec<Known>>| match v {
-        Some(v) => list(v, "none known"),
-        None => "(no case compared)".into(),
-    };
+    let sum = |v: &crate::check::Every<Known>| v.phrase(Known::label);
     let skipped = match skipped.len() {
         0 => String::new(),
         n => format!("{n} default shape(s) skipped (the layout cannot pack their head size); "),

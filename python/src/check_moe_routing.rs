@@ -326,7 +326,7 @@ fn check_moe_routing<'py>(
         "{:<12} {:>7} {:>18} {:>13} {:>9} {:>9}  verdict  consistent with",
         "T,E", "arm", "seed", "tokens failed", "decided", "call_ms"
     ))?;
-    let mut all: Option<Vec<Routing>> = None;
+    let mut all = crate::check::Every::<Routing>::default();
     for &dims in &shapes {
         let (t_n, e) = dims;
         for &arm in &arms {
@@ -369,8 +369,7 @@ fn check_moe_routing<'py>(
                 let found = py
                     .detach(|| identify(&sp, &case, &ids, &wbits, wd))
                     .map_err(PyValueError::new_err)?;
-                let now = all.take().unwrap_or_else(|| found.clone());
-                all = Some(now.into_iter().filter(|x| found.contains(x)).collect());
+                all.meet(&found);
                 let matches = list(&found);
                 let pass = v.pass() && written.is_empty();
                 o.row(&format!(
@@ -411,10 +410,7 @@ fn check_moe_routing<'py>(
             }
         }
     }
-    let sum = match &all {
-        Some(v) => list(v),
-        None => "(no case compared)".into(),
-    };
+    let sum = all.phrase(label);
     rep.finish(
         o,
         &format!("consistent on every compared case with: {sum}; "),

@@ -394,8 +394,8 @@ fn check_rotary_embedding<'py>(
     ))?;
     // The (arithmetic, layout) pairs every compared case matched, and
     // every compared TIES case.
-    let mut all: Option<Vec<(Arithmetic, Layout)>> = None;
-    let mut ties: Option<Vec<(Arithmetic, Layout)>> = None;
+    let mut all = crate::check::Every::<(Arithmetic, Layout)>::default();
+    let mut ties = crate::check::Every::<(Arithmetic, Layout)>::default();
     for &dims in &shapes {
         let shape = within_caps(dims).map_err(PyValueError::new_err)?;
         let (qs, ks) = shapes_of(&shape);
@@ -457,13 +457,9 @@ fn check_rotary_embedding<'py>(
                 let found = py
                     .detach(|| identify(&shape, &case, d, &gq, &gk))
                     .map_err(PyValueError::new_err)?;
-                let meet = |acc: &mut Option<Vec<(Arithmetic, Layout)>>| {
-                    let now = acc.take().unwrap_or_else(|| found.clone());
-                    *acc = Some(now.into_iter().filter(|s| found.contains(s)).collect());
-                };
-                meet(&mut all);
+                all.meet(&found);
                 if arm == Arm::Ties {
-                    meet(&mut ties);
+                    ties.meet(&found);
                 }
                 let matches = list(&found, "none known");
                 let pass = dq.is_empty() && dk.is_empty() && written.is_empty();
@@ -511,10 +507,7 @@ fn check_rotary_embedding<'py>(
             }
         }
     }
-    let sum = |v: &Option<Vec<(Arithmetic, Layout)>>| match v {
-        Some(v) => list(v, "none known"),
-        None => "(no case compared)".into(),
-    };
+    let sum = |v: &crate::check::Every<(Arithmetic, Layout)>| v.phrase(|&(a, l)| label(a, l));
     rep.finish(
         o,
         &format!(

@@ -257,7 +257,7 @@ fn check_sampling<'py>(
         "{:<12} {:>5} {:>18} {:>11} {:>9} {:>9}  verdict  consistent with",
         "B,V", "arm", "seed", "rows failed", "decided", "call_ms"
     ))?;
-    let mut all: Option<Vec<Declared>> = None;
+    let mut all = crate::check::Every::<Declared>::default();
     for &dims in &shapes {
         let (b, v) = dims;
         for &arm in &arms {
@@ -299,8 +299,7 @@ fn check_sampling<'py>(
                 let found = py
                     .detach(|| identify(&sp, &case, fm, scaled, samples, &output, od))
                     .map_err(PyValueError::new_err)?;
-                let now = all.take().unwrap_or_else(|| found.clone());
-                all = Some(now.into_iter().filter(|x| found.contains(x)).collect());
+                all.meet(&found);
                 let matches = list(&found);
                 let pass = verdict.pass() && written.is_empty();
                 o.row(&format!(
@@ -336,10 +335,7 @@ fn check_sampling<'py>(
             }
         }
     }
-    let sum = match &all {
-        Some(v) => list(v),
-        None => "(no case compared)".into(),
-    };
+    let sum = all.phrase(label);
     rep.finish(
         o,
         &format!("consistent on every compared case with: {sum}; "),
