@@ -19,10 +19,12 @@ support, is counted as refused by the check):
 2. Hugging Face's `eager_attention_forward` written out (`matmul(q, k^T) *
    scaling`, `softmax(..., dtype=float32).to(q.dtype)`, `matmul(p, v)`;
    declared eager), with and without a softcap;
-3. FlexAttention (`torch.nn.attention.flex_attention`, compiled): no
-   mask, causal through a `mask_mod` (declared causal="bottom_right" on
-   the check's shapes with `Sq <= Sk`), a softcap through a `score_mod`
-   (declared flash).
+3. FlexAttention (`torch.nn.attention.flex_attention`, compiled, with
+   dynamo's recompile limit raised): no mask, causal through a `mask_mod`
+   (declared causal="bottom_right" on the check's shapes with `Sq <= Sk`),
+   a softcap through a `score_mod` (declared flash); and not compiled, the
+   unfused path flex_attention falls back to past the recompile limit
+   (scores of `q @ k^T` rounded to the dtype: declared eager).
 
 Each run prints the check's rows and a FINDING line: the declared verdict
 and every arithmetic whose intervals admitted every case. Exit status 1
@@ -121,12 +123,25 @@ def hf_eager(dt, softcap=None):
     return fn
 
 
-def flex(dt, causal=False, softcap=None):
-    """FlexAttention, compiled: causal (bottom-right) through a mask_mod,
-    the softcap through a score_mod."""
+def flex(dt, causal=False, softcap=None, compiled=True):
+    """FlexAttention: causal (bottom-right) through a mask_mod, the softcap
+    through a score_mod; compiled (the fused Triton kernel) or not (torch's
+    unfused path, which materialises the scores: what flex_attention runs,
+    with a warning, once dynamo gives up compiling it)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    compiled = torch.compile(flex_attention, dynamic=False)
+    if compiled:
+        # Every shape of the check is a recompilation of the one function;
+        # past dynamo's recompile limit (8) flex_attention silently runs its
+        # unfused path, whose arithmetic is another one (see the sections).
+        cfg = torch._dynamo.config
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(cfg, knob):
+                setattr(cfg, knob, max(getattr(cfg, knob), 256))
+        torch._dynamo.reset()
+        call = torch.compile(flex_attention, dynamic=False)
+    else:
+        call = flex_attention
 
     def fn(q, k, v, out):
         Q, K, V = to_cuda(q, dt), to_cuda(k, dt), to_cuda(v, dt)
@@ -145,14 +160,15 @@ def flex(dt, causal=False, softcap=None):
 
             kw["score_mod"] = score_mod
         try:
-            o = compiled(Q, K, V, enable_gqa=Q.shape[1] != K.shape[1], **kw)
+            o = call(Q, K, V, enable_gqa=Q.shape[1] != K.shape[1], **kw)
         except Timeout:
             raise
         except Exception as e:  # an unsupported shape (head dim, Dv != D) is refused
             raise ko.Refused(f"flex_attention: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
         to_numpy(o, out)
 
-    fn.__name__ = "flex" + ("_causal" if causal else "") + ("_softcap" if softcap else "")
+    fn.__name__ = ("flex" + ("" if compiled else "_unfused") + ("_causal" if causal else "")
+                   + ("_softcap" if softcap else ""))
     return fn
 
 
@@ -209,6 +225,10 @@ def main(argv=None):
             flex(dt, causal=True), "flash", causal="bottom_right")) is None
         bad += section("FlexAttention softcap 30 (score_mod)", 900, lambda: run(
             flex(dt, softcap=30.0), "flash", softcap=30.0)) is None
+        # The unfused path: `q @ k^T` in the input dtype (rounded), then
+        # float32 softmax: declared eager.
+        bad += section("FlexAttention unfused (not compiled)", 300, lambda: run(
+            flex(dt, causal=True, compiled=False), "eager", causal="bottom_right")) is None
     print("\nSUMMARY (declared verdict; every arithmetic whose intervals admitted every case)")
     for name, arithmetic, verdict, found, refused in findings:
         print(f"  {name}: declared {arithmetic}: {verdict}; {refused} refused; {found}")
