@@ -22,6 +22,12 @@
 //! case is counted as refused, not as a failure. Any other exception is a
 //! failure of that case (`KeyboardInterrupt` and `SystemExit` stop the
 //! check). A check in which no case was compared does not pass.
+//!
+//! Every driver checks its arguments before the first call: `seeds` and
+//! `trials` through `Seeds::new`, every other count (`samples`,
+//! `group`, `top_k`, an ulps count, ...) through `count`, so a zero
+//! `trials`, an empty `seeds` list or a negative count is a `ValueError`
+//! naming the argument, never a silent default or an `OverflowError`.
 
 use crate::arrays::{array, to_vec};
 use crate::conventions::{GgmlType, Schedule};
@@ -704,17 +710,80 @@ pub(crate) fn arms_or_all<A: Copy>(
     }
 }
 
-/// The data seeds of one (shape, arm): `seeds` as given, else `base` and
-/// `trials - 1` derived ones, drawn one at a time (a huge `trials` runs
-/// long, never allocates).
-pub(crate) fn seeds_for(
-    base: u64,
-    seeds: &Option<Vec<u64>>,
+/// A count argument of a check (`trials`, `samples`, `group`, `top_k`,
+/// `exp_ulps`, ...) as Python gives it: every check takes its counts as
+/// `i64` and converts them here, so that a negative count is a
+/// `ValueError` naming the argument, never PyO3's `OverflowError` from
+/// an unsigned conversion.
+///
+/// Returns `got` as `T` when `got >= least` and `T` holds it. `least` is
+/// 1 for a count that must be positive (`trials`, `samples`, `top_k`) and
+/// 0 for one whose own range the contract checks after (an ulps count:
+/// this rules out the sign only).
+///
+/// # Errors
+/// `ValueError` `"{arg} must be at least {least}, got {got}"` below
+/// `least` (`"{arg} must not be negative, got {got}"` where `least` is 0),
+/// and `"{arg} is {got}, more than a {T} holds"` past `T`'s range (a
+/// `u32` count above 2^32 - 1).
+pub(crate) fn count<T: TryFrom<i64>>(arg: &str, got: i64, least: i64) -> PyResult<T> {
+    if got < least {
+        return Err(PyValueError::new_err(if least == 0 {
+            format!("{arg} must not be negative, got {got}")
+        } else {
+            format!("{arg} must be at least {least}, got {got}")
+        }));
+    }
+    T::try_from(got).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{arg} is {got}, more than a {} holds",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+/// The data seeds of a check, from the `seeds` and `trials` arguments
+/// every check shares, validated once by [`Seeds::new`] before the
+/// callable is first called.
+#[derive(Clone, Debug)]
+pub(crate) struct Seeds {
+    /// `seeds` as given (never an empty list).
+    given: Option<Vec<u64>>,
+    /// `trials`, at least 1; ignored when `given` is `Some`.
     trials: usize,
-) -> Box<dyn Iterator<Item = u64> + '_> {
-    match seeds {
-        Some(s) => Box::new(s.iter().copied()),
-        None => Box::new((0..trials.max(1)).map(move |t| derive_seed(base, t))),
+}
+
+impl Seeds {
+    /// The checked `seeds` (None: derive them) and `trials` (the seeds
+    /// per (shape, arm) when `seeds` is None) of a check. `trials` is
+    /// checked even when `seeds` is given.
+    ///
+    /// # Errors
+    /// `ValueError` `"trials must be at least 1, got {trials}"` for
+    /// `trials` below 1 (zero or negative), and `"seeds must name at
+    /// least one seed (seeds=None draws the battery's)"` for an empty
+    /// `seeds` list, which would run no case.
+    pub(crate) fn new(seeds: Option<Vec<u64>>, trials: i64) -> PyResult<Self> {
+        let trials = count("trials", trials, 1)?;
+        if seeds.as_ref().is_some_and(Vec::is_empty) {
+            return Err(PyValueError::new_err(
+                "seeds must name at least one seed (seeds=None draws the battery's)",
+            ));
+        }
+        Ok(Seeds {
+            given: seeds,
+            trials,
+        })
+    }
+
+    /// The data seeds of one (shape, arm) whose battery seed is `base`:
+    /// `seeds` as given, else `base` and `trials - 1` derived ones, drawn
+    /// one at a time (a huge `trials` runs long, never allocates).
+    pub(crate) fn for_case(&self, base: u64) -> Box<dyn Iterator<Item = u64> + '_> {
+        match &self.given {
+            Some(s) => Box::new(s.iter().copied()),
+            None => Box::new((0..self.trials).map(move |t| derive_seed(base, t))),
+        }
     }
 }
 
@@ -749,8 +818,11 @@ pub(crate) fn seeds_for(
 ///   first);
 /// - `arms`: any of `"EXACT"`, `"FOLD"`, `"CODES"`, `"RAND"` (default all,
 ///   in that order; see the README for what each proves);
-/// - `seeds`: the data seeds of every (shape, arm) (default: the gate's
-///   battery seed, then `trials - 1` derived ones);
+/// - `seeds`: the data seeds of every (shape, arm), a list of at least
+///   one (default None: the gate's battery seed, then `trials - 1`
+///   derived ones);
+/// - `trials`: the seeds per (shape, arm) when `seeds` is None, at least
+///   1 (checked even when `seeds` is given);
 /// - `schedule`: the declared arithmetic: EXACT, FOLD and CODES compare
 ///   bit for bit under every schedule; RAND compares bit for bit under an
 ///   `SM90_*` schedule and by the summation bound `3 gamma_(130 + nblk)`
@@ -765,6 +837,8 @@ pub(crate) fn seeds_for(
 ///
 /// Errors: `ValueError` on a zero shape or an unknown arm; exceptions of
 /// `print` and `KeyboardInterrupt` propagate.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `seeds` and `trials` above).
 #[pyfunction]
 #[pyo3(signature = (gemm, shapes = None, arms = None, seeds = None, trials = 1, schedule = Schedule::V2, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -774,11 +848,12 @@ fn check_fp8_block_gemm<'py>(
     shapes: Option<Vec<(usize, usize, usize)>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     schedule: Schedule,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let shapes = shapes.unwrap_or_else(|| FP8_SHAPES.to_vec());
     let arms: Vec<Arm> = match arms {
         Some(a) => a.iter().map(|s| fp8::arm(s)).collect::<PyResult<_>>()?,
@@ -804,7 +879,7 @@ fn check_fp8_block_gemm<'py>(
         fp8::shape(m, in_f, out_f)?;
         for &arm in &arms {
             let base = fp8::case_spec(in_f, out_f, m, arm, None).seed;
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let spec = fp8::case_spec(in_f, out_f, m, arm, Some(seed));
                 let ca = fp8::case_arrays(py, &spec)?;
                 let mut want = reference(&ca.data, schedule.core());
@@ -973,6 +1048,8 @@ impl Matched {
 ///
 /// Errors: `ValueError` on an unknown arm or a shape the generator refuses
 /// (a buffer beyond 2^32 elements, an EXACT k too long for exactness).
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (mul_mat, dtypes = None, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -983,10 +1060,11 @@ fn check_mul_mat<'py>(
     shapes: Option<Vec<(usize, usize, usize)>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     use mul_mat::generate::Arm as MArm;
     let dtypes = dtypes.unwrap_or_else(|| GgmlType::ALL.to_vec());
     let shapes = shapes.unwrap_or_else(|| MUL_MAT_SHAPES.to_vec());
@@ -1028,7 +1106,7 @@ fn check_mul_mat<'py>(
                     n,
                 };
                 let base = mul_mat::gate::spec(&gshape, dt.core(), arm).seed;
-                for seed in seeds_for(base, &seeds, trials) {
+                for seed in seeds.for_case(base) {
                     let spec = mul_mat::CaseSpec {
                         dtype: dt.core(),
                         m,

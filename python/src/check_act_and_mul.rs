@@ -10,8 +10,8 @@
 
 use crate::arrays::{array, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, failure_tail, names_or, seeds_for, value,
-    Admitted, CheckReport, Held, Out, OutKind,
+    arms_or_all, call_typed, callable_name, count, failure_head, failure_tail, names_or, value,
+    Admitted, CheckReport, Held, Out, OutKind, Seeds,
 };
 use crate::check_rms_norm::{as_called, shown};
 use crate::check_rope::{read_values, to_array};
@@ -264,8 +264,10 @@ fn failure_line(
 /// Errors: `ValueError` for an unknown activation, arithmetic, dtype or
 /// arm, a bad `act_ulps`, a bad shape or one over the caps (2^22 output
 /// elements, d 2^17), before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
-#[pyo3(signature = (r#fn, activation = "silu", arithmetic = "round_then_mul", gate_first = true, dtype = "bfloat16", act_ulps = DEFAULT_ACT_ULPS, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
+#[pyo3(signature = (r#fn, activation = "silu", arithmetic = "round_then_mul", gate_first = true, dtype = "bfloat16", act_ulps = i64::from(DEFAULT_ACT_ULPS), shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_act_and_mul<'py>(
     py: Python<'py>,
@@ -274,14 +276,16 @@ fn check_act_and_mul<'py>(
     arithmetic: &str,
     gate_first: bool,
     dtype: &str,
-    act_ulps: u32,
+    act_ulps: i64,
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
+    let act_ulps: u32 = count("act_ulps", act_ulps, 0)?;
     let decl = declared(activation, arithmetic, gate_first, dtype, act_ulps)?;
     let d = decl.dtype();
     let shapes = shapes.unwrap_or_else(|| ACT_AND_MUL_SHAPES.to_vec());
@@ -324,7 +328,7 @@ fn check_act_and_mul<'py>(
         let os = [dims.0, dims.1];
         for &arm in &arms {
             let base = Spec::base_seed(dims, d, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let sp = spec(dims, &decl, arm, Some(seed));
                 let case = sp.generate().map_err(PyValueError::new_err)?;
                 let want = py

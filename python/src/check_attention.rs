@@ -9,8 +9,8 @@
 
 use crate::arrays::value_error;
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, failure_tail, names_or, seeds_for,
-    Admitted, CheckReport, Held, Out, OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, failure_tail, names_or, Admitted,
+    CheckReport, Held, Out, OutKind, Seeds,
 };
 use crate::check_rms_norm::{as_called, shown};
 use crate::check_rope::{read_values, to_array};
@@ -339,6 +339,8 @@ fn failure_line(
 /// Errors: `ValueError` for an unknown arithmetic, dtype, causal or arm,
 /// a bad window, scale or softcap, a shape that is bad, over the caps, or
 /// leaves a query without keys under the mask, before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (r#fn, dtype = "bfloat16", causal = None, window = None, softcap = None, scale = None, arithmetic = "flash", shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -354,10 +356,11 @@ fn check_attention<'py>(
     shapes: Option<Vec<PyDims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let mask = mask_of(causal, window.as_ref())?;
     let shapes: Vec<Dims> = shapes
         .unwrap_or_else(|| ATTENTION_SHAPES.to_vec())
@@ -408,7 +411,7 @@ fn check_attention<'py>(
         let os = [d[0], d[1], d[3], d[6]];
         for &arm in &arms {
             let base = Spec::base_seed(d, dt, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let sp = spec(d, decl, arm, Some(seed));
                 let case = sp.generate().map_err(PyValueError::new_err)?;
                 let want = py

@@ -81,8 +81,8 @@
 
 use crate::arrays::{array, dims, read, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Input,
-    Matched, Out, OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, value, CheckReport, Input, Matched, Out,
+    OutKind, Seeds,
 };
 use crate::conventions::Schedule;
 use crate::fp8;
@@ -830,6 +830,8 @@ fn fused_moe_fp8_case<'py>(
 /// `out_dtype`, a zero dimension or a case past the caps (see
 /// `fused_moe_fp8`); `KeyboardInterrupt` and exceptions of `print`
 /// propagate.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (r#fn, shapes = None, arms = None, routings = None, seeds = None, trials = 1, schedule = Schedule::SM90_WGMMA_PARTIAL_FIRST_FUSED, mul_routed_weight = true, out_dtype = "bfloat16", verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -840,13 +842,14 @@ fn check_fused_moe_fp8<'py>(
     arms: Option<Vec<String>>,
     routings: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     schedule: Schedule,
     mul_routed_weight: bool,
     out_dtype: &str,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let f = r#fn;
     let dt = crate::check::parse_out_dtype(out_dtype)?;
     let shapes: Vec<Dims> = shapes
@@ -903,7 +906,7 @@ fn check_fused_moe_fp8<'py>(
             };
             for routing in rs {
                 let base = base_seed(d, arm, routing);
-                for seed in seeds_for(base, &seeds, trials) {
+                for seed in seeds.for_case(base) {
                     let c = py
                         .detach(|| Case::generate(*d, arm, routing, seed))
                         .map_err(PyValueError::new_err)?;

@@ -13,7 +13,7 @@
 
 use crate::arrays::array;
 use crate::check::{
-    arms_or_all, call, callable_name, failure_head, seeds_for, value, CheckReport, Input, Out,
+    arms_or_all, call, callable_name, failure_head, value, CheckReport, Input, Out, Seeds,
 };
 use kernel_oracle::elementwise::Part;
 use kernel_oracle::gdn::conv_update;
@@ -194,6 +194,8 @@ fn gated_delta_rule_case<'py>(
 ///
 /// Errors: `ValueError` on an unknown arm, a shape the contract refuses
 /// or one too large (`B t num_v 128^2` over 2^26), before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (rule, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, states = false, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -203,12 +205,13 @@ fn check_gated_delta_rule<'py>(
     shapes: Option<Vec<(usize, usize, usize, usize)>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     bit_exact: bool,
     states: bool,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let shape_list = shapes.unwrap_or_else(|| GDN_SHAPES.to_vec());
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
     for &sh in &shape_list {
@@ -229,7 +232,7 @@ fn check_gated_delta_rule<'py>(
         let (nk, nv, t, b) = sh;
         for &arm in &arms {
             let base = Spec::base_seed(nk, nv, t, b, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let s = spec(sh, arm, Some(seed), states)?;
                 let d = s.generate().map_err(PyValueError::new_err)?;
                 let want = reference(&s, &d).map_err(PyValueError::new_err)?;
@@ -631,6 +634,8 @@ fn causal_conv1d_update_case<'py>(
 ///
 /// Errors: `ValueError` on an unknown arm, a zero dimension, `d_conv`
 /// outside 2..=4 or a case over 2^26 elements, before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (conv, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, states = false, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -640,12 +645,13 @@ fn check_causal_conv1d_update<'py>(
     shapes: Option<Vec<(usize, usize, usize, usize)>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     bit_exact: bool,
     states: bool,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let shape_list = shapes.unwrap_or_else(|| CONV_SHAPES.to_vec());
     let arms = arms_or_all(arms, &conv_update::Arm::ALL, conv_update::Arm::parse)?;
     for &sh in &shape_list {
@@ -666,7 +672,7 @@ fn check_causal_conv1d_update<'py>(
         let (c, k, t, b) = sh;
         for &arm in &arms {
             let base = conv_update::Spec::base_seed(c, k, t, b, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let s = conv_spec(sh, arm, Some(seed), states)?;
                 let d = s.generate().map_err(PyValueError::new_err)?;
                 let want = conv_update::reference(&s, &d).map_err(PyValueError::new_err)?;

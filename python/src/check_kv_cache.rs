@@ -12,8 +12,8 @@
 
 use crate::arrays::{array, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_args, callable_name, failure_head, names_or, seeds_for, value, CheckReport,
-    Got, Held, Input, Out, OutKind,
+    arms_or_all, call_args, callable_name, failure_head, names_or, value, CheckReport, Got, Held,
+    Input, Out, OutKind, Seeds,
 };
 use crate::conventions::Overflow;
 use kernel_oracle::kv_cache::{
@@ -608,8 +608,7 @@ fn drive<'py>(
     decl: Declared,
     (shapes, skipped): Shapes,
     arms: Vec<Arm>,
-    seeds: Option<Vec<u64>>,
-    trials: usize,
+    seeds: Seeds,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
@@ -657,7 +656,7 @@ fn drive<'py>(
                 continue;
             }
             let first = decl.spec(dims, arm, None).seed;
-            for seed in seeds_for(first, &seeds, trials) {
+            for seed in seeds.for_case(first) {
                 let sp = decl.spec(dims, arm, Some(seed));
                 let case = sp.generate().map_err(PyValueError::new_err)?;
                 let want = py
@@ -866,6 +865,8 @@ fn drive<'py>(
 /// Errors: `ValueError` for an unknown layout, cache dtype, dtype, rule
 /// or arm, a bad shape or one over the caps (2^22 key elements, 2^24
 /// elements a cache, 2^14 tokens), before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 ///
 /// Out of reach: the caps keep every index below 2^31, so a kernel's
 /// 32-bit index overflow never shows; `key` always has exactly as many
@@ -887,10 +888,11 @@ fn check_reshape_and_cache<'py>(
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let (l, kv, d, conv) = parse_all(layout, kv_cache_dtype, dtype, scale_rule, overflow)?;
     let decl = Declared {
         write: Target::Kv(l),
@@ -901,9 +903,7 @@ fn check_reshape_and_cache<'py>(
     };
     let shapes = shapes_or(&decl, shapes, &KV_CACHE_SHAPES)?;
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
-    drive(
-        py, &kernel, decl, shapes, arms, seeds, trials, verbose, name,
-    )
+    drive(py, &kernel, decl, shapes, arms, seeds, verbose, name)
 }
 
 /// The shapes `(tokens, kv_lora_rank, pe_dim, block_size, num_blocks)`
@@ -1061,6 +1061,8 @@ fn concat_and_cache_mla_case<'py>(
 /// `check_reshape_and_cache`'s.
 ///
 /// Errors: `ValueError` as `check_reshape_and_cache`'s, before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (kernel, kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -1074,10 +1076,11 @@ fn check_concat_and_cache_mla<'py>(
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let (_, kv, d, conv) = parse_all("nhd", kv_cache_dtype, dtype, scale_rule, overflow)?;
     let decl = Declared {
         write: Target::Mla,
@@ -1088,9 +1091,7 @@ fn check_concat_and_cache_mla<'py>(
     };
     let shapes = shapes_or(&decl, shapes, &MLA_SHAPES)?;
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
-    drive(
-        py, &kernel, decl, shapes, arms, seeds, trials, verbose, name,
-    )
+    drive(py, &kernel, decl, shapes, arms, seeds, verbose, name)
 }
 
 /// Adds the KV-cache writes, their checks, their cases and default

@@ -6,8 +6,7 @@
 
 use crate::arrays::{array, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, seeds_for, CheckReport, Input, Out,
-    OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, CheckReport, Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::moe_align::{reference, within_caps, Arm, Case, Spec, Verdict};
 use numpy::PyReadonlyArrayDyn;
@@ -254,6 +253,8 @@ fn moe_align_case<'py>(
 /// a zero `topk`, `num_experts` or `block_size` (`tokens` 0 is an empty
 /// batch), or a case past the caps (2^20 pairs, 4096 experts, 2^26 pairs
 /// times experts, 2^26 entries of `sorted_ids`), before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (align, shapes = None, map = None, order = "any", pad_sorted_ids = false, tail_sorted = false, tail_expert = None, ids_dtype = "int32", arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -269,10 +270,11 @@ fn check_moe_align_block_size<'py>(
     ids_dtype: &str,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let map_name = map.map(str::to_ascii_lowercase);
     let map = map.map(parse_map).transpose()?;
     let order_name = order.to_ascii_lowercase();
@@ -329,7 +331,7 @@ fn check_moe_align_block_size<'py>(
         let (tokens, topk, ne, bs) = shape;
         for &arm in &arms {
             let base = spec(shape, map, pad_sorted_ids, arm, None).seed;
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let sp = spec(shape, map, pad_sorted_ids, arm, Some(seed));
                 let Case { ids, expert_map } = sp.generate().map_err(PyValueError::new_err)?;
                 let (cap, blocks) = sp.lengths().map_err(PyValueError::new_err)?;

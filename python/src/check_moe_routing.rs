@@ -9,8 +9,8 @@
 
 use crate::arrays::array;
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, names_or, parse_out_dtype, seeds_for,
-    CheckReport, Held, Input, Out, OutKind,
+    arms_or_all, call_typed, callable_name, count, failure_head, names_or, parse_out_dtype,
+    CheckReport, Held, Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::moe_routing::{
     describe, identify, judge, label, reference, within_caps, Arm, Dims, Spec,
@@ -224,35 +224,43 @@ fn moe_routing_case<'py>(
 /// output is consistent with.
 ///
 /// Errors: `ValueError` for an unknown scoring, group score, dtype or arm,
-/// a routing no shape takes (`n_group` not dividing the experts, `top_k`
-/// past the candidates, `exp_ulps` outside 2 to 64, a factor not finite
-/// and positive), a given shape the routing cannot take, or one over the
-/// caps (2^22 logits), before any call.
+/// `top_k`, `n_group` or `topk_group` below 1, a routing no shape takes
+/// (`n_group` not dividing the experts, `top_k` past the candidates,
+/// `exp_ulps` outside 2 to 64, a factor not finite and positive), a given
+/// shape the routing cannot take, or one over the caps (2^22 logits),
+/// before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (r#fn, top_k, scoring = "softmax", renormalize = true, n_group = None, topk_group = None, group_score = None, bias = false, routed_scaling_factor = 1.0, exp_ulps = 2, sorted = false, dtype = "bfloat16", out_dtype = "float32", shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_moe_routing<'py>(
     py: Python<'py>,
     r#fn: Bound<'py, PyAny>,
-    top_k: usize,
+    top_k: i64,
     scoring: &str,
     renormalize: bool,
-    n_group: Option<usize>,
-    topk_group: Option<usize>,
+    n_group: Option<i64>,
+    topk_group: Option<i64>,
     group_score: Option<&str>,
     bias: bool,
     routed_scaling_factor: f32,
-    exp_ulps: u32,
+    exp_ulps: i64,
     sorted: bool,
     dtype: &str,
     out_dtype: &str,
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
+    let top_k: usize = count("top_k", top_k, 1)?;
+    let n_group: Option<usize> = n_group.map(|g| count("n_group", g, 1)).transpose()?;
+    let topk_group: Option<usize> = topk_group.map(|g| count("topk_group", g, 1)).transpose()?;
+    let exp_ulps: u32 = count("exp_ulps", exp_ulps, 0)?;
     let r = routing_of(
         top_k,
         scoring,
@@ -333,7 +341,7 @@ fn check_moe_routing<'py>(
             if !arm.runs_on(&r, bias) {
                 continue;
             }
-            for seed in seeds_for(Spec::base_seed(dims, d, arm), &seeds, trials) {
+            for seed in seeds.for_case(Spec::base_seed(dims, d, arm)) {
                 let sp = spec(dims, r, bias, d, arm, Some(seed));
                 let case = sp.generate().map_err(PyValueError::new_err)?;
                 let logits = Held::new(d, &case.logits);

@@ -9,8 +9,8 @@
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, names_or, seeds_for, value, CheckReport,
-    Input, Out, OutKind,
+    arms_or_all, call_typed, callable_name, count, failure_head, names_or, value, CheckReport,
+    Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::fp8_quant::{
     identify, nan_rule, reference, rule_label, scaled_identify, scaled_known, scaled_label,
@@ -193,8 +193,10 @@ fn fp8_group_quant_case<'py>(
 /// scales one ulp off and codes one step off at rounding ties).
 ///
 /// Errors: `ValueError` for an unknown rule or arm, an `eps` that is NaN,
-/// infinite or negative, a zero dimension or a case over 2^26 elements,
-/// before any call.
+/// infinite or negative, a `group` below 1, a zero dimension or a case
+/// over 2^26 elements, before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (quant, rule = "divide", eps = 1e-10, group = 128, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -203,14 +205,16 @@ fn check_fp8_group_quant<'py>(
     quant: Bound<'py, PyAny>,
     rule: &str,
     eps: f32,
-    group: usize,
+    group: i64,
     shapes: Option<Vec<(usize, usize)>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
+    let group: usize = count("group", group, 1)?;
     let rule_name = rule.to_ascii_lowercase();
     let rule = parse_rule(rule, eps)?;
     let shapes = shapes.unwrap_or_else(|| QUANT_SHAPES.to_vec());
@@ -244,7 +248,7 @@ fn check_fp8_group_quant<'py>(
     for &(m, k) in &shapes {
         for &arm in &arms {
             let base = Spec::base_seed(m, k, group, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let sp = Spec {
                     m,
                     k,
@@ -555,6 +559,8 @@ fn fp8_scaled_quant_case<'py>(
 /// `quantize_fp8_scaled` refuses, an unknown arm, `UB` without a
 /// `scale_ub`, `NAN` under a torch rule, a zero dimension or a case over
 /// 2^26 elements.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (quant, granularity = "tensor", scale = None, rule = "divide", scale_ub = None, min_scale = MIN_SCALING_FACTOR, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -569,10 +575,11 @@ fn check_fp8_scaled_quant<'py>(
     shapes: Option<Vec<(usize, usize)>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let (g, rule, source) = scaled_setup(granularity, scale, rule, scale_ub, min_scale)?;
     let shapes = shapes.unwrap_or_else(|| SCALED_SHAPES.to_vec());
     let probe = |m, k, arm| ScaledSpec {
@@ -642,7 +649,7 @@ fn check_fp8_scaled_quant<'py>(
     for &(m, k) in &shapes {
         for &arm in &arms {
             let base = ScaledSpec::base_seed(m, k, g, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let sp = ScaledSpec {
                     seed,
                     ..probe(m, k, arm)

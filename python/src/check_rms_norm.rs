@@ -10,8 +10,8 @@
 
 use crate::arrays::{array, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, failure_tail, names_or, seeds_for, value,
-    Admitted, CheckReport, Held, Input, Out, OutKind,
+    arms_or_all, call_typed, callable_name, count, failure_head, failure_tail, names_or, value,
+    Admitted, CheckReport, Held, Input, Out, OutKind, Seeds,
 };
 use crate::check_rope::{read_values, to_array};
 use kernel_oracle::rms_norm::{
@@ -390,6 +390,8 @@ fn failure_lines(
 /// Errors: `ValueError` for an unknown arithmetic, sum rounding, dtype or
 /// arm, a bad eps or `rsqrt_ulps`, a bad shape or one over the caps
 /// (2^22 elements, hidden 2^17), before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (r#fn, dtype = "bfloat16", arithmetic = "round_then_weight", eps = 1e-6, fused_add = false, rsqrt_ulps = 2, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None, sum_rounding = "dtype"))]
 #[allow(clippy::too_many_arguments)]
@@ -400,15 +402,17 @@ fn check_rms_norm<'py>(
     arithmetic: &str,
     eps: f64,
     fused_add: bool,
-    rsqrt_ulps: u32,
+    rsqrt_ulps: i64,
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
     sum_rounding: &str,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
+    let rsqrt_ulps: u32 = count("rsqrt_ulps", rsqrt_ulps, 0)?;
     let decl = declared(arithmetic, sum_rounding, dtype, eps, rsqrt_ulps)?;
     let d = decl.dtype();
     let shapes = shapes.unwrap_or_else(|| RMS_NORM_SHAPES.to_vec());
@@ -457,7 +461,7 @@ fn check_rms_norm<'py>(
         let xs = [dims.0, dims.1];
         for &arm in &arms {
             let base = Spec::base_seed(dims, d, fused_add, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let sp = spec(dims, &decl, fused_add, arm, Some(seed));
                 let case = sp.generate().map_err(PyValueError::new_err)?;
                 let want = py

@@ -8,8 +8,8 @@
 
 use crate::arrays::{array, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, seeds_for, value, CheckReport, Held,
-    Input, Out, OutKind,
+    arms_or_all, call_typed, callable_name, failure_head, value, CheckReport, Held, Input, Out,
+    OutKind, Seeds,
 };
 use kernel_oracle::rope::{
     bits, identify, label, parse_arithmetic, reference, within_caps, Arm, Case, Dims, Spec,
@@ -345,6 +345,8 @@ fn shapes_of(s: &Shape) -> ([usize; 3], [usize; 3]) {
 /// Errors: `ValueError` for an unknown arithmetic, dtype or arm, a cache
 /// dtype other than float32 or `dtype`, a bad shape or one over the caps
 /// (2^24 query and key elements, 2^24 cache elements), before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (r#fn, is_neox = true, arithmetic = "f32", dtype = "bfloat16", cache_dtype = None, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -358,10 +360,11 @@ fn check_rotary_embedding<'py>(
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
     let (arith, d, c) = parse_all(arithmetic, dtype, cache_dtype)?;
     let layout = layout_of(is_neox);
     let shapes = shapes.unwrap_or_else(|| ROPE_SHAPES.to_vec());
@@ -404,7 +407,7 @@ fn check_rotary_embedding<'py>(
                 continue;
             }
             let base = Spec::base_seed(dims, d, c, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let sp = spec(dims, d, c, layout, arm, Some(seed));
                 let case = sp.generate().map_err(PyValueError::new_err)?;
                 let (wq, wk) = py

@@ -10,8 +10,8 @@
 
 use crate::arrays::array;
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, names_or, parse_out_dtype, seeds_for,
-    CheckReport, Held, Input, Out, OutKind,
+    arms_or_all, call_typed, callable_name, count, failure_head, names_or, parse_out_dtype,
+    CheckReport, Held, Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::sampling::{
     describe, identify, judge, label, order_name, parse_order, parse_topk_ties, parse_topp_ties,
@@ -188,8 +188,10 @@ fn sampling_case<'py>(
 /// output is consistent with.
 ///
 /// Errors: `ValueError` for an unknown form, order, tie policy, dtype or
-/// arm, `exp_ulps` outside 2 to 64, `samples` 0, or a shape over the caps
-/// (2^22 logits), before any call.
+/// arm, `exp_ulps` outside 2 to 64, `samples` below 1, or a shape over
+/// the caps (2^22 logits), before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (r#fn, form = "mask", order = "min_p_first", topk_ties = "keep_all", topp_ties = "order", exp_ulps = 2, scaled = false, samples = 16, dtype = "float32", out_dtype = "float32", shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -200,26 +202,26 @@ fn check_sampling<'py>(
     order: &str,
     topk_ties: &str,
     topp_ties: &str,
-    exp_ulps: u32,
+    exp_ulps: i64,
     scaled: bool,
-    samples: usize,
+    samples: i64,
     dtype: &str,
     out_dtype: &str,
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
+    let exp_ulps: u32 = count("exp_ulps", exp_ulps, 0)?;
+    let samples: usize = count("samples", samples, 1)?;
     let fm = Form::parse(form).map_err(PyValueError::new_err)?;
     let decl = declared_of(order, topk_ties, topp_ties, exp_ulps)?;
     let d = kernel_oracle::dtype::parse_dtype(dtype).map_err(PyValueError::new_err)?;
     let od = parse_out_dtype(out_dtype)?;
     let od = if fm == Form::Renorm { od } else { Dtype::F32 };
-    if samples == 0 {
-        return Err(PyValueError::new_err("samples 0: at least 1"));
-    }
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
     let shapes = match shapes {
         Some(s) => {
@@ -261,7 +263,7 @@ fn check_sampling<'py>(
     for &dims in &shapes {
         let (b, v) = dims;
         for &arm in &arms {
-            for seed in seeds_for(Spec::base_seed(dims, d, arm), &seeds, trials) {
+            for seed in seeds.for_case(Spec::base_seed(dims, d, arm)) {
                 let sp = spec(dims, decl, d, arm, Some(seed));
                 let case = sp.generate().map_err(PyValueError::new_err)?;
                 let logits = Held::new(d, &case.logits);

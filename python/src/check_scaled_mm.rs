@@ -7,8 +7,8 @@
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, names_or, seeds_for, value, CheckReport,
-    Input, Out, OutKind,
+    arms_or_all, call_typed, callable_name, count, failure_head, names_or, value, CheckReport,
+    Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::fp8_scaled_mm::{
     identify, known_accumulations, reference, schedule_label, within_caps, Arm, Case, Spec,
@@ -242,6 +242,8 @@ fn fp8_scaled_mm_case<'py>(
 /// arm, a bad `promote`, a zero dimension or a case over the caps (2^26
 /// codes, 2^22 outputs, 2^28 multiply-adds: a case at the last takes
 /// about 13 s to judge and identify on two cores), before any call.
+/// Every check also raises `ValueError`, before any call, for `trials`
+/// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
 #[pyo3(signature = (gemm, accumulation = "wgmma", promote = None, epilogue = "activation_first", out_dtype = "float32", shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
@@ -249,16 +251,18 @@ fn check_fp8_scaled_mm<'py>(
     py: Python<'py>,
     gemm: Bound<'py, PyAny>,
     accumulation: &str,
-    promote: Option<usize>,
+    promote: Option<i64>,
     epilogue: &str,
     out_dtype: &str,
     shapes: Option<Vec<(usize, usize, usize)>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
-    trials: usize,
+    trials: i64,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    let seeds = Seeds::new(seeds, trials)?;
+    let promote: Option<usize> = promote.map(|p| count("promote", p, 1)).transpose()?;
     let schedule = parse_schedule(accumulation, promote, epilogue)?;
     let out = crate::check::parse_out_dtype(out_dtype)?;
     let kind = OutKind::of(out);
@@ -287,7 +291,7 @@ fn check_fp8_scaled_mm<'py>(
     for &(m, in_f, out_f) in &shapes {
         for &arm in &arms {
             let base = Spec::base_seed(m, in_f, out_f, arm);
-            for seed in seeds_for(base, &seeds, trials) {
+            for seed in seeds.for_case(base) {
                 let sp = Spec {
                     m,
                     in_f,
