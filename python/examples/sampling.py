@@ -19,7 +19,12 @@ library is not importable:
 2. Hugging Face's warpers written out in torch (top-k, top-p, then min-p:
    `order="min_p_last"`), and transformers' own `TopKLogitsWarper`,
    `TopPLogitsWarper`, `MinPLogitsWarper` row by row where importable;
-3. vLLM's own `apply_top_k_top_p` where vLLM is installed;
+3. top-k and top-p as thresholds found by bisection in one Triton program
+   a row (no sort; the algorithm class of vLLM's Triton top-k/top-p,
+   written here): over binary32 bit patterns (exact in 32 steps), and
+   over the value range with 20 midpoint steps (tokens within the last
+   bracket are kept: expected to fail where the arms put them there);
+   vLLM's own `apply_top_k_top_p` where vLLM is installed;
 4. FlashInfer's `top_k_renorm_probs` then `top_p_renorm_probs`
    (renorm form), `top_k_mask_logits` (in vLLM's pipeline), and
    `top_k_top_p_sampling_from_probs` with `filter_apply_order`
@@ -39,7 +44,7 @@ import sys
 import numpy as np
 
 import kernel_oracle as ko
-from sections import section, torch
+from sections import section, tl, torch, triton
 
 
 def cuda(a):
@@ -155,6 +160,125 @@ def transformers_warpers():
     return mask
 
 
+if triton is not None:
+    @triton.jit
+    def _threshold_filter(x_ptr, out_ptr, k_ptr, p_ptr, V, stride,
+                          BITS: tl.constexpr, ITERS: tl.constexpr, BLOCK: tl.constexpr):
+        """One row: top-k then top-p as thresholds found by bisection (no
+        sort). BITS = 0: midpoint bisection of the value range, ITERS
+        steps; BITS = 1: bisection of the ordered binary32 bit patterns,
+        exact in 32 steps. Tokens `>=` the threshold stay, others -inf."""
+        row = tl.program_id(0)
+        base = x_ptr + row * stride
+        k = tl.load(k_ptr + row)
+        p = tl.load(p_ptr + row)
+        mx = float("-inf")
+        mn = float("inf")
+        n_fin = 0
+        for s in range(0, V, BLOCK):
+            offs = s + tl.arange(0, BLOCK)
+            m = offs < V
+            x = tl.load(base + offs, mask=m, other=float("-inf"))
+            fin = m & (x > float("-inf"))
+            mx = tl.maximum(mx, tl.max(x, 0))
+            mn = tl.minimum(mn, tl.min(tl.where(fin, x, float("inf")), 0))
+            n_fin += tl.sum(fin.to(tl.int32), 0)
+        # Top-k: the largest threshold t with count(x >= t) >= k.
+        if BITS:
+            b = mn.to(tl.int32, bitcast=True)
+            lo = tl.where(b >= 0, b, b ^ 0x7FFFFFFF).to(tl.int64)
+            b = mx.to(tl.int32, bitcast=True)
+            hi = tl.where(b >= 0, b, b ^ 0x7FFFFFFF).to(tl.int64) + 1
+        else:
+            lo = mn
+            hi = mx
+        if k < n_fin:
+            for _ in range(ITERS):
+                if BITS:
+                    mid = lo + (hi - lo) // 2
+                else:
+                    mid = (lo + hi) * 0.5
+                cnt = 0
+                for s in range(0, V, BLOCK):
+                    offs = s + tl.arange(0, BLOCK)
+                    x = tl.load(base + offs, mask=offs < V, other=float("-inf"))
+                    if BITS:
+                        xb = x.to(tl.int32, bitcast=True)
+                        ge = tl.where(xb >= 0, xb, xb ^ 0x7FFFFFFF).to(tl.int64) >= mid
+                    else:
+                        ge = x >= mid
+                    cnt += tl.sum((ge & (x > float("-inf"))).to(tl.int32), 0)
+                lo = tl.where(cnt >= k, mid, lo)
+                hi = tl.where(cnt >= k, hi, mid)
+        # The softmax's denominator over the top-k survivors.
+        den = 0.0
+        for s in range(0, V, BLOCK):
+            offs = s + tl.arange(0, BLOCK)
+            x = tl.load(base + offs, mask=offs < V, other=float("-inf"))
+            if BITS:
+                xb = x.to(tl.int32, bitcast=True)
+                keep = tl.where(xb >= 0, xb, xb ^ 0x7FFFFFFF).to(tl.int64) >= lo
+            else:
+                keep = x >= lo
+            den += tl.sum(tl.where(keep & (x > float("-inf")), tl.exp(x - mx), 0.0), 0)
+        # Top-p: the largest threshold t >= the top-k one whose survivors
+        # carry at least p of the mass.
+        lo2 = lo
+        hi2 = hi
+        if p < 1.0:
+            for _ in range(ITERS):
+                if BITS:
+                    mid = lo2 + (hi2 - lo2) // 2
+                else:
+                    mid = (lo2 + hi2) * 0.5
+                mass = 0.0
+                for s in range(0, V, BLOCK):
+                    offs = s + tl.arange(0, BLOCK)
+                    x = tl.load(base + offs, mask=offs < V, other=float("-inf"))
+                    if BITS:
+                        xb = x.to(tl.int32, bitcast=True)
+                        ge = tl.where(xb >= 0, xb, xb ^ 0x7FFFFFFF).to(tl.int64) >= mid
+                    else:
+                        ge = x >= mid
+                    mass += tl.sum(tl.where(ge & (x > float("-inf")), tl.exp(x - mx), 0.0), 0)
+                ok = mass / den >= p
+                lo2 = tl.where(ok, mid, lo2)
+                hi2 = tl.where(ok, hi2, mid)
+        for s in range(0, V, BLOCK):
+            offs = s + tl.arange(0, BLOCK)
+            m = offs < V
+            x = tl.load(base + offs, mask=m, other=float("-inf"))
+            if BITS:
+                xb = x.to(tl.int32, bitcast=True)
+                keep = tl.where(xb >= 0, xb, xb ^ 0x7FFFFFFF).to(tl.int64) >= lo2
+            else:
+                keep = x >= lo2
+            tl.store(out_ptr + row * stride + offs, tl.where(keep, x, float("-inf")), mask=m)
+
+
+def threshold_filter(bits, iters):
+    """vLLM's pipeline (temperature, min-p in torch) with top-k and top-p as
+    bisected thresholds in one Triton program a row: the algorithm class of
+    vLLM's Triton top-k/top-p (`topk_topp_triton.py`: thresholds by search,
+    no sort), written here, not vLLM's code. `bits`: bisect bit patterns
+    (exact) or the value range (`iters` midpoint steps)."""
+
+    def mask(logits, temperature, top_k, top_p, min_p, out):
+        x = min_p_mask(cuda(logits).float() / cuda(temperature).unsqueeze(1), min_p)
+        x = x.contiguous()
+        v = x.shape[1]
+        k = cuda(top_k).int()
+        k = torch.where(k == 0, torch.full_like(k, v), k).contiguous()
+        y = torch.empty_like(x)
+        _threshold_filter[(x.shape[0],)](x, y, k, cuda(top_p).float().contiguous(), v,
+                                         x.stride(0), BITS=int(bits), ITERS=iters,
+                                         BLOCK=1024)
+        give(out, y)
+
+    mask.__name__ = f"triton_threshold_{'bits' if bits else 'midpoint'}_{iters}"
+    return mask
+
+
 def main():
     if torch is None or not torch.cuda.is_available():
         print("no torch with a CUDA device: nothing to run")
@@ -189,6 +313,17 @@ def main():
                     lambda: run(warpers, form="mask", scaled=True, order="min_p_last",
                                 shapes=[(4, 7), (9, 129), (16, 1000), (3, 32000)]))
         bad += r is None
+    if triton is not None:
+        # Exact over bit patterns (32 steps): expected to pass. Midpoint
+        # bisection with a capped step count: wherever a token lies within
+        # the last bracket below the k-th value (or the top-p cut), it is
+        # kept though its declaration removes it: a finding, not expected.
+        for bits, iters in ((True, 33), (False, 20)):
+            r = section(f"Triton threshold bisection ({'bit patterns' if bits else 'midpoint'}, "
+                        f"{iters} steps)", 300,
+                        lambda b=bits, i=iters: run(threshold_filter(b, i), form="mask",
+                                                    scaled=True))
+            bad += r is None
     try:
         from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
     except Exception as e:  # vLLM absent or unusable on this host
