@@ -21,6 +21,7 @@ pub mod gdn_fast;
 pub mod ggml_fast;
 pub mod kind;
 pub mod kv_cache;
+pub mod merge_attn_states;
 pub mod moe_align;
 pub mod moe_routing;
 pub mod moe_tables;

@@ -66,6 +66,11 @@
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! No allocation anywhere: every contract writes into caller-provided
+//! - [`merge_attn_states`]: merging two partial attention states by their
+//!   log-sum-exps (vLLM's `merge_attn_states`, SGLang's `merge_state_v2`,
+//!   FlashInfer's `merge_state`) held to a sound enclosure per output
+//!   element and output LSE under a declared base, both-empty policy and
+//!   LSE layout: exact where a side is empty or the LSEs are equal.
 //! slices, and the crate has no features.
 #![no_std]
 #![forbid(unsafe_code)]
@@ -96,3 +101,4 @@ pub mod rope;
 pub mod round;
 pub mod sampling;
 pub mod tensor_core;
+pub mod merge_attn_states;

@@ -54,6 +54,12 @@
 //!   `check_attention` (scaled dot-product attention: each output within
 //!   the interval a sound enclosure leaves, bit for bit where it is one
 //!   value; its arithmetic named: flash, f32, eager).
+//! - [`check_merge_attn_states`]: the oracle `merge_attn_states`,
+//!   `merge_attn_states_case` and `check_merge_attn_states` (merging two
+//!   partial attention states by their log-sum-exps: each output and
+//!   output LSE within the interval a sound enclosure leaves, bit for bit
+//!   where it is one value; its base, both-empty policy and LSE layout
+//!   named).
 //! - [`check_sampling`]: `sampling_case` and `check_sampling` (the
 //!   sampling filters, temperature, top-k, top-p and min-p: each token's
 //!   membership exact wherever sound enclosures decide it; the masked
@@ -69,6 +75,7 @@ pub mod check_attention;
 pub mod check_fused_moe;
 pub mod check_gdn;
 pub mod check_kv_cache;
+pub mod check_merge_attn_states;
 pub mod check_moe;
 pub mod check_moe_routing;
 pub mod check_quant;
@@ -119,6 +126,7 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_rms_norm::register(m)?;
     check_act_and_mul::register(m)?;
     check_attention::register(m)?;
+    check_merge_attn_states::register(m)?;
     check_sampling::register(m)?;
     Ok(())
 }

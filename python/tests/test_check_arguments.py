@@ -29,6 +29,7 @@ MINIMAL = {
     "check_fp8_scaled_quant": {},
     "check_fused_moe_fp8": {},
     "check_gated_delta_rule": {},
+    "check_merge_attn_states": {},
     "check_moe_align_block_size": {},
     "check_moe_routing": {"top_k": 2},
     "check_mul_mat": {},
