@@ -29,6 +29,7 @@ pub mod mul_mat;
 pub mod mutate;
 pub mod names;
 pub mod paths;
+pub mod penalties;
 pub mod refcache;
 pub mod rms_norm;
 pub mod rng;

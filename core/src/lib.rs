@@ -60,17 +60,20 @@
 //!   SDPA, FlexAttention, Hugging Face's eager form) held to a sound
 //!   enclosure per output element under a declared arithmetic (flash, f32,
 //!   eager), mask alignment, window, softcap and GQA.
-//! - [`sampling`]: the sampling filters (temperature, top-k, top-p,
-//!   min-p: vLLM, FlashInfer, Hugging Face) held to sound enclosures:
-//!   each token's membership exact wherever the enclosures decide it.
-//! - [`compare`]: how a kernel's output is compared with the oracle's.
-//!
-//! No allocation anywhere: every contract writes into caller-provided
 //! - [`merge_attn_states`]: merging two partial attention states by their
 //!   log-sum-exps (vLLM's `merge_attn_states`, SGLang's `merge_state_v2`,
 //!   FlashInfer's `merge_state`) held to a sound enclosure per output
 //!   element and output LSE under a declared base, both-empty policy and
 //!   LSE layout: exact where a side is empty or the LSEs are equal.
+//! - [`sampling`]: the sampling filters (temperature, top-k, top-p,
+//!   min-p: vLLM, FlashInfer, Hugging Face) held to sound enclosures:
+//!   each token's membership exact wherever the enclosures decide it.
+//! - [`penalties`]: the logits penalties before sampling (repetition,
+//!   frequency, presence: vLLM, Hugging Face, SGLang), bit for bit under
+//!   a declared order, scope and form.
+//! - [`compare`]: how a kernel's output is compared with the oracle's.
+//!
+//! No allocation anywhere: every contract writes into caller-provided
 //! slices, and the crate has no features.
 #![no_std]
 #![forbid(unsafe_code)]
@@ -93,12 +96,13 @@ pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod ggml;
 pub mod kv_cache;
+pub mod merge_attn_states;
 pub mod moe_align;
 pub mod moe_routing;
 pub mod moe_tables;
+pub mod penalties;
 pub mod rms_norm;
 pub mod rope;
 pub mod round;
 pub mod sampling;
 pub mod tensor_core;
-pub mod merge_attn_states;

@@ -65,6 +65,9 @@
 //!   membership exact wherever sound enclosures decide it; the masked
 //!   logits, renormalised probabilities or sampled ids judged; the order
 //!   and tie policies named).
+//! - [`check_penalties`]: `penalties_case` and `check_penalties` (the
+//!   logits penalties, repetition, frequency and presence, every element
+//!   bit for bit; the order, repetition scope and forms named).
 
 #![warn(missing_docs)]
 
@@ -78,6 +81,7 @@ pub mod check_kv_cache;
 pub mod check_merge_attn_states;
 pub mod check_moe;
 pub mod check_moe_routing;
+pub mod check_penalties;
 pub mod check_quant;
 pub mod check_rms_norm;
 pub mod check_rope;
@@ -128,5 +132,6 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_attention::register(m)?;
     check_merge_attn_states::register(m)?;
     check_sampling::register(m)?;
+    check_penalties::register(m)?;
     Ok(())
 }

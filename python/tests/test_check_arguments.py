@@ -33,6 +33,7 @@ MINIMAL = {
     "check_moe_align_block_size": {},
     "check_moe_routing": {"top_k": 2},
     "check_mul_mat": {},
+    "check_penalties": {},
     "check_reshape_and_cache": {},
     "check_rms_norm": {},
     "check_rotary_embedding": {},

@@ -1,0 +1,1105 @@
+//! Cases for judging a logits-penalties kernel (vLLM's `apply_penalties`
+//! and its GPU worker's `_penalties_kernel`, Hugging Face's
+//! `RepetitionPenaltyLogitsProcessor`, SGLang's penalizers, a torch or
+//! Triton kernel) bit for bit against [`oracle::penalties`] under the
+//! forms it declares, and for naming every known declaration its output
+//! matches.
+//!
+//! A case (elements, row-major): `logits [B][V]` (f32; `-inf` for a
+//! masked token, NaN and `+inf` in MASKED), per row [`Penalties`], and the
+//! tokens each row has seen, as ids padded with `V` (vLLM's padding:
+//! `prompt [B][P]`, `output [B][O]`, int64; [`id_lengths`] gives `P` and
+//! `O`) and as the counts they make (`[B][V]` each, rule `PEN-ID`): a
+//! kernel takes whichever form it declares ([`Inputs`]).
+//!
+//! The arms, each aimed at a class of bugs, each row with its own
+//! penalties (vLLM passes them per request: a kernel that reads row 0's
+//! for every row fails):
+//! - RAND: normal logits, penalties of both signs, tokens in the prompt,
+//!   the output or both: the order, the forms, the scope;
+//! - NEG: nine logits in ten negative: dividing a negative logit
+//!   (transformers issue 2302) or multiplying every sign by `1/p`;
+//! - ZERO: two thirds of the logits `+0` or `-0`, negative frequency and
+//!   presence penalties on some rows (rule `PEN-ZERO-SIGN`);
+//! - TIES: seen logits drawn where [`Repetition::Divide`] and
+//!   [`Repetition::Reciprocal`] part (positive logits), or where
+//!   [`Frequency::Separate`] and [`Frequency::Fma`] part (the logit
+//!   cancels most of `f c`);
+//! - MASKED: half the seen tokens `-inf`, a NaN on a third of the rows, a
+//!   `+inf` on a quarter;
+//! - PAD: every row padded (some wholly), tokens 0 and `V - 1` never
+//!   seen and every row's penalties active, so an id `V` wrapped onto 0 or
+//!   clamped onto `V - 1` changes their logits;
+//! - IDENTITY: three rows in four with the neutral penalties `1.0, 0.0,
+//!   0.0` (rule `PEN-NEUTRAL`), the fourth with one penalty active;
+//!   logits include `±0` and `±inf`;
+//! - COUNTS: 1024 output ids per row, two tokens taking 60% of them
+//!   (counts past 255), frequency penalties whose products with the counts
+//!   are exact (0.5, 0.25, ...) and others that are not;
+//! - PROMPT_ONLY: prompt and output tokens disjoint, most seen tokens in
+//!   the prompt only: repetition yes, frequency and presence no.
+
+use crate::rng::Rng;
+use oracle::penalties::{
+    bin_counts, penalize, validate, Declared, Frequency, Order, Penalties, Repetition, Scope,
+};
+use rayon::prelude::*;
+
+/// The data a case draws (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    /// Normal logits and penalties.
+    Rand,
+    /// Mostly negative logits.
+    Neg,
+    /// `±0` logits, negative subtracted penalties.
+    Zero,
+    /// Where the declarable forms part.
+    Ties,
+    /// `-inf` (and NaN, `+inf`) logits among the seen tokens.
+    Masked,
+    /// Padding ids.
+    Pad,
+    /// Neutral penalties.
+    Identity,
+    /// Large output counts.
+    Counts,
+    /// Tokens seen only in the prompt.
+    PromptOnly,
+}
+
+impl Arm {
+    /// Every arm, in the order a check runs them and a fuzz input's first
+    /// byte selects them ([`Spec::from_bytes`]).
+    pub const ALL: [Arm; 9] = [
+        Arm::Rand,
+        Arm::Neg,
+        Arm::Zero,
+        Arm::Ties,
+        Arm::Masked,
+        Arm::Pad,
+        Arm::Identity,
+        Arm::Counts,
+        Arm::PromptOnly,
+    ];
+
+    /// The arm's name in rows and reproductions.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arm::Rand => "RAND",
+            Arm::Neg => "NEG",
+            Arm::Zero => "ZERO",
+            Arm::Ties => "TIES",
+            Arm::Masked => "MASKED",
+            Arm::Pad => "PAD",
+            Arm::Identity => "IDENTITY",
+            Arm::Counts => "COUNTS",
+            Arm::PromptOnly => "PROMPT_ONLY",
+        }
+    }
+
+    /// The arm named `s` (any case).
+    ///
+    /// # Errors
+    /// A sentence naming the arms.
+    pub fn parse(s: &str) -> Result<Arm, String> {
+        crate::names::parse_named("arm", s, &Arm::ALL, Arm::name, true)
+    }
+}
+
+/// Which form of the seen tokens a kernel takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inputs {
+    /// Token ids, `[B][P]` and `[B][O]` int64 padded with `V` (vLLM v0's
+    /// `prompt_tokens_tensor`, `output_tokens_tensor`; Hugging Face's
+    /// `input_ids` once the padding is dropped).
+    Ids,
+    /// Counts, `[B][V]` int32 each (vLLM v1's `prompt_bin_counts` or mask
+    /// and `output_bin_counts`).
+    Counts,
+}
+
+impl Inputs {
+    /// Both forms.
+    pub const ALL: [Inputs; 2] = [Inputs::Ids, Inputs::Counts];
+
+    /// `"ids"` or `"counts"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Inputs::Ids => "ids",
+            Inputs::Counts => "counts",
+        }
+    }
+
+    /// The form named `s`.
+    ///
+    /// # Errors
+    /// The names.
+    pub fn parse(s: &str) -> Result<Inputs, String> {
+        crate::names::parse_named("inputs", s, &Inputs::ALL, Inputs::name, false)
+    }
+}
+
+/// The order named `s` ([`Order::name`]).
+///
+/// # Errors
+/// The names.
+pub fn parse_order(s: &str) -> Result<Order, String> {
+    crate::names::parse_named("order", s, &Order::ALL, Order::name, false)
+}
+
+/// The repetition scope named `s` ([`Scope::name`]).
+///
+/// # Errors
+/// The names.
+pub fn parse_scope(s: &str) -> Result<Scope, String> {
+    crate::names::parse_named("repetition_scope", s, &Scope::ALL, Scope::name, false)
+}
+
+/// The repetition form named `s` ([`Repetition::name`]), the known-bug
+/// forms included.
+///
+/// # Errors
+/// The names.
+pub fn parse_repetition(s: &str) -> Result<Repetition, String> {
+    crate::names::parse_named("repetition", s, &Repetition::ALL, Repetition::name, false)
+}
+
+/// The frequency form named `s` ([`Frequency::name`]).
+///
+/// # Errors
+/// The names.
+pub fn parse_frequency(s: &str) -> Result<Frequency, String> {
+    crate::names::parse_named("frequency", s, &Frequency::ALL, Frequency::name, false)
+}
+
+/// The most logits a case has (`B V`; 16 MiB of f32).
+pub const MAX_LOGITS: usize = 1 << 22;
+
+/// The most ids a case has (`B (P + O)`; 128 MiB of int64).
+pub const MAX_IDS: usize = 1 << 24;
+
+/// `(batch, vocab)`.
+pub type Dims = (usize, usize);
+
+/// The ids per row `(P, O)` of a case: `P = clamp(V, 8, 256)` prompt
+/// ids; `O = clamp(V / 2, 8, 128)` output ids, 1024 in COUNTS. Rows use
+/// fewer and pad the rest with `V`.
+pub fn id_lengths(arm: Arm, vocab: usize) -> (usize, usize) {
+    let p = vocab.clamp(8, 256);
+    let o = if arm == Arm::Counts {
+        1024
+    } else {
+        (vocab / 2).clamp(8, 128)
+    };
+    (p, o)
+}
+
+/// `d` checked against the caps (every arm's ids included).
+///
+/// # Errors
+/// An empty shape, or one over [`MAX_LOGITS`] or [`MAX_IDS`], as a
+/// sentence.
+pub fn within_caps(d: Dims) -> Result<(), String> {
+    if d.0 == 0 || d.1 == 0 {
+        return Err(format!("{d:?}: an empty batch or vocabulary"));
+    }
+    let logits = d.0.saturating_mul(d.1);
+    if logits > MAX_LOGITS {
+        return Err(format!(
+            "{d:?}: {logits} logits, over the check's {MAX_LOGITS}"
+        ));
+    }
+    let (p, o) = id_lengths(Arm::Counts, d.1);
+    let ids = d.0.saturating_mul(p + o);
+    if ids > MAX_IDS {
+        return Err(format!(
+            "{d:?}: {ids} token ids, over the check's {MAX_IDS}"
+        ));
+    }
+    Ok(())
+}
+
+/// The shapes [`Spec::from_bytes`] draws from: one token, two, a ragged
+/// few, then the check's vocabularies.
+pub const FUZZ_DIMS: [Dims; 8] = [
+    (1, 1),
+    (2, 2),
+    (4, 7),
+    (3, 33),
+    (9, 129),
+    (16, 1000),
+    (2, 4096),
+    (3, 32000),
+];
+
+/// One case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// `(batch, vocab)`.
+    pub dims: Dims,
+    /// The data.
+    pub arm: Arm,
+    /// The data seed.
+    pub seed: u64,
+}
+
+/// A case's inputs, in both forms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Case {
+    /// `(batch, vocab)`.
+    pub dims: Dims,
+    /// `[B][V]`.
+    pub logits: Vec<f32>,
+    /// `[B]`.
+    pub penalties: Vec<Penalties>,
+    /// `[B][P]` prompt ids, padded with `V`.
+    pub prompt: Vec<i64>,
+    /// `[B][O]` output ids, padded with `V`.
+    pub output: Vec<i64>,
+    /// `P`.
+    pub prompt_len: usize,
+    /// `O`.
+    pub output_len: usize,
+    /// `[B][V]`, rule `PEN-ID` of `prompt`.
+    pub prompt_counts: Vec<u32>,
+    /// `[B][V]`, rule `PEN-ID` of `output`.
+    pub output_counts: Vec<u32>,
+}
+
+impl Case {
+    /// The per-row penalties as the callable gets them, in vLLM's
+    /// `apply_penalties` argument order: `(presence, frequency,
+    /// repetition)`.
+    pub fn columns(&self) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        (
+            self.penalties.iter().map(|p| p.presence).collect(),
+            self.penalties.iter().map(|p| p.frequency).collect(),
+            self.penalties.iter().map(|p| p.repetition).collect(),
+        )
+    }
+}
+
+/// A random value in `[lo, hi)` with 24 random bits.
+fn uniform(rng: &mut Rng, lo: f32, hi: f32) -> f32 {
+    lo + (hi - lo) * rng.f01()
+}
+
+/// `n` ids drawn from `pool` (with repeats); none from an empty pool.
+fn draw(rng: &mut Rng, pool: &[usize], n: usize) -> Vec<i64> {
+    if pool.is_empty() {
+        return Vec::new();
+    }
+    (0..n).map(|_| pool[rng.below(pool.len())] as i64).collect()
+}
+
+/// One row as the generator draws it.
+struct Row {
+    logits: Vec<f32>,
+    penalties: Penalties,
+    prompt: Vec<i64>,
+    output: Vec<i64>,
+}
+
+fn row_counts(ids: &[i64], v: usize) -> Vec<u32> {
+    let mut c = vec![0u32; v];
+    for &i in ids {
+        c[i as usize] += 1;
+    }
+    c
+}
+
+impl Spec {
+    /// The default seed of a shape and arm.
+    pub fn base_seed(d: Dims, arm: Arm) -> u64 {
+        let mut h = 0x9E7A_1715_0000_0000u64;
+        for v in [d.0, d.1] {
+            h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01B3);
+        }
+        let arm = Arm::ALL.iter().position(|&a| a == arm).unwrap_or(0) as u64;
+        h ^ arm
+    }
+
+    /// A case from fuzz bytes. The leading bytes choose every path: byte
+    /// 0 the arm (`% 9`, so each arm 28 or 29 values in 256), byte 1 the
+    /// shape (`% 8` of [`FUZZ_DIMS`]), then up to 8 bytes of seed (missing
+    /// bytes read 0).
+    pub fn from_bytes(data: &[u8]) -> Spec {
+        let byte = |i: usize| data.get(i).copied().unwrap_or(0);
+        let mut seed = [0u8; 8];
+        for (k, s) in seed.iter_mut().enumerate() {
+            *s = byte(2 + k);
+        }
+        Spec {
+            dims: FUZZ_DIMS[usize::from(byte(1) % 8)],
+            arm: Arm::ALL[usize::from(byte(0) % 9)],
+            seed: u64::from_le_bytes(seed),
+        }
+    }
+
+    /// The inputs, drawn from `seed` alone.
+    ///
+    /// # Errors
+    /// As [`within_caps`].
+    pub fn generate(&self) -> Result<Case, String> {
+        within_caps(self.dims)?;
+        let (b, v) = self.dims;
+        let (pl, ol) = id_lengths(self.arm, v);
+        let mut rng = Rng(self.seed);
+        let mut case = Case {
+            dims: self.dims,
+            logits: Vec::with_capacity(b * v),
+            penalties: Vec::with_capacity(b),
+            prompt: vec![v as i64; b * pl],
+            output: vec![v as i64; b * ol],
+            prompt_len: pl,
+            output_len: ol,
+            prompt_counts: vec![0; b * v],
+            output_counts: vec![0; b * v],
+        };
+        for r in 0..b {
+            // Cycling choices by row (offset by the seed) so neighbouring
+            // rows differ.
+            let c = r + rng.below(7);
+            let row = self.row(&mut rng, c, pl, ol);
+            debug_assert!(row.prompt.len() <= pl && row.output.len() <= ol);
+            validate(r, &row.penalties).map_err(|e| e.to_string())?;
+            case.logits.extend_from_slice(&row.logits);
+            case.penalties.push(row.penalties);
+            case.prompt[r * pl..r * pl + row.prompt.len()].copy_from_slice(&row.prompt);
+            case.output[r * ol..r * ol + row.output.len()].copy_from_slice(&row.output);
+        }
+        bin_counts("prompt", &case.prompt, b, v, &mut case.prompt_counts)
+            .map_err(|e| e.to_string())?;
+        bin_counts("output", &case.output, b, v, &mut case.output_counts)
+            .map_err(|e| e.to_string())?;
+        Ok(case)
+    }
+
+    /// Row `c` (the row's cycle position) of this arm.
+    fn row(&self, rng: &mut Rng, c: usize, pl: usize, ol: usize) -> Row {
+        let v = self.dims.1;
+        let normal = |rng: &mut Rng, sd: f32| sd * rng.normal();
+        // Penalties of both signs, each neutral on some rows, the random
+        // ones with 24-bit significands.
+        let mut penalties = Penalties {
+            repetition: match c % 6 {
+                0 => 1.0,
+                1 => 1.2,
+                2 => 0.8,
+                3 => 1.5,
+                4 => 2.0,
+                _ => uniform(rng, 0.5, 2.5),
+            },
+            frequency: match c % 5 {
+                0 => 0.0,
+                1 => 0.5,
+                2 => -0.3,
+                3 => uniform(rng, -2.0, 2.0),
+                _ => 1.7,
+            },
+            presence: match (c / 2) % 6 {
+                0 | 5 => 0.0,
+                1 => 0.4,
+                2 => -0.6,
+                3 => uniform(rng, -2.0, 2.0),
+                _ => 1.1,
+            },
+        };
+        // The usual ids: a hot set of tokens, the prompt drawing from its
+        // first two thirds and the output from its last two thirds (so
+        // some tokens are in the prompt only, some in both, some in the
+        // output only), row lengths from empty to full.
+        let hot_n = v.min((pl + ol) / 2).max(1);
+        let hot: Vec<usize> = (0..hot_n).map(|_| rng.below(v)).collect();
+        let (a, z) = ((2 * hot_n).div_ceil(3), hot_n / 3);
+        let lp = [pl, pl / 2, 0, rng.below(pl + 1)][c % 4];
+        let lo = [ol, rng.below(ol + 1), ol / 3, 0, ol][c % 5];
+        let mut prompt = draw(rng, &hot[..a], lp);
+        let mut output = draw(rng, &hot[z..], lo);
+        let mut logits: Vec<f32> = match self.arm {
+            Arm::Rand | Arm::Masked | Arm::Pad | Arm::PromptOnly | Arm::Counts => {
+                let sd = [1.0f32, 3.0, 8.0][c % 3];
+                (0..v).map(|_| normal(rng, sd)).collect()
+            }
+            Arm::Neg => {
+                let sd = [1.0f32, 3.0, 8.0][c % 3];
+                (0..v)
+                    .map(|_| {
+                        let x = normal(rng, sd).abs();
+                        if rng.below(10) == 0 {
+                            x
+                        } else {
+                            -x
+                        }
+                    })
+                    .collect()
+            }
+            Arm::Zero => (0..v)
+                .map(|_| match rng.below(3) {
+                    0 => 0.0,
+                    1 => -0.0,
+                    _ => normal(rng, 2.0),
+                })
+                .collect(),
+            Arm::Identity => (0..v)
+                .map(|_| match rng.below(16) {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => f32::NEG_INFINITY,
+                    3 => f32::INFINITY,
+                    _ => normal(rng, 3.0),
+                })
+                .collect(),
+            // Drawn below, once the counts are known.
+            Arm::Ties => Vec::new(),
+        };
+        match self.arm {
+            Arm::Rand | Arm::Masked => {}
+            Arm::Neg => {
+                penalties.repetition = [1.3, 1.7, 0.7, uniform(rng, 1.05, 2.0)][c % 4];
+            }
+            Arm::Zero => {
+                penalties = [
+                    Penalties {
+                        repetition: 1.3,
+                        frequency: -0.5,
+                        presence: -0.25,
+                    },
+                    Penalties {
+                        repetition: 0.8,
+                        frequency: 0.6,
+                        presence: 0.3,
+                    },
+                    Penalties {
+                        repetition: 1.0,
+                        frequency: -0.7,
+                        presence: 0.0,
+                    },
+                    Penalties {
+                        repetition: 1.7,
+                        frequency: 0.0,
+                        presence: -1.2,
+                    },
+                ][c % 4];
+            }
+            Arm::Identity => {
+                penalties = Penalties::NONE;
+                if c % 4 == 3 {
+                    match (c / 4) % 3 {
+                        0 => penalties.repetition = 1.4,
+                        1 => penalties.frequency = 0.3,
+                        _ => penalties.presence = -0.8,
+                    }
+                }
+            }
+            Arm::Pad => {
+                // Real ids avoid 0 and V - 1; every row keeps some padding
+                // in both arrays; every penalty active.
+                let inner: Vec<usize> = if v >= 3 {
+                    (1..v - 1).collect()
+                } else {
+                    Vec::new()
+                };
+                let lp = [0, pl / 4, pl / 2, rng.below(pl)][c % 4];
+                let lo = [ol / 2, 0, ol / 4, rng.below(ol)][c % 4];
+                prompt = draw(rng, &inner, lp);
+                output = draw(rng, &inner, lo);
+                penalties = Penalties {
+                    repetition: [1.5, 0.7, 1.25, 2.0][c % 4],
+                    frequency: [0.4, -0.9, 1.1, 0.3][c % 4],
+                    presence: [0.5, 0.8, -0.3, 1.0][c % 4],
+                };
+            }
+            Arm::Counts => {
+                // Two tokens take 40% and 20% of up to 1024 output ids.
+                let lo = [ol, ol, 3 * ol / 4, ol / 2][c % 4];
+                let (t0, t1) = (rng.below(v), rng.below(v));
+                output = (0..lo)
+                    .map(|_| match rng.below(10) {
+                        0..=3 => t0,
+                        4 | 5 => t1,
+                        _ => rng.below(v),
+                    } as i64)
+                    .collect();
+                penalties.frequency = [0.5, 0.25, 1.5, 0.125, uniform(rng, -2.0, 2.0)][c % 5];
+                penalties.presence = uniform(rng, -1.0, 1.0);
+                penalties.repetition = uniform(rng, 0.5, 2.0);
+            }
+            Arm::PromptOnly => {
+                // The prompt from one set of tokens, the output from
+                // tokens outside it.
+                let mut in_prompt = vec![false; v];
+                let sp: Vec<usize> = (0..v.min(pl)).map(|_| rng.below(v)).collect();
+                sp.iter().for_each(|&t| in_prompt[t] = true);
+                let so: Vec<usize> = (0..(ol / 4).max(1))
+                    .map(|_| rng.below(v))
+                    .filter(|&t| !in_prompt[t])
+                    .collect();
+                prompt = draw(rng, &sp, pl);
+                output = draw(rng, &so, ol / 4);
+                let sign = |rng: &mut Rng| if rng.below(2) == 0 { 1.0f32 } else { -1.0 };
+                penalties = Penalties {
+                    repetition: if c.is_multiple_of(2) {
+                        uniform(rng, 1.1, 2.0)
+                    } else {
+                        uniform(rng, 0.5, 0.9)
+                    },
+                    frequency: sign(rng) * uniform(rng, 0.2, 1.5),
+                    presence: sign(rng) * uniform(rng, 0.2, 1.5),
+                };
+            }
+            Arm::Ties => {
+                penalties = Penalties {
+                    repetition: uniform(rng, 1.05, 1.95),
+                    frequency: if rng.below(2) == 0 { 1.0 } else { -1.0 } * uniform(rng, 0.1, 2.0),
+                    presence: uniform(rng, -1.0, 1.0),
+                };
+                // A small output pool, so counts of 1 to about 16.
+                let pool: Vec<usize> = (0..(ol / 8).max(1)).map(|_| rng.below(v)).collect();
+                prompt = draw(rng, &hot[..a], pl / 2);
+                output = draw(rng, &pool, ol);
+                let (pc, oc) = (row_counts(&prompt, v), row_counts(&output, v));
+                logits = (0..v)
+                    .map(|i| ties_logit(rng, i, &penalties, pc[i], oc[i]))
+                    .collect();
+            }
+        }
+        if self.arm == Arm::Masked {
+            let (pc, oc) = (row_counts(&prompt, v), row_counts(&output, v));
+            for (i, l) in logits.iter_mut().enumerate() {
+                let seen = pc[i] > 0 || oc[i] > 0;
+                if (seen && rng.below(2) == 0) || rng.below(8) == 0 {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+            if c.is_multiple_of(3) {
+                // A NaN on a seen token where there is one.
+                let seen: Vec<usize> = (0..v).filter(|&i| pc[i] > 0 || oc[i] > 0).collect();
+                let i = if seen.is_empty() {
+                    rng.below(v)
+                } else {
+                    seen[rng.below(seen.len())]
+                };
+                logits[i] = f32::NAN;
+            }
+            if c % 4 == 1 {
+                logits[rng.below(v)] = f32::INFINITY;
+            }
+        }
+        Row {
+            logits,
+            penalties,
+            prompt,
+            output,
+        }
+    }
+}
+
+/// TIES's logit for token `i` with its counts: a seen token gets one where
+/// two declarable forms part under vLLM's order and scope (even tokens and
+/// tokens in the prompt only: divide against reciprocal, on a positive
+/// logit; odd generated tokens: separate against fma, a logit whose
+/// penalised value cancels most of `f c`), the best of 32 tries; an
+/// unseen token a normal value.
+fn ties_logit(rng: &mut Rng, i: usize, p: &Penalties, pc: u32, oc: u32) -> f32 {
+    if pc == 0 && oc == 0 {
+        return 3.0 * rng.normal();
+    }
+    let vllm = Declared::VLLM;
+    let other = if i % 2 == 1 && oc > 0 {
+        Declared {
+            frequency: Frequency::Fma,
+            ..vllm
+        }
+    } else {
+        Declared {
+            repetition: Repetition::Reciprocal,
+            ..vllm
+        }
+    };
+    let mut l = 0.0;
+    for _ in 0..32 {
+        l = if other.frequency == Frequency::Fma {
+            // The value after the repetition penalty near f c + q, so
+            // that subtracting f c leaves about q and subtracting q (exact
+            // by Sterbenz's lemma when within a factor 2) leaves a value
+            // whose last bits show f c's rounding.
+            let fc = p.frequency * oc as f32;
+            let t =
+                fc + p.presence + 0.05 * (2.0 * rng.f01() - 1.0) * fc.abs().max(p.presence.abs());
+            if t > 0.0 {
+                t * p.repetition
+            } else {
+                t / p.repetition
+            }
+        } else {
+            4.0 * rng.normal().abs() + 0.01
+        };
+        if penalize(&vllm, l, p, pc, oc) != penalize(&other, l, p, pc, oc) {
+            break;
+        }
+    }
+    l
+}
+
+/// `got` (bits) is `want`'s value: the same bits, or both NaN (which NaN
+/// a kernel writes is not specified: IEEE 754 section 6.2.3).
+pub fn same(got: u32, want: f32) -> bool {
+    got == want.to_bits() || (f32::from_bits(got).is_nan() && want.is_nan())
+}
+
+/// The oracle's output of `case` under `d`, rows in parallel (each token
+/// by core's [`oracle::penalties::penalize`], as
+/// [`oracle::penalties::apply_penalties`]).
+pub fn reference(case: &Case, d: &Declared) -> Vec<f32> {
+    let v = case.dims.1;
+    let mut out = vec![0f32; case.logits.len()];
+    out.par_chunks_mut(v).enumerate().for_each(|(r, o)| {
+        let p = &case.penalties[r];
+        for (j, y) in o.iter_mut().enumerate() {
+            let i = r * v + j;
+            *y = penalize(
+                d,
+                case.logits[i],
+                p,
+                case.prompt_counts[i],
+                case.output_counts[i],
+            );
+        }
+    });
+    out
+}
+
+/// One element that differs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fault {
+    /// The row.
+    pub row: usize,
+    /// The token.
+    pub token: usize,
+    /// The kernel's bits.
+    pub got: u32,
+    /// The oracle's value.
+    pub want: f32,
+}
+
+/// A case's judgement.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verdict {
+    /// Elements compared.
+    pub elements: usize,
+    /// Elements that differ.
+    pub differ: usize,
+    /// The first faults in row-major order, at most eight.
+    pub faults: Vec<Fault>,
+}
+
+impl Verdict {
+    /// Every element equal.
+    pub fn pass(&self) -> bool {
+        self.differ == 0
+    }
+}
+
+/// Judges a kernel's output `got` (`[B][V]` bits) against `case` under
+/// `d`, bit for bit (any NaN equal to any NaN).
+///
+/// # Errors
+/// An output of the wrong length.
+pub fn judge(case: &Case, d: &Declared, got: &[u32]) -> Result<Verdict, String> {
+    if got.len() != case.logits.len() {
+        return Err(format!(
+            "the output holds {} elements, the case needs {}",
+            got.len(),
+            case.logits.len()
+        ));
+    }
+    let want = reference(case, d);
+    let v = case.dims.1;
+    let mut verdict = Verdict {
+        elements: want.len(),
+        ..Verdict::default()
+    };
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        if !same(g, w) {
+            verdict.differ += 1;
+            if verdict.faults.len() < 8 {
+                verdict.faults.push(Fault {
+                    row: i / v,
+                    token: i % v,
+                    got: g,
+                    want: w,
+                });
+            }
+        }
+    }
+    Ok(verdict)
+}
+
+/// Every known declaration (every order, scope, repetition form, the
+/// known-bug forms included, and frequency form), vLLM's first: 192.
+pub fn known() -> Vec<Declared> {
+    let mut out = Vec::with_capacity(192);
+    for order in Order::ALL {
+        for scope in Scope::ALL {
+            for repetition in Repetition::ALL {
+                for frequency in Frequency::ALL {
+                    out.push(Declared {
+                        order,
+                        scope,
+                        repetition,
+                        frequency,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `"repetition_frequency_presence/prompt_and_output/divide/separate"`:
+/// the order, the scope, the repetition form and the frequency form, by
+/// the names the check takes.
+pub fn label(d: &Declared) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        d.order.name(),
+        d.scope.name(),
+        d.repetition.name(),
+        d.frequency.name()
+    )
+}
+
+/// Up to `max` labels joined by `"; "`, then `"(and N more)"`; `"none
+/// known"` for none.
+pub fn list(v: &[Declared], max: usize) -> String {
+    if v.is_empty() {
+        return "none known".into();
+    }
+    let names: Vec<String> = v.iter().take(max).map(label).collect();
+    let mut s = names.join("; ");
+    if v.len() > max {
+        s.push_str(&format!(" (and {} more)", v.len() - max));
+    }
+    s
+}
+
+/// Every known declaration ([`known`]) whose output equals `got` (`[B][V]`
+/// bits) everywhere.
+///
+/// # Errors
+/// An output of the wrong length.
+pub fn identify(case: &Case, got: &[u32]) -> Result<Vec<Declared>, String> {
+    if got.len() != case.logits.len() {
+        return Err("an output of the wrong length".into());
+    }
+    let v = case.dims.1;
+    Ok(known()
+        .into_iter()
+        .filter(|d| {
+            got.par_iter().enumerate().all(|(i, &g)| {
+                let w = penalize(
+                    d,
+                    case.logits[i],
+                    &case.penalties[i / v],
+                    case.prompt_counts[i],
+                    case.output_counts[i],
+                );
+                same(g, w)
+            })
+        })
+        .collect())
+}
+
+fn value(x: f32) -> String {
+    format!("{x:e} (0x{:08X})", x.to_bits())
+}
+
+/// One fault as a sentence: the row's penalties, the token's logit and
+/// counts, both values as bits, and the known declarations whose value
+/// the kernel's is at that element.
+pub fn describe(f: &Fault, case: &Case) -> String {
+    let v = case.dims.1;
+    let i = f.row * v + f.token;
+    let p = &case.penalties[f.row];
+    let (pc, oc) = (case.prompt_counts[i], case.output_counts[i]);
+    let l = case.logits[i];
+    let at: Vec<Declared> = known()
+        .into_iter()
+        .filter(|d| same(f.got, penalize(d, l, p, pc, oc)))
+        .collect();
+    format!(
+        "row {} (repetition {:?}, frequency {:?}, presence {:?}), token {}: logit {}, prompt count {pc}, output count {oc}: got {}, want {}; the value of: {}",
+        f.row,
+        p.repetition,
+        p.frequency,
+        p.presence,
+        f.token,
+        value(l),
+        value(f32::from_bits(f.got)),
+        value(f.want),
+        list(&at, 3)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIMS: [Dims; 4] = [(4, 7), (9, 129), (16, 1000), (3, 32000)];
+
+    fn case(dims: Dims, arm: Arm) -> Case {
+        Spec {
+            dims,
+            arm,
+            seed: Spec::base_seed(dims, arm),
+        }
+        .generate()
+        .unwrap()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn reference_is_cores_apply_penalties() {
+        for arm in Arm::ALL {
+            for dims in DIMS {
+                let c = case(dims, arm);
+                for d in known().into_iter().step_by(7) {
+                    let mut out = vec![0f32; c.logits.len()];
+                    oracle::penalties::apply_penalties(
+                        dims.0,
+                        dims.1,
+                        &d,
+                        &oracle::penalties::Inputs {
+                            logits: &c.logits,
+                            penalties: &c.penalties,
+                            prompt_counts: &c.prompt_counts,
+                            output_counts: &c.output_counts,
+                        },
+                        &mut out,
+                    )
+                    .unwrap();
+                    assert_eq!(bits(&out), bits(&reference(&c, &d)), "{arm:?} {dims:?}");
+                }
+            }
+        }
+    }
+
+    /// Each arm's first byte: 256 values over 9 arms, 28 or 29 each.
+    #[test]
+    fn from_bytes_reaches_every_arm_at_its_rate() {
+        let mut n = [0usize; 9];
+        for b0 in 0..=255u8 {
+            let sp = Spec::from_bytes(&[b0, b0.wrapping_mul(7), 1, 2]);
+            n[Arm::ALL.iter().position(|&a| a == sp.arm).unwrap()] += 1;
+            assert!(sp.generate().is_ok());
+        }
+        assert!(n.iter().all(|&k| k == 28 || k == 29), "{n:?}");
+        assert_eq!(n.iter().sum::<usize>(), 256);
+        // Every shape too, and missing bytes read 0.
+        let dims: Vec<Dims> = (0..8u8).map(|b1| Spec::from_bytes(&[0, b1]).dims).collect();
+        assert_eq!(dims, FUZZ_DIMS);
+        assert_eq!(Spec::from_bytes(&[]).seed, 0);
+    }
+
+    /// Each arm draws what it is for, at its designed rate, over the
+    /// test shapes.
+    #[test]
+    fn each_arm_draws_its_regime_at_its_rate() {
+        let vllm = Declared::VLLM;
+        let recip = Declared {
+            repetition: Repetition::Reciprocal,
+            ..vllm
+        };
+        let fma = Declared {
+            frequency: Frequency::Fma,
+            ..vllm
+        };
+        let rate = |arm: Arm, f: &dyn Fn(&Case, usize) -> Option<bool>| {
+            let (mut hit, mut all) = (0usize, 0usize);
+            for dims in DIMS {
+                let c = case(dims, arm);
+                for i in 0..c.logits.len() {
+                    if let Some(h) = f(&c, i) {
+                        all += 1;
+                        hit += usize::from(h);
+                    }
+                }
+            }
+            hit as f64 / all.max(1) as f64
+        };
+        let seen = |c: &Case, i: usize| c.prompt_counts[i] > 0 || c.output_counts[i] > 0;
+        // NEG: nine logits in ten negative.
+        let r = rate(Arm::Neg, &|c, i| Some(c.logits[i] < 0.0));
+        assert!((0.85..0.95).contains(&r), "NEG {r}");
+        // ZERO: two thirds zeros, both signs.
+        let r = rate(Arm::Zero, &|c, i| Some(c.logits[i] == 0.0));
+        assert!((0.6..0.73).contains(&r), "ZERO {r}");
+        let r = rate(Arm::Zero, &|c, i| {
+            (c.logits[i] == 0.0).then(|| c.logits[i].is_sign_negative())
+        });
+        assert!((0.4..0.6).contains(&r), "ZERO signs {r}");
+        // TIES: most seen tokens part the two pairs of forms.
+        let tie = |c: &Case, i: usize, d: &Declared| {
+            let p = &c.penalties[i / c.dims.1];
+            let (pc, oc) = (c.prompt_counts[i], c.output_counts[i]);
+            penalize(&vllm, c.logits[i], p, pc, oc) != penalize(d, c.logits[i], p, pc, oc)
+        };
+        // Divide against reciprocal on the even seen tokens and those in
+        // the prompt only; separate against fma on the odd generated
+        // ones whose `f c` is inexact in binary32 (nothing can part the
+        // others).
+        let fma_target = |c: &Case, i: usize| {
+            let oc = c.output_counts[i];
+            i % c.dims.1 % 2 == 1 && oc > 0
+        };
+        let inexact = |c: &Case, i: usize| {
+            let (f, oc) = (c.penalties[i / c.dims.1].frequency, c.output_counts[i]);
+            f64::from(f) * f64::from(oc) != f64::from(f * oc as f32)
+        };
+        let r = rate(Arm::Ties, &|c, i| {
+            (seen(c, i) && !fma_target(c, i)).then(|| tie(c, i, &recip))
+        });
+        assert!(r > 0.9, "TIES divide/reciprocal {r}");
+        let r = rate(Arm::Ties, &|c, i| {
+            (fma_target(c, i) && inexact(c, i)).then(|| tie(c, i, &fma))
+        });
+        assert!(r > 0.9, "TIES separate/fma {r}");
+        let r = rate(Arm::Ties, &|c, i| fma_target(c, i).then(|| inexact(c, i)));
+        assert!(r > 0.4, "TIES inexact products {r}");
+        // MASKED: half the seen tokens -inf.
+        let r = rate(Arm::Masked, &|c, i| {
+            seen(c, i).then(|| c.logits[i] == f32::NEG_INFINITY)
+        });
+        assert!((0.4..0.65).contains(&r), "MASKED {r}");
+        // PROMPT_ONLY: most seen tokens in the prompt only.
+        let r = rate(Arm::PromptOnly, &|c, i| {
+            seen(c, i).then(|| c.output_counts[i] == 0)
+        });
+        assert!(r > 0.6, "PROMPT_ONLY {r}");
+        for dims in DIMS {
+            let (b, v) = dims;
+            // PAD: every row padded in both arrays, 0 and V - 1 unseen,
+            // every penalty active.
+            let c = case(dims, Arm::Pad);
+            for r in 0..b {
+                assert!(c.prompt[r * c.prompt_len..(r + 1) * c.prompt_len].contains(&(v as i64)));
+                assert!(c.output[r * c.output_len..(r + 1) * c.output_len].contains(&(v as i64)));
+                for t in [0, v - 1] {
+                    assert_eq!(c.prompt_counts[r * v + t] + c.output_counts[r * v + t], 0);
+                }
+                let p = c.penalties[r];
+                assert!(p.repetition != 1.0 && p.frequency != 0.0 && p.presence != 0.0);
+            }
+            // IDENTITY: neutral rows are the identity; at least one.
+            let c = case(dims, Arm::Identity);
+            let out = reference(&c, &vllm);
+            let neutral: Vec<usize> = (0..b)
+                .filter(|&r| c.penalties[r] == Penalties::NONE)
+                .collect();
+            assert!(!neutral.is_empty(), "{dims:?}");
+            for r in neutral {
+                assert_eq!(
+                    bits(&out[r * v..(r + 1) * v]),
+                    bits(&c.logits[r * v..(r + 1) * v])
+                );
+            }
+            // MASKED: a NaN on some row.
+            assert!(case(dims, Arm::Masked).logits.iter().any(|x| x.is_nan()));
+        }
+        // COUNTS: most rows have a count past 255, at 16 rows of 1000.
+        let c = case((16, 1000), Arm::Counts);
+        let big = (0..16)
+            .filter(|&r| {
+                c.output_counts[r * 1000..(r + 1) * 1000]
+                    .iter()
+                    .any(|&k| k > 255)
+            })
+            .count();
+        assert!(big >= 10, "COUNTS {big}");
+    }
+
+    #[test]
+    fn every_declaration_identifies_itself_over_the_arms() {
+        let picks = [
+            Declared::VLLM,
+            Declared {
+                repetition: Repetition::Reciprocal,
+                frequency: Frequency::Fma,
+                ..Declared::VLLM
+            },
+            Declared {
+                order: Order::PresenceFrequencyRepetition,
+                scope: Scope::OutputOnly,
+                repetition: Repetition::Divide,
+                frequency: Frequency::Accumulate,
+            },
+            Declared {
+                repetition: Repetition::DivideAll,
+                ..Declared::VLLM
+            },
+            Declared {
+                order: Order::RepetitionPresenceFrequency,
+                ..Declared::VLLM
+            },
+            Declared {
+                repetition: Repetition::Reciprocal,
+                frequency: Frequency::FmaScaled,
+                ..Declared::VLLM
+            },
+        ];
+        for d in picks {
+            let mut left = known();
+            for arm in Arm::ALL {
+                for dims in [(4, 7), (9, 129), (16, 1000)] {
+                    let c = case(dims, arm);
+                    let found = identify(&c, &bits(&reference(&c, &d))).unwrap();
+                    assert!(found.contains(&d), "{} {arm:?}", label(&d));
+                    left.retain(|x| found.contains(x));
+                }
+            }
+            assert_eq!(left, vec![d], "{}", label(&d));
+        }
+    }
+
+    #[test]
+    fn judge_finds_and_describes_the_first_difference() {
+        let c = case((9, 129), Arm::Neg);
+        let bug = Declared {
+            repetition: Repetition::DivideAll,
+            ..Declared::VLLM
+        };
+        let got = bits(&reference(&c, &bug));
+        let v = judge(&c, &Declared::VLLM, &got).unwrap();
+        assert!(!v.pass() && !v.faults.is_empty());
+        let s = describe(&v.faults[0], &c);
+        assert!(s.contains("divide_all"), "{s}");
+        assert!(judge(&c, &Declared::VLLM, &got[1..]).is_err());
+        let ok = judge(&c, &Declared::VLLM, &bits(&reference(&c, &Declared::VLLM))).unwrap();
+        assert!(ok.pass() && ok.elements == 9 * 129);
+    }
+
+    #[test]
+    fn caps_and_names() {
+        assert!(within_caps((0, 5)).is_err());
+        assert!(within_caps((1 << 12, 1 << 11)).is_err());
+        assert!(within_caps((1 << 14, 4)).is_err());
+        assert!(within_caps((2, 151_936)).is_ok());
+        for arm in Arm::ALL {
+            assert_eq!(Arm::parse(&arm.name().to_lowercase()), Ok(arm));
+        }
+        assert_eq!(Inputs::parse("counts"), Ok(Inputs::Counts));
+        assert!(parse_order("rep_freq_pres")
+            .unwrap_err()
+            .contains("repetition_frequency_presence"));
+        assert_eq!(parse_scope("output_only"), Ok(Scope::OutputOnly));
+        assert_eq!(parse_repetition("divide_all"), Ok(Repetition::DivideAll));
+        assert_eq!(parse_frequency("fma"), Ok(Frequency::Fma));
+        assert_eq!(known().len(), 192);
+        assert_eq!(known()[0], Declared::VLLM);
+    }
+}
