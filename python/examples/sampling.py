@@ -188,10 +188,11 @@ if triton is not None:
             b = mn.to(tl.int32, bitcast=True)
             lo = tl.where(b >= 0, b, b ^ 0x7FFFFFFF).to(tl.int64)
             b = mx.to(tl.int32, bitcast=True)
-            hi = tl.where(b >= 0, b, b ^ 0x7FFFFFFF).to(tl.int64) + 1
+            top = tl.where(b >= 0, b, b ^ 0x7FFFFFFF).to(tl.int64) + 1
         else:
             lo = mn
-            hi = mx
+            top = mx
+        hi = top
         if k < n_fin:
             for _ in range(ITERS):
                 if BITS:
@@ -222,9 +223,9 @@ if triton is not None:
                 keep = x >= lo
             den += tl.sum(tl.where(keep & (x > float("-inf")), tl.exp(x - mx), 0.0), 0)
         # Top-p: the largest threshold t >= the top-k one whose survivors
-        # carry at least p of the mass.
+        # carry at least p of the mass, searched up to the row's maximum.
         lo2 = lo
-        hi2 = hi
+        hi2 = top
         if p < 1.0:
             for _ in range(ITERS):
                 if BITS:
@@ -318,12 +319,15 @@ def main():
         # bisection with a capped step count: wherever a token lies within
         # the last bracket below the k-th value (or the top-p cut), it is
         # kept though its declaration removes it: a finding, not expected.
+        # A threshold keeps the whole tie group at the top-p boundary:
+        # declared topp_ties="keep_all".
         for bits, iters in ((True, 33), (False, 20)):
             r = section(f"Triton threshold bisection ({'bit patterns' if bits else 'midpoint'}, "
                         f"{iters} steps)", 300,
-                        lambda b=bits, i=iters: run(threshold_filter(b, i), form="mask",
-                                                    scaled=True))
-            bad += r is None
+                        lambda b=bits, i=iters: run(threshold_filter(b, i), certain=b,
+                                                    form="mask", scaled=True,
+                                                    topp_ties="keep_all"))
+            bad += r is None or (bits and not r.ok)
     try:
         from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
     except Exception as e:  # vLLM absent or unusable on this host
