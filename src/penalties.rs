@@ -24,7 +24,10 @@
 //! - TIES: seen logits drawn where [`Repetition::Divide`] and
 //!   [`Repetition::Reciprocal`] part (positive logits), or where
 //!   [`Frequency::Separate`] and [`Frequency::Fma`] part (the logit
-//!   cancels most of `f c`);
+//!   cancels most of `f c`); the positive ones also part the multipliers
+//!   of rule `PEN-RECIP-ULPS` (`RN(1/p)` against its neighbours), so
+//!   that a kernel whose multiplier changes between the tokens of a row,
+//!   or lies outside the declared ulps, reproduces no member;
 //! - MASKED: half the seen tokens `-inf`, a NaN on a third of the rows, a
 //!   `+inf` on a quarter;
 //! - PAD: every row padded (some wholly), tokens 0 and `V - 1` never
@@ -38,10 +41,17 @@
 //!   are exact (0.5, 0.25, ...) and others that are not;
 //! - PROMPT_ONLY: prompt and output tokens disjoint, most seen tokens in
 //!   the prompt only: repetition yes, frequency and presence no.
+//!
+//! Judging is bit for bit, row by row: under a declaration whose
+//! multiplier may be approximate (rule `PEN-RECIP-ULPS`, `recip_ulps >
+//! 0`), a row passes when one member of its candidate multipliers
+//! reproduces every element of it ([`judge`]); [`identify`] names the
+//! approximate forms too (`reciprocal(2 ulps)`: [`KNOWN_RECIP_ULPS`]).
 
 use crate::rng::Rng;
 use oracle::penalties::{
-    bin_counts, penalize, validate, Declared, Frequency, Order, Penalties, Repetition, Scope,
+    bin_counts, penalize, penalize_with_reciprocal, validate, Declared, Frequency, Order,
+    Penalties, Repetition, Scope,
 };
 use rayon::prelude::*;
 
@@ -599,9 +609,10 @@ impl Spec {
 /// TIES's logit for token `i` with its counts: a seen token gets one where
 /// two declarable forms part under vLLM's order and scope (even tokens and
 /// tokens in the prompt only: divide against reciprocal, on a positive
-/// logit; odd generated tokens: separate against fma, a logit whose
-/// penalised value cancels most of `f c`), the best of 32 tries; an
-/// unseen token a normal value.
+/// logit, where the multipliers `RN(1/p)` and its two neighbours also
+/// give three values, rule `PEN-RECIP-ULPS`; odd generated tokens:
+/// separate against fma, a logit whose penalised value cancels most of
+/// `f c`), the best of 64 tries; an unseen token a normal value.
 fn ties_logit(rng: &mut Rng, i: usize, p: &Penalties, pc: u32, oc: u32) -> f32 {
     if pc == 0 && oc == 0 {
         return 3.0 * rng.normal();
@@ -618,8 +629,11 @@ fn ties_logit(rng: &mut Rng, i: usize, p: &Penalties, pc: u32, oc: u32) -> f32 {
             ..vllm
         }
     };
+    // The first try that parts the forms, kept should none also part the
+    // neighbours.
+    let mut parted = None;
     let mut l = 0.0;
-    for _ in 0..32 {
+    for _ in 0..64 {
         l = if other.frequency == Frequency::Fma {
             // The value after the repetition penalty near f c + q, so
             // that subtracting f c leaves about q and subtracting q (exact
@@ -637,10 +651,25 @@ fn ties_logit(rng: &mut Rng, i: usize, p: &Penalties, pc: u32, oc: u32) -> f32 {
             4.0 * rng.normal().abs() + 0.01
         };
         if penalize(&vllm, l, p, pc, oc) != penalize(&other, l, p, pc, oc) {
-            break;
+            if other.frequency == Frequency::Fma || parts_neighbours(&other, l, p, pc, oc) {
+                return l;
+            }
+            parted.get_or_insert(l);
         }
     }
-    l
+    parted.unwrap_or(l)
+}
+
+/// Whether `l` penalised under `d` gives three values with the
+/// multipliers `RN(1/p)` and its two neighbours (rule `PEN-RECIP-ULPS`).
+fn parts_neighbours(d: &Declared, l: f32, p: &Penalties, pc: u32, oc: u32) -> bool {
+    let rn = 1.0 / p.repetition;
+    let at = |k: i32| {
+        let r = f32::from_bits(rn.to_bits().wrapping_add_signed(k));
+        penalize_with_reciprocal(d, l, p, r, pc, oc).to_bits()
+    };
+    let (lo, mid, hi) = (at(-1), at(0), at(1));
+    lo != mid && mid != hi && lo != hi
 }
 
 /// `got` (bits) is `want`'s value: the same bits, or both NaN (which NaN
@@ -651,7 +680,8 @@ pub fn same(got: u32, want: f32) -> bool {
 
 /// The oracle's output of `case` under `d`, rows in parallel (each token
 /// by core's [`oracle::penalties::penalize`], as
-/// [`oracle::penalties::apply_penalties`]).
+/// [`oracle::penalties::apply_penalties`]): under `recip_ulps > 0`, the
+/// member of rule `PEN-RECIP-ULPS` whose multiplier is `RN(1/p)`.
 pub fn reference(case: &Case, d: &Declared) -> Vec<f32> {
     let v = case.dims.1;
     let mut out = vec![0f32; case.logits.len()];
@@ -671,6 +701,42 @@ pub fn reference(case: &Case, d: &Declared) -> Vec<f32> {
     out
 }
 
+/// Row `row`'s outputs under `d` with the row's multiplier `r` (rule
+/// `PEN-RECIP-ULPS`) into `out` (`V` elements).
+fn row_with(case: &Case, d: &Declared, row: usize, r: f32, out: &mut [f32]) {
+    let v = case.dims.1;
+    let p = &case.penalties[row];
+    for (j, y) in out.iter_mut().enumerate() {
+        let i = row * v + j;
+        *y = penalize_with_reciprocal(
+            d,
+            case.logits[i],
+            p,
+            r,
+            case.prompt_counts[i],
+            case.output_counts[i],
+        );
+    }
+}
+
+/// Whether row `row` of `got` (`[B][V]` bits) is `d`'s output with the
+/// multiplier `r`, element by element, stopping at the first difference.
+fn row_matches(case: &Case, d: &Declared, row: usize, r: f32, got: &[u32]) -> bool {
+    let v = case.dims.1;
+    let p = &case.penalties[row];
+    (row * v..(row + 1) * v).all(|i| {
+        let w = penalize_with_reciprocal(
+            d,
+            case.logits[i],
+            p,
+            r,
+            case.prompt_counts[i],
+            case.output_counts[i],
+        );
+        same(got[i], w)
+    })
+}
+
 /// One element that differs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Fault {
@@ -680,8 +746,32 @@ pub struct Fault {
     pub token: usize,
     /// The kernel's bits.
     pub got: u32,
-    /// The oracle's value.
+    /// The oracle's value, with the row's closest member `reciprocal`.
     pub want: f32,
+    /// The row's multiplier `want` was computed with (rule
+    /// `PEN-RECIP-ULPS`: `RN(1/p)`, or under `recip_ulps > 0` the member
+    /// leaving the fewest elements of the row differing); the division
+    /// forms use none.
+    pub reciprocal: f32,
+}
+
+/// A row no member of its candidate multipliers reproduces (rule
+/// `PEN-RECIP-ULPS`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Miss {
+    /// The row.
+    pub row: usize,
+    /// The members tried ([`Declared::reciprocals`]; 1 under
+    /// `recip_ulps = 0` or a division form).
+    pub members: usize,
+    /// The member leaving the fewest elements differing (the first of
+    /// those, `RN(1/p)` first, then by distance from `1/p`).
+    pub reciprocal: f32,
+    /// Its distance from `RN(1/p)` in binary32 steps (its bits less
+    /// `RN(1/p)`'s).
+    pub steps: i64,
+    /// The elements of the row it leaves differing.
+    pub differ: usize,
 }
 
 /// A case's judgement.
@@ -689,10 +779,15 @@ pub struct Fault {
 pub struct Verdict {
     /// Elements compared.
     pub elements: usize,
-    /// Elements that differ.
+    /// Elements that differ (in each failing row, those its closest
+    /// member leaves).
     pub differ: usize,
     /// The first faults in row-major order, at most eight.
     pub faults: Vec<Fault>,
+    /// Rows that differ (no member reproduces them).
+    pub rows_differ: usize,
+    /// The first of those, at most eight.
+    pub misses: Vec<Miss>,
 }
 
 impl Verdict {
@@ -703,10 +798,18 @@ impl Verdict {
 }
 
 /// Judges a kernel's output `got` (`[B][V]` bits) against `case` under
-/// `d`, bit for bit (any NaN equal to any NaN).
+/// `d`, bit for bit (any NaN equal to any NaN), row by row: a row passes
+/// when one member `r` of [`Declared::reciprocals`] (its penalty)
+/// reproduces every element of it with [`penalize_with_reciprocal`] (rule
+/// `PEN-RECIP-ULPS`: one multiplier per row; `RN(1/p)` alone under
+/// `recip_ulps = 0`); a failing row's faults are those of its closest
+/// member (fewest differing elements).
 ///
 /// # Errors
 /// An output of the wrong length.
+///
+/// # Panics
+/// `d.recip_ulps` over `MAX_RECIP_ULPS` under a reciprocal form.
 pub fn judge(case: &Case, d: &Declared, got: &[u32]) -> Result<Verdict, String> {
     if got.len() != case.logits.len() {
         return Err(format!(
@@ -715,42 +818,100 @@ pub fn judge(case: &Case, d: &Declared, got: &[u32]) -> Result<Verdict, String> 
             case.logits.len()
         ));
     }
-    let want = reference(case, d);
-    let v = case.dims.1;
+    let (b, v) = case.dims;
+    // Each row: (its closest member, its differences with it).
+    let rows: Vec<(Miss, Vec<Fault>)> = (0..b)
+        .into_par_iter()
+        .map(|row| {
+            let p = case.penalties[row].repetition;
+            let members = d.reciprocals(p);
+            let members = members.as_slice();
+            let mut out = vec![0f32; v];
+            let g = &got[row * v..(row + 1) * v];
+            let mut best: Option<(usize, f32)> = None;
+            for &r in members {
+                row_with(case, d, row, r, &mut out);
+                let n = g.iter().zip(&out).filter(|(&g, &w)| !same(g, w)).count();
+                if best.is_none_or(|(m, _)| n < m) {
+                    best = Some((n, r));
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            let (n, r) = best.unwrap_or((0, members[0]));
+            let mut faults = Vec::new();
+            if n > 0 {
+                row_with(case, d, row, r, &mut out);
+                for (j, (&g, &w)) in g.iter().zip(&out).enumerate() {
+                    if !same(g, w) && faults.len() < 8 {
+                        faults.push(Fault {
+                            row,
+                            token: j,
+                            got: g,
+                            want: w,
+                            reciprocal: r,
+                        });
+                    }
+                }
+            }
+            let miss = Miss {
+                row,
+                members: members.len(),
+                reciprocal: r,
+                steps: i64::from(r.to_bits()) - i64::from(members[0].to_bits()),
+                differ: n,
+            };
+            (miss, faults)
+        })
+        .collect();
     let mut verdict = Verdict {
-        elements: want.len(),
+        elements: got.len(),
         ..Verdict::default()
     };
-    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
-        if !same(g, w) {
-            verdict.differ += 1;
-            if verdict.faults.len() < 8 {
-                verdict.faults.push(Fault {
-                    row: i / v,
-                    token: i % v,
-                    got: g,
-                    want: w,
-                });
-            }
+    for (miss, faults) in rows {
+        if miss.differ == 0 {
+            continue;
+        }
+        verdict.differ += miss.differ;
+        verdict.rows_differ += 1;
+        let room = 8 - verdict.faults.len();
+        verdict.faults.extend(faults.into_iter().take(room));
+        if verdict.misses.len() < 8 {
+            verdict.misses.push(miss);
         }
     }
     Ok(verdict)
 }
 
+/// The ulps of rule `PEN-RECIP-ULPS` that [`known`] names for the
+/// reciprocal forms: 0 (correctly rounded), 1 (faithful) and 2 (PTX's
+/// `div.full.f32`, Triton's f32 `/`).
+pub const KNOWN_RECIP_ULPS: [u32; 3] = [0, 1, 2];
+
 /// Every known declaration (every order, scope, repetition form, the
-/// known-bug forms included, and frequency form), vLLM's first: 192.
+/// known-bug forms included, and frequency form; the reciprocal forms
+/// under each of [`KNOWN_RECIP_ULPS`]), vLLM's first: 384.
 pub fn known() -> Vec<Declared> {
-    let mut out = Vec::with_capacity(192);
+    let mut out = Vec::with_capacity(384);
     for order in Order::ALL {
         for scope in Scope::ALL {
             for repetition in Repetition::ALL {
-                for frequency in Frequency::ALL {
-                    out.push(Declared {
-                        order,
-                        scope,
-                        repetition,
-                        frequency,
-                    });
+                let ulps: &[u32] = if repetition.has_reciprocal() {
+                    &KNOWN_RECIP_ULPS
+                } else {
+                    &[0]
+                };
+                for &recip_ulps in ulps {
+                    for frequency in Frequency::ALL {
+                        out.push(Declared {
+                            order,
+                            scope,
+                            repetition,
+                            frequency,
+                            recip_ulps,
+                        });
+                    }
                 }
             }
         }
@@ -760,20 +921,55 @@ pub fn known() -> Vec<Declared> {
 
 /// `"repetition_frequency_presence/prompt_and_output/divide/separate"`:
 /// the order, the scope, the repetition form and the frequency form, by
-/// the names the check takes.
+/// the names the check takes; a reciprocal form under `recip_ulps = n >
+/// 0` (rule `PEN-RECIP-ULPS`, the check's `recip_ulps=n`) reads
+/// `reciprocal(n ulps)` (`reciprocal(1 ulp)`).
 pub fn label(d: &Declared) -> String {
+    let rep = if d.recip_ulps == 0 || !d.repetition.has_reciprocal() {
+        d.repetition.name().to_string()
+    } else {
+        format!("{}({})", d.repetition.name(), ulps(d.recip_ulps))
+    };
     format!(
-        "{}/{}/{}/{}",
+        "{}/{}/{rep}/{}",
         d.order.name(),
         d.scope.name(),
-        d.repetition.name(),
         d.frequency.name()
     )
 }
 
-/// Up to `max` labels joined by `"; "`, then `"(and N more)"`; `"none
-/// known"` for none.
+/// `"1 ulp"`, `"2 ulps"`.
+fn ulps(n: u32) -> String {
+    if n == 1 {
+        "1 ulp".into()
+    } else {
+        format!("{n} ulps")
+    }
+}
+
+/// `v` without the declarations a tighter one in `v` implies: a reciprocal
+/// form under `recip_ulps = n` is left out when the same declaration
+/// under fewer ulps is in `v` (its members are a superset, so it matches
+/// wherever the tighter one does).
+pub fn tightest(v: &[Declared]) -> Vec<Declared> {
+    v.iter()
+        .filter(|d| {
+            !v.iter().any(|t| {
+                t.recip_ulps < d.recip_ulps
+                    && Declared {
+                        recip_ulps: d.recip_ulps,
+                        ..*t
+                    } == **d
+            })
+        })
+        .copied()
+        .collect()
+}
+
+/// Up to `max` labels of [`tightest`]`(v)` joined by `"; "`, then `"(and
+/// N more)"`; `"none known"` for none.
 pub fn list(v: &[Declared], max: usize) -> String {
+    let v = tightest(v);
     if v.is_empty() {
         return "none known".into();
     }
@@ -786,7 +982,8 @@ pub fn list(v: &[Declared], max: usize) -> String {
 }
 
 /// Every known declaration ([`known`]) whose output equals `got` (`[B][V]`
-/// bits) everywhere.
+/// bits) everywhere: in every row, with one member of the row's candidate
+/// multipliers (rule `PEN-RECIP-ULPS`), as [`judge`] passes it.
 ///
 /// # Errors
 /// An output of the wrong length.
@@ -794,19 +991,16 @@ pub fn identify(case: &Case, got: &[u32]) -> Result<Vec<Declared>, String> {
     if got.len() != case.logits.len() {
         return Err("an output of the wrong length".into());
     }
-    let v = case.dims.1;
+    let b = case.dims.0;
     Ok(known()
         .into_iter()
         .filter(|d| {
-            got.par_iter().enumerate().all(|(i, &g)| {
-                let w = penalize(
-                    d,
-                    case.logits[i],
-                    &case.penalties[i / v],
-                    case.prompt_counts[i],
-                    case.output_counts[i],
-                );
-                same(g, w)
+            (0..b).into_par_iter().all(|row| {
+                let members = d.reciprocals(case.penalties[row].repetition);
+                members
+                    .as_slice()
+                    .iter()
+                    .any(|&r| row_matches(case, d, row, r, got))
             })
         })
         .collect())
@@ -817,8 +1011,10 @@ fn value(x: f32) -> String {
 }
 
 /// One fault as a sentence: the row's penalties, the token's logit and
-/// counts, both values as bits, and the known declarations whose value
-/// the kernel's is at that element.
+/// counts, both values as bits (and the multiplier the oracle's value was
+/// computed with, when it is not `RN(1/p)`), and the known declarations
+/// whose value the kernel's is at that element (with some member of the
+/// row's multipliers).
 pub fn describe(f: &Fault, case: &Case) -> String {
     let v = case.dims.1;
     let i = f.row * v + f.token;
@@ -827,10 +1023,25 @@ pub fn describe(f: &Fault, case: &Case) -> String {
     let l = case.logits[i];
     let at: Vec<Declared> = known()
         .into_iter()
-        .filter(|d| same(f.got, penalize(d, l, p, pc, oc)))
+        .filter(|d| {
+            d.reciprocals(p.repetition)
+                .as_slice()
+                .iter()
+                .any(|&r| same(f.got, penalize_with_reciprocal(d, l, p, r, pc, oc)))
+        })
         .collect();
+    let rn = 1.0 / p.repetition;
+    let with = if f.reciprocal.to_bits() == rn.to_bits() {
+        String::new()
+    } else {
+        format!(
+            " (with the row's closest multiplier {}, {})",
+            value(f.reciprocal),
+            steps_from_rn(i64::from(f.reciprocal.to_bits()) - i64::from(rn.to_bits()))
+        )
+    };
     format!(
-        "row {} (repetition {:?}, frequency {:?}, presence {:?}), token {}: logit {}, prompt count {pc}, output count {oc}: got {}, want {}; the value of: {}",
+        "row {} (repetition {:?}, frequency {:?}, presence {:?}), token {}: logit {}, prompt count {pc}, output count {oc}: got {}, want {}{with}; the value of: {}",
         f.row,
         p.repetition,
         p.frequency,
@@ -840,6 +1051,37 @@ pub fn describe(f: &Fault, case: &Case) -> String {
         value(f32::from_bits(f.got)),
         value(f.want),
         list(&at, 3)
+    )
+}
+
+/// `"RN(1/p)"`, `"RN(1/p) + 1 step"`, `"RN(1/p) - 2 steps"`.
+fn steps_from_rn(k: i64) -> String {
+    match k {
+        0 => "RN(1/p)".into(),
+        1 | -1 => format!("RN(1/p) {} 1 step", if k > 0 { '+' } else { '-' }),
+        _ => format!(
+            "RN(1/p) {} {} steps",
+            if k > 0 { '+' } else { '-' },
+            k.unsigned_abs()
+        ),
+    }
+}
+
+/// A failing row's closest member as a sentence (rule `PEN-RECIP-ULPS`):
+/// `"row 3 (repetition 1.3): no multiplier within 2 ulps of 1/p (4
+/// members) reproduces the row; the closest, 7.6923e-1 (0x3F44EC4F),
+/// RN(1/p) + 1 step, leaves 5 of 1000 elements differing"`.
+pub fn describe_miss(m: &Miss, case: &Case, d: &Declared) -> String {
+    format!(
+        "row {} (repetition {:?}): no multiplier within {} of 1/p ({} members) reproduces the row; the closest, {}, {}, leaves {} of {} elements differing",
+        m.row,
+        case.penalties[m.row].repetition,
+        ulps(d.recip_ulps),
+        m.members,
+        value(m.reciprocal),
+        steps_from_rn(m.steps),
+        m.differ,
+        case.dims.1
     )
 }
 
@@ -971,6 +1213,18 @@ mod tests {
         assert!(r > 0.9, "TIES separate/fma {r}");
         let r = rate(Arm::Ties, &|c, i| fma_target(c, i).then(|| inexact(c, i)));
         assert!(r > 0.4, "TIES inexact products {r}");
+        // TIES: the positive seen logits part RN(1/p) from both its
+        // neighbours (rule PEN-RECIP-ULPS), so that one multiplier per
+        // row is pinned down and a changing one fails.
+        let neighbours = |c: &Case, i: usize| {
+            let p = &c.penalties[i / c.dims.1];
+            let (pc, oc) = (c.prompt_counts[i], c.output_counts[i]);
+            parts_neighbours(&recip, c.logits[i], p, pc, oc)
+        };
+        let r = rate(Arm::Ties, &|c, i| {
+            (seen(c, i) && !fma_target(c, i)).then(|| neighbours(c, i))
+        });
+        assert!(r > 0.9, "TIES reciprocal neighbours {r}");
         // MASKED: half the seen tokens -inf.
         let r = rate(Arm::Masked, &|c, i| {
             seen(c, i).then(|| c.logits[i] == f32::NEG_INFINITY)
@@ -1025,44 +1279,194 @@ mod tests {
 
     #[test]
     fn every_declaration_identifies_itself_over_the_arms() {
+        let scaled = Declared {
+            repetition: Repetition::Reciprocal,
+            frequency: Frequency::FmaScaled,
+            ..Declared::VLLM
+        };
+        // (declared, the multiplier's steps from RN(1/p) in every row)
         let picks = [
-            Declared::VLLM,
-            Declared {
-                repetition: Repetition::Reciprocal,
-                frequency: Frequency::Fma,
-                ..Declared::VLLM
-            },
-            Declared {
-                order: Order::PresenceFrequencyRepetition,
-                scope: Scope::OutputOnly,
-                repetition: Repetition::Divide,
-                frequency: Frequency::Accumulate,
-            },
-            Declared {
-                repetition: Repetition::DivideAll,
-                ..Declared::VLLM
-            },
-            Declared {
-                order: Order::RepetitionPresenceFrequency,
-                ..Declared::VLLM
-            },
-            Declared {
-                repetition: Repetition::Reciprocal,
-                frequency: Frequency::FmaScaled,
-                ..Declared::VLLM
-            },
+            (Declared::VLLM, 0),
+            (
+                Declared {
+                    repetition: Repetition::Reciprocal,
+                    frequency: Frequency::Fma,
+                    ..Declared::VLLM
+                },
+                0,
+            ),
+            (
+                Declared {
+                    order: Order::PresenceFrequencyRepetition,
+                    scope: Scope::OutputOnly,
+                    repetition: Repetition::Divide,
+                    frequency: Frequency::Accumulate,
+                    recip_ulps: 0,
+                },
+                0,
+            ),
+            (
+                Declared {
+                    repetition: Repetition::DivideAll,
+                    ..Declared::VLLM
+                },
+                0,
+            ),
+            (
+                Declared {
+                    order: Order::RepetitionPresenceFrequency,
+                    ..Declared::VLLM
+                },
+                0,
+            ),
+            (scaled, 0),
+            // Run 80's Triton kernel: 1.0 / rep 1 or 2 ulps off (here RN
+            // + 1 step: 2 ulps where RN(1/p) is above 1/p).
+            (
+                Declared {
+                    recip_ulps: 2,
+                    ..scaled
+                },
+                1,
+            ),
+            (
+                Declared {
+                    repetition: Repetition::ReciprocalAll,
+                    recip_ulps: 2,
+                    ..Declared::VLLM
+                },
+                -1,
+            ),
         ];
-        for d in picks {
+        for (d, k) in picks {
             let mut left = known();
             for arm in Arm::ALL {
                 for dims in [(4, 7), (9, 129), (16, 1000)] {
                     let c = case(dims, arm);
-                    let found = identify(&c, &bits(&reference(&c, &d))).unwrap();
+                    let got = stepped(&c, &d, |_, _| k);
+                    let found = identify(&c, &got).unwrap();
                     assert!(found.contains(&d), "{} {arm:?}", label(&d));
                     left.retain(|x| found.contains(x));
                 }
             }
-            assert_eq!(left, vec![d], "{}", label(&d));
+            assert_eq!(tightest(&left), vec![d], "{}", label(&d));
+        }
+        assert_eq!(
+            label(&Declared {
+                recip_ulps: 2,
+                ..scaled
+            }),
+            "repetition_frequency_presence/prompt_and_output/reciprocal(2 ulps)/fma_scaled"
+        );
+    }
+
+    /// `d`'s output (bits) with each row's multiplier `RN(1/p)` moved by
+    /// `k(row, token)` binary32 steps: one multiplier per row when `k`
+    /// ignores the token.
+    fn stepped(c: &Case, d: &Declared, k: impl Fn(usize, usize) -> i32) -> Vec<u32> {
+        let v = c.dims.1;
+        (0..c.logits.len())
+            .map(|i| {
+                let p = &c.penalties[i / v];
+                let rn = 1.0 / p.repetition;
+                let r = f32::from_bits(rn.to_bits().wrapping_add_signed(k(i / v, i % v)));
+                penalize_with_reciprocal(
+                    d,
+                    c.logits[i],
+                    p,
+                    r,
+                    c.prompt_counts[i],
+                    c.output_counts[i],
+                )
+                .to_bits()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pen_recip_ulps_passes_one_multiplier_per_row_within_the_ulps() {
+        let exact = Declared {
+            repetition: Repetition::Reciprocal,
+            frequency: Frequency::FmaScaled,
+            ..Declared::VLLM
+        };
+        let approx = Declared {
+            recip_ulps: 2,
+            ..exact
+        };
+        let (mut failed_exact, mut cases) = (0, 0);
+        for arm in Arm::ALL {
+            for dims in DIMS {
+                let c = case(dims, arm);
+                for k in [-1, 1] {
+                    let got = stepped(&c, &approx, |_, _| k);
+                    assert!(
+                        judge(&c, &approx, &got).unwrap().pass(),
+                        "{arm:?} {dims:?} {k}"
+                    );
+                    failed_exact += usize::from(!judge(&c, &exact, &got).unwrap().pass());
+                    cases += 1;
+                }
+                // RN(1/p) is a member.
+                let rn = bits(&reference(&c, &exact));
+                assert!(judge(&c, &approx, &rn).unwrap().pass());
+            }
+            // TIES fails the correctly rounded declaration everywhere.
+            for dims in DIMS {
+                let c = case(dims, Arm::Ties);
+                let got = stepped(&c, &approx, |_, _| 1);
+                let v = judge(&c, &exact, &got).unwrap();
+                assert!(!v.pass() && v.misses.iter().all(|m| m.members == 1));
+            }
+        }
+        assert!(failed_exact * 2 > cases, "{failed_exact} of {cases}");
+    }
+
+    #[test]
+    fn pen_recip_ulps_fails_a_multiplier_past_the_ulps_or_changing_within_a_row() {
+        let approx = Declared {
+            repetition: Repetition::Reciprocal,
+            recip_ulps: 2,
+            ..Declared::VLLM
+        };
+        let divide = Declared {
+            repetition: Repetition::Divide,
+            ..approx
+        };
+        for dims in DIMS {
+            let c = case(dims, Arm::Ties);
+            let v = dims.1;
+            // 3 steps up: 1/p in [0.51, 0.96) in TIES, one binade, so at
+            // least 2.5 ulps off.
+            let three = stepped(&c, &approx, |_, _| 3);
+            // One step up on even tokens and down on odd ones.
+            let mixed = stepped(&c, &approx, |_, t| if t % 2 == 0 { 1 } else { -1 });
+            // A true division on even tokens, 1/p one step up on the rest.
+            let up = stepped(&c, &approx, |_, _| 1);
+            let division = bits(&reference(&c, &divide));
+            let part: Vec<u32> = (0..c.logits.len())
+                .map(|i| if i % v % 2 == 0 { division[i] } else { up[i] })
+                .collect();
+            for (what, got) in [("3 ulps", &three), ("mixed", &mixed), ("division", &part)] {
+                if v < 100 && what != "3 ulps" {
+                    // 7 tokens: too few to part every member.
+                    continue;
+                }
+                let verdict = judge(&c, &approx, got).unwrap();
+                assert!(!verdict.pass(), "{what} {dims:?}");
+                let m = verdict.misses[0];
+                assert!(m.members >= 4 && m.differ > 0, "{m:?}");
+                let s = describe_miss(&m, &c, &approx);
+                assert!(s.contains("within 2 ulps of 1/p"), "{s}");
+                let f = describe(&verdict.faults[0], &c);
+                assert!(f.contains("got"), "{f}");
+            }
+            // Every row of the 3-step kernel fails (one step of r moves
+            // most positive seen logits' products by an ulp: each member
+            // leaves about as many differing).
+            let verdict = judge(&c, &approx, &three).unwrap();
+            let failing = verdict.misses.len();
+            assert!(failing == dims.0.min(8), "{:?}", verdict.misses);
         }
     }
 
@@ -1099,7 +1503,36 @@ mod tests {
         assert_eq!(parse_scope("output_only"), Ok(Scope::OutputOnly));
         assert_eq!(parse_repetition("divide_all"), Ok(Repetition::DivideAll));
         assert_eq!(parse_frequency("fma"), Ok(Frequency::Fma));
-        assert_eq!(known().len(), 192);
+        assert_eq!(known().len(), 384);
+        // Labels and the tightest of a list (rule PEN-RECIP-ULPS).
+        let exact = Declared {
+            repetition: Repetition::Reciprocal,
+            ..Declared::VLLM
+        };
+        let one = Declared {
+            recip_ulps: 1,
+            ..exact
+        };
+        let two = Declared {
+            recip_ulps: 2,
+            ..exact
+        };
+        assert!(label(&one).ends_with("/reciprocal(1 ulp)/separate"));
+        assert!(label(&two).ends_with("/reciprocal(2 ulps)/separate"));
+        // A division form has no multiplier: its ulps are not shown.
+        let div = Declared {
+            recip_ulps: 2,
+            ..Declared::VLLM
+        };
+        assert_eq!(label(&div), label(&Declared::VLLM));
+        assert_eq!(
+            tightest(&[two, exact, one, Declared::VLLM]),
+            [exact, Declared::VLLM]
+        );
+        assert_eq!(list(&[two, one], 8), label(&one));
+        assert_eq!(steps_from_rn(0), "RN(1/p)");
+        assert_eq!(steps_from_rn(-1), "RN(1/p) - 1 step");
+        assert_eq!(steps_from_rn(3), "RN(1/p) + 3 steps");
         assert_eq!(known()[0], Declared::VLLM);
     }
 }

@@ -7,11 +7,14 @@
 //! to binary32 (innocuous for `+ - * /`: binary64 has at least `2 * 24 +
 //! 2` bits, Figueroa, "When is double rounding innocuous?", SIGNUM 1995)
 //! and the fused multiply-add with std's `f32::mul_add`, not core's
-//! `fma_f32`.
+//! `fma_f32`. The row's multiplier (rule `PEN-RECIP-ULPS`) is drawn from
+//! core's `reciprocals` under 0 to 2 ulps and given to
+//! `penalize_with_reciprocal`, and to the independent side as its `1/p`.
 
 use arbitrary::{Arbitrary, Unstructured};
 use oracle::penalties::{
-    penalize, validate, Declared, Frequency, Order, Penalties, Repetition, Scope, Step,
+    penalize, penalize_with_reciprocal, validate, Declared, Frequency, Order, Penalties,
+    Repetition, Scope, Step,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -22,6 +25,8 @@ struct Case {
     p: Penalties,
     pc: u32,
     oc: u32,
+    /// The row's multiplier: a member of `d.reciprocals(p.repetition)`.
+    r: f32,
 }
 
 /// Values that meet the rules' edges.
@@ -56,12 +61,13 @@ fn value(u: &mut Unstructured<'_>) -> arbitrary::Result<f32> {
 
 impl<'a> Arbitrary<'a> for Case {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        let h: [u8; 4] = u.arbitrary()?;
+        let h: [u8; 6] = u.arbitrary()?;
         let d = Declared {
             order: Order::ALL[usize::from(h[0]) % 6],
             scope: Scope::ALL[usize::from(h[1]) % 2],
             repetition: Repetition::ALL[usize::from(h[2]) % 4],
             frequency: Frequency::ALL[usize::from(h[3]) % 4],
+            recip_ulps: u32::from(h[4] % 3),
         };
         let l = value(u)?;
         let mut p = Penalties {
@@ -87,12 +93,15 @@ impl<'a> Arbitrary<'a> for Case {
                 u32::from(c >> 1) % 4097
             })
         };
+        let members = d.reciprocals(p.repetition);
+        let r = members.as_slice()[usize::from(h[5]) % members.as_slice().len()];
         Ok(Case {
             d,
             l,
             p,
             pc: count(u)?,
             oc: count(u)?,
+            r,
         })
     }
 }
@@ -120,7 +129,13 @@ fn independent(c: &Case) -> f32 {
                     Scope::OutputOnly => c.oc > 0,
                 };
                 let p = c.p.repetition;
-                let inv = rn(1.0 / w(p));
+                // The row's multiplier: RN(1/p) in binary64 rounded once,
+                // or the drawn member of PEN-RECIP-ULPS.
+                let inv = if c.d.repetition.has_reciprocal() {
+                    c.r
+                } else {
+                    rn(1.0 / w(p))
+                };
                 // PEN-FMA-SCALED: a product by a multiplier, then the
                 // frequency step, fused.
                 let multiplier = match c.d.repetition {
@@ -181,6 +196,7 @@ fn independent(c: &Case) -> f32 {
 
 static RUN: AtomicUsize = AtomicUsize::new(0);
 static ZERO_SIGN: AtomicUsize = AtomicUsize::new(0);
+static OFF: AtomicUsize = AtomicUsize::new(0);
 
 #[test]
 fn core_penalize_matches_an_independent_binary64_evaluation() {
@@ -189,8 +205,16 @@ fn core_penalize_matches_an_independent_binary64_evaluation() {
         .with_iterations(50_000)
         .for_each(|c| {
             assert_eq!(validate(0, &c.p), Ok(()));
-            let got = penalize(&c.d, c.l, &c.p, c.pc, c.oc);
+            let got = penalize_with_reciprocal(&c.d, c.l, &c.p, c.r, c.pc, c.oc);
             let want = independent(c);
+            if c.r.to_bits() == (1.0 / c.p.repetition).to_bits() {
+                // RN(1/p): penalize itself.
+                let plain = penalize(&c.d, c.l, &c.p, c.pc, c.oc);
+                assert!(plain.to_bits() == got.to_bits() || (plain.is_nan() && got.is_nan()));
+                assert_eq!(c.r, rn(1.0 / f64::from(c.p.repetition)));
+            } else {
+                OFF.fetch_add(1, Ordering::Relaxed);
+            }
             assert!(
                 got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
                 "{c:?}: core {got:e} ({:#010x}), independent {want:e} ({:#010x})",
@@ -206,4 +230,6 @@ fn core_penalize_matches_an_independent_binary64_evaluation() {
     assert!(n >= 1000, "{n} cases");
     // Zero results (the sign rules) are reached, not only in theory.
     assert!(ZERO_SIGN.load(Ordering::Relaxed) * 100 >= n, "{n}");
+    // Multipliers other than RN(1/p) are reached.
+    assert!(OFF.load(Ordering::Relaxed) * 20 >= n, "{n}");
 }

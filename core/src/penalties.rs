@@ -29,7 +29,9 @@
 //!    [`Scope`] (`pc > 0 || oc > 0`, or `oc > 0`), once however often it
 //!    occurs, as the [`Repetition`] form says: [`Repetition::Divide`],
 //!    `l > 0 ? RN(l / p) : RN(l * p)`; [`Repetition::Reciprocal`], `l >
-//!    0 ? RN(l * RN(1 / p)) : RN(l * p)`. Rule `PEN-REP-ZERO`: the
+//!    0 ? RN(l * r) : RN(l * p)`, `r` the row's multiplier, `RN(1 / p)`
+//!    unless the kernel declares an approximate one (rule
+//!    `PEN-RECIP-ULPS`). Rule `PEN-REP-ZERO`: the
 //!    comparison's direction at zero changes no bit, because for a finite
 //!    `p > 0` the values `±0 * p`, `±0 / p` and `±0 * RN(1/p)` are all the
 //!    zero of the logit's own sign: vLLM's `where(logits > 0, logits / p,
@@ -49,8 +51,9 @@
 //!    [`Frequency::Accumulate`], `RN(l - (oc > 0 ? q : +0))`.
 //! 5. `PEN-FMA-SCALED`: a kernel that writes the repetition step as a
 //!    product by a per-token multiplier (vLLM v1's `logits *= scale`,
-//!    `scale` being `1` for an unseen token, `RN(1/p)` for a positive
-//!    logit and `p` otherwise) and the frequency step right after it,
+//!    `scale` being `1` for an unseen token, the row's multiplier `r`
+//!    (`RN(1/p)`, or rule `PEN-RECIP-ULPS`) for a positive logit and `p`
+//!    otherwise) and the frequency step right after it,
 //!    contracted: `fma(l, scale, -RN(f * c))`, the repetition's product
 //!    unrounded (LLVM's `visitFSUBForFMACombine` folds `fsub(fmul(a, b),
 //!    fmul(c, d))` into `fma(a, b, fneg(fmul(c, d)))` when both products
@@ -69,7 +72,38 @@
 //!    [`Frequency::Accumulate`] (a `+0` accumulator) keeps it `-0`.
 //! 8. `PEN-NEUTRAL`: `p = 1`, `f = +0`, `q = +0` give the logit bit for
 //!    bit under every declaration (`l / 1 = l * 1 = l`, `RN(1/1) = 1`,
-//!    `l - (+0) = l`, `fma(-0, c, l) = l`), NaN as NaN.
+//!    `l - (+0) = l`, `fma(-0, c, l) = l`), NaN as NaN; under
+//!    `recip_ulps > 0`, for the member `r = RN(1/1) = 1` (rule
+//!    `PEN-RECIP-ULPS` also admits `1 - 2^-24`, `1 + 2^-23` and so on,
+//!    which scale a positive seen logit).
+//! 9. `PEN-RECIP-ULPS` (an approximate reciprocal): under
+//!    [`Repetition::Reciprocal`] and [`Repetition::ReciprocalAll`] the
+//!    kernel computes ONE multiplier `r` per row and uses that same `r`
+//!    for every token of the row, in `RN(l * r)` and in rule
+//!    `PEN-FMA-SCALED`'s `fma(l, r, -RN(f * c))`. With
+//!    [`Declared::recip_ulps`] `= 0` (the default), `r = RN(1/p)`; with
+//!    `recip_ulps = n` in `1..=`[`MAX_RECIP_ULPS`], `r` is any member of
+//!    [`reciprocals`]`(p, n)`: `RN(1/p)` and every binary32 `r` with
+//!    `|r - 1/p| <= n ulp(1/p)`, the distance taken exactly, where
+//!    `ulp(x) = 2^(max(e, -126) - 23)` for `2^e <= x < 2^(e+1)` (the
+//!    spacing of binary32 in `x`'s binade). For `n >= 1` the set holds
+//!    both binary32 neighbours of `1/p` (faithful rounding); it has at
+//!    most `3 n + 1` members (`2 n` of them below `1/p` only where the
+//!    binade below, at half the spacing, is within reach: `1/p` a power
+//!    of two or just above one). Why: Triton's float32 `/` lowers to PTX
+//!    `div.full.f32`, which "implements a relatively fast, full-range
+//!    approximation that scales operands to achieve better accuracy"
+//!    with "maximum ulp error 2 across the full range" (PTX ISA, `div`;
+//!    triton issue 10661), so vLLM v1's `scale = 1.0 / rep` is not
+//!    `RN(1/p)`: on an H100 (run 80) a Triton kernel in vLLM v1's form
+//!    failed `reciprocal` on 13 of 45 cases, every differing element 1
+//!    or 2 ulps off (repetition 1.6953679, logit 5.654926, `0x40B4F527`:
+//!    `0x40557916` where `RN(1/p)` gives `0x40557915`); declared
+//!    `recip_ulps = 2`, it is judged by this rule. A kernel whose `r`
+//!    differs between tokens of a row (a true division for some of
+//!    them), or is further than `n` ulps off, reproduces no member on a
+//!    row where the members part, and fails. [`penalize`] computes the
+//!    member `RN(1/p)`; [`penalize_with_reciprocal`] any member.
 //!
 //! # Refused penalties
 //!
@@ -93,9 +127,10 @@
 //!   (`_penalties_kernel`, Triton): the same order and scope from
 //!   `prompt_bin_counts` (or a prompt bin mask) and `output_bin_counts`,
 //!   but `scale = where(logits > 0, 1.0 / scale, scale); logits *= scale`:
-//!   [`Repetition::Reciprocal`] when `1.0 / scale` is correctly rounded
-//!   (Triton's `/` on f32 is PTX `div.full.f32`, within 2 ulps: triton
-//!   issue 10661); `logits -= freq * counts` follows `logits *= scale`,
+//!   [`Repetition::Reciprocal`] with `recip_ulps = 2` (Triton's `/` on
+//!   f32 is PTX `div.full.f32`, within 2 ulps: rule `PEN-RECIP-ULPS`;
+//!   with `tl.math.div_rn(1.0, scale)`, `recip_ulps = 0`); `logits -=
+//!   freq * counts` follows `logits *= scale`,
 //!   which Triton's `enable_fp_fusion` may contract with it
 //!   ([`Frequency::FmaScaled`]; a kernel whose repetition step is a
 //!   select of a division, [`Frequency::Fma`]).
@@ -237,15 +272,16 @@ pub enum Repetition {
     /// `l > 0 ? RN(l / p) : RN(l * p)`: vLLM v0, Hugging Face, SGLang,
     /// LightLLM.
     Divide,
-    /// `l > 0 ? RN(l * RN(1 / p)) : RN(l * p)`: vLLM v1's GPU worker
-    /// (`scale = 1.0 / scale; logits *= scale`) with a correctly rounded
-    /// reciprocal.
+    /// `l > 0 ? RN(l * r) : RN(l * p)`, `r` the row's multiplier
+    /// (`RN(1 / p)`, or rule `PEN-RECIP-ULPS`): vLLM v1's GPU worker
+    /// (`scale = 1.0 / scale; logits *= scale`).
     Reciprocal,
     /// A known bug: `RN(l / p)` for every sign, which raises a negative
     /// logit when `p > 1` (transformers issue 2302).
     DivideAll,
-    /// A known bug: `RN(l * RN(1 / p))` for every sign (NeMo issue 8194;
-    /// panbanda/higgs pull request 32's review).
+    /// A known bug: `RN(l * r)` for every sign, `r` as in
+    /// [`Repetition::Reciprocal`] (NeMo issue 8194; panbanda/higgs pull
+    /// request 32's review).
     ReciprocalAll,
 }
 
@@ -274,8 +310,23 @@ impl Repetition {
         matches!(self, Repetition::Divide | Repetition::Reciprocal)
     }
 
-    /// A seen token's logit `l` penalised by `p`.
+    /// Whether the form multiplies by a reciprocal `r` of `p` (rule
+    /// `PEN-RECIP-ULPS` applies): [`Repetition::Reciprocal`] and
+    /// [`Repetition::ReciprocalAll`].
+    pub const fn has_reciprocal(self) -> bool {
+        matches!(self, Repetition::Reciprocal | Repetition::ReciprocalAll)
+    }
+
+    /// A seen token's logit `l` penalised by `p`, the reciprocal forms
+    /// with `r = RN(1 / p)` ([`Repetition::apply_with_reciprocal`]).
     pub fn apply(self, l: f32, p: f32) -> f32 {
+        self.apply_with_reciprocal(l, p, 1.0 / p)
+    }
+
+    /// A seen token's logit `l` penalised by `p`, the reciprocal forms
+    /// multiplying by the row's `r` (rule `PEN-RECIP-ULPS`: a member of
+    /// [`reciprocals`], not checked here); the division forms ignore `r`.
+    pub fn apply_with_reciprocal(self, l: f32, p: f32, r: f32) -> f32 {
         match self {
             Repetition::Divide => {
                 if l > 0.0 {
@@ -286,13 +337,13 @@ impl Repetition {
             }
             Repetition::Reciprocal => {
                 if l > 0.0 {
-                    l * (1.0 / p)
+                    l * r
                 } else {
                     l * p
                 }
             }
             Repetition::DivideAll => l / p,
-            Repetition::ReciprocalAll => l * (1.0 / p),
+            Repetition::ReciprocalAll => l * r,
         }
     }
 }
@@ -383,6 +434,13 @@ pub struct Declared {
     pub repetition: Repetition,
     /// Rules `PEN-FREQ` and `PEN-PRES`.
     pub frequency: Frequency,
+    /// Rule `PEN-RECIP-ULPS`: how many ulps of `1/p` the row's multiplier
+    /// may be off, `0` (correctly rounded, `RN(1/p)`) to
+    /// [`MAX_RECIP_ULPS`]; `2` for Triton's f32 `/` (PTX
+    /// `div.full.f32`). Only the reciprocal forms
+    /// ([`Repetition::has_reciprocal`]) have a multiplier: the division
+    /// forms ignore it.
+    pub recip_ulps: u32,
 }
 
 impl Declared {
@@ -392,7 +450,158 @@ impl Declared {
         scope: Scope::PromptAndOutput,
         repetition: Repetition::Divide,
         frequency: Frequency::Separate,
+        recip_ulps: 0,
     };
+
+    /// The multipliers a kernel under `self` may use for a row whose
+    /// repetition penalty is `p` (rule `PEN-RECIP-ULPS`):
+    /// [`reciprocals`]`(p, self.recip_ulps)` for the reciprocal forms,
+    /// `RN(1/p)` alone for the division forms (which use none).
+    ///
+    /// # Panics
+    /// As [`reciprocals`]: `recip_ulps` over [`MAX_RECIP_ULPS`] under a
+    /// reciprocal form.
+    pub fn reciprocals(&self, p: f32) -> Reciprocals {
+        if self.repetition.has_reciprocal() {
+            reciprocals(p, self.recip_ulps)
+        } else {
+            reciprocals(p, 0)
+        }
+    }
+}
+
+/// The most ulps rule `PEN-RECIP-ULPS` takes (PTX's `div.full.f32` needs
+/// 2).
+pub const MAX_RECIP_ULPS: u32 = 8;
+
+/// The most members [`reciprocals`] gives: `3 n + 1` for `n =`
+/// [`MAX_RECIP_ULPS`].
+pub const MAX_RECIPROCALS: usize = 3 * MAX_RECIP_ULPS as usize + 1;
+
+/// A row's candidate multipliers (rule `PEN-RECIP-ULPS`), `RN(1/p)` first,
+/// then the others by increasing distance from `1/p`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reciprocals {
+    values: [f32; MAX_RECIPROCALS],
+    len: usize,
+}
+
+impl Reciprocals {
+    /// The members, `RN(1/p)` first (at least one).
+    pub fn as_slice(&self) -> &[f32] {
+        &self.values[..self.len]
+    }
+}
+
+/// The binary32 multipliers within `recip_ulps` ulps of `1/p` (rule
+/// `PEN-RECIP-ULPS`): `RN(1/p)` alone for `recip_ulps = 0`; otherwise
+/// `RN(1/p)` and every binary32 `r` with `|r - 1/p| <= recip_ulps *
+/// ulp(1/p)`, exactly, `ulp(x) = 2^(max(e, -126) - 23)` for `2^e <= x <
+/// 2^(e+1)`. `p` is a row's repetition penalty, finite and positive (see
+/// [`validate`]; not checked: another `p` gives `RN(1/p)` and whatever
+/// passes the test). Order: `RN(1/p)` first (it may be `+inf`, for `p`
+/// below about `2^-128`), then the rest by increasing `|r - 1/p|`, the
+/// lower first on a tie. At most `3 recip_ulps + 1` members.
+///
+/// Method: step from `RN(1/p)` one binary32 at a time, down then up,
+/// keeping each `r` that passes the test, until one fails (the distance
+/// grows with every step once past `1/p`, and both neighbours of `1/p`
+/// pass for `recip_ulps >= 1`: the first step may cross `1/p`). The test
+/// `|r p - 1| <= n ulp(1/p) p` is `|r - 1/p| <= n ulp(1/p)` multiplied
+/// by `p > 0`, computed in binary64 without a rounding error: `r p` is
+/// exact (24 by 24 bits, exponents within binary64's range), `ulp(1/p)
+/// p` is `p` scaled by a power of two and `n ulp(1/p) p` at most 28
+/// bits; `ulp(1/p) p <= 2^-21`, so a passing `r p` lies in `[1/2, 2]`
+/// where `r p - 1` is exact (Sterbenz's lemma), and a failing one
+/// outside it gives `|r p - 1| >= 1/2`, still failing once rounded.
+///
+/// Source: PTX ISA, `div` (`div.full.f32`: "maximum ulp error 2 across
+/// the full range"), the `ulp` of Goldberg, "What every computer
+/// scientist should know about floating-point arithmetic" (1991), sec.
+/// 1.2 (the spacing of the binade of the exact value).
+///
+/// # Panics
+/// If `recip_ulps` is over [`MAX_RECIP_ULPS`].
+pub fn reciprocals(p: f32, recip_ulps: u32) -> Reciprocals {
+    assert!(
+        recip_ulps <= MAX_RECIP_ULPS,
+        "recip_ulps {recip_ulps} over {MAX_RECIP_ULPS}"
+    );
+    let rn = 1.0 / p;
+    let mut out = Reciprocals {
+        values: [rn; MAX_RECIPROCALS],
+        len: 1,
+    };
+    if recip_ulps == 0 {
+        return out;
+    }
+    let pw = f64::from(p);
+    let bound = f64::from(recip_ulps) * ulp_of_reciprocal(p) * pw;
+    // |r p - 1|, exact where it passes (see above); +inf for r = +inf,
+    // which `within` refuses first.
+    let distance = |r: f32| {
+        let d = f64::from(r) * pw - 1.0;
+        if d < 0.0 {
+            -d
+        } else {
+            d
+        }
+    };
+    let within = |r: f32| r.is_finite() && distance(r) <= bound;
+    let start = rn.to_bits();
+    // Down: positive values, to +0 at most (0x0000_0000 never passes).
+    let mut b = start;
+    while b > 0 {
+        b -= 1;
+        let r = f32::from_bits(b);
+        if !within(r) {
+            break;
+        }
+        push(&mut out, r);
+    }
+    // Up: to the largest finite value at most.
+    let mut b = start;
+    while b < 0x7F7F_FFFF {
+        b += 1;
+        let r = f32::from_bits(b);
+        if !within(r) {
+            break;
+        }
+        push(&mut out, r);
+    }
+    // Insertion sort of the members after RN(1/p) by distance, the lower
+    // first on a tie (the down steps were pushed first, and the sort is
+    // stable).
+    let mut i = 2;
+    while i < out.len {
+        let mut j = i;
+        while j > 1 && distance(out.values[j]) < distance(out.values[j - 1]) {
+            out.values.swap(j, j - 1);
+            j -= 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+fn push(out: &mut Reciprocals, r: f32) {
+    // At most 3 n + 1 members pass (rule PEN-RECIP-ULPS), so this never
+    // overflows; a bug here panics rather than drops a member.
+    out.values[out.len] = r;
+    out.len += 1;
+}
+
+/// `ulp(1/p) = 2^(max(e, -126) - 23)` for `2^e <= 1/p < 2^(e+1)`, from
+/// `p`'s exponent and significand alone (exact): `p = m 2^E`, `m` in
+/// `[1, 2)`, gives `e = -E` when `m = 1` and `-E - 1` otherwise.
+fn ulp_of_reciprocal(p: f32) -> f64 {
+    // Every positive binary32, subnormals included, is a normal binary64.
+    let bits = f64::from(p).to_bits();
+    let big_e = ((bits >> 52) & 0x7FF) as i32 - 1023;
+    let power_of_two = bits & 0x000F_FFFF_FFFF_FFFF == 0;
+    let e = if power_of_two { -big_e } else { -big_e - 1 };
+    // e - 23 is in -149..=126: a normal binary64 power of two.
+    f64::from_bits(((e.max(-126) - 23 + 1023) as u64) << 52)
 }
 
 /// One row's penalties (vLLM passes them per request).
@@ -629,23 +838,43 @@ pub fn bin_counts(
 
 /// One token's penalised logit under `d` (rules `PEN-REP`, `PEN-FREQ`,
 /// `PEN-PRES` in `d.order`, `PEN-FMA-SCALED` fusing a repetition step
-/// with the frequency step after it): `l` the logit, `p` its row's penalties (not
-/// checked: see [`validate`]), `prompt_count` and `output_count` its
-/// counts.
+/// with the frequency step after it), the reciprocal forms with the
+/// correctly rounded multiplier `RN(1/p)` whatever `d.recip_ulps` says
+/// (rule `PEN-RECIP-ULPS`'s first member: [`penalize_with_reciprocal`]
+/// takes any): `l` the logit, `p` its row's penalties (not checked: see
+/// [`validate`]), `prompt_count` and `output_count` its counts.
 pub fn penalize(d: &Declared, l: f32, p: &Penalties, prompt_count: u32, output_count: u32) -> f32 {
+    penalize_with_reciprocal(d, l, p, 1.0 / p.repetition, prompt_count, output_count)
+}
+
+/// [`penalize`] with the row's multiplier `r` (rule `PEN-RECIP-ULPS`):
+/// the reciprocal forms compute `RN(l * r)`, and rule `PEN-FMA-SCALED`
+/// `fma(l, r, -RN(f * c))`, for a positive seen logit (every seen logit
+/// under [`Repetition::ReciprocalAll`]); the division forms ignore `r`.
+/// `r` is one member of [`Declared::reciprocals`]`(p.repetition)`, the
+/// same for every token of the row (not checked: any `r` is computed
+/// with).
+pub fn penalize_with_reciprocal(
+    d: &Declared,
+    l: f32,
+    p: &Penalties,
+    r: f32,
+    prompt_count: u32,
+    output_count: u32,
+) -> f32 {
     let steps = d.order.steps();
     let seen = d.scope.seen(prompt_count, output_count);
     let mut x = l;
     let mut k = 0;
     while k < steps.len() {
         x = match steps[k] {
-            Step::Repetition => match scale(d, x, p.repetition, seen) {
+            Step::Repetition => match scale(d, x, p.repetition, r, seen) {
                 // Rule PEN-FMA-SCALED: this step and the next, fused.
                 Some(s) if steps.get(k + 1) == Some(&Step::Frequency) => {
                     k += 1;
                     fma_f32(x, s, -(p.frequency * output_count as f32))
                 }
-                _ if seen => d.repetition.apply(x, p.repetition),
+                _ if seen => d.repetition.apply_with_reciprocal(x, p.repetition, r),
                 _ => x,
             },
             Step::Frequency => d.frequency.frequency(x, p.frequency, output_count),
@@ -656,10 +885,10 @@ pub fn penalize(d: &Declared, l: f32, p: &Penalties, prompt_count: u32, output_c
     x
 }
 
-/// Rule `PEN-FMA-SCALED`'s multiplier of logit `l` under `d`, or None
-/// when `d` does not fuse the repetition step (not
-/// [`Frequency::FmaScaled`], or a division).
-fn scale(d: &Declared, l: f32, p: f32, seen: bool) -> Option<f32> {
+/// Rule `PEN-FMA-SCALED`'s multiplier of logit `l` under `d` (`r` the
+/// row's reciprocal of `p`), or None when `d` does not fuse the
+/// repetition step (not [`Frequency::FmaScaled`], or a division).
+fn scale(d: &Declared, l: f32, p: f32, r: f32, seen: bool) -> Option<f32> {
     if d.frequency != Frequency::FmaScaled {
         return None;
     }
@@ -671,7 +900,7 @@ fn scale(d: &Declared, l: f32, p: f32, seen: bool) -> Option<f32> {
     Some(if !seen {
         1.0
     } else if recip {
-        1.0 / p
+        r
     } else {
         p
     })
@@ -716,7 +945,8 @@ pub fn check_inputs(
 }
 
 /// The penalised logits of every row into `out` (`[rows][vocab]`), token
-/// by token ([`penalize`]).
+/// by token ([`penalize`]: under `d.recip_ulps > 0`, the member of rule
+/// `PEN-RECIP-ULPS` whose multiplier is `RN(1/p)`).
 ///
 /// # Errors
 /// As [`check_inputs`]; nothing is written then.
@@ -762,6 +992,7 @@ mod tests {
                         scope,
                         repetition,
                         frequency,
+                        recip_ulps: 0,
                     })
                 })
             })
@@ -895,6 +1126,264 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `e` with `2^e <= 1/p < 2^(e+1)`, by scanning powers of two (`2^e p
+    /// <= 1 < 2^(e+1) p`, exact products in binary64).
+    fn binade_of_reciprocal(p: f32) -> i32 {
+        let pow2 = |k: i32| f64::from_bits(((k + 1023) as u64) << 52);
+        (-160..160)
+            .find(|&e| pow2(e) * f64::from(p) <= 1.0 && pow2(e + 1) * f64::from(p) > 1.0)
+            .unwrap()
+    }
+
+    /// `|r - 1/p| <= n ulp(1/p)` decided in integers, independently of
+    /// [`reciprocals`]: `r` and `p` as integer significands and
+    /// exponents, and the inequality multiplied by `p 2^sh` to clear
+    /// every power of two.
+    fn within_exact(r: f32, p: f32, n: u32) -> bool {
+        let parts = |x: f32| {
+            let b = x.to_bits();
+            let (field, frac) = ((b >> 23) as i32, i128::from(b & 0x7F_FFFF));
+            if field == 0 {
+                (frac, -149)
+            } else {
+                (frac | 1 << 23, field - 150)
+            }
+        };
+        let eu = binade_of_reciprocal(p).max(-126) - 23;
+        let ((mr, er), (mp, ep)) = (parts(r), parts(p));
+        // |mr mp 2^(er+ep) - 1| <= n mp 2^(eu+ep), times 2^sh.
+        let sh = -(er + ep).min(eu + ep).min(0);
+        assert!((0..100).contains(&sh) && (er + ep + sh) < 60 && (eu + ep + sh) < 60);
+        let lhs = (mr * mp * (1i128 << (er + ep + sh)) - (1i128 << sh)).abs();
+        lhs <= i128::from(n) * mp * (1i128 << (eu + ep + sh))
+    }
+
+    /// Calls `f` on the penalties the candidate sets are tested on: the
+    /// check's usual ones, run 80's, powers of two, values just below and
+    /// above them, the extremes of binary32 (1/p subnormal, or past the
+    /// largest finite value), then 300 pseudo-random ones over every
+    /// normal binade.
+    fn each_test_penalty(mut f: impl FnMut(f32)) {
+        let fixed = [
+            1.6953679f32,
+            1.1,
+            1.3,
+            0.7,
+            1.0,
+            2.0,
+            0.5,
+            4.0,
+            f32::from_bits(0x3F7F_FFFF), // 1 - 2^-24: 1/p just above 1
+            f32::from_bits(0x3F80_0001), // 1 + 2^-23: 1/p just below 1
+            f32::from_bits(0x3FFF_FFFF),
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),           // 2^-149: 1/p = 2^149
+            f32::from_bits(0x0020_0000), // 2^-128: 1/p = 2^128, RN = inf
+            f32::from_bits(0x0020_0001),
+            f32::from_bits(0x001F_FFFF),
+            f32::from_bits(0x7F00_0000), // 2^127: 1/p = 2^-127, subnormal
+            f32::from_bits(0x7E80_0000), // 2^126: 1/p = 2^-126, least normal
+            f32::from_bits(0x7E80_0001),
+            f32::from_bits(0x7E7F_FFFF),
+        ];
+        fixed.into_iter().for_each(&mut f);
+        let mut x = 0x9E37_79B9u32;
+        for _ in 0..300 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            f(f32::from_bits(0x0080_0000 + x % 0x7E80_0000));
+        }
+    }
+
+    #[test]
+    fn pen_recip_ulps_zero_is_the_correctly_rounded_reciprocal() {
+        each_test_penalty(|p| {
+            let got = reciprocals(p, 0);
+            assert_eq!(got.as_slice().len(), 1);
+            assert_eq!(got.as_slice()[0].to_bits(), (1.0 / p).to_bits());
+        });
+    }
+
+    #[test]
+    fn pen_recip_ulps_is_exactly_the_binary32_values_within_the_bound() {
+        each_test_penalty(|p| {
+            let rn = 1.0 / p;
+            let x = 1.0 / f64::from(p);
+            let ulp =
+                f64::from_bits(((binade_of_reciprocal(p).max(-126) - 23 + 1023) as u64) << 52);
+            for n in [1, 2, 3, MAX_RECIP_ULPS] {
+                let got = reciprocals(p, n);
+                let got = got.as_slice();
+                // RN(1/p) first; at most 3 n + 1 members, no repeats.
+                assert_eq!(got[0].to_bits(), rn.to_bits(), "{p:e} {n}");
+                assert!(got.len() <= 3 * n as usize + 1, "{p:e} {n} {got:?}");
+                for (i, r) in got.iter().enumerate() {
+                    assert!(!got[..i].contains(r), "{p:e} {n} {got:?}");
+                }
+                // Every member but an overflowed RN(1/p) within the
+                // bound, in integers and in binary64 (1/p rounded to 53
+                // bits: a relative slack of 1e-15).
+                for &r in &got[usize::from(rn.is_infinite())..] {
+                    assert!(within_exact(r, p, n), "{p:e} {n} {r:e}");
+                    let d = (f64::from(r) - x).abs();
+                    assert!(d <= f64::from(n) * ulp * (1.0 + 1e-15), "{p:e} {n} {r:e}");
+                }
+                // Every binary32 within the bound is a member: a scan of
+                // 3 n + 4 steps either side of RN(1/p) (further ones are
+                // further than n ulps).
+                let c = i64::from(rn.to_bits());
+                let reach = 3 * i64::from(n) + 4;
+                for b in (c - reach).max(0)..=(c + reach).min(0x7F7F_FFFF) {
+                    let r = f32::from_bits(b as u32);
+                    let want = r == rn || within_exact(r, p, n);
+                    assert_eq!(got.contains(&r), want, "{p:e} {n} {r:e}");
+                }
+                // Faithful: both neighbours of 1/p, when 1/p is inside
+                // the finite range and not a binary32.
+                if x < f64::from(f32::MAX) && f64::from(rn) != x {
+                    let (lo, hi) = if f64::from(rn) < x {
+                        (rn, f32::from_bits(rn.to_bits() + 1))
+                    } else {
+                        (f32::from_bits(rn.to_bits() - 1), rn)
+                    };
+                    assert!(got.contains(&lo) && got.contains(&hi), "{p:e} {n}");
+                }
+                // Increasing distance after RN(1/p).
+                let dist = |r: f32| (f64::from(r) * f64::from(p) - 1.0).abs();
+                for w in got[1..].windows(2) {
+                    assert!(dist(w[0]) <= dist(w[1]), "{p:e} {n} {got:?}");
+                }
+                // Monotone in n.
+                let tighter = reciprocals(p, n - 1);
+                assert!(
+                    tighter.as_slice().iter().all(|r| got.contains(r)),
+                    "{p:e} {n}"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn pen_recip_ulps_at_powers_of_two_reaches_into_the_denser_binade_below() {
+        // p = 2: 1/p = 0.5 exact, ulp(0.5) = 2^-24; below 0.5 the spacing
+        // is 2^-25, so one ulp reaches two values down and one up.
+        let bits = |p: f32, n: u32, want: &[u32]| {
+            let got = reciprocals(p, n);
+            assert_eq!(got.as_slice().len(), want.len(), "{got:?}");
+            for (r, &w) in got.as_slice().iter().zip(want) {
+                assert_eq!(r.to_bits(), w, "{got:?}");
+            }
+        };
+        bits(
+            2.0,
+            1,
+            &[0x3F00_0000, 0x3EFF_FFFF, 0x3EFF_FFFE, 0x3F00_0001],
+        );
+        assert_eq!(reciprocals(2.0, 2).as_slice().len(), 7);
+        assert_eq!(
+            reciprocals(1.0, 1).as_slice()[..2],
+            [1.0, 1.0 - f32::EPSILON / 2.0]
+        );
+        // p = 2^-128: 1/p = 2^128 overflows (RN = +inf), but the largest
+        // finite value is half an ulp of 2^128 away and the next one ulp.
+        bits(
+            f32::from_bits(0x0020_0000),
+            1,
+            &[0x7F80_0000, 0x7F7F_FFFF, 0x7F7F_FFFE],
+        );
+        // p = 2^-149: 1/p = 2^149, nothing finite near it.
+        assert_eq!(
+            reciprocals(f32::from_bits(1), 8).as_slice(),
+            [f32::INFINITY]
+        );
+        // p = f32::MAX: 1/p subnormal, the spacing 2^-149 on both sides.
+        assert_eq!(reciprocals(f32::MAX, 2).as_slice().len(), 4);
+    }
+
+    #[test]
+    fn pen_recip_ulps_admits_run_80s_element() {
+        // Run 80 (H100, Triton `1.0 / rep` in vLLM v1's form): repetition
+        // 1.6953679, logit 5.654926, got 0x40557916 where RN(1/p) gives
+        // 0x40557915.
+        let (p, l) = (1.6953679f32, f32::from_bits(0x40B4_F527));
+        let rn = Repetition::Reciprocal.apply(l, p);
+        assert_eq!(rn.to_bits(), 0x4055_7915);
+        let hit = |n: u32| {
+            reciprocals(p, n).as_slice().iter().any(|&r| {
+                Repetition::Reciprocal
+                    .apply_with_reciprocal(l, p, r)
+                    .to_bits()
+                    == 0x4055_7916
+            })
+        };
+        assert!(!hit(0) && hit(2));
+    }
+
+    #[test]
+    fn penalize_with_reciprocal_uses_the_rows_multiplier_everywhere() {
+        let p = Penalties {
+            repetition: 1.1,
+            frequency: 0.7,
+            presence: 0.3,
+        };
+        let rn = 1.0f32 / 1.1;
+        let up = f32::from_bits(rn.to_bits() + 1);
+        for rep in Repetition::ALL {
+            for frequency in Frequency::ALL {
+                let d = Declared {
+                    repetition: rep,
+                    frequency,
+                    recip_ulps: 2,
+                    ..Declared::VLLM
+                };
+                for k in 0..200 {
+                    let l = 0.5 + k as f32 / 37.0;
+                    for (l, pc, oc) in [(l, 1, 0), (l, 0, 3), (-l, 2, 1), (l, 0, 0)] {
+                        // RN(1/p): penalize.
+                        assert_eq!(
+                            penalize_with_reciprocal(&d, l, &p, rn, pc, oc).to_bits(),
+                            penalize(&d, l, &p, pc, oc).to_bits()
+                        );
+                        // Another r: the division forms ignore it, the
+                        // reciprocal forms multiply by it.
+                        let got = penalize_with_reciprocal(&d, l, &p, up, pc, oc);
+                        let seen = pc > 0 || oc > 0;
+                        let uses = rep.has_reciprocal()
+                            && seen
+                            && (l > 0.0 || rep == Repetition::ReciprocalAll);
+                        if !uses {
+                            assert_eq!(got.to_bits(), penalize(&d, l, &p, pc, oc).to_bits());
+                        }
+                    }
+                }
+                // PEN-FMA-SCALED takes r in its fma.
+                if rep == Repetition::Reciprocal && frequency == Frequency::FmaScaled {
+                    assert_eq!(
+                        penalize_with_reciprocal(&d, 7.25, &p, up, 0, 9),
+                        fma_f32(7.25, up, -(0.7f32 * 9.0)) - 0.3
+                    );
+                }
+                if rep == Repetition::Reciprocal && frequency == Frequency::Separate {
+                    assert_eq!(penalize_with_reciprocal(&d, 7.25, &p, up, 1, 0), 7.25 * up);
+                }
+            }
+        }
+        // Declared::reciprocals: the division forms have one, RN(1/p).
+        assert_eq!(Declared::VLLM.reciprocals(1.1).as_slice(), [rn]);
+        let d = Declared {
+            recip_ulps: 2,
+            ..Declared::VLLM
+        };
+        assert_eq!(d.reciprocals(1.1).as_slice(), [rn]);
+        let d = Declared {
+            repetition: Repetition::Reciprocal,
+            ..d
+        };
+        assert!(d.reciprocals(1.1).as_slice().contains(&up));
     }
 
     #[test]

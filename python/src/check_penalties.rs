@@ -8,13 +8,14 @@
 
 use crate::arrays::array;
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, CheckReport, Input, Out, OutKind, Seeds,
+    arms_or_all, call_typed, callable_name, count, failure_head, CheckReport, Input, Out, OutKind,
+    Seeds,
 };
 use kernel_oracle::penalties::{
-    describe, identify, judge, label, list, parse_frequency, parse_order, parse_repetition,
-    parse_scope, reference, within_caps, Arm, Case, Dims, Inputs, Spec,
+    describe, describe_miss, identify, judge, label, list, parse_frequency, parse_order,
+    parse_repetition, parse_scope, reference, within_caps, Arm, Case, Dims, Inputs, Spec,
 };
-use oracle::penalties::Declared;
+use oracle::penalties::{Declared, MAX_RECIPROCALS, MAX_RECIP_ULPS};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -29,13 +30,16 @@ pub const PENALTIES_SHAPES: [Dims; 5] = [(4, 7), (9, 129), (16, 1000), (3, 32000
 /// The declaration named by the check's arguments.
 ///
 /// # Errors
-/// `ValueError` for an unknown name, and for a repetition form that is a
-/// known bug (`"divide_all"`, `"reciprocal_all"`) unless `planted_ok`.
+/// `ValueError` for an unknown name, for a repetition form that is a
+/// known bug (`"divide_all"`, `"reciprocal_all"`) unless `planted_ok`,
+/// and for `recip_ulps` over `MAX_RECIP_ULPS` or above 0 with a division
+/// form (which has no multiplier).
 fn declared_of(
     order: &str,
     repetition_scope: &str,
     repetition: &str,
     frequency: &str,
+    recip_ulps: u32,
     planted_ok: bool,
 ) -> PyResult<Declared> {
     let rep = parse_repetition(repetition).map_err(PyValueError::new_err)?;
@@ -44,11 +48,22 @@ fn declared_of(
             "repetition {repetition:?} is a known bug (transformers issue 2302, NeMo issue 8194), named only so that a check can identify it: declare \"divide\" or \"reciprocal\""
         )));
     }
+    if recip_ulps > MAX_RECIP_ULPS {
+        return Err(PyValueError::new_err(format!(
+            "recip_ulps {recip_ulps}: it must be from 0 to {MAX_RECIP_ULPS}"
+        )));
+    }
+    if recip_ulps > 0 && !rep.has_reciprocal() {
+        return Err(PyValueError::new_err(format!(
+            "recip_ulps {recip_ulps} with repetition {repetition:?}: only a reciprocal form multiplies by 1/p; declare recip_ulps=0 or repetition=\"reciprocal\""
+        )));
+    }
     Ok(Declared {
         order: parse_order(order).map_err(PyValueError::new_err)?,
         scope: parse_scope(repetition_scope).map_err(PyValueError::new_err)?,
         repetition: rep,
         frequency: parse_frequency(frequency).map_err(PyValueError::new_err)?,
+        recip_ulps,
     })
 }
 
@@ -65,21 +80,26 @@ fn i32s(v: &[u32]) -> Vec<i32> {
     v.iter().map(|&c| c as i32).collect()
 }
 
-/// penalties_case(batch, vocab, arm, seed=None, order="repetition_frequency_presence", repetition_scope="prompt_and_output", repetition="divide", frequency="separate") -> dict
+/// penalties_case(batch, vocab, arm, seed=None, order="repetition_frequency_presence", repetition_scope="prompt_and_output", repetition="divide", frequency="separate", recip_ulps=0) -> dict
 ///
 /// One case of `check_penalties` as new arrays: `logits` (float32 `[B,
 /// V]`), `prompt_ids` (int64 `[B, P]`) and `output_ids` (int64 `[B, O]`),
 /// both padded with `V`, the counts they make, `prompt_counts` and
 /// `output_counts` (int32 `[B, V]`), `presence_penalties`,
-/// `frequency_penalties` and `repetition_penalties` (float32 `[B]`), and
+/// `frequency_penalties` and `repetition_penalties` (float32 `[B]`),
 /// `out`, the oracle's penalised logits (float32 `[B, V]`) under the
 /// declaration named (the known-bug forms `"divide_all"` and
-/// `"reciprocal_all"` allowed here). `seed` None: the check's first seed.
+/// `"reciprocal_all"` allowed here) with each row's multiplier `RN(1/p)`,
+/// and `reciprocals` (float32 `[B, M]`), each row's candidate multipliers
+/// under `recip_ulps` (rule `PEN-RECIP-ULPS`: `RN(1/p)` first, then by
+/// distance from `1/p`; NaN past a row's last; `M` the most a row has): a
+/// kernel passes a row when one of them reproduces it. `seed` None: the
+/// check's first seed.
 ///
-/// Errors: `ValueError` for an unknown arm, order, scope or form, or a
-/// shape the check refuses.
+/// Errors: `ValueError` for an unknown arm, order, scope or form, a bad
+/// `recip_ulps` (as `check_penalties`), or a shape the check refuses.
 #[pyfunction]
-#[pyo3(signature = (batch, vocab, arm, seed = None, order = "repetition_frequency_presence", repetition_scope = "prompt_and_output", repetition = "divide", frequency = "separate"))]
+#[pyo3(signature = (batch, vocab, arm, seed = None, order = "repetition_frequency_presence", repetition_scope = "prompt_and_output", repetition = "divide", frequency = "separate", recip_ulps = 0))]
 #[allow(clippy::too_many_arguments)]
 fn penalties_case<'py>(
     py: Python<'py>,
@@ -91,9 +111,18 @@ fn penalties_case<'py>(
     repetition_scope: &str,
     repetition: &str,
     frequency: &str,
+    recip_ulps: i64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = Arm::parse(arm).map_err(PyValueError::new_err)?;
-    let decl = declared_of(order, repetition_scope, repetition, frequency, true)?;
+    let recip_ulps: u32 = count("recip_ulps", recip_ulps, 0)?;
+    let decl = declared_of(
+        order,
+        repetition_scope,
+        repetition,
+        frequency,
+        recip_ulps,
+        true,
+    )?;
     let dims = (batch, vocab);
     within_caps(dims).map_err(PyValueError::new_err)?;
     let case = spec(dims, arm, seed)
@@ -124,6 +153,22 @@ fn penalties_case<'py>(
     dict.set_item("frequency_penalties", array(py, &[batch], f)?)?;
     dict.set_item("repetition_penalties", array(py, &[batch], p)?)?;
     dict.set_item("out", array(py, &shape, out)?)?;
+    let members: Vec<_> = case
+        .penalties
+        .iter()
+        .map(|p| decl.reciprocals(p.repetition))
+        .collect();
+    let m = members
+        .iter()
+        .map(|r| r.as_slice().len())
+        .max()
+        .unwrap_or(1);
+    debug_assert!(m <= MAX_RECIPROCALS);
+    let mut table = vec![f32::NAN; batch * m];
+    for (row, r) in members.iter().enumerate() {
+        table[row * m..row * m + r.as_slice().len()].copy_from_slice(r.as_slice());
+    }
+    dict.set_item("reciprocals", array(py, &[batch, m], table)?)?;
     Ok(dict)
 }
 
@@ -209,13 +254,14 @@ impl Handed {
     }
 }
 
-/// check_penalties(penalize, shapes=None, arms=None, seeds=None, trials=1, order="repetition_frequency_presence", repetition_scope="prompt_and_output", repetition="divide", frequency="separate", inputs="ids", verbose=True, name=None) -> CheckReport
+/// check_penalties(penalize, shapes=None, arms=None, seeds=None, trials=1, order="repetition_frequency_presence", repetition_scope="prompt_and_output", repetition="divide", frequency="separate", recip_ulps=0, inputs="ids", verbose=True, name=None) -> CheckReport
 ///
 /// Runs `penalize`, the logits penalties a server applies before sampling,
 /// through the arms `RAND`, `NEG` (nine logits in ten negative), `ZERO`
 /// (`±0` logits, negative frequency and presence penalties), `TIES`
 /// (seen logits where `"divide"` and `"reciprocal"`, or `"separate"` and
-/// `"fma"`, give other bits), `MASKED` (`-inf` among the seen tokens, NaN
+/// `"fma"`, give other bits, and where `1/p` and its neighbours as the
+/// multiplier give three), `MASKED` (`-inf` among the seen tokens, NaN
 /// and `+inf`), `PAD` (ids padded with `V`, tokens 0 and `V - 1` unseen),
 /// `IDENTITY` (penalties `1.0, 0.0, 0.0` on most rows), `COUNTS` (counts
 /// past 255, exact and inexact `f * count`) and `PROMPT_ONLY` (tokens seen
@@ -227,8 +273,18 @@ impl Handed {
 ///   in the output, SGLang and LightLLM), once however often, becomes
 ///   `l / p` if `l > 0` else `l * p` (`repetition="divide"`: vLLM v0,
 ///   Hugging Face's `where(score < 0, score * p, score / p)`, the same
-///   bits at ±0) or `l * (1/p)` if `l > 0` (`"reciprocal"`: vLLM v1's GPU
-///   worker);
+///   bits at ±0) or `l * r` if `l > 0` (`"reciprocal"`: vLLM v1's GPU
+///   worker), `r` the row's multiplier;
+/// - `PEN-RECIP-ULPS` (`recip_ulps`, with `"reciprocal"` only): `0`, `r =
+///   RN(1/p)`, correctly rounded (`tl.math.div_rn(1.0, p)`, torch's
+///   `1 / p`); `n` from 1 to 8, any float32 `r` within `n` ulps of the
+///   exact `1/p` (`|r - 1/p| <= n ulp(1/p)`, `RN(1/p)` included), ONE per
+///   row, used for every token of the row and in `"fma_scaled"`'s
+///   `fma(l, r, ...)`: `recip_ulps=2` for Triton's float32 `1.0 / p`,
+///   PTX `div.full.f32` (maximum error 2 ulps; triton issue 10661). A
+///   row passes when some such `r` reproduces every element of it; a
+///   kernel whose `r` changes between the row's tokens, or lies further
+///   off, fails (TIES);
 /// - `PEN-FREQ`: `l - f * count` over the output's counts only, rounded
 ///   twice (`frequency="separate"`: torch), once (`"fma"`: a contracted
 ///   Triton kernel), fused with a repetition step written as a product by
@@ -258,19 +314,24 @@ impl Handed {
 /// as in `check_fp8_block_gemm`.
 ///
 /// Each row names the known declarations (every order, scope, form,
-/// and the known-bug repetition forms `"divide_all"`, transformers issue
-/// 2302, and `"reciprocal_all"`, NeMo issue 8194) the output matches bit
-/// for bit, as `order/scope/repetition/frequency`; the summary names
-/// those every compared case and every TIES case matched: how the kernel
-/// computes.
+/// the known-bug repetition forms `"divide_all"`, transformers issue
+/// 2302, and `"reciprocal_all"`, NeMo issue 8194, and the reciprocal
+/// forms under 0, 1 and 2 ulps) the output matches bit for bit, as
+/// `order/scope/repetition/frequency`, `reciprocal(2 ulps)` for
+/// `recip_ulps=2` (a looser form is left out where a tighter one
+/// matches); the summary names those every compared case and every TIES
+/// case matched: how the kernel computes. A failure under `recip_ulps >
+/// 0` names, for each failing row, the member `r` that leaves the fewest
+/// elements differing, and describes those elements.
 ///
 /// Errors: `ValueError` for an unknown order, scope, form, inputs or arm,
-/// a known-bug repetition form declared, or a shape the check refuses
-/// (empty, over 2^22 logits or 2^24 ids), before any call.
+/// a known-bug repetition form declared, `recip_ulps` negative, over 8 or
+/// above 0 with `"divide"`, or a shape the check refuses (empty, over
+/// 2^22 logits or 2^24 ids), before any call.
 /// Every check also raises `ValueError`, before any call, for `trials`
 /// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
-#[pyo3(signature = (penalize, shapes = None, arms = None, seeds = None, trials = 1, order = "repetition_frequency_presence", repetition_scope = "prompt_and_output", repetition = "divide", frequency = "separate", inputs = "ids", verbose = true, name = None))]
+#[pyo3(signature = (penalize, shapes = None, arms = None, seeds = None, trials = 1, order = "repetition_frequency_presence", repetition_scope = "prompt_and_output", repetition = "divide", frequency = "separate", recip_ulps = 0, inputs = "ids", verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_penalties<'py>(
     py: Python<'py>,
@@ -283,12 +344,21 @@ fn check_penalties<'py>(
     repetition_scope: &str,
     repetition: &str,
     frequency: &str,
+    recip_ulps: i64,
     inputs: &str,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
     let seeds = Seeds::new(seeds, trials)?;
-    let decl = declared_of(order, repetition_scope, repetition, frequency, false)?;
+    let recip_ulps: u32 = count("recip_ulps", recip_ulps, 0)?;
+    let decl = declared_of(
+        order,
+        repetition_scope,
+        repetition,
+        frequency,
+        recip_ulps,
+        false,
+    )?;
     let form = Inputs::parse(inputs).map_err(PyValueError::new_err)?;
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
     let shapes = match shapes {
@@ -308,11 +378,12 @@ fn check_penalties<'py>(
     };
     let declared = label(&decl);
     let kw = format!(
-        "order=\"{}\", repetition_scope=\"{}\", repetition=\"{}\", frequency=\"{}\", inputs=\"{}\"",
+        "order=\"{}\", repetition_scope=\"{}\", repetition=\"{}\", frequency=\"{}\", recip_ulps={}, inputs=\"{}\"",
         decl.order.name(),
         decl.scope.name(),
         decl.repetition.name(),
         decl.frequency.name(),
+        decl.recip_ulps,
         form.name()
     );
     o.row(&format!(
@@ -374,10 +445,26 @@ fn check_penalties<'py>(
                 }
                 let mut rr = failure_head(&head, &written);
                 if !verdict.pass() {
+                    if decl.recip_ulps > 0 {
+                        let _ = writeln!(
+                            rr,
+                            "  {} of {b} rows reproduced by no multiplier; the first:",
+                            verdict.rows_differ
+                        );
+                        for m in &verdict.misses {
+                            let _ = writeln!(rr, "    {}", describe_miss(m, &case, &decl));
+                        }
+                    }
                     let _ = writeln!(
                         rr,
-                        "  {} of {} elements differ; the first:",
-                        verdict.differ, verdict.elements
+                        "  {} of {} elements differ{}; the first:",
+                        verdict.differ,
+                        verdict.elements,
+                        if decl.recip_ulps > 0 {
+                            " (each row with its closest multiplier)"
+                        } else {
+                            ""
+                        }
                     );
                     for f in &verdict.faults {
                         let _ = writeln!(rr, "    {}", describe(f, &case));
@@ -386,11 +473,12 @@ fn check_penalties<'py>(
                 let _ = writeln!(rr, "  the output matches: {}", list(&found, 8));
                 let _ = write!(
                     rr,
-                    "reproduce:\n  {repro}\nthe case's arrays and the oracle's output:\n  kernel_oracle.penalties_case({b}, {v}, \"{a}\", seed=0x{seed:016x}, order=\"{}\", repetition_scope=\"{}\", repetition=\"{}\", frequency=\"{}\")",
+                    "reproduce:\n  {repro}\nthe case's arrays and the oracle's output:\n  kernel_oracle.penalties_case({b}, {v}, \"{a}\", seed=0x{seed:016x}, order=\"{}\", repetition_scope=\"{}\", repetition=\"{}\", frequency=\"{}\", recip_ulps={})",
                     decl.order.name(),
                     decl.scope.name(),
                     decl.repetition.name(),
-                    decl.frequency.name()
+                    decl.frequency.name(),
+                    decl.recip_ulps
                 );
                 rep.fail(&mut o, rr, repro)?;
             }

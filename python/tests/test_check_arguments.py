@@ -49,6 +49,7 @@ COUNTS = {
     "check_fp8_group_quant": {"group": 1},
     "check_fp8_scaled_mm": {"promote": 1},
     "check_moe_routing": {"top_k": 1, "n_group": 1, "topk_group": 1, "exp_ulps": 0},
+    "check_penalties": {"recip_ulps": 0},
     "check_rms_norm": {"rsqrt_ulps": 0},
     "check_sampling": {"samples": 1, "exp_ulps": 0},
 }

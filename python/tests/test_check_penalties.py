@@ -1,7 +1,8 @@
 """check_penalties on numpy penalisers written from the field's sources
 (vLLM v0's `apply_penalties`, Hugging Face's
 `RepetitionPenaltyLogitsProcessor` followed by OpenAI-style frequency and
-presence penalties, vLLM v1's reciprocal, a contracted FMA, SGLang's
+presence penalties, vLLM v1's reciprocal, exact or approximate as
+Triton's `1.0 / rep` computes it, a contracted FMA, SGLang's
 accumulating penalizers) and on planted bugs: each correct form passes
 its declaration and is identified as it, each bug is caught by the
 default arms on the arm named, with a rerun line that fails again."""
@@ -50,11 +51,29 @@ def counts_of(ids, v, pad="ignore"):
     return np.stack([np.bincount(row, minlength=v + 1)[:v] for row in ids])
 
 
+def stepped(k):
+    """A multiplier `RN(1/p)` moved `k` float32 steps: `k` an int (one
+    multiplier per row, as Triton's `1.0 / rep` through PTX
+    `div.full.f32` computes one), or a function of the token index
+    (`[V]` int32 steps: a multiplier that changes within a row)."""
+
+    def recip(p, v):
+        rn = (f32(1) / p).astype(f32)  # [B, 1]
+        steps = k(np.arange(v)) if callable(k) else np.int32(k)
+        return (rn.view(np.int32) + np.asarray(steps, np.int32)).view(f32)
+
+    return recip
+
+
 def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
                     order="repetition_frequency_presence", scope="prompt_and_output",
-                    bug=None):
+                    bug=None, recip=None):
     """vLLM v0's `apply_penalties` in float32 numpy, with its forms and
-    order as parameters, or with a planted bug."""
+    order as parameters, or with a planted bug; `recip` (`stepped(k)`)
+    the reciprocal forms' multiplier in place of `RN(1/p)`."""
+
+    def multiplier(p, v):
+        return recip(p, v) if recip is not None else f32(1) / p
 
     def rep_step(x, p, pc, oc):
         seen = (oc > 0) if scope == "output_only" or bug == "rep-output-only" else (pc > 0) | (oc > 0)
@@ -63,8 +82,11 @@ def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
             y = x / p
         elif bug == "reciprocal-all":  # NeMo issue 8194
             y = x * (f32(1) / p)
+        elif bug == "divide-even-tokens":  # a true division on some tokens
+            even = np.arange(x.shape[1]) % 2 == 0
+            y = np.where(x > 0, np.where(even, x / p, x * multiplier(p, x.shape[1])), x * p)
         elif repetition == "reciprocal":
-            y = np.where(x > 0, x * (f32(1) / p), x * p)
+            y = np.where(x > 0, x * multiplier(p, x.shape[1]), x * p)
         elif bug == "ge-zero":
             y = np.where(x >= 0, x / p, x * p)
         else:
@@ -94,7 +116,7 @@ def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
         # PEN-FMA-SCALED: `x *= scale` and `x -= f * c` contracted.
         seen = (oc > 0) if scope == "output_only" else (pc > 0) | (oc > 0)
         p = p[:, None]
-        scale = np.where(seen, np.where(x > 0, f32(1) / p, p), f32(1))
+        scale = np.where(seen, np.where(x > 0, multiplier(p, x.shape[1]), p), f32(1))
         return fma32(x, scale, -(f[:, None] * oc.astype(f32)))
 
     def pres_step(x, q, pc, oc):
@@ -140,7 +162,8 @@ def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
         else:
             out[...] = x
 
-    penalize.__name__ = f"numpy_{inputs}_{repetition}_{frequency}_" + (bug or "ok").replace("-", "_")
+    penalize.__name__ = (f"numpy_{inputs}_{repetition}_{frequency}_" + (bug or "ok").replace("-", "_")
+                         + ("_approx" if recip is not None else ""))
     return penalize
 
 
@@ -330,6 +353,8 @@ def test_bad_arguments_are_refused_before_any_call():
     for kw in [dict(order="rep_freq_pres"), dict(repetition_scope="prompt"),
                dict(repetition="multiply"), dict(repetition="divide_all"),
                dict(frequency="fused"), dict(inputs="mask"), dict(arms=["NOPE"]),
+               dict(recip_ulps=1), dict(repetition="reciprocal", recip_ulps=9),
+               dict(repetition="reciprocal", recip_ulps=-1),
                dict(shapes=[(0, 5)]), dict(shapes=[(1 << 12, 1 << 11)]),
                dict(trials=0), dict(seeds=[])]:
         with pytest.raises(ValueError):
@@ -349,3 +374,77 @@ def test_the_case_function_gives_the_check_arrays():
     assert (out.view(np.uint32) == c["out"].view(np.uint32)).all()
     bug = ko.penalties_case(9, 129, "NEG", repetition="divide_all")["out"]
     assert (bug != ko.penalties_case(9, 129, "NEG")["out"]).any()
+
+
+# Rule PEN-RECIP-ULPS: Triton's float32 `1.0 / rep` is PTX `div.full.f32`
+# (within 2 ulps), so vLLM v1's kernel multiplies each row by one `r`
+# near, not always at, RN(1/p) (run 80 on an H100).
+TRITON_V1 = dict(repetition="reciprocal", frequency="fma_scaled", inputs="counts")
+APPROX = "repetition_frequency_presence/prompt_and_output/reciprocal(2 ulps)/fma_scaled"
+
+
+@pytest.mark.parametrize("k", [1, -1])
+def test_an_approximate_reciprocal_passes_its_ulps_and_fails_the_exact_one(k):
+    fn = numpy_penalties(recip=stepped(k), **TRITON_V1)
+    r = run(fn, recip_ulps=2, **TRITON_V1)
+    assert r, r.text
+    # Identified as the approximate form (some row's RN(1/p) +- 1 step
+    # is more than one ulp from 1/p), not as the exact one.
+    assert summary(r) == APPROX, r.text.splitlines()[-1]
+    # Declared correctly rounded, it fails, TIES among the failures, each
+    # element named as the approximate form's value.
+    r = run(fn, **TRITON_V1)
+    assert not r
+    failed = {re.search(r"arm=(\w+)", f).group(1) for f in r.failures}
+    assert "TIES" in failed, failed
+    ties = next(f for f in r.failures if "arm=TIES" in f)
+    assert "reciprocal(1 ulp)/fma_scaled" in ties or "reciprocal(2 ulps)/fma_scaled" in ties, ties
+    assert "recip_ulps=0" in ties, ties
+
+
+def test_the_exact_reciprocal_passes_an_approximate_declaration_and_names_itself():
+    r = run(numpy_penalties(**TRITON_V1), recip_ulps=2, **TRITON_V1)
+    assert r, r.text
+    # The tightest form matched: RN(1/p), recip_ulps 0.
+    assert summary(r) == "repetition_frequency_presence/prompt_and_output/reciprocal/fma_scaled"
+
+
+@pytest.mark.parametrize("name,kw", [
+    # A multiplier 3 steps (2.5 ulps or more) off.
+    ("three-ulps", dict(recip=stepped(3))),
+    # One step up on even tokens, one down on odd ones: each within 2
+    # ulps, but not one per row.
+    ("per-token", dict(recip=stepped(lambda t: np.where(t % 2 == 0, 1, -1)))),
+    # A true division on even tokens, RN(1/p) + 1 step on the others.
+    ("divide-even", dict(recip=stepped(1), bug="divide-even-tokens")),
+])
+def test_a_multiplier_off_the_ulps_or_changing_within_a_row_fails(name, kw):
+    decl = dict(repetition="reciprocal", inputs="counts")
+    fn = numpy_penalties(**decl, **kw)
+    r = run(fn, recip_ulps=2, **decl)
+    assert not r, f"{name} passed"
+    failed = {re.search(r"arm=(\w+)", f).group(1) for f in r.failures}
+    assert "TIES" in failed, (name, failed)
+    ties = next(f for f in r.failures if "arm=TIES" in f)
+    # The report names each failing row's closest multiplier.
+    assert "reproduced by no multiplier" in ties and "within 2 ulps of 1/p" in ties, ties
+    assert "the closest," in ties, ties
+    # The first failure's rerun line fails again, alone.
+    again = eval(r.reproductions[0], {"kernel_oracle": ko, fn.__name__: fn})
+    assert not again and again.cases == 1
+
+
+def test_the_case_function_gives_each_rows_multipliers():
+    c = ko.penalties_case(9, 129, "TIES", repetition="reciprocal", recip_ulps=2)
+    m = c["reciprocals"]
+    assert m.dtype == f32 and m.shape[0] == 9
+    p = c["repetition_penalties"]
+    rn = f32(1) / p
+    assert (m[:, 0].view(np.uint32) == rn.view(np.uint32)).all()
+    # 1/p in [0.51, 0.96): one binade, 2 ulps reach 2 values either side
+    # of 1/p, RN(1/p) one of them: 4 members.
+    assert (np.isfinite(m).sum(axis=1) == 4).all(), m
+    d = np.abs(m.astype(f64) - 1 / p.astype(f64)[:, None])
+    ulp = np.spacing(rn)[:, None].astype(f64)
+    assert (d <= 2 * ulp).all()
+    assert ko.penalties_case(9, 129, "TIES")["reciprocals"].shape == (9, 1)
