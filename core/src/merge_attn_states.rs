@@ -66,10 +66,12 @@
 //!    `/`; `div.approx.f32` and `__fdividef` under `--use_fast_math`), with
 //!    or without flush to zero (`MERGE-FTZ`), then rounded once to the
 //!    dtype. The output LSE is `fl(m + L)`, `L` the kernel's `log_b(se)`,
-//!    or its `log1p_b(w)`, within [`LOG_ULPS`] ulps plus [`LOG_ABS`] (CUDA's
-//!    `logf`, `log2f`: 1 ulp; `__logf`: `2^-21.41` absolute on `[0.5,
-//!    2]`, where `se` lies; PTX `lg2.approx.f32`: `2^-22.6` absolute;
-//!    Triton's `tl.log`, `lg2.approx` times `ln 2` rounded).
+//!    or its `log1p_b(w)` (which is `w log_b(e)`, not 0, where `w` is too
+//!    small to move `se` off 1: that moves an LSE near 0), within
+//!    [`LOG_ULPS`] ulps plus [`LOG_ABS`] (CUDA's `logf`, `log2f`: 1 ulp;
+//!    `__logf`: `2^-21.41` absolute on `[0.5, 2]`, where `se` lies; PTX
+//!    `lg2.approx.f32`: `2^-22.6` absolute; Triton's `tl.log`,
+//!    `lg2.approx` times `ln 2` rounded).
 //! 6. `MERGE-EXACT`: the kernel's `exp(0)` and `exp2(0)` are 1, `exp(-inf)`
 //!    is 0, `log(1)` is 0, `0 / y` is 0, and a division by a power of two
 //!    is exact (a correctly rounded division trivially; PTX `div.full.f32`
@@ -127,6 +129,14 @@
 //! float32 scales is promoted to float32, as the CUDA kernel computes); the
 //! maximum not subtracted (`exp(1e4)` overflows); the logistic form `1 /
 //! (1 + exp(s - p))` without the maximum (NaN once `s - p` passes 88.7).
+//! Also outside, though correct to a few binary32 ulps at small LSEs:
+//! FlashAttention's own split-KV combine (`combine_attn_seqk_parallel`,
+//! FA3's `flash_fwd_combine_kernel.h`), whose scales are `exp(lse -
+//! lse_out)` of the rounded output LSE (FA3: `exp2f` of pre-scaled
+//! arguments, rule 6): they are not exactly `1/2` at equal LSEs and carry
+//! `lse_out`'s rounding (`2^-10` relative near `|lse| = 1e4`), so EQUAL
+//! and LARGE reject it (a form in the checks' tests); and `s_scale = 1 -
+//! p_scale`, whose absolute error is large relative to a small scale.
 //!
 //! Sources: vLLM `csrc/attention/merge_attn_states.cu` (`p_lse`, `s_lse`
 //! read; `std::isinf` turns either infinity into `-inf`; `max_lse =
@@ -667,20 +677,39 @@ pub fn pair_terms(decl: &Declared, p_lse: f32, s_lse: f32) -> Option<PairTerms> 
         // The log of se, or log1p of w: ln over [min, max] of both.
         let x_lo = f64::from(se.lo).min(1.0 + f64::from(w.lo));
         let x_hi = f64::from(se.hi).max(1.0 + f64::from(w.hi));
+        // log2 = ln log2(e): the constant and the product each within
+        // 2^-53 relative.
+        let (c_lo, c_hi) = match decl.base {
+            Base::E => (1.0, 1.0),
+            Base::Two => (
+                core::f64::consts::LOG2_E * (1.0 - F64_SLACK),
+                core::f64::consts::LOG2_E * (1.0 + F64_SLACK),
+            ),
+        };
+        let rel = f64::from(LOG_ULPS) * 2.0 / 16_777_216.0;
         let l = if x_lo == 1.0 && x_hi == 1.0 {
-            Iv::ZERO
+            if w.hi == 0.0 {
+                Iv::ZERO
+            } else {
+                // se is 1 (log(1) = 0, MERGE-EXACT) but log1p(w) of a w
+                // below 2^-53 is not 0: it lies in [0, w log_b(e)], within
+                // the log's ulps (subnormal ones too). It moves only an
+                // output LSE whose maximum is near 0.
+                let hi = to_dtype(
+                    Dtype::F32,
+                    Enclosure {
+                        lo: 0.0,
+                        hi: f64::from(w.hi) * c_hi * (1.0 + rel),
+                    },
+                )
+                .1;
+                mode.fix(Iv {
+                    lo: 0.0,
+                    hi: up(hi, LOG_ULPS),
+                })
+            }
         } else {
             let (a, b) = (ln_enclosure(x_lo), ln_enclosure(x_hi));
-            // log2 = ln log2(e): the constant and the product each within
-            // 2^-53 relative.
-            let (c_lo, c_hi) = match decl.base {
-                Base::E => (1.0, 1.0),
-                Base::Two => (
-                    core::f64::consts::LOG2_E * (1.0 - F64_SLACK),
-                    core::f64::consts::LOG2_E * (1.0 + F64_SLACK),
-                ),
-            };
-            let rel = f64::from(LOG_ULPS) * 2.0 / 16_777_216.0;
             let lo = a.lo * c_lo;
             let hi = b.hi * c_hi;
             let (lo, hi) = to_dtype(
@@ -1175,6 +1204,42 @@ mod tests {
         assert_eq!(Layout::HeadMajor.index(&shape, 2, 1), 5);
         assert_eq!(Layout::HeadMajor.index(&shape, 1, 0), 1);
         assert_eq!(Layout::TokenMajor.index(&shape, 1, 0), 2);
+    }
+
+    #[test]
+    fn log1p_of_a_weight_below_2_pow_53_moves_an_lse_near_zero() {
+        // se rounds to 1 (log(se) = 0) but log1p(w) = w: with the maximum
+        // at 0 (or subnormal) the output LSE is w itself, not 0.
+        for (base, p, s) in [
+            (Base::E, 0.0f32, -100.0f32),
+            (Base::E, 1e-40, -60.0),
+            (Base::E, 9.094_947e-13, -40.0),
+            (Base::Two, 0.0, -140.0),
+        ] {
+            let d = decl(Dtype::F32, base);
+            let (w, l) = match base {
+                Base::E => {
+                    let w = (s - p).exp();
+                    (w, w.ln_1p())
+                }
+                Base::Two => {
+                    let w = (s - p).exp2();
+                    (w, w.ln_1p() * core::f32::consts::LOG2_E)
+                }
+            };
+            assert!(w > 0.0 && 1.0 + w == 1.0);
+            let t = pair_terms(&d, p, s).unwrap();
+            assert!(
+                inside(t.output_lse(), l + p),
+                "{p} {s}: {:?}",
+                t.output_lse()
+            );
+            // The usual form, log(se) = 0, is inside too.
+            assert!(inside(t.output_lse(), p));
+        }
+        // A maximum of ordinary size stays decided.
+        let t = pair_terms(&decl(Dtype::F32, Base::E), 3.0, -100.0).unwrap();
+        assert_eq!(t.output_lse(), (3.0, 3.0));
     }
 
     #[test]

@@ -30,14 +30,19 @@ use std::fmt::Write;
 /// token, 32 heads: the two LSE layouts coincide there); a chunked
 /// prefill of 130 tokens; head sizes 256 and 512 (MLA's latent, where one
 /// head's threads span more than one CUDA block in vLLM's kernel: the
-/// in-place LSE race of PR 40924); 257 tokens of 2 heads, head size 96.
-pub const MERGE_ATTN_STATES_SHAPES: [Dims; 6] = [
+/// in-place LSE race of PR 40924); 257 tokens of 2 heads, head size 96;
+/// one head (19 tokens); a head size of 33, no multiple of 8 (a kernel of
+/// 8-element packs that leaves the tail unwritten; vLLM's CUDA kernel
+/// refuses it).
+pub const MERGE_ATTN_STATES_SHAPES: [Dims; 8] = [
     [7, 3, 80],
     [1, 32, 128],
     [130, 8, 64],
     [33, 4, 256],
     [5, 16, 512],
     [257, 2, 96],
+    [19, 1, 64],
+    [3, 5, 33],
 ];
 
 /// Where the callable's output LSE goes (`output_lse`).

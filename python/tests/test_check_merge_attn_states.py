@@ -35,8 +35,11 @@ def numpy_merge(form="cuda", dtype="bfloat16", base="e", layout="head_major", bu
     `x log2(e)`, `tl.log` as `log2(x) ln 2`, the maximum clamped to
     -1e30, 1e-10 added to the scales' denominator: zeros when both are
     empty), "unnormalised" (FlashInfer's `state_t::merge`: the sum `o_b +
-    w o_s` then one division; zeros when both are empty) or "reciprocal"
-    (`1 / se` once, scales by products, the weighted sum fused). `base`
+    w o_s` then one division; zeros when both are empty), "reciprocal"
+    (`1 / se` once, scales by products, the weighted sum fused) or
+    "fa-combine" (FlashAttention 2's split-KV combine for two splits,
+    outside the contract: the scales `expf(lse - lse_out)` from the rounded
+    output LSE, the sum as FMAs from zero; zeros when both are empty). `base`
     and `layout`: what the kernel computes and reads (not what it
     declares); `bug`: one of BUGS' names."""
     enc, dec = CODECS[dtype]
@@ -85,6 +88,10 @@ def numpy_merge(form="cuda", dtype="bfloat16", base="e", layout="head_major", bu
                 z = E((sl - pl).astype(f32))
                 pa = (f32(1) / (f32(1) + z)).astype(f32)
                 sa = (z / (f32(1) + z)).astype(f32)
+            elif form == "fa-combine":
+                lo = np.where(both, -INF, lse)  # FA2 writes +inf there
+                pa = E((pl - lo).astype(f32))
+                sa = E((sl - lo).astype(f32))
             elif form == "reciprocal":
                 r = (f32(1) / den).astype(f32)
                 pa, sa = (ps * r).astype(f32), (ss * r).astype(f32)
@@ -99,6 +106,8 @@ def numpy_merge(form="cuda", dtype="bfloat16", base="e", layout="head_major", bu
                 o = ((P * ps[..., None] + S * ss[..., None]).astype(f32) / se[..., None])
             elif form == "reciprocal":
                 o = (P.astype(np.float64) * pa + (S * sa).astype(f32)).astype(f32)  # fused
+            elif form == "fa-combine":  # o = fma(s_scale, s, p_scale * p)
+                o = (S.astype(np.float64) * sa + (P * pa).astype(f32)).astype(f32)
             elif bug == "cast-before-sum":
                 o = R(P * pa) + R(S * sa)
             else:
@@ -107,12 +116,14 @@ def numpy_merge(form="cuda", dtype="bfloat16", base="e", layout="head_major", bu
             if bug != "nan-both-empty":
                 if form == "cuda" or form == "reciprocal":
                     o = np.where(both[..., None], P, o)
-                elif form == "unnormalised":
+                elif form in ("unnormalised", "fa-combine"):
                     o = np.where(both[..., None], f32(0), o)
                 lse = np.where(both, -INF, lse)
             if bug == "equal-lse-skips-merge":  # equal LSEs read as one state
                 o = np.where((pl == sl)[..., None], P, o)
                 lse = np.where(pl == sl, pl, lse)
+            if bug == "both-empty-copies-suffix":
+                o = np.where(both[..., None], S, o)
             if bug == "empty-copies-wrong-side":
                 pe, se_ = (pl == -INF)[..., None], (sl == -INF)[..., None]
                 o = np.where(pe & ~se_, P, np.where(se_ & ~pe, S, o))
@@ -136,6 +147,10 @@ def numpy_merge(form="cuda", dtype="bfloat16", base="e", layout="head_major", bu
                 return
         if bug == "last-head-dropped":
             out[:, :-1] = enc(o[:, :-1])
+        elif bug == "tail-unwritten":
+            # Whole packs of 8 elements, no tail: head_size % 8 left unwritten.
+            k = D - D % 8
+            out[..., :k] = enc(o[..., :k])
         else:
             out[...] = enc(o)
         if out_lse is not None:
@@ -171,7 +186,7 @@ FORMS = [
 @pytest.mark.parametrize("form,kk,kw,named", FORMS, ids=[f[0] for f in FORMS])
 def test_numpy_forms_pass_on_the_default_shapes_and_are_named(form, kk, kw, named):
     r = ko.check_merge_attn_states(numpy_merge(form, **kk), verbose=False, **kw)
-    assert r.ok and r.passed == r.cases == 6 * 7, r.text
+    assert r.ok and r.passed == r.cases == len(ko.MERGE_ATTN_STATES_SHAPES) * 7, r.text
     assert summary_names(r) == named, r.text
 
 
@@ -180,7 +195,7 @@ def test_numpy_forms_pass_on_the_default_shapes_and_are_named(form, kk, kw, name
 def test_other_dtypes_and_flush_to_zero_pass(dtype, form):
     kw = dict(dtype=dtype, empty="prefix" if form == "cuda" else "zero")
     r = ko.check_merge_attn_states(numpy_merge(form, dtype), verbose=False, **kw)
-    assert r.ok and r.passed == r.cases == 6 * 7, r.text
+    assert r.ok and r.passed == r.cases == len(ko.MERGE_ATTN_STATES_SHAPES) * 7, r.text
     r = ko.check_merge_attn_states(numpy_merge(form, dtype, bug="ftz", name="ftz"),
                                    verbose=False, arms=["FAR", "RAND"], **kw)
     assert r.ok, r.text
@@ -246,6 +261,12 @@ BUGS = [
     (numpy_merge(bug="scales-not-normalised"), dict(), {"RAND", "EQUAL", "LARGE"}),
     (numpy_merge(bug="logistic-no-max"), dict(), {"FAR", "EMPTY_ONE"}),
     (numpy_merge(bug="empty-copies-wrong-side"), dict(), {"EMPTY_ONE"}),
+    # EMPTY_BOTH's prefix and suffix outputs differ: the copy tells them apart.
+    (numpy_merge(bug="both-empty-copies-suffix"), dict(), {"EMPTY_BOTH", "POS_INF"}),
+    # FlashAttention's combine: outside the contract (module docs of core);
+    # its scales are not exactly 1/2 at equal LSEs and carry the output
+    # LSE's rounding (2^-10 relative near 1e4).
+    (numpy_merge("fa-combine", name="fa_combine"), dict(empty="zero"), {"EQUAL", "LARGE"}),
     (numpy_merge(bug="equal-lse-skips-merge"), dict(), {"EQUAL"}),
     (numpy_merge("cuda", name="prefix_declared_zero"), dict(empty="zero"), {"EMPTY_BOTH"}),
     (numpy_merge("triton", name="zero_declared_prefix"), dict(), {"EMPTY_BOTH"}),
@@ -281,6 +302,21 @@ def test_every_arm_catches_a_bug_of_its_own():
         assert arm in only, arm
         if arm != "RAND":
             assert only[arm] - rand, (arm, only[arm])
+
+
+def test_default_shapes_cover_one_token_one_head_and_a_head_size_tail():
+    """T = 1, H = 1, T != H and a head size not a multiple of 8 are among
+    the default shapes: a kernel that writes whole packs of 8 elements and
+    leaves the tail unwritten passes every other shape."""
+    shapes = ko.MERGE_ATTN_STATES_SHAPES
+    assert any(t == 1 for t, _, _ in shapes) and any(h == 1 for _, h, _ in shapes)
+    assert any(t != h for t, h, _ in shapes)
+    fn = numpy_merge(bug="tail-unwritten")
+    r = ko.check_merge_attn_states(fn, arms=["RAND"], verbose=False)
+    tails = [s for s in shapes if s[2] % 8]
+    assert tails and not r.ok and r.failed == len(tails), r.text
+    even = [s for s in shapes if s[2] % 8 == 0]
+    assert ko.check_merge_attn_states(fn, arms=["RAND"], shapes=even, verbose=False).ok
 
 
 def test_the_case_holds_the_oracles_intervals():
