@@ -32,6 +32,7 @@ pub mod paths;
 pub mod penalties;
 pub mod refcache;
 pub mod rms_norm;
+pub mod rms_norm_fp8_quant;
 pub mod rng;
 pub mod rope;
 pub mod sampling;

@@ -486,72 +486,122 @@ pub fn clamp_fmin_fmax(v: f32) -> f32 {
     }
 }
 
+/// How one span's codes are formed, once its amax is known: the scale it
+/// writes and the factor its codes divide by or multiply by (see
+/// [`ScaledRule`]'s variants for every step).
+///
+/// Monotone (the property `oracle::rms_norm_fp8_quant` encloses codes
+/// by): for a fixed span scale, [`SpanScale::code`] is non-decreasing in
+/// the element (a division or a multiply by a positive factor, the clamp
+/// and the round-to-nearest-even conversion each are); and for every rule
+/// and source, as the amax grows the scale written does not decrease and
+/// the magnitude of every code does not increase (the scale is a
+/// non-decreasing function of the amax, the factor of a division grows
+/// with it and that of a multiply shrinks), but for a scale of 0 (a
+/// `min_scale` of 0 and an amax of 0), whose codes are `x / 0` or `x *
+/// inf`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpanScale {
+    /// The scale written.
+    pub scale: f32,
+    /// What the codes divide by ([`SpanScale::divide`]) or multiply by.
+    pub factor: f32,
+    /// Whether the codes divide by `factor` (else they multiply by it).
+    pub divide: bool,
+}
+
+impl SpanScale {
+    /// The span scale of `rule` from `source`; `amax` is the span's
+    /// running maximum of `|x|` from `+0` (unused by a static scale), which
+    /// a dynamic source first bounds by its `scale_ub`. Arguments are
+    /// checked by [`quantize_scaled`].
+    pub fn new(rule: ScaledRule, source: ScaleSource, amax: f32) -> SpanScale {
+        let (scale, factor, divide) = match source {
+            ScaleSource::Static(s) => match rule {
+                ScaledRule::Reciprocal => (s, 1.0 / s, false),
+                _ => (s, s, true),
+            },
+            ScaleSource::Dynamic {
+                min_scale,
+                scale_ub,
+            } => {
+                let mut amax = amax;
+                if let Some(ub) = scale_ub {
+                    if ub < amax {
+                        amax = ub;
+                    }
+                }
+                if rule == ScaledRule::ToFloat8 {
+                    let a = if amax > TO_FLOAT8_EPS {
+                        amax
+                    } else {
+                        TO_FLOAT8_EPS
+                    };
+                    let r = (1.0 / a) * E4M3_MAX;
+                    (1.0 / r, r, false)
+                } else if rule == ScaledRule::Torchao {
+                    // torchao's float64 steps, then one rounding to binary32.
+                    let a64 = f64::from(amax);
+                    let a = if a64 > 1e-12 { a64 } else { 1e-12 };
+                    let r = ((1.0 / a) * f64::from(E4M3_MAX)) as f32;
+                    (1.0 / r, r, false)
+                } else {
+                    let s0 = match rule {
+                        ScaledRule::TorchDivide | ScaledRule::TorchReciprocal => {
+                            amax * (1.0 / E4M3_MAX)
+                        }
+                        _ => amax / E4M3_MAX,
+                    };
+                    let s = if s0 > min_scale { s0 } else { min_scale };
+                    match rule {
+                        ScaledRule::Divide | ScaledRule::TorchDivide => (s, s, true),
+                        _ => (s, 1.0 / s, false),
+                    }
+                }
+            }
+        };
+        SpanScale {
+            scale,
+            factor,
+            divide,
+        }
+    }
+
+    /// The code of element `v`: `e4m3(clamp(v / factor))` or
+    /// `e4m3(clamp(v * factor))`, the clamp [`clamp_fmin_fmax`], the
+    /// conversion round-to-nearest-even (`SatFinite`).
+    pub fn code(&self, v: f32) -> u8 {
+        let y = if self.divide {
+            v / self.factor
+        } else {
+            v * self.factor
+        };
+        encode_e4m3(clamp_fmin_fmax(y), Overflow::SatFinite)
+    }
+}
+
 /// One span (the tensor, or one row): its codes into `q` (`q.len() ==
-/// x.len()`), its scale returned, by `rule` from `source` (see
-/// [`ScaledRule`]'s variants for every step). Arguments are checked by
-/// [`quantize_scaled`].
+/// x.len()`), its scale returned, by `rule` from `source` ([`SpanScale`]
+/// of the span's amax). Arguments are checked by [`quantize_scaled`].
 ///
 /// # Panics
 /// If `q.len() != x.len()`.
 pub fn quantize_span(x: &[f32], rule: ScaledRule, source: ScaleSource, q: &mut [u8]) -> f32 {
     assert_eq!(q.len(), x.len(), "quantize_span: q and x lengths differ");
-    // The scale written, and the factor the codes use: (s, true) divides
-    // by s, (r, false) multiplies by r.
-    let (s, factor, divide) = match source {
-        ScaleSource::Static(s) => match rule {
-            ScaledRule::Reciprocal => (s, 1.0 / s, false),
-            _ => (s, s, true),
-        },
-        ScaleSource::Dynamic {
-            min_scale,
-            scale_ub,
-        } => {
-            let mut amax = 0.0f32;
-            for &v in x {
-                let a = abs(v);
-                if a > amax {
-                    amax = a;
-                }
-            }
-            if let Some(ub) = scale_ub {
-                if ub < amax {
-                    amax = ub;
-                }
-            }
-            if rule == ScaledRule::ToFloat8 {
-                let a = if amax > TO_FLOAT8_EPS {
-                    amax
-                } else {
-                    TO_FLOAT8_EPS
-                };
-                let r = (1.0 / a) * E4M3_MAX;
-                (1.0 / r, r, false)
-            } else if rule == ScaledRule::Torchao {
-                // torchao's float64 steps, then one rounding to binary32.
-                let a64 = f64::from(amax);
-                let a = if a64 > 1e-12 { a64 } else { 1e-12 };
-                let r = ((1.0 / a) * f64::from(E4M3_MAX)) as f32;
-                (1.0 / r, r, false)
-            } else {
-                let s0 = match rule {
-                    ScaledRule::TorchDivide | ScaledRule::TorchReciprocal => {
-                        amax * (1.0 / E4M3_MAX)
-                    }
-                    _ => amax / E4M3_MAX,
-                };
-                let s = if s0 > min_scale { s0 } else { min_scale };
-                match rule {
-                    ScaledRule::Divide | ScaledRule::TorchDivide => (s, s, true),
-                    _ => (s, 1.0 / s, false),
-                }
+    let mut amax = 0.0f32;
+    if let ScaleSource::Dynamic { .. } = source {
+        for &v in x {
+            let a = abs(v);
+            if a > amax {
+                amax = a;
             }
         }
-    };
-    for (c, &v) in q.iter_mut().zip(x) {
-        let y = if divide { v / factor } else { v * factor };
-        *c = encode_e4m3(clamp_fmin_fmax(y), Overflow::SatFinite);
     }
-    s
+    let span = SpanScale::new(rule, source, amax);
+    for (c, &v) in q.iter_mut().zip(x) {
+        *c = span.code(v);
+    }
+    span.scale
 }
 
 /// The per-tensor or per-token quantizer: `x` `[rows][cols]` f32, codes

@@ -51,6 +51,12 @@
 //!   FlashInfer, Liger, torch) as an interval per element from a sound
 //!   bound on the inverse RMS, bit for bit where the interval is one value,
 //!   under a declared arithmetic (round then weight, f32, Gemma's `1 + w`).
+//! - [`rms_norm_fp8_quant`]: RMSNorm (or fused add + RMSNorm) then e4m3
+//!   quantization, fused (vLLM's `rms_norm_static_fp8_quant`,
+//!   `rms_norm_dynamic_per_token_quant`): each code a set from the norm's
+//!   enclosure and the scale's, bit for bit where it is one code, under a
+//!   declared input (rounded to the dtype, or the float32 product) and
+//!   scale rule.
 //! - [`act_and_mul`]: gated activations, `act(gate) * up` (SwiGLU, GeGLU:
 //!   vLLM, FlashInfer, Liger, torch) as an interval per element from a
 //!   sound enclosure of every binary32 evaluation of the activation, bit
@@ -102,6 +108,7 @@ pub mod moe_routing;
 pub mod moe_tables;
 pub mod penalties;
 pub mod rms_norm;
+pub mod rms_norm_fp8_quant;
 pub mod rope;
 pub mod round;
 pub mod sampling;

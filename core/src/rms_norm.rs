@@ -191,15 +191,24 @@ impl Arithmetic {
     /// every binary32 operand and result below `2^-126` in magnitude
     /// becomes a zero of its sign first (rule `RMS-FTZ`).
     pub fn output(self, dtype: Dtype, y: f32, r: f32, w: f32, flush: bool) -> f32 {
+        dtype.round(self.unrounded(dtype, y, r, w, flush))
+    }
+
+    /// [`Arithmetic::output`] before its final rounding to the dtype: the
+    /// binary32 value `fl(R(fl(y r)) * w)`, `fl(fl(y r) * w)` or `fl(fl(y
+    /// r) * fl(1 + w))` (flushed as `output` flushes it). What a fused
+    /// kernel hands its next step when it keeps the float32 product (an
+    /// FP8 quantizer: `oracle::rms_norm_fp8_quant`). Monotone in `r` as
+    /// `output` is (rule `RMS-OUT`); in F32 the two are one.
+    pub fn unrounded(self, dtype: Dtype, y: f32, r: f32, w: f32, flush: bool) -> f32 {
         let f = |v: f32| if flush { flush_subnormal(v) } else { v };
         let (y, w) = (f(y), f(w));
         let a = f(y * r);
-        let o = match self {
+        match self {
             Arithmetic::RoundThenWeight => f(dtype.round(a) * w),
             Arithmetic::F32 => f(a * w),
             Arithmetic::Gemma => f(a * f(1.0 + w)),
-        };
-        dtype.round(o)
+        }
     }
 
     /// The interval `(lo, hi)` of outputs an admissible `r` gives (rules
@@ -208,23 +217,39 @@ impl Arithmetic {
     /// flush to zero. Both ends are dtype values; when their bits are the
     /// same, the element is decided.
     pub fn interval(self, dtype: Dtype, y: f32, r: InvRms, w: f32) -> (f32, f32) {
-        let v = [
-            self.output(dtype, y, r.lo, w, false),
-            self.output(dtype, y, r.hi, w, false),
-            self.output(dtype, y, r.lo, w, true),
-            self.output(dtype, y, r.hi, w, true),
-        ];
-        let (mut lo, mut hi) = (v[0], v[0]);
-        for &o in &v[1..] {
-            if o < lo {
-                lo = o;
-            }
-            if o > hi {
-                hi = o;
-            }
-        }
-        (lo, hi)
+        hull(|r, flush| self.output(dtype, y, r, w, flush), r)
     }
+
+    /// The interval of [`Arithmetic::unrounded`] values an admissible `r`
+    /// gives, as [`Arithmetic::interval`] takes it (binary32 values: under
+    /// `F32` and `Gemma` a few binary32 ulps apart, one value only where
+    /// `y` or `w` is zero; under `RoundThenWeight` with a 16-bit dtype one
+    /// value wherever `R(y r)` is decided, the product of two 16-bit
+    /// values being exact).
+    pub fn unrounded_interval(self, dtype: Dtype, y: f32, r: InvRms, w: f32) -> (f32, f32) {
+        hull(|r, flush| self.unrounded(dtype, y, r, w, flush), r)
+    }
+}
+
+/// The least and the greatest of `at(r, flush)` at both ends of `r`,
+/// with and without flush to zero.
+fn hull(at: impl Fn(f32, bool) -> f32, r: InvRms) -> (f32, f32) {
+    let v = [
+        at(r.lo, false),
+        at(r.hi, false),
+        at(r.lo, true),
+        at(r.hi, true),
+    ];
+    let (mut lo, mut hi) = (v[0], v[0]);
+    for &o in &v[1..] {
+        if o < lo {
+            lo = o;
+        }
+        if o > hi {
+            hi = o;
+        }
+    }
+    (lo, hi)
 }
 
 /// `v`, or a zero with `v`'s sign when `v` is a binary32 subnormal (what
@@ -603,8 +628,9 @@ impl Declared {
         self.inv_rms_of(y.len(), y.iter().copied())
     }
 
-    /// [`Declared::inv_rms`] of the `n` values `y` yields.
-    fn inv_rms_of(&self, n: usize, y: impl Iterator<Item = f32>) -> Option<InvRms> {
+    /// [`Declared::inv_rms`] of the `n` values `y` yields (a row computed
+    /// on the fly, as the fused add's normalized sum: no buffer needed).
+    pub fn inv_rms_of(&self, n: usize, y: impl Iterator<Item = f32>) -> Option<InvRms> {
         // The exact sum of squares, bounded in binary64 (`s_lo`, `s_hi`),
         // and as summed (`s`, exact under `RMS-EXACT`); the least exponent
         // of a square's last set bit, and whether every square is normal.

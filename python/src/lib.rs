@@ -45,6 +45,11 @@
 //!   (RMSNorm and fused add + RMSNorm: each output within the interval a
 //!   sound bound on the inverse RMS leaves, bit for bit where it is one
 //!   value; its arithmetic named).
+//! - [`check_rms_norm_fp8_quant`]: `rms_norm_fp8_quant`, its case and
+//!   `check_rms_norm_fp8_quant` (RMSNorm, or fused add + RMSNorm, then
+//!   e4m3 quantization, fused: each code within the set sound enclosures
+//!   of the value and the scale leave, bit for bit where it is one code;
+//!   what is quantized and the scale rule named).
 //! - [`check_act_and_mul`]: `act_and_mul`, `act_and_mul_case` and
 //!   `check_act_and_mul` (gated activations, SwiGLU and GeGLU: each output
 //!   within the interval a sound enclosure of the activation leaves, bit
@@ -84,6 +89,7 @@ pub mod check_moe_routing;
 pub mod check_penalties;
 pub mod check_quant;
 pub mod check_rms_norm;
+pub mod check_rms_norm_fp8_quant;
 pub mod check_rope;
 pub mod check_sampling;
 pub mod check_scaled_mm;
@@ -128,6 +134,7 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_rope::register(m)?;
     check_kv_cache::register(m)?;
     check_rms_norm::register(m)?;
+    check_rms_norm_fp8_quant::register(m)?;
     check_act_and_mul::register(m)?;
     check_attention::register(m)?;
     check_merge_attn_states::register(m)?;

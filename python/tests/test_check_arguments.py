@@ -36,6 +36,7 @@ MINIMAL = {
     "check_penalties": {},
     "check_reshape_and_cache": {},
     "check_rms_norm": {},
+    "check_rms_norm_fp8_quant": {},
     "check_rotary_embedding": {},
     "check_sampling": {},
 }
@@ -51,6 +52,7 @@ COUNTS = {
     "check_moe_routing": {"top_k": 1, "n_group": 1, "topk_group": 1, "exp_ulps": 0},
     "check_penalties": {"recip_ulps": 0},
     "check_rms_norm": {"rsqrt_ulps": 0},
+    "check_rms_norm_fp8_quant": {"rsqrt_ulps": 0},
     "check_sampling": {"samples": 1, "exp_ulps": 0},
 }
 
