@@ -20,7 +20,9 @@
 //! - NEG: nine logits in ten negative: dividing a negative logit
 //!   (transformers issue 2302) or multiplying every sign by `1/p`;
 //! - ZERO: two thirds of the logits `+0` or `-0`, negative frequency and
-//!   presence penalties on some rows (rule `PEN-ZERO-SIGN`);
+//!   presence penalties on some rows (rule `PEN-ZERO-SIGN`: what parts the
+//!   sparse forms, which never write a token not generated, from the
+//!   others);
 //! - TIES: seen logits drawn where [`Repetition::Divide`] and
 //!   [`Repetition::Reciprocal`] part (positive logits), or where
 //!   [`Frequency::Separate`] and [`Frequency::Fma`] part (the logit
@@ -891,9 +893,9 @@ pub const KNOWN_RECIP_ULPS: [u32; 3] = [0, 1, 2];
 
 /// Every known declaration (every order, scope, repetition form, the
 /// known-bug forms included, and frequency form; the reciprocal forms
-/// under each of [`KNOWN_RECIP_ULPS`]), vLLM's first: 384.
+/// under each of [`KNOWN_RECIP_ULPS`]), vLLM's first: 576.
 pub fn known() -> Vec<Declared> {
-    let mut out = Vec::with_capacity(384);
+    let mut out = Vec::with_capacity(576);
     for order in Order::ALL {
         for scope in Scope::ALL {
             for repetition in Repetition::ALL {
@@ -1230,6 +1232,61 @@ mod tests {
             seen(c, i).then(|| c.logits[i] == f32::NEG_INFINITY)
         });
         assert!((0.4..0.65).contains(&r), "MASKED {r}");
+        // The row-level designs: the fraction of the test shapes' rows
+        // with `f`.
+        let rows = |arm: Arm, f: &dyn Fn(&Case, usize) -> bool| {
+            let (mut hit, mut all) = (0usize, 0usize);
+            for dims in DIMS {
+                let c = case(dims, arm);
+                for r in 0..dims.0 {
+                    all += 1;
+                    hit += usize::from(f(&c, r));
+                }
+            }
+            hit as f64 / all as f64
+        };
+        let row = |c: &Case, r: usize| c.logits[r * c.dims.1..(r + 1) * c.dims.1].to_vec();
+        // MASKED: a NaN on a third of the rows, a +inf on a quarter.
+        let r = rows(Arm::Masked, &|c, k| row(c, k).iter().any(|x| x.is_nan()));
+        assert!((0.2..0.5).contains(&r), "MASKED NaN rows {r}");
+        let r = rows(Arm::Masked, &|c, k| row(c, k).contains(&f32::INFINITY));
+        assert!((0.1..0.4).contains(&r), "MASKED +inf rows {r}");
+        // IDENTITY: three rows in four neutral; one logit in eight a zero
+        // and one an infinity.
+        let r = rows(Arm::Identity, &|c, k| c.penalties[k] == Penalties::NONE);
+        assert!((0.6..0.9).contains(&r), "IDENTITY neutral rows {r}");
+        let r = rate(Arm::Identity, &|c, i| Some(c.logits[i] == 0.0));
+        assert!((0.1..0.15).contains(&r), "IDENTITY zeros {r}");
+        let r = rate(Arm::Identity, &|c, i| Some(c.logits[i].is_infinite()));
+        assert!((0.1..0.15).contains(&r), "IDENTITY infinities {r}");
+        // ZERO: three rows in four with a negative frequency or presence
+        // penalty (rule PEN-ZERO-SIGN).
+        let r = rows(Arm::Zero, &|c, k| {
+            c.penalties[k].frequency < 0.0 || c.penalties[k].presence < 0.0
+        });
+        assert!((0.6..0.95).contains(&r), "ZERO negative penalties {r}");
+        // COUNTS: four rows in five with a frequency penalty whose
+        // products with the counts are exact.
+        let exact = |f: f32| [0.5, 0.25, 1.5, 0.125].contains(&f);
+        let r = rows(Arm::Counts, &|c, k| exact(c.penalties[k].frequency));
+        assert!((0.6..0.95).contains(&r), "COUNTS exact products {r}");
+        // RAND: seen tokens in the prompt only, the output only and both;
+        // penalties of both signs, repetition below 1 too.
+        let kind = |c: &Case, i: usize| (c.prompt_counts[i] > 0, c.output_counts[i] > 0);
+        for (want, lo) in [
+            ((true, false), 0.3),
+            ((false, true), 0.2),
+            ((true, true), 0.08),
+        ] {
+            let r = rate(Arm::Rand, &|c, i| seen(c, i).then(|| kind(c, i) == want));
+            assert!(r > lo, "RAND {want:?} {r}");
+        }
+        let r = rows(Arm::Rand, &|c, k| c.penalties[k].frequency < 0.0);
+        assert!((0.1..0.5).contains(&r), "RAND negative frequency {r}");
+        let r = rows(Arm::Rand, &|c, k| c.penalties[k].presence < 0.0);
+        assert!((0.1..0.5).contains(&r), "RAND negative presence {r}");
+        let r = rows(Arm::Rand, &|c, k| c.penalties[k].repetition < 1.0);
+        assert!((0.1..0.5).contains(&r), "RAND repetition below 1 {r}");
         // PROMPT_ONLY: most seen tokens in the prompt only.
         let r = rate(Arm::PromptOnly, &|c, i| {
             seen(c, i).then(|| c.output_counts[i] == 0)
@@ -1320,6 +1377,25 @@ mod tests {
                 0,
             ),
             (scaled, 0),
+            // LightLLM's sparse update, and in its Triton form (`l / rep`
+            // through `div.full.f32`, fused).
+            (
+                Declared {
+                    frequency: Frequency::Sparse,
+                    ..Declared::VLLM
+                },
+                0,
+            ),
+            (
+                Declared {
+                    scope: Scope::OutputOnly,
+                    repetition: Repetition::Reciprocal,
+                    frequency: Frequency::FmaSparse,
+                    recip_ulps: 2,
+                    ..Declared::VLLM
+                },
+                1,
+            ),
             // Run 80's Triton kernel: 1.0 / rep 1 or 2 ulps off (here RN
             // + 1 step: 2 ulps where RN(1/p) is above 1/p).
             (
@@ -1503,7 +1579,7 @@ mod tests {
         assert_eq!(parse_scope("output_only"), Ok(Scope::OutputOnly));
         assert_eq!(parse_repetition("divide_all"), Ok(Repetition::DivideAll));
         assert_eq!(parse_frequency("fma"), Ok(Frequency::Fma));
-        assert_eq!(known().len(), 384);
+        assert_eq!(known().len(), 576);
         // Labels and the tightest of a list (rule PEN-RECIP-ULPS).
         let exact = Declared {
             repetition: Repetition::Reciprocal,

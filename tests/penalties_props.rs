@@ -66,7 +66,7 @@ impl<'a> Arbitrary<'a> for Case {
             order: Order::ALL[usize::from(h[0]) % 6],
             scope: Scope::ALL[usize::from(h[1]) % 2],
             repetition: Repetition::ALL[usize::from(h[2]) % 4],
-            frequency: Frequency::ALL[usize::from(h[3]) % 4],
+            frequency: Frequency::ALL[usize::from(h[3]) % Frequency::ALL.len()],
             recip_ulps: u32::from(h[4] % 3),
         };
         let l = value(u)?;
@@ -177,6 +177,10 @@ fn independent(c: &Case) -> f32 {
                         }
                         rn(w(x) - w(s))
                     }
+                    // Only a generated token's logit is written.
+                    Frequency::Sparse | Frequency::FmaSparse if c.oc == 0 => x,
+                    Frequency::Sparse => rn(w(x) - w(rn(w(f) * w(n)))),
+                    Frequency::FmaSparse => (-f).mul_add(n, x),
                 }
             }
             Step::Presence => {
@@ -187,6 +191,8 @@ fn independent(c: &Case) -> f32 {
                         rn(w(x) - w(rn(w(q) * m)))
                     }
                     Frequency::Accumulate => rn(w(x) - if c.oc > 0 { w(q) } else { 0.0 }),
+                    Frequency::Sparse | Frequency::FmaSparse if c.oc == 0 => x,
+                    Frequency::Sparse | Frequency::FmaSparse => rn(w(x) - w(q)),
                 }
             }
         };

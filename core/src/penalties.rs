@@ -43,12 +43,18 @@
 //!    RN(f * c))`; [`Frequency::Fma`], `fma(-f, c, l)`, one rounding;
 //!    [`Frequency::FmaScaled`], rule `PEN-FMA-SCALED`;
 //!    [`Frequency::Accumulate`], `RN(l - s)` with `s` the `oc`-fold sum
-//!    `RN(RN(+0 + f) + f) ...`. Applied to every token: `oc = 0` gives
-//!    `RN(f * 0)`, a zero signed as `f`.
+//!    `RN(RN(+0 + f) + f) ...`; [`Frequency::Sparse`] and
+//!    [`Frequency::FmaSparse`], [`Frequency::Separate`]'s and
+//!    [`Frequency::Fma`]'s value for a generated token (`oc > 0`) and `l`
+//!    itself for any other (its logit is never written). The others are
+//!    applied to every token: `oc = 0` gives `RN(f * 0)`, a zero signed as
+//!    `f`.
 //! 4. `PEN-PRES` (presence): [`Frequency::Separate`], [`Frequency::Fma`]
 //!    and [`Frequency::FmaScaled`], `RN(l - RN(q * m))` with `m = 1` if
 //!    `oc > 0` else `0` (fused or not alike: `q * m` is exact);
-//!    [`Frequency::Accumulate`], `RN(l - (oc > 0 ? q : +0))`.
+//!    [`Frequency::Accumulate`], `RN(l - (oc > 0 ? q : +0))`;
+//!    [`Frequency::Sparse`] and [`Frequency::FmaSparse`], `oc > 0 ? RN(l -
+//!    q) : l`.
 //! 5. `PEN-FMA-SCALED`: a kernel that writes the repetition step as a
 //!    product by a per-token multiplier (vLLM v1's `logits *= scale`,
 //!    `scale` being `1` for an unseen token, the row's multiplier `r`
@@ -69,7 +75,10 @@
 //!    [`Frequency::Separate`], [`Frequency::Fma`] and
 //!    [`Frequency::FmaScaled`] an unseen token's `-0` logit becomes `+0`
 //!    when `f` or `q` is negative (or `-0`), where
-//!    [`Frequency::Accumulate`] (a `+0` accumulator) keeps it `-0`.
+//!    [`Frequency::Accumulate`] (a `+0` accumulator) and the sparse forms
+//!    ([`Frequency::Sparse`], [`Frequency::FmaSparse`], which leave a token
+//!    not generated alone) keep it `-0`: the one place those and
+//!    [`Frequency::Separate`] and [`Frequency::Fma`] part.
 //! 8. `PEN-NEUTRAL`: `p = 1`, `f = +0`, `q = +0` give the logit bit for
 //!    bit under every declaration (`l / 1 = l * 1 = l`, `RN(1/1) = 1`,
 //!    `l - (+0) = l`, `fma(-0, c, l) = l`), NaN as NaN; under
@@ -122,7 +131,14 @@
 //!   `prompt_mask | output_mask`, `torch.where(logits > 0, logits / rep,
 //!   logits * rep)` with `rep = 1` for unseen tokens; then `logits -=
 //!   frequency * output_bin_counts`, then `logits -= presence *
-//!   output_mask`: [`Declared::VLLM`].
+//!   output_mask`: [`Declared::VLLM`]. Newer versions apply the
+//!   repetition step with `vllm._custom_ops.apply_repetition_penalties`:
+//!   on a contiguous CUDA tensor the kernel `apply_repetition_penalties_kernel`
+//!   (`csrc/sampler.cu`: `logit > 0 ? logit / penalty : logit * penalty`
+//!   in place on the seen tokens, nvcc's IEEE division:
+//!   [`Repetition::Divide`]), otherwise `apply_repetition_penalties_torch`
+//!   (`scaling = where(logits > 0, 1.0 / penalties, penalties); logits *=
+//!   scaling`: [`Repetition::Reciprocal`], `RN(1/p)`).
 //! - vLLM v1's GPU worker, `vllm/v1/worker/gpu/sample/penalties.py`
 //!   (`_penalties_kernel`, Triton): the same order and scope from
 //!   `prompt_bin_counts` (or a prompt bin mask) and `output_bin_counts`,
@@ -133,7 +149,9 @@
 //!   freq * counts` follows `logits *= scale`,
 //!   which Triton's `enable_fp_fusion` may contract with it
 //!   ([`Frequency::FmaScaled`]; a kernel whose repetition step is a
-//!   select of a division, [`Frequency::Fma`]).
+//!   select of a division, [`Frequency::Fma`]; vLLM's own computes the
+//!   product under `if use_rep_penalty:`, a block of its own, which a
+//!   contraction within one block does not reach: [`Frequency::Fma`]).
 //! - Hugging Face transformers, `generation/logits_process.py`
 //!   (`RepetitionPenaltyLogitsProcessor`): `score = gather(scores, 1,
 //!   input_ids)`, `where(score < 0, score * penalty, score / penalty)`,
@@ -154,9 +172,15 @@
 //!   which the source does not fix (class hashes are addresses): any
 //!   [`Order`] may be SGLang's in a given process.
 //! - LightLLM (`apply_penalty.py`, `_fwd_kernel_apply_penalty`, Triton):
-//!   only the generated tokens' logits are loaded, then `where(l > 0, l /
-//!   rep, l * rep)`, `- count * freq`, `- presence`: vLLM's order,
-//!   [`Scope::OutputOnly`].
+//!   only the generated tokens' logits are loaded and stored (the others
+//!   are never written), `where(l > 0, l / rep, l * rep)`, `- count *
+//!   freq`, `- presence`: vLLM's order, [`Scope::OutputOnly`],
+//!   [`Frequency::Sparse`] ([`Frequency::FmaSparse`] under Triton's
+//!   default FP fusion). Its `l / rep` is Triton's f32 `/`, PTX
+//!   `div.full.f32`, not always `RN(l / p)`: if that is one approximate
+//!   reciprocal of `p` times `l` (as the reciprocal forms model vLLM v1's
+//!   `1.0 / rep`), it is [`Repetition::Reciprocal`] under `recip_ulps =
+//!   2`; no run here has settled it.
 //!
 //! Known wrong forms, named so that an identification can say which bug a
 //! kernel has ([`Repetition::DivideAll`], [`Repetition::ReciprocalAll`]):
@@ -269,8 +293,10 @@ impl Scope {
 /// repetition penalty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Repetition {
-    /// `l > 0 ? RN(l / p) : RN(l * p)`: vLLM v0, Hugging Face, SGLang,
-    /// LightLLM.
+    /// `l > 0 ? RN(l / p) : RN(l * p)`: vLLM v0 (and its CUDA
+    /// `apply_repetition_penalties_kernel`), Hugging Face, SGLang. Not
+    /// Triton's f32 `/` (PTX `div.full.f32`, LightLLM's): see the module
+    /// docs.
     Divide,
     /// `l > 0 ? RN(l * r) : RN(l * p)`, `r` the row's multiplier
     /// (`RN(1 / p)`, or rule `PEN-RECIP-ULPS`): vLLM v1's GPU worker
@@ -369,24 +395,40 @@ pub enum Frequency {
     /// each subtracted: `RN(l - s)`, `s` the `oc`-fold sum of `f` from
     /// `+0`; `RN(l - (oc > 0 ? q : +0))`.
     Accumulate,
+    /// A sparse update: only the generated tokens' logits (`oc > 0`) are
+    /// written, `RN(l - RN(f * c))` then `RN(l - q)`; every other logit
+    /// is left as it is, so a `-0` keeps its sign (rule
+    /// `PEN-ZERO-SIGN`): LightLLM's `_fwd_kernel_apply_penalty` built
+    /// without FP fusion (it loads and stores the generated tokens'
+    /// logits only).
+    Sparse,
+    /// [`Frequency::Sparse`] with the frequency step contracted,
+    /// `fma(-f, c, l)`: LightLLM's kernel under Triton's default
+    /// `enable_fp_fusion`.
+    FmaSparse,
 }
 
 impl Frequency {
     /// Every form.
-    pub const ALL: [Frequency; 4] = [
+    pub const ALL: [Frequency; 6] = [
         Frequency::Separate,
         Frequency::Fma,
         Frequency::FmaScaled,
         Frequency::Accumulate,
+        Frequency::Sparse,
+        Frequency::FmaSparse,
     ];
 
-    /// `"separate"`, `"fma"`, `"fma_scaled"` or `"accumulate"`.
+    /// `"separate"`, `"fma"`, `"fma_scaled"`, `"accumulate"`, `"sparse"`
+    /// or `"fma_sparse"`.
     pub const fn name(self) -> &'static str {
         match self {
             Frequency::Separate => "separate",
             Frequency::Fma => "fma",
             Frequency::FmaScaled => "fma_scaled",
             Frequency::Accumulate => "accumulate",
+            Frequency::Sparse => "sparse",
+            Frequency::FmaSparse => "fma_sparse",
         }
     }
 
@@ -407,6 +449,10 @@ impl Frequency {
                 }
                 l - s
             }
+            // A token not generated is not written.
+            Frequency::Sparse | Frequency::FmaSparse if count == 0 => l,
+            Frequency::Sparse => l - f * c,
+            Frequency::FmaSparse => fma_f32(-f, c, l),
         }
     }
 
@@ -419,6 +465,13 @@ impl Frequency {
                 l - q * m
             }
             Frequency::Accumulate => l - if count > 0 { q } else { 0.0 },
+            Frequency::Sparse | Frequency::FmaSparse => {
+                if count > 0 {
+                    l - q
+                } else {
+                    l
+                }
+            }
         }
     }
 }
@@ -1426,6 +1479,55 @@ mod tests {
         };
         assert_eq!(penalize(&sep, -0.0, &q, 0, 0).to_bits(), 0);
         assert_eq!(penalize(&acc, -0.0, &q, 0, 0).to_bits(), 0x8000_0000);
+        // The sparse forms never write a token not generated: -0 stays.
+        for f in [Frequency::Sparse, Frequency::FmaSparse] {
+            let d = with(sep, |d| d.frequency = f);
+            for p in [neg, q] {
+                assert_eq!(penalize(&d, -0.0, &p, 0, 0).to_bits(), 0x8000_0000);
+                assert_eq!(penalize(&d, -0.0, &p, 4, 0).to_bits(), 0x8000_0000);
+            }
+        }
+    }
+
+    #[test]
+    fn sparse_forms_are_separate_and_fma_on_generated_tokens_and_leave_the_rest() {
+        let (sparse, fma_sparse) = (
+            with(Declared::VLLM, |d| d.frequency = Frequency::Sparse),
+            with(Declared::VLLM, |d| d.frequency = Frequency::FmaSparse),
+        );
+        let fma = with(Declared::VLLM, |d| d.frequency = Frequency::Fma);
+        let mut parted = false;
+        for k in 0..400 {
+            let l = (k as f32 - 200.0) / 7.0;
+            for oc in [1, 2, 3, 17, 300] {
+                for pc in [0, 2] {
+                    let a = penalize(&sparse, l, &P, pc, oc);
+                    let b = penalize(&fma_sparse, l, &P, pc, oc);
+                    assert_eq!(
+                        a.to_bits(),
+                        penalize(&Declared::VLLM, l, &P, pc, oc).to_bits()
+                    );
+                    assert_eq!(b.to_bits(), penalize(&fma, l, &P, pc, oc).to_bits());
+                    parted |= a != b;
+                }
+            }
+            // Not generated: the repetition step alone.
+            for pc in [0, 3] {
+                let want = if pc > 0 {
+                    Repetition::Divide.apply(l, 1.3)
+                } else {
+                    l
+                };
+                assert_eq!(penalize(&sparse, l, &P, pc, 0).to_bits(), want.to_bits());
+                assert_eq!(
+                    penalize(&fma_sparse, l, &P, pc, 0).to_bits(),
+                    want.to_bits()
+                );
+            }
+        }
+        assert!(parted);
+        assert_eq!(Frequency::Sparse.name(), "sparse");
+        assert_eq!(Frequency::FmaSparse.name(), "fma_sparse");
     }
 
     #[test]

@@ -40,7 +40,15 @@ library is not importable:
    default FP fusion (declared `fma_scaled` after `logits *= scale`:
    LLVM folds `fsub(fmul(l, scale), fmul(f, c))` into `fma(l, scale,
    -(f * c))`; `fma` after the select: `fma(-f, c, l)`);
-4. vLLM's own `apply_penalties` (`vllm.model_executor.layers.utils`) and
+4. a Triton kernel in LightLLM's form (`_fwd_kernel_apply_penalty`: the
+   generated tokens' logits loaded and stored only, `where(l > 0, l / rep,
+   l * rep)` with Triton's f32 `/`, `- count * freq`, `- presence`),
+   declared `repetition_scope="output_only"`, `frequency="sparse"`
+   (`"fma_sparse"` fused) and `repetition="reciprocal"` with
+   `recip_ulps=2`: PTX `div.full.f32` taken as one approximate reciprocal
+   of the penalty times the logit, which this run settles (reported, not
+   counted);
+5. vLLM's own `apply_penalties` (`vllm.model_executor.layers.utils`) and
    v1's `apply_all_penalties` (`vllm.v1.sample.ops.penalties`) where vLLM
    is installed, declared vLLM's (newer builds apply the repetition
    penalty with a CUDA op: the rows say what it computes).
@@ -49,8 +57,8 @@ Exit status 1 when a section fails to run (vLLM v1's `apply_all_penalties`,
 whose signature has changed between versions, is reported only), or when
 a form whose declaration is certain fails it: sections 1 and 2's torch
 forms, and section 3's `1.0 / rep` kernels under `recip_ulps=2`.
-The other declarations (Triton's `div_rn` kernels, transformers' and
-vLLM's own) are what their sources suggest; the run settles them (the
+The other declarations (Triton's `div_rn` kernels, LightLLM's form,
+transformers' and vLLM's own) are what their sources suggest; the run settles them (the
 summary prints what every TIES case matched).
 
 Run on a GPU with torch (and triton, transformers, vllm as installed):
@@ -176,6 +184,43 @@ if triton is not None:
         tl.store(out_ptr + base + block, logits, mask=mask)
 
 
+if triton is not None:
+    @triton.jit
+    def lightllm_kernel(out_ptr, rep_ptr, freq_ptr, pres_ptr, output_counts_ptr, vocab,
+                        BLOCK: tl.constexpr):
+        # LightLLM's `_fwd_kernel_apply_penalty` over counts: only the
+        # generated tokens' logits are loaded and stored (in place in
+        # `out`, a copy of the logits).
+        row = tl.program_id(0)
+        block = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        base = row.to(tl.int64) * vocab
+        oc = tl.load(output_counts_ptr + base + block, mask=block < vocab, other=0)
+        mask = (block < vocab) & (oc > 0)
+        rep = tl.load(rep_ptr + row)
+        freq = tl.load(freq_ptr + row)
+        pres = tl.load(pres_ptr + row)
+        logits = tl.load(out_ptr + base + block, mask=mask, other=0.0)
+        logits = tl.where(logits > 0, logits / rep, logits * rep)
+        logits = logits - oc * freq
+        logits = logits - pres
+        tl.store(out_ptr + base + block, logits, mask=mask)
+
+
+def lightllm_penalties(fusion):
+    def penalize(logits, prompt, output, presence, frequency, repetition, out):
+        o = cuda(logits)
+        b, v = o.shape
+        block = 1024
+        extra = {} if fusion else {"enable_fp_fusion": False}
+        lightllm_kernel[(b, triton.cdiv(v, block))](
+            o, cuda(repetition), cuda(frequency), cuda(presence), cuda(output), v,
+            BLOCK=block, **extra)
+        give(out, o)
+
+    penalize.__name__ = f"triton_lightllm_{'fused' if fusion else 'nofma'}"
+    return penalize
+
+
 def triton_penalties(reciprocal, fusion):
     def penalize(logits, prompt, output, presence, frequency, repetition, out):
         x = cuda(logits)
@@ -249,6 +294,14 @@ def main():
                                                                       certain=rc, **k))
                 # The 1.0 / rep kernels must pass their declaration.
                 bad += r is None or (reciprocal and not r.ok)
+        for fusion in (True, False):
+            # LightLLM's `l / rep` per element through div.full.f32: one
+            # multiplier per row if it is `l * rcp(rep)` (reported only).
+            kw = dict(inputs="counts", repetition_scope="output_only", repetition="reciprocal",
+                      recip_ulps=2, frequency="fma_sparse" if fusion else "sparse")
+            r = section(f"Triton, LightLLM's form, fp fusion {'on' if fusion else 'off'}", 300,
+                        lambda f=fusion, k=kw: run(lightllm_penalties(f), **k))
+            bad += r is None
     try:
         from vllm.model_executor.layers.utils import apply_penalties as vllm_apply
     except Exception as e:  # vLLM absent or unusable on this host

@@ -22,10 +22,18 @@ use pyo3::types::PyDict;
 use std::fmt::Write;
 
 /// The shapes `(batch, vocab)` a check runs by default: vocabularies of 7
-/// (below a vector), 129 (one past a power of two), 1000, Llama-2's 32000
-/// and Qwen2's 151936, with batches of 2 to 16 rows (each row its own
-/// penalties).
-pub const PENALTIES_SHAPES: [Dims; 5] = [(4, 7), (9, 129), (16, 1000), (3, 32000), (2, 151936)];
+/// (below a vector), 129 (one past a power of two), 1000, Llama-2's
+/// 32000, Qwen2's 151936 and Llama-3's 128256, with batches of 2 to 16
+/// rows (each row its own penalties) and one of a single row (a kernel
+/// that squeezes the batch dimension away fails there).
+pub const PENALTIES_SHAPES: [Dims; 6] = [
+    (4, 7),
+    (9, 129),
+    (16, 1000),
+    (3, 32000),
+    (2, 151936),
+    (1, 128256),
+];
 
 /// The declaration named by the check's arguments.
 ///
@@ -291,10 +299,14 @@ impl Handed {
 ///   a multiplier (`"fma_scaled"`: `fma(l, scale, -(f * count))`, vLLM
 ///   v1's `logits *= scale` then `logits -= f * counts` under Triton's FP
 ///   fusion; `"fma"` with a division), or the count-fold sum of `f`
-///   subtracted (`"accumulate"`: SGLang's penalizers);
+///   subtracted (`"accumulate"`: SGLang's penalizers), or as `"separate"`
+///   and `"fma"` on the generated tokens only, every other logit left as
+///   it is (`"sparse"` and `"fma_sparse"`: LightLLM's kernel, which loads
+///   and stores the generated tokens' logits only);
 /// - `PEN-PRES`: `l - q * (count > 0)` (`"accumulate"`: `l - q` or `l -
-///   (+0)`, so a `-0` logit of an unseen token keeps its sign where the
-///   product's `q * 0 = -0` for a negative `q` makes it `+0`);
+///   (+0)`; `"sparse"`, `"fma_sparse"`: `l - q` or `l` untouched; so a
+///   `-0` logit of an unseen token keeps its sign where the product's
+///   `q * 0 = -0` for a negative `q` makes it `+0`);
 /// - `order`: the three steps' order, `"repetition_frequency_presence"`
 ///   (vLLM) or any other permutation of the three names (SGLang applies
 ///   its penalizers in a Python set's iteration order).

@@ -3,7 +3,8 @@
 `RepetitionPenaltyLogitsProcessor` followed by OpenAI-style frequency and
 presence penalties, vLLM v1's reciprocal, exact or approximate as
 Triton's `1.0 / rep` computes it, a contracted FMA, SGLang's
-accumulating penalizers) and on planted bugs: each correct form passes
+accumulating penalizers, LightLLM's sparse update of the generated
+tokens) and on planted bugs: each correct form passes
 its declaration and is identified as it, each bug is caught by the
 default arms on the arm named, with a rerun line that fails again."""
 
@@ -97,11 +98,15 @@ def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
                 y = np.where(seen & (n > k), np.where(y > 0, y / p, y * p), y)
         return np.where(seen, y, x)
 
+    # The subtractions on the generated tokens only: the sparse forms, or
+    # a planted bug under another declaration.
+    masked = bug == "masked-subtraction" or frequency in ("sparse", "fma_sparse")
+
     def freq_step(x, f, pc, oc):
         n = oc + pc if bug == "freq-over-prompt" else oc
         c = n.astype(f32)
         f = f[:, None]
-        if frequency in ("fma", "fma_scaled"):
+        if frequency in ("fma", "fma_scaled", "fma_sparse"):
             y = fma32(-f, c, x)
         elif frequency == "accumulate":
             s = np.zeros_like(x)
@@ -110,7 +115,7 @@ def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
             y = x - s
         else:
             y = x - f * c
-        return np.where(n > 0, y, x) if bug == "masked-subtraction" else y
+        return np.where(n > 0, y, x) if masked else y
 
     def fused_step(x, p, f, pc, oc):
         # PEN-FMA-SCALED: `x *= scale` and `x -= f * c` contracted.
@@ -126,7 +131,7 @@ def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
         if frequency == "accumulate":
             return x - np.where(oc > 0, q, f32(0))
         y = x - q * (oc > 0).astype(f32)
-        return np.where(oc > 0, y, x) if bug == "masked-subtraction" else y
+        return np.where(oc > 0, y, x) if masked else y
 
     steps = {"repetition": rep_step, "frequency": freq_step, "presence": pres_step}
     names = order.split("_")
@@ -212,6 +217,29 @@ def sglang_penalties(logits, prompt, output, presence, frequency, repetition, ou
     out[...] = x
 
 
+def lightllm_penalties(fused):
+    """LightLLM's `_fwd_kernel_apply_penalty` (counts in): per row, only
+    the generated tokens' logits are loaded and stored, `where(l > 0, l /
+    rep, l * rep)` (a correctly rounded division here), `- count * freq`
+    (one FMA under Triton's default FP fusion), `- presence`; every other
+    logit is never written."""
+
+    def penalize(logits, prompt, output, presence, frequency, repetition, out):
+        x = logits.copy()
+        with np.errstate(all="ignore"):
+            for r in range(x.shape[0]):
+                ids = np.nonzero(output[r] > 0)[0]
+                l = x[r, ids]
+                l = np.where(l > 0, l / repetition[r], l * repetition[r]).astype(f32)
+                c = output[r, ids].astype(f32)
+                l = fma32(-c, frequency[r], l) if fused else (l - c * frequency[r]).astype(f32)
+                x[r, ids] = (l - presence[r]).astype(f32)
+        out[...] = x
+
+    penalize.__name__ = f"lightllm_{'fused' if fused else 'nofma'}"
+    return penalize
+
+
 def run(fn, **kw):
     kw.setdefault("shapes", SHAPES)
     kw.setdefault("verbose", False)
@@ -236,7 +264,24 @@ def test_vllm_form_passes_and_is_identified(inputs):
 def test_the_default_shapes_pass():
     r = ko.check_penalties(numpy_penalties(), verbose=False)
     assert r, r.text
-    assert r.passed == r.cases == len(ARMS) * 5
+    assert r.passed == r.cases == len(ARMS) * len(ko.PENALTIES_SHAPES)
+    assert any(b == 1 for b, _ in ko.PENALTIES_SHAPES)
+
+
+def test_a_kernel_that_squeezes_the_batch_away_fails_by_default():
+    """`penalties.squeeze()[:, None]` is right for every batch but one row,
+    where the squeeze leaves a scalar (a server with one request raises):
+    the default shapes include a batch of one."""
+    good = numpy_penalties()
+
+    def squeezing(logits, prompt, output, presence, frequency, repetition, out):
+        presence = presence.squeeze()[:, None][:, 0]
+        good(logits, prompt, output, presence, frequency, repetition, out)
+
+    assert run(squeezing, arms=["RAND"]), "the test shapes hold no batch of one"
+    r = ko.check_penalties(squeezing, arms=["RAND"], verbose=False)
+    assert not r and r.failed == 1, r.text
+    assert "(batch, vocab) = (1, " in r.failures[0], r.failures[0]
 
 
 def test_hugging_faces_repetition_form_passes_its_declaration():
@@ -263,6 +308,23 @@ def test_each_declarable_form_passes_and_names_itself(form, kw, label):
     assert summary(r) == label
     # Declared as vLLM's, it fails.
     assert not run(numpy_penalties(**form), inputs=kw.get("inputs", "ids"))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_lightllms_sparse_update_passes_as_sparse(fused):
+    """LightLLM writes the generated tokens' logits only: an unseen `-0`
+    keeps its sign where vLLM's `logits -= f * counts` (every token) makes
+    it `+0` for a negative `f` (rule PEN-ZERO-SIGN). Declared `"sparse"`
+    (`"fma_sparse"` fused) it passes and is identified as it; declared
+    `"separate"` (`"fma"`) it fails on ZERO."""
+    form = "fma_sparse" if fused else "sparse"
+    kw = dict(inputs="counts", repetition_scope="output_only", frequency=form)
+    r = run(lightllm_penalties(fused), **kw)
+    assert r, r.text
+    assert summary(r) == f"repetition_frequency_presence/output_only/divide/{form}"
+    r = run(lightllm_penalties(fused), **dict(kw, frequency="fma" if fused else "separate"))
+    failed = {re.search(r"arm=(\w+)", f).group(1) for f in r.failures}
+    assert "ZERO" in failed, failed
 
 
 def test_sglangs_penalizers_pass_as_accumulate():
