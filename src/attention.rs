@@ -160,10 +160,7 @@ pub struct Case {
 impl Spec {
     /// The default seed of a shape, dtype and arm.
     pub fn base_seed(d: Dims, dtype: Dtype, arm: Arm) -> u64 {
-        let mut h = 0xA77E_0000_0000_0000u64;
-        for v in d {
-            h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01B3);
-        }
+        let h = crate::rng::shape_hash(0xA77E_0000_0000_0000u64, &d);
         let idx = Dtype::ALL.iter().position(|&y| y == dtype).unwrap_or(0) as u64;
         let arm = Arm::ALL.iter().position(|&a| a == arm).unwrap_or(0) as u64;
         h ^ (idx << 8) ^ arm

@@ -324,10 +324,7 @@ impl Case {
 impl Spec {
     /// The default seed of a shape, layout, cache dtype, dtype and arm.
     pub fn base_seed(d: Dims, layout: Layout, kv: KvCacheDtype, dtype: Dtype, arm: Arm) -> u64 {
-        let mut h = 0x0CA0_4E5A_0000_0000u64;
-        for v in [d.0, d.1, d.2, d.3, d.4] {
-            h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01B3);
-        }
+        let h = crate::rng::shape_hash(0x0CA0_4E5A_0000_0000u64, &[d.0, d.1, d.2, d.3, d.4]);
         let idx = |i: Option<usize>| i.unwrap_or(0) as u64;
         h ^ (idx(Layout::ALL.iter().position(|&l| l == layout)) << 12)
             ^ (idx(KvCacheDtype::ALL.iter().position(|&k| k == kv)) << 8)

@@ -324,10 +324,7 @@ fn row_counts(ids: &[i64], v: usize) -> Vec<u32> {
 impl Spec {
     /// The default seed of a shape and arm.
     pub fn base_seed(d: Dims, arm: Arm) -> u64 {
-        let mut h = 0x9E7A_1715_0000_0000u64;
-        for v in [d.0, d.1] {
-            h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01B3);
-        }
+        let h = crate::rng::shape_hash(0x9E7A_1715_0000_0000u64, &[d.0, d.1]);
         let arm = Arm::ALL.iter().position(|&a| a == arm).unwrap_or(0) as u64;
         h ^ arm
     }

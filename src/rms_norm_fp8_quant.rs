@@ -345,10 +345,10 @@ impl Spec {
     /// The default seed of a shape, fused add, scaling and arm; its
     /// leading byte draws the arm ([`Arm::from_seed`]).
     pub fn base_seed(d: Dims, fused: bool, granularity: Granularity, arm: Arm) -> u64 {
-        let mut h = 0x5F8A_0000_0000_0000u64 ^ (u64::from(fused) << 4);
-        for v in [d.0, d.1, usize::from(granularity == Granularity::Token)] {
-            h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01B3);
-        }
+        let h = crate::rng::shape_hash(
+            0x5F8A_0000_0000_0000u64 ^ (u64::from(fused) << 4),
+            &[d.0, d.1, usize::from(granularity == Granularity::Token)],
+        );
         let i = Arm::ALL.iter().position(|&a| a == arm).unwrap_or(0);
         let start: u32 = Arm::ODDS[..i].iter().sum();
         let lead = u64::from(start) + (h >> 56) % u64::from(Arm::ODDS[i]);

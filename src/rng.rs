@@ -39,3 +39,13 @@ impl Rng {
         (self.next_u64() % n as u64) as usize
     }
 }
+
+/// A case library's default seed before its dtype and arm bits: `tag` (the
+/// library's own constant) mixed with every dimension of the shape, one
+/// multiply by the FNV-1a 64-bit prime per dimension, so that every shape
+/// of a battery draws unrelated data.
+pub fn shape_hash(tag: u64, dims: &[usize]) -> u64 {
+    dims.iter().fold(tag, |h, &v| {
+        (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01B3)
+    })
+}

@@ -183,10 +183,7 @@ pub fn rope_cache(max_position: usize, rotary_dim: usize, dtype: Dtype) -> Vec<f
 impl Spec {
     /// The default seed of a shape, dtypes and arm.
     pub fn base_seed(d: Dims, dtype: Dtype, cache_dtype: Dtype, arm: Arm) -> u64 {
-        let mut h = 0x0120_7A7E_0000_0000u64;
-        for v in [d.0, d.1, d.2, d.3, d.4, d.5] {
-            h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01B3);
-        }
+        let h = crate::rng::shape_hash(0x0120_7A7E_0000_0000u64, &[d.0, d.1, d.2, d.3, d.4, d.5]);
         let idx = |x: Dtype| Dtype::ALL.iter().position(|&y| y == x).unwrap_or(0) as u64;
         let arm = Arm::ALL.iter().position(|&a| a == arm).unwrap_or(0) as u64;
         h ^ (idx(dtype) << 8) ^ (idx(cache_dtype) << 4) ^ arm
