@@ -113,3 +113,5 @@ pub mod rope;
 pub mod round;
 pub mod sampling;
 pub mod tensor_core;
+#[cfg(test)]
+mod test_gen;

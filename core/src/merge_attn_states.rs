@@ -907,21 +907,7 @@ mod tests {
     use std::vec;
     use std::vec::Vec;
 
-    /// splitmix64.
-    struct Gen(u64);
-    impl Gen {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        /// Uniform in `[-s, s)`.
-        fn f(&mut self, s: f32) -> f32 {
-            ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * s
-        }
-    }
+    use crate::test_gen::Gen;
 
     fn decl(dtype: Dtype, base: Base) -> Declared {
         Declared {
