@@ -162,6 +162,31 @@ def transformers_warpers():
 
 if triton is not None:
     @triton.jit
+    def _key(x):
+        """binary32 values as int64 keys in the same order (the sign-magnitude
+        bits of a negative value flipped)."""
+        b = x.to(tl.int32, bitcast=True)
+        return tl.where(b >= 0, b, b ^ 0x7FFFFFFF).to(tl.int64)
+
+    @triton.jit
+    def _at_least(x, t, BITS: tl.constexpr):
+        """`x >= t`, t a key (BITS) or a value."""
+        if BITS:
+            r = _key(x) >= t
+        else:
+            r = x >= t
+        return r
+
+    @triton.jit
+    def _mid(lo, hi, BITS: tl.constexpr):
+        """The bisection's next probe: the middle key, or the midpoint value."""
+        if BITS:
+            r = lo + (hi - lo) // 2
+        else:
+            r = (lo + hi) * 0.5
+        return r
+
+    @triton.jit
     def _threshold_filter(x_ptr, out_ptr, k_ptr, p_ptr, V, stride,
                           BITS: tl.constexpr, ITERS: tl.constexpr, BLOCK: tl.constexpr):
         """One row: top-k then top-p as thresholds found by bisection (no
@@ -185,29 +210,20 @@ if triton is not None:
             n_fin += tl.sum(fin.to(tl.int32), 0)
         # Top-k: the largest threshold t with count(x >= t) >= k.
         if BITS:
-            b = mn.to(tl.int32, bitcast=True)
-            lo = tl.where(b >= 0, b, b ^ 0x7FFFFFFF).to(tl.int64)
-            b = mx.to(tl.int32, bitcast=True)
-            top = tl.where(b >= 0, b, b ^ 0x7FFFFFFF).to(tl.int64) + 1
+            lo = _key(mn)
+            top = _key(mx) + 1
         else:
             lo = mn
             top = mx
         hi = top
         if k < n_fin:
             for _ in range(ITERS):
-                if BITS:
-                    mid = lo + (hi - lo) // 2
-                else:
-                    mid = (lo + hi) * 0.5
+                mid = _mid(lo, hi, BITS)
                 cnt = 0
                 for s in range(0, V, BLOCK):
                     offs = s + tl.arange(0, BLOCK)
                     x = tl.load(base + offs, mask=offs < V, other=float("-inf"))
-                    if BITS:
-                        xb = x.to(tl.int32, bitcast=True)
-                        ge = tl.where(xb >= 0, xb, xb ^ 0x7FFFFFFF).to(tl.int64) >= mid
-                    else:
-                        ge = x >= mid
+                    ge = _at_least(x, mid, BITS)
                     cnt += tl.sum((ge & (x > float("-inf"))).to(tl.int32), 0)
                 lo = tl.where(cnt >= k, mid, lo)
                 hi = tl.where(cnt >= k, hi, mid)
@@ -216,11 +232,7 @@ if triton is not None:
         for s in range(0, V, BLOCK):
             offs = s + tl.arange(0, BLOCK)
             x = tl.load(base + offs, mask=offs < V, other=float("-inf"))
-            if BITS:
-                xb = x.to(tl.int32, bitcast=True)
-                keep = tl.where(xb >= 0, xb, xb ^ 0x7FFFFFFF).to(tl.int64) >= lo
-            else:
-                keep = x >= lo
+            keep = _at_least(x, lo, BITS)
             den += tl.sum(tl.where(keep & (x > float("-inf")), tl.exp(x - mx), 0.0), 0)
         # Top-p: the largest threshold t >= the top-k one whose survivors
         # carry at least p of the mass, searched up to the row's maximum.
@@ -228,19 +240,12 @@ if triton is not None:
         hi2 = top
         if p < 1.0:
             for _ in range(ITERS):
-                if BITS:
-                    mid = lo2 + (hi2 - lo2) // 2
-                else:
-                    mid = (lo2 + hi2) * 0.5
+                mid = _mid(lo2, hi2, BITS)
                 mass = 0.0
                 for s in range(0, V, BLOCK):
                     offs = s + tl.arange(0, BLOCK)
                     x = tl.load(base + offs, mask=offs < V, other=float("-inf"))
-                    if BITS:
-                        xb = x.to(tl.int32, bitcast=True)
-                        ge = tl.where(xb >= 0, xb, xb ^ 0x7FFFFFFF).to(tl.int64) >= mid
-                    else:
-                        ge = x >= mid
+                    ge = _at_least(x, mid, BITS)
                     mass += tl.sum(tl.where(ge & (x > float("-inf")), tl.exp(x - mx), 0.0), 0)
                 ok = mass / den >= p
                 lo2 = tl.where(ok, mid, lo2)
@@ -249,11 +254,7 @@ if triton is not None:
             offs = s + tl.arange(0, BLOCK)
             m = offs < V
             x = tl.load(base + offs, mask=m, other=float("-inf"))
-            if BITS:
-                xb = x.to(tl.int32, bitcast=True)
-                keep = tl.where(xb >= 0, xb, xb ^ 0x7FFFFFFF).to(tl.int64) >= lo2
-            else:
-                keep = x >= lo2
+            keep = _at_least(x, lo2, BITS)
             tl.store(out_ptr + row * stride + offs, tl.where(keep, x, float("-inf")), mask=m)
 
 
