@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 11] = [
+pub const MUTANTS: [Mutant; 12] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -110,6 +110,13 @@ pub const MUTANTS: [Mutant; 11] = [
         what: "in the split form of the fused step every quarter continues the kv sum from quarter 0's partial instead of the one before its own: elements 32..63 are left out of quarter 3's kv",
         find: "f32 kv = qw == 0 ? 0.0f : sm.part[0][qw - 1][l];",
         replace: "f32 kv = qw == 0 ? 0.0f : sm.part[0][0][l];",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "split-delta-column",
+        what: "in the split form of the fused step every column's lanes read column 0's delta (the CTA's first column) instead of their own: the rank-1 update of columns 1..31 uses another column's delta",
+        find: "const f32 delta = sm.dl[p][l];",
+        replace: "const f32 delta = sm.dl[p][0];",
         caught_by: &[2],
     },
 ];
