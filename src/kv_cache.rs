@@ -640,8 +640,7 @@ fn dtype_max(dtype: Dtype) -> f32 {
 
 /// The next dtype value above (`up`) or below the positive finite `x`.
 fn step(dtype: Dtype, x: f32, up: bool) -> f32 {
-    let b = dtype.encode(x);
-    dtype.decode(if up { b + 1 } else { b - 1 })
+    dtype.steps(x, if up { 1 } else { -1 })
 }
 
 /// `(k_scale, v_scale, key, value)` of an FP8 case.

@@ -83,11 +83,28 @@ pub enum Arm {
     /// `min_p = 1`, min-p on, and a third of the vocabulary masked `-inf`
     /// with a flat nucleus (`T = 3`, `top_p = 0.9`, top-k off).
     Edge,
+    /// Distinct logits a few steps of the dtype apart at the `k`-th value
+    /// (`k` 1, 2, 5, 20 or 50): the `(k + 1)`-th largest 1 to 3 steps below
+    /// it and the `(k - 1)`-th 1 to 3 above; in binary32 with `T != 1`, 8 to
+    /// 12 steps, so that `l / T` keeps them apart (within `4u` the top-k
+    /// rule leaves them undecided). Top-p mostly off, min-p off. A kernel
+    /// that approximates the `k`-th value (a threshold bisection stopped
+    /// after a fixed count of steps, a comparison in a narrower type) keeps
+    /// or drops a neighbour; the arms above put only equal values, or
+    /// values far apart, at the boundary.
+    Near,
 }
 
 impl Arm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [Arm; 5] = [Arm::Rand, Arm::Ties, Arm::Peak, Arm::Flat, Arm::Edge];
+    pub const ALL: [Arm; 6] = [
+        Arm::Rand,
+        Arm::Ties,
+        Arm::Peak,
+        Arm::Flat,
+        Arm::Edge,
+        Arm::Near,
+    ];
 
     /// The arm's name in rows and reproductions.
     pub fn name(self) -> &'static str {
@@ -97,6 +114,7 @@ impl Arm {
             Arm::Peak => "PEAK",
             Arm::Flat => "FLAT",
             Arm::Edge => "EDGE",
+            Arm::Near => "NEAR",
         }
     }
 
@@ -368,6 +386,33 @@ impl Spec {
                             ..Filters::OFF
                         },
                     };
+                }
+                Arm::Near => {
+                    let sd = [2.0f32, 4.0][c % 2];
+                    row.iter_mut().for_each(|x| *x = round(sd * rng.normal()));
+                    let temperature = [1.0f32, 1.0, 0.7][c % 3];
+                    let k = [2usize, 5, 20, 50, 1][c % 5].min(v - 1);
+                    *f = Filters {
+                        temperature,
+                        top_k: k as u32,
+                        top_p: [1.0, 1.0, 0.95][(c / 3) % 3],
+                        min_p: 0.0,
+                    };
+                    if k == 0 {
+                        continue; // one token: no boundary
+                    }
+                    // Binary32 steps are below l / T's rounding unless 8 or
+                    // more; a step of a 16-bit dtype is far above it.
+                    let near = self.dtype == Dtype::F32 && temperature != 1.0;
+                    let mut gap =
+                        || (if near { 8 } else { 1 }) + rng.below(if near { 5 } else { 3 }) as i32;
+                    let mut desc: Vec<usize> = (0..v).collect();
+                    desc.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                    let kth = row[desc[k - 1]];
+                    row[desc[k]] = self.dtype.steps(kth, -gap());
+                    if k >= 2 {
+                        row[desc[k - 2]] = self.dtype.steps(kth, gap());
+                    }
                 }
             }
         }
@@ -966,7 +1011,7 @@ mod tests {
 
     #[test]
     fn most_rows_are_decided_outside_ties() {
-        for arm in [Arm::Rand, Arm::Peak, Arm::Flat, Arm::Edge] {
+        for arm in [Arm::Rand, Arm::Peak, Arm::Flat, Arm::Edge, Arm::Near] {
             let sp = spec(arm, (16, 1000), VLLM);
             let case = sp.generate().unwrap();
             let out = reference(&sp, &case, Form::Mask, 1, Dtype::F32);
@@ -977,6 +1022,45 @@ mod tests {
                 v.decided,
                 v.rows
             );
+        }
+    }
+
+    #[test]
+    fn near_rows_put_distinct_neighbours_at_the_kth_value() {
+        for dtype in [Dtype::F32, Dtype::Bf16] {
+            let (mut rows, mut distinct, mut scaled) = (0, 0, 0);
+            for dims in [(16, 1000), (9, 129), (64, 512)] {
+                let sp = Spec {
+                    dtype,
+                    ..spec(Arm::Near, dims, VLLM)
+                };
+                let case = sp.generate().unwrap();
+                for (row, f) in case.logits.chunks(dims.1).zip(&case.filters) {
+                    let k = f.top_k as usize;
+                    assert!(k >= 1 && k < dims.1, "{dims:?}: k {k}");
+                    let mut d = row.to_vec();
+                    d.sort_by(|a, b| b.total_cmp(a));
+                    let steps = if dtype == Dtype::F32 && f.temperature != 1.0 {
+                        12
+                    } else {
+                        3
+                    };
+                    // The (k + 1)-th within the gap below the k-th, the
+                    // (k - 1)-th within it above.
+                    assert!(d[k] <= d[k - 1] && d[k] >= dtype.steps(d[k - 1], -steps));
+                    if k >= 2 {
+                        assert!(d[k - 2] <= dtype.steps(d[k - 1], steps));
+                    }
+                    rows += 1;
+                    distinct += usize::from(d[k] < d[k - 1]);
+                    scaled += usize::from(f.temperature != 1.0);
+                }
+            }
+            // Ties of the 16-bit dtype's coarse values aside, the
+            // neighbours are distinct; a third of the rows scale by T.
+            assert!(distinct * 10 >= rows * 9, "{dtype:?}: {distinct} of {rows}");
+            let third = scaled as f64 / rows as f64;
+            assert!((0.2..0.47).contains(&third), "{dtype:?}: T != 1 in {third}");
         }
     }
 

@@ -49,6 +49,29 @@ impl Dtype {
         }
     }
 
+    /// The value `n` steps of this dtype from `x` along the number line
+    /// (`n > 0` up, `n < 0` down; `x` a value of the dtype): its values in
+    /// the order of their sign-magnitude bits (IEEE 754-2019 §3.4, which
+    /// bfloat16 shares), `-0` and `+0` one value, so that the step below
+    /// `+0` is the negative subnormal of least magnitude. Stepping past the
+    /// largest finite value gives the infinity of its sign (the encoding
+    /// next to it); further steps are not meaningful.
+    pub fn steps(self, x: f32, n: i32) -> f32 {
+        let sign = match self {
+            Dtype::F32 => 1u32 << 31,
+            Dtype::Bf16 | Dtype::F16 => 1 << 15,
+        };
+        let b = self.encode(x);
+        let mag = i64::from(b & !sign);
+        let key = if b & sign != 0 { -mag } else { mag } + i64::from(n);
+        let bits = if key < 0 {
+            sign | (-key) as u32
+        } else {
+            key as u32
+        };
+        self.decode(bits)
+    }
+
     /// Whether `bits` (as [`Dtype::encode`] gives them) is a NaN.
     pub fn is_nan(self, bits: u32) -> bool {
         self.decode(bits).is_nan()
@@ -101,5 +124,31 @@ mod tests {
         assert!(Dtype::Bf16.same(0x7FC1, 0xFFC0));
         assert!(!Dtype::F16.same(0x7C00, 0xFC00));
         assert!(Dtype::F32.same(f32::NAN.to_bits(), 0xFFFF_FFFF));
+    }
+
+    #[test]
+    fn steps_walk_the_number_line() {
+        assert_eq!(Dtype::F32.steps(1.0, 1), 1.0 + f32::EPSILON);
+        assert_eq!(Dtype::F32.steps(1.0, -1), 1.0 - f32::EPSILON / 2.0);
+        assert_eq!(Dtype::F32.steps(-1.0, 1), -1.0 + f32::EPSILON / 2.0);
+        assert_eq!(Dtype::F32.steps(0.0, -1), -f32::from_bits(1));
+        assert_eq!(Dtype::F32.steps(-0.0, 2), f32::from_bits(2));
+        assert_eq!(Dtype::Bf16.steps(1.0, 1), 1.0 + 1.0 / 128.0);
+        assert_eq!(Dtype::Bf16.steps(-2.0, -3), -2.0 - 3.0 / 64.0);
+        assert_eq!(Dtype::F16.steps(1.0, -1), 1.0 - 1.0 / 2048.0);
+        assert_eq!(Dtype::F16.steps(65504.0, 1), f32::INFINITY);
+        // Every step of a sweep across zero is one value up, in order.
+        for d in Dtype::ALL {
+            let mut x = d.steps(0.0, -300);
+            for _ in 0..600 {
+                let y = d.steps(x, 1);
+                assert!(y > x || (x == 0.0 && y > 0.0), "{d:?} {x:e} -> {y:e}");
+                assert_eq!(
+                    d.steps(y, -1).to_bits() & 0x7FFF_FFFF,
+                    x.to_bits() & 0x7FFF_FFFF
+                );
+                x = y;
+            }
+        }
     }
 }

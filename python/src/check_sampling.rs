@@ -144,9 +144,11 @@ fn sampling_case<'py>(
 /// `TIES` (five logit values: ties at the `k`-th value and the nucleus
 /// boundary), `PEAK` (one token with all but `e^-8` of the mass), `FLAT`
 /// (a power of two of equal logits, `top_p = j/n`: exact cumulative sums,
-/// so `<=` against `<` is judged) and `EDGE` (`k = 1`, `k = V`, `top_p =
-/// 1`, `top_p = 1e-6`, `min_p = 1`, masked vocabulary), every row with its
-/// own filters, and judges it against `oracle::sampling`:
+/// so `<=` against `<` is judged), `EDGE` (`k = 1`, `k = V`, `top_p =
+/// 1`, `top_p = 1e-6`, `min_p = 1`, masked vocabulary) and `NEAR` (distinct
+/// logits a few steps of the dtype apart on either side of the `k`-th
+/// value: an approximate `k`-th value keeps or drops one), every row with
+/// its own filters, and judges it against `oracle::sampling`:
 /// - `SAMPLE-PROB`: `p = softmax(logits / T)`;
 /// - `SAMPLE-MINP`: keep `p_i >= min_p * max p`;
 /// - `SAMPLE-TOPK`: keep the `k` largest logits (`k = 0` off); ties at the

@@ -61,7 +61,23 @@ def numpy_sampler(form="mask", order="min_p_first", topk_ties="keep_all", cumsum
             k = 1
         if bug == "topk-plus-one" and 0 < k < n - 1:
             k += 1
-        if 0 < k < n:
+        if 0 < k < n and bug == "topk-bisect":
+            # A threshold kernel's k-th value: a midpoint bisection over
+            # [min, max] stopped after 20 steps, every token at or above
+            # its low end kept.
+            lo, hi = s[finite].min(), s.max()
+            for _ in range(20):
+                mid = precision((lo + hi) / 2)
+                if (s >= mid).sum() >= k:
+                    lo = mid
+                else:
+                    hi = mid
+            keep_k = s >= lo
+        elif 0 < k < n and bug == "topk-in-bf16":
+            # The k-th value found and compared on bfloat16 copies.
+            b = ko.decode_bf16(ko.encode_bf16(s.astype(f32)))
+            keep_k = b >= np.sort(b)[v - k]
+        elif 0 < k < n:
             if topk_ties == "keep_all" and bug != "topk-ties-dropped":
                 kth = np.sort(s)[v - k]
                 keep_k = s >= kth
@@ -137,14 +153,14 @@ def run(form="mask", bug=None, verbose=False, check=None, **kw):
 def test_correct_samplers_pass(form, cumsum, precision):
     r = run(form=form, cumsum=cumsum, precision=precision)
     assert r, r.text
-    assert r.failed == 0 and r.passed == r.cases == 5 * len(SHAPES)
+    assert r.failed == 0 and r.passed == r.cases == 6 * len(SHAPES)
     assert "consistent on every compared case with:" in r.text
 
 
 def test_the_default_shapes_pass():
     r = run(check=dict(shapes=None))
     assert r, r.text
-    assert r.passed == r.cases == 25
+    assert r.passed == r.cases == 30
 
 
 def vllm_sampler(form="mask", scan="seq", min_p_space="prob", seed=0):
@@ -258,6 +274,11 @@ def test_the_order_is_judged():
     ("mask", "mask-zero", "RAND"),
     ("mask", "k0-as-1", "RAND"),
     ("sample", "k0-as-1", "EDGE"),
+    # Approximate k-th values: only NEAR puts distinct values closer than
+    # the bisection's last bracket at the boundary.
+    ("mask", "topk-bisect", "NEAR"),
+    ("mask", "topk-in-bf16", "NEAR"),
+    ("sample", "topk-bisect", "NEAR"),
 ])
 def test_planted_bugs_fail(form, bug, arm):
     cumsum = "desc" if bug == "no-shift" else "asc"
@@ -269,6 +290,14 @@ def test_planted_bugs_fail(form, bug, arm):
     fn = numpy_sampler(form=form, bug=bug, cumsum=cumsum)
     again = eval(r.reproductions[0], {"kernel_oracle": ko, fn.__name__: fn})
     assert not again and again.cases == 1
+
+
+def test_an_approximate_kth_value_passes_every_arm_but_near():
+    fn = numpy_sampler(form="mask", bug="topk-bisect")
+    arms = ["RAND", "TIES", "PEAK", "FLAT", "EDGE"]
+    assert ko.check_sampling(fn, shapes=SHAPES, arms=arms, verbose=False)
+    r = ko.check_sampling(fn, shapes=SHAPES, arms=["NEAR"], verbose=False)
+    assert not r and r.failed == r.cases, (r.failed, r.cases)
 
 
 def test_bfloat16_logits_and_renorm_output():
@@ -301,7 +330,7 @@ def test_scaled_mask_values():
 
 def test_every_arm_runs_and_rows_are_mostly_decided():
     r = run(verbose=True)
-    for arm in ["RAND", "TIES", "PEAK", "FLAT", "EDGE"]:
+    for arm in ["RAND", "TIES", "PEAK", "FLAT", "EDGE", "NEAR"]:
         assert f" {arm} " in r.text, arm
     rows = [l for l in r.text.splitlines() if " PASS " in l and "16,1000" in l]
     assert rows
