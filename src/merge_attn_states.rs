@@ -16,7 +16,7 @@
 pub use crate::dtype::bits;
 use crate::rng::Rng;
 use oracle::merge_attn_states::{
-    check_inputs, pair_terms, Base, Declared, Dtype, Empty, Layout, MergeError, Shape,
+    check_inputs, pair_terms, Base, Declared, Dtype, Empty, Layout, MergeError, Scales, Shape,
 };
 use rayon::prelude::*;
 
@@ -115,6 +115,14 @@ pub fn parse_base(s: &str) -> Result<Base, String> {
 /// A sentence naming the policies.
 pub fn parse_empty(s: &str) -> Result<Empty, String> {
     crate::names::parse_named("empty", s, &Empty::ALL, Empty::name, false)
+}
+
+/// The scales' form named `s` (`"weights"` or `"lse_out"`).
+///
+/// # Errors
+/// A sentence naming the forms.
+pub fn parse_scales(s: &str) -> Result<Scales, String> {
+    crate::names::parse_named("scales", s, &Scales::ALL, Scales::name, false)
 }
 
 /// The LSE layout named `s` (`"head_major"` or `"token_major"`).
@@ -389,9 +397,19 @@ impl Verdicts {
 }
 
 /// A declaration's label in identification: `"{base}/{empty}/{layout}"`,
-/// e.g. `"e/prefix/head_major"`.
+/// e.g. `"e/prefix/head_major"`, then `"/lse_out"` for scales from the
+/// output LSE.
 pub fn label(d: &Declared) -> String {
-    format!("{}/{}/{}", d.base.name(), d.empty.name(), d.layout.name())
+    let scales = match d.scales {
+        Scales::Weights => "",
+        Scales::LseOut => "/lse_out",
+    };
+    format!(
+        "{}/{}/{}{scales}",
+        d.base.name(),
+        d.empty.name(),
+        d.layout.name()
+    )
 }
 
 /// Every known base, both-empty policy and LSE layout whose intervals

@@ -9,13 +9,18 @@
 //! with either product fused (FMA); the log as `ln(se)`, `log2(se) ln 2`
 //! (Triton's `tl.log`) or `ln_1p(w)`; with or without flush to zero;
 //! both-empty pairs by the vLLM CUDA copy or the Triton fix's clamp to
-//! `-1e30` and `1e-10` denominator. A correct kernel failing would be the
+//! `-1e30` and `1e-10` denominator; and, declared `scales="lse_out"`,
+//! FlashAttention's combine (each side's scale `expf(lse - out_lse)`, or
+//! FlashAttention 3's `exp2f` of pre-scaled arguments, from the rounded
+//! output LSE). A correct kernel failing would be the
 //! check's bug; this hunts for it. A second test shows wrong kernels
 //! rejected.
 
 use arbitrary::{Arbitrary, Unstructured};
 use kernel_oracle::merge_attn_states::{bits, reference, Arm, Spec, Verdicts};
-use oracle::merge_attn_states::{Base, Declared, Dtype, Empty, Layout, Shape};
+use oracle::merge_attn_states::{
+    Base, Declared, Dtype, Empty, Layout, Scales as DeclaredScales, Shape,
+};
 use std::sync::Mutex;
 
 /// How the kernel computes the weight of a side from `d = lse - max`.
@@ -36,6 +41,9 @@ enum Scales {
     Recip,
     /// `(w_p p + w_s s) / se`.
     Unnormalised,
+    /// FlashAttention's: the output LSE first, then `b^(lse - out_lse)`
+    /// per side (declared `lse_out`).
+    LseOut,
 }
 
 /// Which product of the weighted sum is fused into its add.
@@ -79,6 +87,12 @@ impl<'a> Arbitrary<'a> for Case {
         let base = Base::ALL[usize::from(h[0] & 1)];
         let inf_is_empty = h[0] & 2 != 0;
         let arms = Arm::defaults(inf_is_empty);
+        let scales = [
+            Scales::Div,
+            Scales::Recip,
+            Scales::Unnormalised,
+            Scales::LseOut,
+        ][usize::from(h[1] >> 3) % 4];
         Ok(Case {
             decl: Declared {
                 dtype: Dtype::ALL[usize::from(h[0] >> 2 & 3) % 3],
@@ -86,6 +100,11 @@ impl<'a> Arbitrary<'a> for Case {
                 empty: Empty::ALL[usize::from(h[0] >> 4 & 1)],
                 inf_is_empty,
                 layout: Layout::ALL[usize::from(h[0] >> 5 & 1)],
+                scales: if scales == Scales::LseOut {
+                    DeclaredScales::LseOut
+                } else {
+                    DeclaredScales::Weights
+                },
             },
             arm: arms[usize::from(h[1] & 7) % arms.len()],
             exp: if base == Base::E && h[0] & 0x40 != 0 {
@@ -93,7 +112,7 @@ impl<'a> Arbitrary<'a> for Case {
             } else {
                 ExpForm::Plain
             },
-            scales: [Scales::Div, Scales::Recip, Scales::Unnormalised][usize::from(h[1] >> 3) % 3],
+            scales,
             fused: [Fused::None, Fused::Prefix, Fused::Suffix][usize::from(h[1] >> 5) % 3],
             log: [LogForm::Plain, LogForm::Other, LogForm::Log1p][usize::from(h[2] & 3) % 3],
             ftz: h[0] & 0x80 != 0,
@@ -205,6 +224,22 @@ impl Case {
                             self.flush(n / se)
                         }
                     }
+                    Scales::LseOut => {
+                        let k = std::f32::consts::LOG2_E;
+                        let scale = |x: f32| match (d.base, self.exp) {
+                            _ if x == ninf => 0.0,
+                            (Base::E, ExpForm::Exp2Scaled) => {
+                                let pre = self.flush(self.flush(x * k) - self.flush(lse * k));
+                                self.flush(pre.exp2())
+                            }
+                            _ => self.exp(self.flush(x - lse)),
+                        };
+                        if both {
+                            0.0
+                        } else {
+                            self.sum(a, scale(p), c, scale(s))
+                        }
+                    }
                 };
                 if bug == Some("cast-before-sum") {
                     let r = |x: f32| d.dtype.round(x);
@@ -305,6 +340,7 @@ fn binary32_merge_forms_pass_their_own_check() {
             rate(&|c| c.scales == Scales::Unnormalised),
             0.2,
         ),
+        ("lse_out", rate(&|c| c.scales == Scales::LseOut), 0.2),
         ("fused", rate(&|c| c.fused != Fused::None), 0.4),
         ("log1p", rate(&|c| c.log == LogForm::Log1p), 0.2),
         ("other log", rate(&|c| c.log == LogForm::Other), 0.2),

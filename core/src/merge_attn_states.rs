@@ -96,6 +96,23 @@
 //!     kernel's output must be that value bit for bit (a NaN never), else
 //!     within the interval ([`crate::rms_norm::admits`]); the same for the
 //!     output LSE (binary32).
+//! 11. `MERGE-LSE-OUT`: declared [`Scales::LseOut`] (FlashAttention's own
+//!     split-KV combine), the output's scales come from the kernel's
+//!     rounded output LSE instead of the weights: `out_lse` as in
+//!     `MERGE-EVAL`, then each side's scale `exp(fl(lse - out_lse))` (base
+//!     e: FlashAttention 2's `expf`; or `exp2` of that difference times
+//!     `log2(e)`, or of the pre-scaled `fl(fl(lse log2(e)) - fl(out_lse
+//!     log2(e)))`, FlashAttention 3) or `exp2(fl(lse - out_lse))` (base 2),
+//!     within [`EXP_ULPS`], and `out` the sum of the two products in
+//!     either order, either fused (FlashAttention's `out += scale *
+//!     o_split` from 0, then one rounding to the dtype). Rules 1-3 hold as
+//!     they are (an empty side's scale is `exp(-inf) = 0`, the other's
+//!     `exp(0) = 1`: `MERGE-ONE` stays exact); equal LSEs give scales of
+//!     about, not exactly, `1/2`, so the EQUAL case is bounded, not
+//!     decided. The enclosure under this declaration is built from this
+//!     form alone, and under [`Scales::Weights`] from the weights' forms
+//!     alone (a kernel of one form may still fall inside the other's
+//!     where the two agree to within their ulps).
 //!
 //! # The enclosure
 //!
@@ -129,14 +146,13 @@
 //! float32 scales is promoted to float32, as the CUDA kernel computes); the
 //! maximum not subtracted (`exp(1e4)` overflows); the logistic form `1 /
 //! (1 + exp(s - p))` without the maximum (NaN once `s - p` passes 88.7).
-//! Also outside, though correct to a few binary32 ulps at small LSEs:
 //! FlashAttention's own split-KV combine (`combine_attn_seqk_parallel`,
 //! FA3's `flash_fwd_combine_kernel.h`), whose scales are `exp(lse -
-//! lse_out)` of the rounded output LSE (FA3: `exp2f` of pre-scaled
-//! arguments, rule 6): they are not exactly `1/2` at equal LSEs and carry
-//! `lse_out`'s rounding (`2^-10` relative near `|lse| = 1e4`), so EQUAL
-//! and LARGE reject it (a form in the checks' tests); and `s_scale = 1 -
-//! p_scale`, whose absolute error is large relative to a small scale.
+//! lse_out)` of the rounded output LSE, is not exactly `1/2` at equal
+//! LSEs and carries `lse_out`'s rounding (`2^-10` relative near `|lse| =
+//! 1e4`), so EQUAL and LARGE reject it under [`Scales::Weights`]; it is
+//! declared [`Scales::LseOut`] (rule 11). Outside every declaration: `s_scale = 1 - p_scale`,
+//! whose absolute error is large relative to a small scale.
 //!
 //! Sources: vLLM `csrc/attention/merge_attn_states.cu` (`p_lse`, `s_lse`
 //! read; `std::isinf` turns either infinity into `-inf`; `max_lse =
@@ -228,6 +244,36 @@ impl Empty {
         match self {
             Empty::Prefix => "prefix",
             Empty::Zero => "zero",
+        }
+    }
+}
+
+/// How the output's scales are formed (rules `MERGE-EVAL` and
+/// `MERGE-LSE-OUT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scales {
+    /// From the weights: `w_big = 1`, `w_small = b^(small - m)`, their sum
+    /// `se`, then the scales `w / se` (or the unnormalised sum divided by
+    /// `se`): vLLM's CUDA and Triton kernels, SGLang's `merge_state_v2`,
+    /// FlashInfer's `merge_state` (rule `MERGE-EVAL`).
+    Weights,
+    /// From the output LSE: `out_lse` first (as rule `MERGE-EVAL` forms
+    /// it), then each side's scale `b^(lse - out_lse)` of the rounded
+    /// `out_lse`, and `out` the sum of the two products (rule
+    /// `MERGE-LSE-OUT`): FlashAttention 2's `combine_attn_seqk_parallel`
+    /// (`expf(lse - lse_logsum)`) and FlashAttention 3's combine kernel.
+    LseOut,
+}
+
+impl Scales {
+    /// Both forms.
+    pub const ALL: [Scales; 2] = [Scales::Weights, Scales::LseOut];
+
+    /// The name a check takes: `"weights"` or `"lse_out"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Scales::Weights => "weights",
+            Scales::LseOut => "lse_out",
         }
     }
 }
@@ -405,11 +451,13 @@ pub struct Declared {
     pub inf_is_empty: bool,
     /// The LSEs' layout.
     pub layout: Layout,
+    /// How the scales are formed.
+    pub scales: Scales,
 }
 
 impl Declared {
     /// vLLM's declaration for `dtype`: base e, the prefix copied, `+inf`
-    /// empty, head-major LSEs.
+    /// empty, head-major LSEs, scales from the weights.
     pub fn vllm(dtype: Dtype) -> Declared {
         Declared {
             dtype,
@@ -417,6 +465,7 @@ impl Declared {
             empty: Empty::Prefix,
             inf_is_empty: true,
             layout: Layout::HeadMajor,
+            scales: Scales::Weights,
         }
     }
 
@@ -589,6 +638,36 @@ impl Mode {
     }
 }
 
+impl Mode {
+    /// `b^(x - l)` for the output LSE `l` in `lse` (rule `MERGE-LSE-OUT`):
+    /// the argument `fl(x - l)`, then `exp` (FlashAttention 2's `expf`);
+    /// base e also `exp2` of `fl(fl(x - l) log2(e))` or of the pre-scaled
+    /// `fl(fl(x log2(e)) - fl(l log2(e)))` (FlashAttention 3); base 2
+    /// `exp2(fl(x - l))`. Each argument falls as `l` rises, so the ends of
+    /// `lse` bound it; each within [`EXP_ULPS`], exact where the argument
+    /// is 0 (`x` is `l`: `MERGE-EXACT`).
+    fn exp_from(self, base: Base, x: f32, lse: Iv) -> Iv {
+        let mut r: Option<Iv> = None;
+        for l in [lse.lo, lse.hi] {
+            let d = self.flush(x - l);
+            let mut take = |b: Base, a: f32| {
+                let e = self.exp(b, a);
+                r = Some(r.map_or(e, |o| o.hull(e)));
+            };
+            match base {
+                Base::E => {
+                    take(Base::E, d);
+                    take(Base::Two, self.flush(d * LOG2_E_F32));
+                    let pre = self.flush(self.flush(x * LOG2_E_F32) - self.flush(l * LOG2_E_F32));
+                    take(Base::Two, pre);
+                }
+                Base::Two => take(Base::Two, d),
+            }
+        }
+        r.unwrap_or(Iv::ONE)
+    }
+}
+
 /// `log2(e)` rounded to binary32 (Triton's `1.4426950408889634` constant
 /// as a float32 operand).
 const LOG2_E_F32: f32 = core::f32::consts::LOG2_E;
@@ -630,6 +709,9 @@ pub struct PairTerms {
     prefix_big: bool,
     /// Per flush mode: `[w, se, 1 / se, w / se, w (1 / se)]`.
     modes: [[Iv; 5]; 2],
+    /// Per flush mode, rule `MERGE-LSE-OUT`'s scales of the larger and the
+    /// smaller side.
+    lse_scales: [[Iv; 2]; 2],
     /// The output LSE's binary32 interval.
     lse: Iv,
 }
@@ -647,11 +729,13 @@ pub fn pair_terms(decl: &Declared, p_lse: f32, s_lse: f32) -> Option<PairTerms> 
             both_empty: true,
             prefix_big: true,
             modes: [[Iv::ZERO; 5]; 2],
+            lse_scales: [[Iv::ZERO; 2]; 2],
             lse: Iv::point(f32::NEG_INFINITY),
         });
     }
     let prefix_big = se_ || !pe && p_lse >= s_lse;
     let mut modes = [[Iv::ZERO; 5]; 2];
+    let mut lse_scales = [[Iv::ZERO; 2]; 2];
     let mut lse: Option<Iv> = None;
     for (k, mode) in Mode::BOTH.into_iter().enumerate() {
         let (big, small) = if prefix_big {
@@ -723,11 +807,20 @@ pub fn pair_terms(decl: &Declared, p_lse: f32, s_lse: f32) -> Option<PairTerms> 
         };
         let v = mode.add(Iv::point(m), l);
         lse = Some(lse.map_or(v, |x| x.hull(v)));
+        // MERGE-LSE-OUT: each side's scale from this mode's output LSE;
+        // an empty side's is 0 (MERGE-EXACT: exp(-inf)).
+        let small_scale = if pe || se_ {
+            Iv::ZERO
+        } else {
+            mode.exp_from(decl.base, mode.flush(small), v)
+        };
+        lse_scales[k] = [mode.exp_from(decl.base, m, v), small_scale];
     }
     Some(PairTerms {
         both_empty: false,
         prefix_big,
         modes,
+        lse_scales,
         lse: lse.unwrap_or(Iv::ZERO),
     })
 }
@@ -765,9 +858,19 @@ impl PairTerms {
             (s_out, p_out)
         };
         let mut out: Option<Iv> = None;
-        for (mode, t) in Mode::BOTH.into_iter().zip(&self.modes) {
+        for ((mode, t), [ab, ac]) in Mode::BOTH.into_iter().zip(&self.modes).zip(self.lse_scales) {
             let [w, se, r, ss, ssr] = *t;
             let (bi, ci) = (mode.input(b), mode.input(c));
+            if decl.scales == Scales::LseOut {
+                // The two products summed in either order, either fused.
+                let (pb, pc) = (mode.mul(bi, ab), mode.mul(ci, ac));
+                let v = mode
+                    .add(pb, pc)
+                    .hull(mode.fma(ci, ac, pb))
+                    .hull(mode.fma(bi, ab, pc));
+                out = Some(out.map_or(v, |x| x.hull(v)));
+                continue;
+            }
             let mut v = Iv::point(f32::NAN);
             let mut first = true;
             let mut take = |x: Iv| {
@@ -1094,6 +1197,84 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// FlashAttention's split-KV combine of two splits in binary32: the
+    /// output LSE `logf(expf(p - m) + expf(s - m)) + m`, then each scale
+    /// `expf(lse - out_lse)` (`pre`: FlashAttention 3's `exp2f` of
+    /// pre-scaled arguments), `out = 0 + a p_scale` then `+ c s_scale`
+    /// (`fused`: an FMA).
+    fn flash_combine(
+        d: &Declared,
+        p: f32,
+        s: f32,
+        a: f32,
+        c: f32,
+        fused: bool,
+        pre: bool,
+    ) -> (f32, f32) {
+        let m = p.max(s);
+        let se = (p - m).exp() + (s - m).exp();
+        let l = se.ln() + m;
+        let scale = |x: f32| {
+            if pre {
+                let k = core::f32::consts::LOG2_E;
+                (x * k - l * k).exp2()
+            } else {
+                (x - l).exp()
+            }
+        };
+        let acc = a * scale(p);
+        let o = if fused {
+            c.mul_add(scale(s), acc)
+        } else {
+            acc + c * scale(s)
+        };
+        (d.dtype.round(o), l)
+    }
+
+    #[test]
+    fn flash_attention_combine_is_inside_lse_out_only() {
+        let mut g = Gen(9);
+        for dt in Dtype::ALL {
+            let w = decl(dt, Base::E);
+            let f = Declared {
+                scales: Scales::LseOut,
+                ..w
+            };
+            let mut weights_reject = 0;
+            for k in 0..4000 {
+                let p = g.f(if k % 8 == 7 { 1e4 } else { 8.0 });
+                // Equal LSEs every fourth pair.
+                let s = if k % 4 == 0 { p } else { p + g.f(3.0) };
+                let (a, c) = (dt.round(g.f(4.0)), dt.round(g.f(4.0)));
+                let tf = pair_terms(&f, p, s).unwrap();
+                let tw = pair_terms(&w, p, s).unwrap();
+                for fused in [false, true] {
+                    for pre in [false, true] {
+                        let (o, l) = flash_combine(&f, p, s, a, c, fused, pre);
+                        assert!(
+                            inside(tf.output(&f, a, c), o),
+                            "{dt:?} {p} {s} {a} {c}: {o}"
+                        );
+                        assert!(inside(tf.output_lse(), l));
+                        weights_reject += usize::from(!inside(tw.output(&w, a, c), o));
+                    }
+                }
+            }
+            // The weights' declaration rejects it somewhere (equal LSEs,
+            // large ones), which is why it is declared apart.
+            assert!(weights_reject > 0, "{dt:?}");
+        }
+        // One side empty: the other side's output, exactly, in both forms.
+        let f = Declared {
+            scales: Scales::LseOut,
+            ..decl(Dtype::F32, Base::E)
+        };
+        let t = pair_terms(&f, 2.5, f32::NEG_INFINITY).unwrap();
+        assert_eq!(t.output(&f, 1.25, 7.0), (1.25, 1.25));
+        let t = pair_terms(&f, f32::INFINITY, -3.0).unwrap();
+        assert_eq!(t.output(&f, 1.25, 7.0), (7.0, 7.0));
     }
 
     #[test]

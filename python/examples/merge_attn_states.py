@@ -27,7 +27,14 @@ is counted as refused by the check):
    PR 39148);
 4. SGLang's `sgl_kernel.merge_state_v2` (LSEs `[T, H]`, natural log,
    declared prefix) and FlashInfer's `flashinfer.merge_state` (LSEs
-   `[T, H]`, base 2, `+inf` not empty, declared zero) where installed.
+   `[T, H]`, base 2, `+inf` not empty, declared zero) where installed;
+5. FlashAttention 2's split-KV combine (`combine_attn_seqk_parallel`) for
+   two splits written in torch: the output LSE first (`log(sum exp(lse -
+   max)) + max`), then each scale `exp(lse - out_lse)` (all 0 where both
+   sides are empty: FA2's `+inf` LSE there, written here as `-inf`), `out
+   = p_scale p + s_scale s` in float32: declared `scales="lse_out"`,
+   expected PASS; declared with the weights' scales, a finding (the numpy
+   form fails EQUAL and LARGE in bfloat16).
 
 Each run prints the check's rows and a FINDING line: the declared verdict
 and every declaration whose intervals admitted every case. Exit status 1
@@ -117,6 +124,34 @@ def torch_vllm(dt):
         to_numpy(o.to(dt), out)
 
     fn.__name__ = f"torch_vllm_{str(dt).split('.')[-1]}"
+    return fn
+
+
+def torch_flash_combine(dt):
+    """FlashAttention 2's combine of two splits in torch float32: `m =
+    max(lse)` (0 where both are empty), `out_lse = log(exp(p - m) + exp(s
+    - m)) + m`, the scales `exp(lse - out_lse)` (0 for an empty side, and
+    both when both are empty), `out = p * p_scale + s * s_scale`."""
+
+    def fn(p, pl, s, sl, out, out_lse):
+        P, S = to_cuda(p, dt).float(), to_cuda(s, dt).float()  # [T, H, D]
+        PL, SL, OL = lse_tensors(pl, sl, out_lse)  # [H, T]
+        inf = float("inf")
+        a = torch.where(torch.isinf(PL), -inf, PL)
+        b = torch.where(torch.isinf(SL), -inf, SL)
+        m = torch.maximum(a, b)
+        both = torch.isinf(m)
+        m0 = torch.where(both, 0.0, m)
+        lse = torch.log(torch.exp(a - m0) + torch.exp(b - m0)) + m0
+        lse0 = torch.where(both, inf, lse)  # FA2's +inf: every scale exp(-inf) = 0
+        ps, ss = torch.exp(a - lse0).T[..., None], torch.exp(b - lse0).T[..., None]
+        o = P * ps + S * ss
+        if OL is not None:
+            OL.copy_(torch.where(both, -inf, lse))
+            to_numpy(OL, out_lse)
+        to_numpy(o.to(dt), out)
+
+    fn.__name__ = f"torch_flash_combine_{str(dt).split('.')[-1]}"
     return fn
 
 
@@ -262,6 +297,12 @@ def main(argv=None):
     for name in ["float32", "bfloat16", "float16"]:
         bad += section(f"torch vLLM formula {name}", 300, lambda n=name: run(
             torch_vllm(tdtype(n)), "PASS", dtype=n)) is None
+    for name in ["float32", "bfloat16"]:
+        bad += section(f"torch FlashAttention 2 combine {name}, scales lse_out", 300,
+                       lambda n=name: run(torch_flash_combine(tdtype(n)), "PASS", dtype=n,
+                                          empty="zero", scales="lse_out")) is None
+    bad += section("torch FlashAttention 2 combine, the weights' scales declared", 300,
+                   lambda: run(torch_flash_combine(dt), dtype=args.dtype, empty="zero")) is None
     if triton is None:
         print("\n=== Triton: not importable, skipped")
     else:

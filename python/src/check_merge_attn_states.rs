@@ -16,8 +16,8 @@ use crate::check::{
 use crate::check_rms_norm::{as_called, shown};
 use crate::check_rope::{read_values, to_array};
 use kernel_oracle::merge_attn_states::{
-    identify, label, parse_base, parse_empty, parse_layout, reference, within_caps, Answer, Arm,
-    Case, Dims, Spec, Verdicts,
+    identify, label, parse_base, parse_empty, parse_layout, parse_scales, reference, within_caps,
+    Answer, Arm, Case, Dims, Spec, Verdicts,
 };
 use oracle::merge_attn_states::{Declared, Dtype, Layout, Shape};
 use pyo3::exceptions::PyValueError;
@@ -87,6 +87,7 @@ fn declared(
     lse_layout: &str,
     empty: &str,
     inf_is_empty: bool,
+    scales: &str,
 ) -> PyResult<Declared> {
     Ok(Declared {
         dtype: kernel_oracle::dtype::parse_dtype(dtype).map_err(PyValueError::new_err)?,
@@ -94,18 +95,20 @@ fn declared(
         empty: parse_empty(empty).map_err(PyValueError::new_err)?,
         inf_is_empty,
         layout: parse_layout(lse_layout).map_err(PyValueError::new_err)?,
+        scales: parse_scales(scales).map_err(PyValueError::new_err)?,
     })
 }
 
 /// The declaration's keyword arguments as a call writes them.
 fn kwargs(d: &Declared) -> String {
     format!(
-        "dtype=\"{}\", base=\"{}\", lse_layout=\"{}\", empty=\"{}\", inf_is_empty={}",
+        "dtype=\"{}\", base=\"{}\", lse_layout=\"{}\", empty=\"{}\", inf_is_empty={}, scales=\"{}\"",
         d.dtype.name(),
         d.base.name(),
         d.layout.name(),
         d.empty.name(),
-        if d.inf_is_empty { "True" } else { "False" }
+        if d.inf_is_empty { "True" } else { "False" },
+        d.scales.name()
     )
 }
 
@@ -123,7 +126,7 @@ fn checked(d: (i64, i64, i64)) -> PyResult<(Dims, Shape)> {
     Ok((dims, shape))
 }
 
-/// merge_attn_states(prefix_output, prefix_lse, suffix_output, suffix_lse, dtype="bfloat16", base="e", lse_layout="head_major", empty="prefix", inf_is_empty=True) -> (out_lo, out_hi, lse_lo, lse_hi)
+/// merge_attn_states(prefix_output, prefix_lse, suffix_output, suffix_lse, dtype="bfloat16", base="e", lse_layout="head_major", empty="prefix", inf_is_empty=True, scales="weights") -> (out_lo, out_hi, lse_lo, lse_hi)
 ///
 /// The merge of two partial attention states (`oracle::merge_attn_states`)
 /// as the intervals any admissible kernel's output and output LSE lie in.
@@ -140,7 +143,11 @@ fn checked(d: (i64, i64, i64)) -> PyResult<(Dims, Shape)> {
 /// Triton kernel after its NaN fix) and an LSE of `-inf`. Otherwise the
 /// output is `(w_p p + w_s s) / (w_p + w_s)`, `w = b^(lse - max)`, and
 /// the LSE `max + log_b(w_p + w_s)`, enclosed for every binary32
-/// evaluation in the field's forms (module docs of core).
+/// evaluation in the field's forms (module docs of core): the scales from
+/// the weights (`scales="weights"`: vLLM, SGLang, FlashInfer), or from the
+/// rounded output LSE, `b^(lse - out_lse)` per side (`"lse_out"`:
+/// FlashAttention's own split-KV combine, rule `MERGE-LSE-OUT`; its scales
+/// are not exactly 1/2 at equal LSEs).
 ///
 /// Returns new arrays in the inputs' representations: `out_lo`, `out_hi`
 /// `[T, H, D]` and float32 `lse_lo`, `lse_hi` in the declared layout
@@ -151,7 +158,7 @@ fn checked(d: (i64, i64, i64)) -> PyResult<(Dims, Shape)> {
 /// output value not finite or of `2^64` or more, an LSE that is NaN (or
 /// `+inf` without `inf_is_empty`), or a case over the caps.
 #[pyfunction]
-#[pyo3(signature = (prefix_output, prefix_lse, suffix_output, suffix_lse, dtype = "bfloat16", base = "e", lse_layout = "head_major", empty = "prefix", inf_is_empty = true))]
+#[pyo3(signature = (prefix_output, prefix_lse, suffix_output, suffix_lse, dtype = "bfloat16", base = "e", lse_layout = "head_major", empty = "prefix", inf_is_empty = true, scales = "weights"))]
 #[allow(clippy::too_many_arguments)]
 #[allow(clippy::type_complexity)]
 fn merge_attn_states<'py>(
@@ -165,13 +172,14 @@ fn merge_attn_states<'py>(
     lse_layout: &str,
     empty: &str,
     inf_is_empty: bool,
+    scales: &str,
 ) -> PyResult<(
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
 )> {
-    let decl = declared(dtype, base, lse_layout, empty, inf_is_empty)?;
+    let decl = declared(dtype, base, lse_layout, empty, inf_is_empty, scales)?;
     let dt = decl.dtype;
     let (ps, pv, _) = read_values("prefix_output", &prefix_output, dt, false)?;
     let (ss, sv, _) = read_values("suffix_output", &suffix_output, dt, false)?;
@@ -207,7 +215,7 @@ fn merge_attn_states<'py>(
     ))
 }
 
-/// merge_attn_states_case(shape, arm, seed=None, dtype="bfloat16", base="e", lse_layout="head_major", empty="prefix", inf_is_empty=True) -> dict
+/// merge_attn_states_case(shape, arm, seed=None, dtype="bfloat16", base="e", lse_layout="head_major", empty="prefix", inf_is_empty=True, scales="weights") -> dict
 ///
 /// One case of `check_merge_attn_states` as new arrays, as the callable
 /// gets them: `prefix_output`, `suffix_output` (uint16 bit patterns of
@@ -219,7 +227,7 @@ fn merge_attn_states<'py>(
 /// Errors: `ValueError` as `merge_attn_states`, an unknown arm, or
 /// `"POS_INF"` without `inf_is_empty`.
 #[pyfunction]
-#[pyo3(signature = (shape, arm, seed = None, dtype = "bfloat16", base = "e", lse_layout = "head_major", empty = "prefix", inf_is_empty = true))]
+#[pyo3(signature = (shape, arm, seed = None, dtype = "bfloat16", base = "e", lse_layout = "head_major", empty = "prefix", inf_is_empty = true, scales = "weights"))]
 #[allow(clippy::too_many_arguments)]
 fn merge_attn_states_case<'py>(
     py: Python<'py>,
@@ -231,9 +239,10 @@ fn merge_attn_states_case<'py>(
     lse_layout: &str,
     empty: &str,
     inf_is_empty: bool,
+    scales: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = Arm::parse(arm).map_err(PyValueError::new_err)?;
-    let decl = declared(dtype, base, lse_layout, empty, inf_is_empty)?;
+    let decl = declared(dtype, base, lse_layout, empty, inf_is_empty, scales)?;
     let (dims, sh) = checked(shape)?;
     let sp = Spec {
         dims,
@@ -338,7 +347,7 @@ fn failure_lines(
     }
 }
 
-/// check_merge_attn_states(merge, shapes=None, arms=None, seeds=None, trials=1, dtype="bfloat16", base="e", lse_layout="head_major", empty="prefix", inf_is_empty=True, output_lse=True, verbose=True, name=None) -> CheckReport
+/// check_merge_attn_states(merge, shapes=None, arms=None, seeds=None, trials=1, dtype="bfloat16", base="e", lse_layout="head_major", empty="prefix", inf_is_empty=True, scales="weights", output_lse=True, verbose=True, name=None) -> CheckReport
 ///
 /// Runs `merge`, a merge of two partial attention states by their
 /// log-sum-exps, through the arms `RAND` (LSEs within 3 of each other),
@@ -371,7 +380,7 @@ fn failure_lines(
 /// `"in_place"`). A kernel that refuses a shape raises
 /// `kernel_oracle.Refused`.
 ///
-/// `dtype`, `base`, `lse_layout`, `empty`, `inf_is_empty`: as
+/// `dtype`, `base`, `lse_layout`, `empty`, `inf_is_empty`, `scales`: as
 /// `merge_attn_states`; `output_lse` True (the default; None is the
 /// same), False or `"in_place"`. `shapes`: `(num_tokens, num_heads, head_size)`
 /// tuples. Each row names every base, both-empty policy and layout
@@ -382,8 +391,8 @@ fn failure_lines(
 /// `seeds`, or a shape that is bad or over the caps, before any call.
 #[pyfunction]
 #[pyo3(
-    signature = (merge, shapes = None, arms = None, seeds = None, trials = 1, dtype = "bfloat16", base = "e", lse_layout = "head_major", empty = "prefix", inf_is_empty = true, output_lse = None, verbose = true, name = None),
-    text_signature = "(merge, shapes=None, arms=None, seeds=None, trials=1, dtype=\"bfloat16\", base=\"e\", lse_layout=\"head_major\", empty=\"prefix\", inf_is_empty=True, output_lse=True, verbose=True, name=None)"
+    signature = (merge, shapes = None, arms = None, seeds = None, trials = 1, dtype = "bfloat16", base = "e", lse_layout = "head_major", empty = "prefix", inf_is_empty = true, scales = "weights", output_lse = None, verbose = true, name = None),
+    text_signature = "(merge, shapes=None, arms=None, seeds=None, trials=1, dtype=\"bfloat16\", base=\"e\", lse_layout=\"head_major\", empty=\"prefix\", inf_is_empty=True, scales=\"weights\", output_lse=True, verbose=True, name=None)"
 )]
 #[allow(clippy::too_many_arguments)]
 fn check_merge_attn_states<'py>(
@@ -398,12 +407,13 @@ fn check_merge_attn_states<'py>(
     lse_layout: &str,
     empty: &str,
     inf_is_empty: bool,
+    scales: &str,
     output_lse: Option<Bound<'py, PyAny>>,
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
     let seeds = Seeds::new(seeds, trials)?;
-    let decl = declared(dtype, base, lse_layout, empty, inf_is_empty)?;
+    let decl = declared(dtype, base, lse_layout, empty, inf_is_empty, scales)?;
     let lse_out = match &output_lse {
         None => LseOut::New,
         Some(x) => LseOut::parse(x)?,

@@ -38,7 +38,7 @@ def numpy_merge(form="cuda", dtype="bfloat16", base="e", layout="head_major", bu
     w o_s` then one division; zeros when both are empty), "reciprocal"
     (`1 / se` once, scales by products, the weighted sum fused) or
     "fa-combine" (FlashAttention 2's split-KV combine for two splits,
-    outside the contract: the scales `expf(lse - lse_out)` from the rounded
+    declared scales="lse_out": the scales `expf(lse - lse_out)` from the rounded
     output LSE, the sum as FMAs from zero; zeros when both are empty). `base`
     and `layout`: what the kernel computes and reads (not what it
     declares); `bug`: one of BUGS' names."""
@@ -263,14 +263,31 @@ BUGS = [
     (numpy_merge(bug="empty-copies-wrong-side"), dict(), {"EMPTY_ONE"}),
     # EMPTY_BOTH's prefix and suffix outputs differ: the copy tells them apart.
     (numpy_merge(bug="both-empty-copies-suffix"), dict(), {"EMPTY_BOTH", "POS_INF"}),
-    # FlashAttention's combine: outside the contract (module docs of core);
-    # its scales are not exactly 1/2 at equal LSEs and carry the output
-    # LSE's rounding (2^-10 relative near 1e4).
+    # FlashAttention's combine declared with the weights' scales (module
+    # docs of core): its scales are not exactly 1/2 at equal LSEs and carry
+    # the output LSE's rounding (2^-10 relative near 1e4); declared
+    # scales="lse_out" it passes (test_flash_attention_combine_...).
     (numpy_merge("fa-combine", name="fa_combine"), dict(empty="zero"), {"EQUAL", "LARGE"}),
     (numpy_merge(bug="equal-lse-skips-merge"), dict(), {"EQUAL"}),
     (numpy_merge("cuda", name="prefix_declared_zero"), dict(empty="zero"), {"EMPTY_BOTH"}),
     (numpy_merge("triton", name="zero_declared_prefix"), dict(), {"EMPTY_BOTH"}),
 ]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_flash_attention_combine_passes_declared_lse_out(dtype):
+    """FlashAttention's combine, rejected under the weights' declaration
+    (BUGS), passes declared scales="lse_out" and is named so; a bug in it
+    is still caught there."""
+    fn = numpy_merge("fa-combine", dtype=dtype, name="fa_combine")
+    kw = dict(dtype=dtype, empty="zero", scales="lse_out")
+    r = ko.check_merge_attn_states(fn, verbose=True, **kw)
+    assert r.ok, r.text
+    assert "e/zero/head_major/lse_out" in r.text
+    bad = numpy_merge("fa-combine", dtype=dtype, bug="weights-swapped", name="fa_swapped")
+    caught, r = arms_failing(bad, **kw)
+    assert not r.ok and "RAND" in caught, caught
+    assert 'scales="lse_out"' in r.failures[0]
 
 
 @pytest.mark.parametrize("fn,kw,arms", BUGS, ids=[f.__name__ for f, _, _ in BUGS])
