@@ -18,7 +18,7 @@ use crate::rng::Rng;
 use oracle::dtype::Dtype;
 use oracle::sampling::{
     admits_renorm, classify, judge_kept, kept_sums, Declared, Filters, KeptFault, Order, Row, Rule,
-    Status, Token, TopKTies, TopPTies,
+    Status, Token, TopKTies, TopPTies, U,
 };
 use rayon::prelude::*;
 
@@ -87,11 +87,14 @@ pub enum Arm {
     /// (`k` 1, 2, 5, 20 or 50): the `(k + 1)`-th largest 1 to 3 steps below
     /// it and the `(k - 1)`-th 1 to 3 above; in binary32 with `T != 1`, 8 to
     /// 12 steps, so that `l / T` keeps them apart (within `4u` the top-k
-    /// rule leaves them undecided). Top-p mostly off, min-p off. A kernel
-    /// that approximates the `k`-th value (a threshold bisection stopped
-    /// after a fixed count of steps, a comparison in a narrower type) keeps
-    /// or drops a neighbour; the arms above put only equal values, or
-    /// values far apart, at the boundary.
+    /// rule leaves them undecided); and never so close that their binary32
+    /// probabilities' enclosures meet (`near_apart`), so that a kernel
+    /// ranking probabilities (FlashInfer's `top_k_renorm_probs` after a
+    /// softmax) ranks them as the logits. Top-p mostly off, min-p off. A
+    /// kernel that approximates the `k`-th value more coarsely than that (a
+    /// threshold bisection stopped after 20 steps, a comparison in a
+    /// narrower type) keeps or drops a neighbour; the arms above put only
+    /// equal values, or values far apart, at the boundary.
     Near,
 }
 
@@ -409,15 +412,54 @@ impl Spec {
                     let mut desc: Vec<usize> = (0..v).collect();
                     desc.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
                     let kth = row[desc[k - 1]];
-                    row[desc[k]] = self.dtype.steps(kth, -gap());
+                    // Also apart in binary32 probabilities (`near_apart`).
+                    let apart = near_apart(kth, row[desc[0]], temperature, self.declared.exp_ulps);
+                    row[desc[k]] = beyond(self.dtype, kth, -gap(), apart);
                     if k >= 2 {
-                        row[desc[k - 2]] = self.dtype.steps(kth, gap());
+                        row[desc[k - 2]] = beyond(self.dtype, kth, gap(), apart);
                     }
                 }
             }
         }
         Ok(Case { logits, filters })
     }
+}
+
+/// [`Arm::Near`]'s least distance (logit units) of a neighbour from the
+/// `k`-th value `kth` of a row whose largest logit is `max`: a kernel may
+/// rank binary32 probabilities instead of logits (FlashInfer's
+/// `top_k_renorm_probs` after a softmax), where `fl(s - m)` and `exp` can
+/// merge or swap logits a step apart. Beyond this distance the two terms'
+/// enclosures are disjoint with `8u` to spare, so every evaluation within
+/// them ranks the probabilities as the logits: each is
+/// [`oracle::sampling::classify`]'s relative bound, `2 ((2 |t| + 2 K +
+/// 1) u + 2 (|s| + |m|) u)` (the last part where `T != 1`; `K` the
+/// declared `exp_ulps`), at `|t|`, `|s|`, `|m|` no smaller than the row's.
+fn near_apart(kth: f32, max: f32, temperature: f32, exp_ulps: u32) -> f64 {
+    let t = f64::from(temperature);
+    let (s, m) = (f64::from(kth) / t, f64::from(max) / t);
+    let mut kappa = (2.0 * (m - s) + 2.0 * f64::from(exp_ulps) + 1.0) * U;
+    if temperature != 1.0 {
+        kappa += 2.0 * (s.abs() + m.abs().max(s.abs())) * U;
+    }
+    t * (4.0 * kappa + 8.0 * U) * (1.0 + 1.0 / 1024.0)
+}
+
+/// The value `n` steps of `dtype` from `x` (`n != 0`), or, where that is
+/// nearer `x` than `apart`, the first value of `dtype` at least `apart`
+/// from it on the same side.
+fn beyond(dtype: Dtype, x: f32, n: i32, apart: f64) -> f32 {
+    let y = dtype.steps(x, n);
+    let sign = f64::from(n.signum());
+    let target = f64::from(x) + sign * apart;
+    if (f64::from(y) - f64::from(x)) * sign >= apart {
+        return y;
+    }
+    let mut y = dtype.round(target as f32);
+    while (f64::from(y) - target) * sign < 0.0 {
+        y = dtype.steps(y, n.signum());
+    }
+    y
 }
 
 /// A kernel's output of one case.
@@ -1027,9 +1069,9 @@ mod tests {
 
     #[test]
     fn near_rows_put_distinct_neighbours_at_the_kth_value() {
-        for dtype in [Dtype::F32, Dtype::Bf16] {
-            let (mut rows, mut distinct, mut scaled) = (0, 0, 0);
-            for dims in [(16, 1000), (9, 129), (64, 512)] {
+        for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
+            let (mut rows, mut distinct, mut scaled, mut within) = (0, 0, 0, 0);
+            for dims in [(16, 1000), (9, 129), (64, 512), (4, 7)] {
                 let sp = Spec {
                     dtype,
                     ..spec(Arm::Near, dims, VLLM)
@@ -1045,15 +1087,24 @@ mod tests {
                     } else {
                         3
                     };
-                    // The (k + 1)-th within the gap below the k-th, the
-                    // (k - 1)-th within it above.
-                    assert!(d[k] <= d[k - 1] && d[k] >= dtype.steps(d[k - 1], -steps));
+                    // The (k + 1)-th below the k-th and the (k - 1)-th above
+                    // it: tied, or apart in binary32 probabilities too (a
+                    // kernel that ranks them passes), the gap a few steps
+                    // of the dtype where that is apart enough.
+                    let apart = near_apart(d[k - 1], d[0], f.temperature, VLLM.exp_ulps);
+                    let gap = |a: f32, b: f32| f64::from(a) - f64::from(b);
+                    assert!(d[k] == d[k - 1] || gap(d[k - 1], d[k]) >= apart, "{dims:?}");
+                    assert!(d[k] >= beyond(dtype, d[k - 1], -steps, 2.0 * apart));
                     if k >= 2 {
-                        assert!(d[k - 2] <= dtype.steps(d[k - 1], steps));
+                        assert!(d[k - 2] == d[k - 1] || gap(d[k - 2], d[k - 1]) >= apart);
+                        assert!(d[k - 2] <= beyond(dtype, d[k - 1], steps, 2.0 * apart));
                     }
                     rows += 1;
                     distinct += usize::from(d[k] < d[k - 1]);
                     scaled += usize::from(f.temperature != 1.0);
+                    // Closer than a 20-step bisection's last bracket.
+                    let bracket = gap(d[0], d[dims.1 - 1]) / f64::from(1u32 << 20);
+                    within += usize::from(d[k] < d[k - 1] && gap(d[k - 1], d[k]) < bracket);
                 }
             }
             // Ties of the 16-bit dtype's coarse values aside, the
@@ -1061,6 +1112,12 @@ mod tests {
             assert!(distinct * 10 >= rows * 9, "{dtype:?}: {distinct} of {rows}");
             let third = scaled as f64 / rows as f64;
             assert!((0.2..0.47).contains(&third), "{dtype:?}: T != 1 in {third}");
+            if dtype == Dtype::F32 {
+                assert!(
+                    within * 10 >= rows * 9,
+                    "{within} of {rows} within a bracket"
+                );
+            }
         }
     }
 

@@ -110,7 +110,9 @@ impl Dtype {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
+    use std::vec::Vec;
 
     #[test]
     fn names_round_and_nans() {
@@ -150,5 +152,51 @@ mod tests {
                 x = y;
             }
         }
+    }
+
+    #[test]
+    fn steps_at_every_16_bit_value_and_the_binary32_edges() {
+        // Every finite value of the 16-bit dtypes, ascending, -0 and +0 one
+        // value: a step up is the next, a step down the one before, and n
+        // steps add (across zero and the subnormals); past the largest
+        // magnitude, the infinity of its sign.
+        for d in [Dtype::Bf16, Dtype::F16] {
+            let inf = d.encode(f32::INFINITY);
+            let mut v: Vec<f32> = (0..=0xFFFFu32)
+                .filter(|&b| b != 0x8000 && b & 0x7FFF < inf)
+                .map(|b| d.decode(b))
+                .collect();
+            v.sort_by(f32::total_cmp);
+            for (i, &x) in v.iter().enumerate() {
+                let up = v.get(i + 1).copied().unwrap_or(f32::INFINITY);
+                let down = if i == 0 { f32::NEG_INFINITY } else { v[i - 1] };
+                assert_eq!(d.steps(x, 1), up, "{d:?} {x:e}");
+                assert_eq!(d.steps(x, -1), down, "{d:?} {x:e}");
+                for n in [-700i32, -3, 0, 2, 700] {
+                    if let Some(&y) = usize::try_from(i as i64 + i64::from(n))
+                        .ok()
+                        .and_then(|j| v.get(j))
+                    {
+                        assert_eq!(d.steps(x, n), y, "{d:?} {x:e} {n}");
+                    }
+                }
+            }
+            assert_eq!(d.steps(-0.0, -1), v[v.len() / 2 - 1]);
+        }
+        let f = Dtype::F32;
+        let tiny = f32::from_bits(1);
+        assert_eq!(f.steps(f32::MIN_POSITIVE, -1), f32::from_bits(0x007F_FFFF));
+        assert_eq!(f.steps(f32::from_bits(0x007F_FFFF), 1), f32::MIN_POSITIVE);
+        assert_eq!(f.steps(-f32::MIN_POSITIVE, 1), -f32::from_bits(0x007F_FFFF));
+        assert_eq!(f.steps(tiny, -1), 0.0);
+        assert_eq!(f.steps(-tiny, 1), 0.0);
+        assert_eq!(f.steps(-tiny, 2), tiny);
+        assert_eq!(f.steps(tiny, -3), -f32::from_bits(2));
+        assert_eq!(f.steps(f32::MAX, 1), f32::INFINITY);
+        assert_eq!(f.steps(f32::MIN, -1), f32::NEG_INFINITY);
+        assert_eq!(f.steps(f32::INFINITY, -1), f32::MAX);
+        assert_eq!(f.steps(-1.0, -1), -1.0 - f32::EPSILON);
+        assert_eq!(f.steps(1.5, 1 << 23), 3.0);
+        assert_eq!(f.steps(-3.0, 1 << 23), -1.5);
     }
 }

@@ -79,7 +79,7 @@ fn columns<'py, 'a>(
     ])
 }
 
-/// sampling_case(batch, vocab, arm, seed=None, order="min_p_first", topk_ties="keep_all", topp_ties="order", dtype="float32", samples=16) -> dict
+/// sampling_case(batch, vocab, arm, seed=None, order="min_p_first", topk_ties="keep_all", topp_ties="order", dtype="float32", samples=16, exp_ulps=2) -> dict
 ///
 /// One case of `check_sampling` as new arrays, as the callable gets them:
 /// `logits` (`[B, V]`, float32, or uint16 bit patterns of `dtype`; `-inf`
@@ -88,11 +88,13 @@ fn columns<'py, 'a>(
 /// outputs under the declaration: `mask` (float32 `[B, V]`), `renorm`
 /// (float32 `[B, V]`) and `sample` (int32 `[B, samples]`): outputs the
 /// check accepts, not the only ones. `seed` None: the check's first seed.
+/// `exp_ulps` as the check's (`NEAR` keeps its neighbours apart by the
+/// declared `exp`'s bound, so its arrays depend on it).
 ///
 /// Errors: `ValueError` for an unknown arm, order, tie policy or dtype,
-/// or a case over the caps.
+/// `exp_ulps` outside 2 to 64, or a case over the caps.
 #[pyfunction]
-#[pyo3(signature = (batch, vocab, arm, seed = None, order = "min_p_first", topk_ties = "keep_all", topp_ties = "order", dtype = "float32", samples = 16))]
+#[pyo3(signature = (batch, vocab, arm, seed = None, order = "min_p_first", topk_ties = "keep_all", topp_ties = "order", dtype = "float32", samples = 16, exp_ulps = 2))]
 #[allow(clippy::too_many_arguments)]
 fn sampling_case<'py>(
     py: Python<'py>,
@@ -105,10 +107,11 @@ fn sampling_case<'py>(
     topp_ties: &str,
     dtype: &str,
     samples: usize,
+    exp_ulps: u32,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = Arm::parse(arm).map_err(PyValueError::new_err)?;
     let d = kernel_oracle::dtype::parse_dtype(dtype).map_err(PyValueError::new_err)?;
-    let decl = declared_of(order, topk_ties, topp_ties, 2)?;
+    let decl = declared_of(order, topk_ties, topp_ties, exp_ulps)?;
     let dims = (batch, vocab);
     let sp = spec(dims, decl, d, arm, seed);
     let case = sp.generate().map_err(PyValueError::new_err)?;
@@ -147,8 +150,9 @@ fn sampling_case<'py>(
 /// so `<=` against `<` is judged), `EDGE` (`k = 1`, `k = V`, `top_p =
 /// 1`, `top_p = 1e-6`, `min_p = 1`, masked vocabulary) and `NEAR` (distinct
 /// logits a few steps of the dtype apart on either side of the `k`-th
-/// value: an approximate `k`-th value keeps or drops one), every row with
-/// its own filters, and judges it against `oracle::sampling`:
+/// value, never so close that their binary32 probabilities could meet: an
+/// approximate `k`-th value keeps or drops one), every row with its own
+/// filters, and judges it against `oracle::sampling`:
 /// - `SAMPLE-PROB`: `p = softmax(logits / T)`;
 /// - `SAMPLE-MINP`: keep `p_i >= min_p * max p`;
 /// - `SAMPLE-TOPK`: keep the `k` largest logits (`k = 0` off); ties at the
@@ -329,7 +333,7 @@ fn check_sampling<'py>(
                 let _ = writeln!(rr, "  the output is consistent with: {matches}");
                 let _ = write!(
                     rr,
-                    "reproduce:\n  {repro}\nthe case's arrays and a reference's outputs:\n  kernel_oracle.sampling_case({b}, {v}, \"{a}\", seed=0x{seed:016x}, order=\"{}\", topk_ties=\"{}\", topp_ties=\"{}\", dtype=\"{}\", samples={samples})",
+                    "reproduce:\n  {repro}\nthe case's arrays and a reference's outputs:\n  kernel_oracle.sampling_case({b}, {v}, \"{a}\", seed=0x{seed:016x}, order=\"{}\", topk_ties=\"{}\", topp_ties=\"{}\", dtype=\"{}\", samples={samples}, exp_ulps={exp_ulps})",
                     order_name(decl.order),
                     topk_ties_name(decl.topk_ties),
                     topp_ties_name(decl.topp_ties),

@@ -300,6 +300,54 @@ def test_an_approximate_kth_value_passes_every_arm_but_near():
     assert not r and r.failed == r.cases, (r.failed, r.cases)
 
 
+def probs_topk_sampler(dtype="float32"):
+    """FlashInfer's `top_k_renorm_probs` as a torch pipeline calls it (the
+    renorm form): `p = softmax(l / T)` in binary32 first, then the k largest
+    *probabilities*, ties kept, renormalised; top-p by the ascending cumsum
+    over them, then min-p (Hugging Face's order, as
+    python/examples/sampling.py composes FlashInfer's filters)."""
+
+    def f(logits, temperature, top_k, top_p, min_p, out):
+        if logits.dtype == np.uint16:
+            dec = ko.decode_f16 if dtype == "float16" else ko.decode_bf16
+            x = dec(logits).astype(f32)
+        else:
+            x = logits.astype(f32)
+        v = x.shape[1]
+        for r in range(x.shape[0]):
+            s = (x[r] / f32(temperature[r])).astype(f32)
+            e = np.exp((s - s.max()).astype(f32)).astype(f32)
+            p = (e / e.sum(dtype=f32)).astype(f32)
+            k = int(top_k[r])
+            keep = p >= np.sort(p)[v - k] if 0 < k < v else np.isfinite(s)
+            o = np.nonzero(keep)[0]
+            o = o[np.argsort(p[o], kind="stable")]
+            mask = np.cumsum(p[o] / p[o].sum(dtype=f32), dtype=f32) <= f32(1) - top_p[r]
+            mask[-1] = False
+            kept = np.zeros(v, bool)
+            kept[o[~mask]] = True
+            kept &= p >= min_p[r] * p.max()
+            q = np.where(kept, p, f32(0))
+            out[r] = (q / q.sum(dtype=f32)).astype(f32)
+
+    f.__name__ = "probs_topk_" + dtype
+    return f
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_a_kernel_ranking_probabilities_passes_near(dtype):
+    # Ranking binary32 probabilities (FlashInfer's top-k over a softmax)
+    # rather than logits: fl(s - m) and exp may merge or swap logits a few
+    # steps apart, so NEAR keeps its neighbours apart in probability too.
+    # (From a cold review: with neighbours 1 to 3 steps apart this failed
+    # NEAR at V = 7, k = 6 in float32, and passed every other arm.)
+    fn = probs_topk_sampler(dtype)
+    r = ko.check_sampling(fn, form="renorm", order="min_p_last", dtype=dtype,
+                          shapes=[s for s in SHAPES if s[1] <= 1000], arms=["NEAR"],
+                          trials=8, verbose=False)
+    assert r, r.text
+
+
 def test_bfloat16_logits_and_renorm_output():
     fn = numpy_sampler(form="mask")
     assert ko.check_sampling(fn, dtype="bfloat16", shapes=SHAPES, verbose=False)
@@ -365,3 +413,19 @@ def test_the_case_function_gives_the_check_arrays():
     numpy_sampler()(c["logits"], c["temperature"], c["top_k"], c["top_p"], c["min_p"], out)
     # FLAT's power-of-two rows are exact: the reference's kept count is ours.
     assert (np.isfinite(out).sum(axis=1) == np.isfinite(c["mask"]).sum(axis=1)).all()
+
+
+def test_the_case_function_follows_exp_ulps():
+    # NEAR's neighbours are kept apart by the declared exp's bound, so its
+    # arrays depend on exp_ulps: the failure's sampling_case line names it.
+    seen = []
+
+    def bad(logits, temperature, top_k, top_p, min_p, out):
+        seen.append(logits.copy())
+        numpy_sampler(bug="topk-in-bf16")(logits, temperature, top_k, top_p, min_p, out)
+
+    r = ko.check_sampling(bad, exp_ulps=16, shapes=[(4, 7)], arms=["NEAR"], verbose=False)
+    assert not r and "exp_ulps=16)" in r.failures[0]
+    c = ko.sampling_case(4, 7, "NEAR", exp_ulps=16)
+    assert (c["logits"] == seen[0]).all()
+    assert (ko.sampling_case(4, 7, "NEAR")["logits"] != seen[0]).any()
