@@ -98,6 +98,21 @@ def finding(report):
     return tail.rsplit(";", 1)[0].strip()
 
 
+def torch_states(p, pl, s, sl, out_lse, dt):
+    """The two states on the GPU as the torch forms read them: the outputs
+    in float32 `[T, H, D]`, the LSEs `[H, T]` with any infinity read as
+    `-inf` (`a`, `b`), their maximum with 0 where both are empty (`m0`),
+    that mask (`both`), and the output LSE tensor (or None)."""
+    P, S = to_cuda(p, dt).float(), to_cuda(s, dt).float()
+    PL, SL, OL = lse_tensors(pl, sl, out_lse)
+    inf = float("inf")
+    a = torch.where(torch.isinf(PL), -inf, PL)
+    b = torch.where(torch.isinf(SL), -inf, SL)
+    m = torch.maximum(a, b)
+    both = torch.isinf(m)
+    return P, S, a, b, torch.where(both, 0.0, m), both, OL
+
+
 def torch_vllm(dt):
     """vLLM's formula in torch (its test's reference with the both-empty
     copy of the CUDA kernel): any infinity empty, max, `exp(lse - max)`,
@@ -105,14 +120,8 @@ def torch_vllm(dt):
     `log(out_se) + max`."""
 
     def fn(p, pl, s, sl, out, out_lse):
-        P, S = to_cuda(p, dt).float(), to_cuda(s, dt).float()  # [T, H, D]
-        PL, SL, OL = lse_tensors(pl, sl, out_lse)  # [H, T]
+        P, S, a, b, m0, both, OL = torch_states(p, pl, s, sl, out_lse, dt)
         inf = float("inf")
-        a = torch.where(torch.isinf(PL), -inf, PL)
-        b = torch.where(torch.isinf(SL), -inf, SL)
-        m = torch.maximum(a, b)
-        both = torch.isinf(m)
-        m0 = torch.where(both, 0.0, m)
         pe, se_ = torch.exp(a - m0), torch.exp(b - m0)
         se = pe + se_
         safe = torch.where(both, 1.0, se)
@@ -134,14 +143,8 @@ def torch_flash_combine(dt):
     both when both are empty), `out = p * p_scale + s * s_scale`."""
 
     def fn(p, pl, s, sl, out, out_lse):
-        P, S = to_cuda(p, dt).float(), to_cuda(s, dt).float()  # [T, H, D]
-        PL, SL, OL = lse_tensors(pl, sl, out_lse)  # [H, T]
+        P, S, a, b, m0, both, OL = torch_states(p, pl, s, sl, out_lse, dt)
         inf = float("inf")
-        a = torch.where(torch.isinf(PL), -inf, PL)
-        b = torch.where(torch.isinf(SL), -inf, SL)
-        m = torch.maximum(a, b)
-        both = torch.isinf(m)
-        m0 = torch.where(both, 0.0, m)
         lse = torch.log(torch.exp(a - m0) + torch.exp(b - m0)) + m0
         lse0 = torch.where(both, inf, lse)  # FA2's +inf: every scale exp(-inf) = 0
         ps, ss = torch.exp(a - lse0).T[..., None], torch.exp(b - lse0).T[..., None]
