@@ -1208,6 +1208,13 @@ mod tests {
         }
     }
 
+    /// `sp`'s shape, case and the oracle's answer under (`input`, `rule`).
+    fn answer(sp: &Spec, input: QuantizeInput, rule: ScaledRule) -> (Shape, Case, Reference) {
+        let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
+        let want = reference(&shape, &c, &declared(sp, &c, input, rule).unwrap()).unwrap();
+        (shape, c, want)
+    }
+
     /// The check's default shapes (as the Python module's).
     const SHAPES: [Dims; 9] = [
         (9, 7),
@@ -1398,13 +1405,7 @@ mod tests {
                             scaling,
                             arm,
                         );
-                        let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
-                        let want = reference(
-                            &shape,
-                            &c,
-                            &declared(&sp, &c, input, ScaledRule::Divide).unwrap(),
-                        )
-                        .unwrap();
+                        let (shape, _, want) = answer(&sp, input, ScaledRule::Divide);
                         dec += (0..shape.len()).filter(|&i| want.decided(i)).count();
                         n += shape.len();
                     }
@@ -1428,13 +1429,7 @@ mod tests {
                 DYN,
                 Arm::Amax,
             );
-            let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
-            let want = reference(
-                &shape,
-                &c,
-                &declared(&sp, &c, QuantizeInput::Rounded, ScaledRule::Divide).unwrap(),
-            )
-            .unwrap();
+            let (_, _, want) = answer(&sp, QuantizeInput::Rounded, ScaledRule::Divide);
             let h = dims.1;
             for row in 0..dims.0 {
                 rows += 1;
@@ -1458,13 +1453,7 @@ mod tests {
                 Scaling::Static,
                 Arm::Amax,
             );
-            let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
-            let want = reference(
-                &shape,
-                &c,
-                &declared(&sp, &c, QuantizeInput::Rounded, ScaledRule::Reciprocal).unwrap(),
-            )
-            .unwrap();
+            let (shape, c, want) = answer(&sp, QuantizeInput::Rounded, ScaledRule::Reciprocal);
             let s = c.scale.unwrap();
             elems += shape.len();
             beyond += want.v_lo.iter().filter(|v| (**v / s).abs() > 464.0).count();
@@ -1501,13 +1490,7 @@ mod tests {
                     with,
                     Arm::Ub,
                 );
-                let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
-                let want = reference(
-                    &shape,
-                    &c,
-                    &declared(&sp, &c, input, ScaledRule::Divide).unwrap(),
-                )
-                .unwrap();
+                let (shape, c, want) = answer(&sp, input, ScaledRule::Divide);
                 for row in 0..dims.0 {
                     let bound = want.scale_lo[row] == ub / E4M3_MAX && want.scale_decided(row);
                     if dims.1 >= 3 {
@@ -1545,13 +1528,7 @@ mod tests {
                 DYN,
                 Arm::Zero,
             );
-            let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
-            let want = reference(
-                &shape,
-                &c,
-                &declared(&sp, &c, QuantizeInput::F32, ScaledRule::Divide).unwrap(),
-            )
-            .unwrap();
+            let (shape, c, want) = answer(&sp, QuantizeInput::F32, ScaledRule::Divide);
             let floored = (0..dims.0)
                 .filter(|&k| want.scale_decided(k) && want.scale_lo[k] == MIN_SCALING_FACTOR)
                 .count();
@@ -1670,13 +1647,7 @@ mod tests {
             Scaling::Static,
             Arm::Rand,
         );
-        let (shape, c) = (sp.shape().unwrap(), sp.generate().unwrap());
-        let want = reference(
-            &shape,
-            &c,
-            &declared(&sp, &c, QuantizeInput::Rounded, ScaledRule::Reciprocal).unwrap(),
-        )
-        .unwrap();
+        let (shape, c, want) = answer(&sp, QuantizeInput::Rounded, ScaledRule::Reciprocal);
         let span = SpanScale::new(
             ScaledRule::Reciprocal,
             ScaleSource::Static(c.scale.unwrap()),
