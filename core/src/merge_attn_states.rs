@@ -710,7 +710,7 @@ pub struct PairTerms {
     /// Per flush mode: `[w, se, 1 / se, w / se, w (1 / se)]`.
     modes: [[Iv; 5]; 2],
     /// Per flush mode, rule `MERGE-LSE-OUT`'s scales of the larger and the
-    /// smaller side.
+    /// smaller side (zeros unless the declaration is [`Scales::LseOut`]).
     lse_scales: [[Iv; 2]; 2],
     /// The output LSE's binary32 interval.
     lse: Iv,
@@ -807,14 +807,16 @@ pub fn pair_terms(decl: &Declared, p_lse: f32, s_lse: f32) -> Option<PairTerms> 
         };
         let v = mode.add(Iv::point(m), l);
         lse = Some(lse.map_or(v, |x| x.hull(v)));
-        // MERGE-LSE-OUT: each side's scale from this mode's output LSE;
-        // an empty side's is 0 (MERGE-EXACT: exp(-inf)).
-        let small_scale = if pe || se_ {
-            Iv::ZERO
-        } else {
-            mode.exp_from(decl.base, mode.flush(small), v)
-        };
-        lse_scales[k] = [mode.exp_from(decl.base, m, v), small_scale];
+        // MERGE-LSE-OUT (declared only): each side's scale from this mode's
+        // output LSE; an empty side's is 0 (MERGE-EXACT: exp(-inf)).
+        if decl.scales == Scales::LseOut {
+            let small_scale = if pe || se_ {
+                Iv::ZERO
+            } else {
+                mode.exp_from(decl.base, mode.flush(small), v)
+            };
+            lse_scales[k] = [mode.exp_from(decl.base, m, v), small_scale];
+        }
     }
     Some(PairTerms {
         both_empty: false,
