@@ -90,11 +90,16 @@ pub enum Arm {
     /// rule leaves them undecided); and never so close that their binary32
     /// probabilities' enclosures meet (`near_apart`), so that a kernel
     /// ranking probabilities (FlashInfer's `top_k_renorm_probs` after a
-    /// softmax) ranks them as the logits. Top-p mostly off, min-p off. A
+    /// softmax) ranks them as the logits. Top-p mostly off, min-p off. One
+    /// row in four is shifted so that the `k`-th value is 0, where the
+    /// dtype's steps are finest; one in four holds a far-low token (the
+    /// dtype's lowest finite value, as a mask written `finfo.min`; a
+    /// quarter of it where `T != 1`, so that `l / T` stays finite). A
     /// kernel that approximates the `k`-th value more coarsely than that (a
-    /// threshold bisection stopped after 20 steps, a comparison in a
-    /// narrower type) keeps or drops a neighbour; the arms above put only
-    /// equal values, or values far apart, at the boundary.
+    /// threshold bisection over the row's range stopped after a fixed
+    /// number of steps, a comparison in a narrower type) keeps or drops a
+    /// neighbour; the arms above put only equal values, or values far
+    /// apart, at the boundary.
     Near,
 }
 
@@ -404,6 +409,22 @@ impl Spec {
                     if k == 0 {
                         continue; // one token: no boundary
                     }
+                    // Where the boundary sits in the row's range: one row in
+                    // four moves it to 0 (the dtype's steps are finest there,
+                    // so a fixed-step bisection over the range brackets it
+                    // too coarsely in bfloat16 and float16 as well), one in
+                    // four puts a far-low token at the bottom (the dtype's
+                    // lowest finite value, a mask written as `finfo.min`,
+                    // where `l / T` stays finite; a quarter of it otherwise),
+                    // so a bisection over `[min, max]` starts from a range of
+                    // `~2^128`.
+                    let place = c % 4;
+                    if place == 1 {
+                        let mut sorted = row.to_vec();
+                        sorted.sort_by(|a, b| b.total_cmp(a));
+                        let kth = sorted[k - 1];
+                        row.iter_mut().for_each(|x| *x = round(*x - kth));
+                    }
                     // Binary32 steps are below l / T's rounding unless 8 or
                     // more; a step of a 16-bit dtype is far above it.
                     let near = self.dtype == Dtype::F32 && temperature != 1.0;
@@ -417,6 +438,14 @@ impl Spec {
                     row[desc[k]] = beyond(self.dtype, kth, -gap(), apart);
                     if k >= 2 {
                         row[desc[k - 2]] = beyond(self.dtype, kth, gap(), apart);
+                    }
+                    if place == 3 && v - 1 > k {
+                        let lowest = self.dtype.steps(f32::NEG_INFINITY, 1);
+                        row[desc[v - 1]] = if temperature == 1.0 {
+                            lowest
+                        } else {
+                            lowest / 4.0
+                        };
                     }
                 }
             }
@@ -1071,6 +1100,8 @@ mod tests {
     fn near_rows_put_distinct_neighbours_at_the_kth_value() {
         for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F16] {
             let (mut rows, mut distinct, mut scaled, mut within) = (0, 0, 0, 0);
+            let (mut zeroed, mut low, mut within24) = (0, 0, 0);
+            let lowest = dtype.steps(f32::NEG_INFINITY, 1);
             for dims in [(16, 1000), (9, 129), (64, 512), (4, 7)] {
                 let sp = Spec {
                     dtype,
@@ -1094,19 +1125,47 @@ mod tests {
                     let apart = near_apart(d[k - 1], d[0], f.temperature, VLLM.exp_ulps);
                     let gap = |a: f32, b: f32| f64::from(a) - f64::from(b);
                     assert!(d[k] == d[k - 1] || gap(d[k - 1], d[k]) >= apart, "{dims:?}");
-                    assert!(d[k] >= beyond(dtype, d[k - 1], -steps, 2.0 * apart));
+                    // Not much further, unless the maximum is the (k - 1)-th
+                    // itself (k = 2), so that `apart` was drawn from the
+                    // row's earlier maximum.
+                    let far = if k == 2 { f64::INFINITY } else { 2.0 * apart };
+                    assert!(d[k] >= beyond(dtype, d[k - 1], -steps, far), "{dims:?}");
                     if k >= 2 {
                         assert!(d[k - 2] == d[k - 1] || gap(d[k - 2], d[k - 1]) >= apart);
-                        assert!(d[k - 2] <= beyond(dtype, d[k - 1], steps, 2.0 * apart));
+                        assert!(d[k - 2] <= beyond(dtype, d[k - 1], steps, far));
                     }
                     rows += 1;
                     distinct += usize::from(d[k] < d[k - 1]);
                     scaled += usize::from(f.temperature != 1.0);
-                    // Closer than a 20-step bisection's last bracket.
+                    // Closer than a 20- (24-) step bisection's last bracket.
                     let bracket = gap(d[0], d[dims.1 - 1]) / f64::from(1u32 << 20);
                     within += usize::from(d[k] < d[k - 1] && gap(d[k - 1], d[k]) < bracket);
+                    within24 +=
+                        usize::from(d[k] < d[k - 1] && gap(d[k - 1], d[k]) < bracket / 16.0);
+                    zeroed += usize::from(d[k - 1] == 0.0);
+                    low += usize::from(d[dims.1 - 1] <= lowest / 4.0);
                 }
             }
+            // A quarter of the rows each: the k-th value at 0, a far-low
+            // token; in every dtype a fixed 20-step bisection (24 in
+            // binary32) misplaces the boundary of the rows that have them.
+            let rate = |n: usize| n as f64 / rows as f64;
+            assert!(
+                (0.15..0.35).contains(&rate(zeroed)),
+                "{dtype:?}: {zeroed} of {rows} at 0"
+            );
+            assert!(
+                (0.12..0.35).contains(&rate(low)),
+                "{dtype:?}: {low} of {rows} far-low"
+            );
+            assert!(
+                rate(within) >= 0.4,
+                "{dtype:?}: {within} of {rows} within 20 steps"
+            );
+            assert!(
+                dtype != Dtype::F32 || rate(within24) >= 0.2,
+                "{within24} of {rows}"
+            );
             // Ties of the 16-bit dtype's coarse values aside, the
             // neighbours are distinct; a third of the rows scale by T.
             assert!(distinct * 10 >= rows * 9, "{dtype:?}: {distinct} of {rows}");

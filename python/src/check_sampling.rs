@@ -150,8 +150,10 @@ fn sampling_case<'py>(
 /// so `<=` against `<` is judged), `EDGE` (`k = 1`, `k = V`, `top_p =
 /// 1`, `top_p = 1e-6`, `min_p = 1`, masked vocabulary) and `NEAR` (distinct
 /// logits a few steps of the dtype apart on either side of the `k`-th
-/// value, never so close that their binary32 probabilities could meet: an
-/// approximate `k`-th value keeps or drops one), every row with its own
+/// value, never so close that their binary32 probabilities could meet;
+/// some rows with the `k`-th value at 0, some with a far-low token, the
+/// dtype's lowest finite value: an approximate `k`-th value, a fixed-step
+/// bisection of the row's range, keeps or drops one), every row with its own
 /// filters, and judges it against `oracle::sampling`:
 /// - `SAMPLE-PROB`: `p = softmax(logits / T)`;
 /// - `SAMPLE-MINP`: keep `p_i >= min_p * max p`;

@@ -20,20 +20,30 @@ f32, f64 = np.float32, np.float64
 SHAPES = [s for s in ko.SAMPLING_SHAPES if s[1] <= 32000]
 
 
-def logits_f32(logits):
-    """The logits' values: bfloat16 bit patterns widened, or float32."""
+def logits_f32(logits, dtype="float32"):
+    """The logits' values in float32: 16-bit patterns (as the check passes
+    bfloat16 and float16 logits) decoded as the declared `dtype`."""
     if logits.dtype == np.uint16:
-        return (logits.astype(np.uint32) << 16).view(f32)
+        return (ko.decode_f16 if dtype == "float16" else ko.decode_bf16)(logits).astype(f32)
     return logits.astype(f32)
 
 
+def ordered_keys(s):
+    """float32 values as unsigned keys in the order of their values
+    (negative values' bits inverted, positive ones' sign bit set)."""
+    u = s.astype(f32).view(np.uint32)
+    return np.where(u >> 31 == 1, ~u, u | np.uint32(1 << 31)).astype(np.uint32)
+
+
 def numpy_sampler(form="mask", order="min_p_first", topk_ties="keep_all", cumsum="asc",
-                  precision=f32, bug=None, seed=0):
+                  precision=f32, bug=None, seed=0, dtype="float32", steps=20, select="sort"):
     """A sampler in numpy, row by row: temperature, min-p against the
     maximum, top-k (ties kept, or a stable first k), top-p over the
     declared candidates by an ascending cumsum (`<= 1 - p`, the last kept),
     a descending one (the mass before each token `< p`) or a pivot (the
     first descending cumsum to reach `p`, every token at or above it kept);
+    the k-th value by a sort, or (`select="bits"`) by a bisection of the
+    ordered binary32 bit patterns, exact in 32 steps; logits of `dtype`;
     or with a planted bug."""
     rng = np.random.default_rng(seed)
 
@@ -63,10 +73,10 @@ def numpy_sampler(form="mask", order="min_p_first", topk_ties="keep_all", cumsum
             k += 1
         if 0 < k < n and bug == "topk-bisect":
             # A threshold kernel's k-th value: a midpoint bisection over
-            # [min, max] stopped after 20 steps, every token at or above
-            # its low end kept.
+            # [min, max] stopped after `steps` steps, every token at or
+            # above its low end kept.
             lo, hi = s[finite].min(), s.max()
-            for _ in range(20):
+            for _ in range(steps):
                 mid = precision((lo + hi) / 2)
                 if (s >= mid).sum() >= k:
                     lo = mid
@@ -77,6 +87,13 @@ def numpy_sampler(form="mask", order="min_p_first", topk_ties="keep_all", cumsum
             # The k-th value found and compared on bfloat16 copies.
             b = ko.decode_bf16(ko.encode_bf16(s.astype(f32)))
             keep_k = b >= np.sort(b)[v - k]
+        elif 0 < k < n and select == "bits":
+            # The largest key t with at least k keys at or above it.
+            keys, t = ordered_keys(s), 0
+            for b in range(31, -1, -1):
+                if (keys >= t | (1 << b)).sum() >= k:
+                    t |= 1 << b
+            keep_k = keys >= t
         elif 0 < k < n:
             if topk_ties == "keep_all" and bug != "topk-ties-dropped":
                 kth = np.sort(s)[v - k]
@@ -116,7 +133,7 @@ def numpy_sampler(form="mask", order="min_p_first", topk_ties="keep_all", cumsum
         return keep_minp & keep_k & keep_p, e, keep_minp & keep_k
 
     def f(logits, temperature, top_k, top_p, min_p, out):
-        x = logits_f32(logits)
+        x = logits_f32(logits, dtype)
         for r in range(x.shape[0]):
             k = int(top_k[0] if bug == "k-row0" else top_k[r])
             p = top_p[0] if bug == "p-row0" else top_p[r]
@@ -290,6 +307,25 @@ def test_planted_bugs_fail(form, bug, arm):
     fn = numpy_sampler(form=form, bug=bug, cumsum=cumsum)
     again = eval(r.reproductions[0], {"kernel_oracle": ko, fn.__name__: fn})
     assert not again and again.cases == 1
+
+
+@pytest.mark.parametrize("dtype,steps", [("bfloat16", 20), ("float16", 20), ("float32", 24),
+                                         ("float32", 28)])
+def test_a_fixed_step_bisection_fails_near(dtype, steps):
+    # NEAR's rows with the k-th value at 0 (16-bit steps finest there) and
+    # with a far-low token (`finfo.min` as a mask: a range of ~2^128)
+    # put neighbours inside any fixed-step bisection's last bracket.
+    fn = numpy_sampler(form="mask", bug="topk-bisect", dtype=dtype, steps=steps)
+    r = ko.check_sampling(fn, dtype=dtype, shapes=SHAPES, arms=["NEAR"], verbose=False)
+    assert not r and r.failed >= 3, r.failed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_an_exact_bisection_passes_every_arm(dtype):
+    # Bisecting the ordered bit patterns is exact: NEAR must not fail it.
+    fn = numpy_sampler(form="mask", select="bits", dtype=dtype)
+    r = ko.check_sampling(fn, dtype=dtype, shapes=SHAPES, verbose=False)
+    assert r, r.text
 
 
 def test_an_approximate_kth_value_passes_every_arm_but_near():
