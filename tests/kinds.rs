@@ -108,3 +108,24 @@ fn score_and_fuzz_refusals() {
         other => panic!("fuzz gdn: exit {other:?}"),
     }
 }
+
+/// README's registry table names every kind's planted bugs, so the table
+/// cannot fall behind a bug planted later.
+#[test]
+fn the_readme_table_lists_every_planted_bug() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for k in KINDS {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", k.name)))
+            .unwrap_or_else(|| panic!("README has no table row for {}", k.name));
+        let bugs = row.rsplit('|').nth(1).unwrap();
+        for p in (k.planted)() {
+            let named = bugs
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .any(|w| w == p.name);
+            assert!(named, "README's {} row lacks {}", k.name, p.name);
+        }
+    }
+}

@@ -142,7 +142,7 @@ fn gated_delta_rule_case<'py>(
     Ok(dict)
 }
 
-/// check_gated_delta_rule(rule, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, verbose=True, name=None) -> CheckReport
+/// check_gated_delta_rule(rule, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, states=False, verbose=True, name=None) -> CheckReport
 ///
 /// Runs `rule`, an implementation of the gated delta rule with its L2
 /// norm and gates inside (GDN decode from the conv output on: fla's
@@ -591,7 +591,7 @@ fn causal_conv1d_update_case<'py>(
     Ok(dict)
 }
 
-/// check_causal_conv1d_update(conv, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, verbose=True, name=None) -> CheckReport
+/// check_causal_conv1d_update(conv, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, states=False, verbose=True, name=None) -> CheckReport
 ///
 /// Runs `conv`, a causal depthwise conv1d update with SiLU and no bias
 /// (GDN decode's conv, seed 003; causal-conv1d's

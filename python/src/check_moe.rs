@@ -216,7 +216,7 @@ fn moe_align_case<'py>(
     Ok(dict)
 }
 
-/// check_moe_align_block_size(align, shapes=None, map=None, order="any", pad_sorted_ids=False, tail_sorted=False, tail_expert=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
+/// check_moe_align_block_size(align, shapes=None, map=None, order="any", pad_sorted_ids=False, tail_sorted=False, tail_expert=None, ids_dtype="int32", arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
 ///
 /// Runs `align`, an MoE token alignment, through the arms `RAND` (each
 /// token's `topk` distinct experts), `SKEW` (hot experts: long segments,

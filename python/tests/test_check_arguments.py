@@ -160,3 +160,15 @@ def test_a_zero_count_that_must_be_positive_is_a_value_error_naming_it(check, ar
 @pytest.mark.parametrize("check,arg", [(c, a) for c, a, least in COUNT_CASES if least == 0])
 def test_an_ulps_count_past_u32_is_a_value_error_naming_it(check, arg):
     refused(check, rf"^{arg} is 4294967296, more than a u32 holds$", **{arg: 2**32})
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_the_docstring_header_names_every_argument(check):
+    # help() shows the first docstring line as the signature: it must name
+    # the arguments the check takes, in order.
+    fn = getattr(ko, check)
+    head = fn.__doc__.strip().splitlines()[0]
+    assert head.startswith(check + "(") and head.endswith(") -> CheckReport"), head
+    inner = head[len(check) + 1:-len(") -> CheckReport")]
+    names = [a.split("=")[0].strip() for a in inner.split(", ")]
+    assert names == list(inspect.signature(fn).parameters), head
