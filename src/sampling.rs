@@ -546,6 +546,109 @@ pub enum Fault {
         /// The most probability of `n` equal draws.
         bound: f64,
     },
+    /// [`Form::Sample`], the case's draws pooled: they are likelier under
+    /// an alternative distribution than under the filters' by more than
+    /// [`FREQUENCY_BOUND`] allows (see [`Alternative`]). Reported at the
+    /// row whose draws weigh most for the alternative.
+    Frequencies {
+        /// The alternative.
+        alternative: Alternative,
+        /// `ln` of the likelihood ratio, alternative over filters, of the
+        /// judged rows' draws.
+        llr: f64,
+        /// The threshold it passed.
+        threshold: f64,
+        /// Rows whose draws were judged.
+        rows: usize,
+        /// Their draws.
+        draws: usize,
+    },
+}
+
+/// A distribution a faulty sampler draws from instead of the filters'
+/// renormalised probabilities, over the same kept set (a draw outside it
+/// fails alone, [`Fault::Sampled`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Alternative {
+    /// Every kept token equally likely: a sampler that ignores the
+    /// probabilities (picks among the survivors, or cycles through them).
+    Uniform,
+    /// `softmax(l)` over the kept set: the filters apply the temperature,
+    /// the draw does not.
+    Untempered,
+}
+
+impl Alternative {
+    /// Every alternative the judgement weighs.
+    pub const ALL: [Alternative; 2] = [Alternative::Uniform, Alternative::Untempered];
+
+    /// The alternative in reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Alternative::Uniform => "every kept token equally likely",
+            Alternative::Untempered => "softmax(l) without the temperature",
+        }
+    }
+}
+
+/// [`Form::Sample`]'s second statistical judgement, over a case's draws
+/// pooled: for each [`Alternative`] `q`, `llr = sum over draws ln(q(id) /
+/// p(id))`, with `p` the filters' probability renormalised over the kept
+/// set, over every row whose kept set is decided token by token. For
+/// i.i.d. draws from `p`, `E[exp(llr)] = 1`, so `P(llr >= t) <= e^-t`
+/// (Markov's inequality; the likelihood-ratio test of Wald's sequential
+/// analysis uses the same bound); a case fails when some alternative's
+/// `llr` reaches `ln(ALL.len()) + 40 ln 2 + N 2^-9` for `N` draws: at most
+/// `2^-40` for a sampler of the filters, whose probabilities may stray
+/// from the enclosures' midpoints used for `p` by `2^-9` each (a binary32
+/// kernel's by about `2^-20`).
+pub const FREQUENCY_BOUND: f64 = COLLAPSE_BOUND;
+
+/// The threshold of [`Fault::Frequencies`] for `draws` draws.
+fn frequency_threshold(draws: usize) -> f64 {
+    (Alternative::ALL.len() as f64).ln() - FREQUENCY_BOUND.ln() + draws as f64 / 512.0
+}
+
+/// One row's `ln(q / p)` summed over its draws, per [`Alternative`], and
+/// whether the row counts: its every finite token surely kept or surely
+/// removed, two or more kept (one kept token is drawn by every sampler).
+fn draw_llr(s: &[Token], logits: &[f32], temperature: f32, draws: &[i64]) -> Option<[f64; 2]> {
+    let kept: Vec<&Token> = s
+        .iter()
+        .filter(|t| t.logit.is_finite() && t.kept == Status::In)
+        .collect();
+    let decided = s
+        .iter()
+        .all(|t| !t.logit.is_finite() || t.kept != Status::Undecided);
+    if !decided || kept.len() < 2 {
+        return None;
+    }
+    let v = logits.len();
+    let (mut p, mut q1) = (vec![0f64; v], vec![0f64; v]);
+    let lmax = kept
+        .iter()
+        .map(|t| f64::from(logits[t.index]))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let (mut z, mut z1) = (0.0, 0.0);
+    for t in &kept {
+        p[t.index] = (t.e.lo + t.e.hi) / 2.0;
+        q1[t.index] = (f64::from(logits[t.index]) - lmax).exp();
+        z += p[t.index];
+        z1 += q1[t.index];
+    }
+    let uniform = 1.0 / kept.len() as f64;
+    let untempered = temperature != 1.0;
+    let mut llr = [0.0; 2];
+    for &id in draws {
+        // Every draw is a kept token here (else `Fault::Sampled`).
+        let i = id as usize;
+        let pi = (p[i] / z).max(f64::MIN_POSITIVE);
+        llr[0] += (uniform / pi).ln();
+        if untempered {
+            llr[1] += (q1[i] / z1 / pi).ln();
+        }
+    }
+    Some(llr)
 }
 
 /// [`Form::Sample`]'s one statistical judgement: a row whose draws are
@@ -635,7 +738,7 @@ fn judge_row(
     r: usize,
     n: usize,
     odtype: Dtype,
-) -> Result<(bool, Option<Fault>), String> {
+) -> Result<(bool, Option<Fault>, Option<[f64; 2]>), String> {
     let v = logits.len();
     let mut s = vec![Token::default(); v];
     let row: Row = classify(logits, f, d, &mut s).map_err(|e| format!("row {r}: {e:?}"))?;
@@ -740,7 +843,13 @@ fn judge_row(
         }
         _ => return Err(format!("the {} form needs its own output", form.name())),
     };
-    Ok((row.decided, fault))
+    let llr = match (form, out, &fault) {
+        (Form::Sample, Output::Ids(ids), None) => {
+            draw_llr(&s, logits, f.temperature, &ids[r * n..(r + 1) * n])
+        }
+        _ => None,
+    };
+    Ok((row.decided, fault, llr))
 }
 
 /// Judges a kernel's output of `form` (`samples` ids per row for
@@ -772,7 +881,7 @@ pub fn judge(
             "the output holds {got} elements, the case needs {want}"
         ));
     }
-    let rows: Vec<Result<(bool, Option<Fault>), String>> = (0..b)
+    let rows: Vec<Result<(bool, Option<Fault>, Option<[f64; 2]>), String>> = (0..b)
         .into_par_iter()
         .map(|r| {
             judge_row(
@@ -792,14 +901,43 @@ pub fn judge(
         rows: b,
         ..Verdict::default()
     };
+    // The pooled draws: per alternative the sum, and the row that weighs
+    // most for it.
+    let (mut llr, mut judged) = ([0.0f64; 2], 0usize);
+    let mut heaviest = [(f64::NEG_INFINITY, 0usize); 2];
     for (r, res) in rows.into_iter().enumerate() {
-        let (dec, fault) = res?;
+        let (dec, fault, row_llr) = res?;
+        if let Some(x) = row_llr {
+            judged += 1;
+            for a in 0..2 {
+                llr[a] += x[a];
+                if x[a] > heaviest[a].0 {
+                    heaviest[a] = (x[a], r);
+                }
+            }
+        }
         verdict.decided += usize::from(dec);
         if let Some(f) = fault {
             verdict.failed += 1;
             if verdict.faults.len() < 8 {
                 verdict.faults.push((r, f));
             }
+        }
+    }
+    let threshold = frequency_threshold(judged * samples);
+    if form == Form::Sample && verdict.failed == 0 {
+        if let Some(a) = (0..2).find(|&a| llr[a] >= threshold) {
+            verdict.failed += 1;
+            verdict.faults.push((
+                heaviest[a].1,
+                Fault::Frequencies {
+                    alternative: Alternative::ALL[a],
+                    llr: llr[a],
+                    threshold,
+                    rows: judged,
+                    draws: judged * samples,
+                },
+            ));
         }
     }
     Ok(verdict)
@@ -857,6 +995,16 @@ pub fn describe(r: usize, f: &Fault, case: &Case, odtype: Dtype) -> String {
         }
         Fault::Collapsed { id, n, bound } => format!(
             "row {r} {params}: all {n} draws are token {id}, which a sampler of these filters does with probability at most {bound:e} (a greedy sampler?)"
+        ),
+        Fault::Frequencies {
+            alternative,
+            llr,
+            threshold,
+            rows,
+            draws,
+        } => format!(
+            "row {r} {params} and the case's other decided rows ({rows} rows, {draws} draws): the draws are e^{llr:.1} times likelier under {} than under the filters' probabilities (a sampler of the filters reaches e^{threshold:.1} with probability at most 2^-40)",
+            alternative.describe()
         ),
         Fault::Sampled { slot, id, rule } => match rule {
             None => format!("row {r} {params}: sample {slot} is {id}, not a token"),

@@ -179,7 +179,13 @@ fn sampling_case<'py>(
 /// `"renorm"`, the probabilities, removed exactly 0, kept within the
 /// enclosure of `p_i / sum over the kept` rounded to `out_dtype`;
 /// `"sample"`, `samples` token ids per row, each a token some kernel within
-/// the declaration keeps.
+/// the declaration keeps, a row's draws not all one token where a sampler
+/// of the filters does that with probability at most `2^-40`, and the
+/// case's draws (its rows whose kept set is decided token by token) not
+/// likelier under an alternative (every kept token equally likely; the
+/// draw without the temperature) than under the filters by more than a
+/// sampler of the filters reaches with probability `2^-40` (Markov's
+/// bound on the likelihood ratio; more `samples`, more power).
 ///
 /// The callable: `fn(logits, temperature, top_k, top_p, min_p, out)`;
 /// `logits` `[B, V]` float32 (or uint16 bit patterns of `dtype`),

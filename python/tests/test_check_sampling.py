@@ -6,6 +6,7 @@ caught by the default arms and shapes, on the arm named, with a rerun
 line that fails again."""
 
 import re
+import zlib
 
 import numpy as np
 import pytest
@@ -45,7 +46,8 @@ def numpy_sampler(form="mask", order="min_p_first", topk_ties="keep_all", cumsum
     the k-th value by a sort, or (`select="bits"`) by a bisection of the
     ordered binary32 bit patterns, exact in 32 steps; logits of `dtype`;
     or with a planted bug."""
-    rng = np.random.default_rng(seed)
+    # Draws seeded by the case (as a kernel with a fixed seed), so a rerun
+    # line draws what the check saw.
 
     def keep_row(x, temp, k, top_p, min_p):
         v = x.shape[0]
@@ -133,6 +135,7 @@ def numpy_sampler(form="mask", order="min_p_first", topk_ties="keep_all", cumsum
         return keep_minp & keep_k & keep_p, e, keep_minp & keep_k
 
     def f(logits, temperature, top_k, top_p, min_p, out):
+        rng = np.random.default_rng([seed, zlib.crc32(np.ascontiguousarray(logits).tobytes())])
         x = logits_f32(logits, dtype)
         for r in range(x.shape[0]):
             k = int(top_k[0] if bug == "k-row0" else top_k[r])
@@ -148,6 +151,11 @@ def numpy_sampler(form="mask", order="min_p_first", topk_ties="keep_all", cumsum
                 if bug == "sample-ignores-top-p":
                     kept = pre
                 q = np.where(kept, e, 0).astype(f64)
+                if bug == "sample-uniform":  # the survivors, equally likely
+                    q = kept.astype(f64)
+                elif bug == "sample-untempered":  # softmax(l), not softmax(l / T)
+                    lk = x[r].astype(f64)
+                    q = np.where(kept, np.exp(lk - lk[kept].max()), 0)
                 out[r] = rng.choice(x.shape[1], size=out.shape[1], p=q / q.sum())
 
     f.__name__ = "numpy_" + form + "_" + cumsum + "_" + (bug or "ok").replace("-", "_")
@@ -291,6 +299,9 @@ def test_the_order_is_judged():
     ("mask", "mask-zero", "RAND"),
     ("mask", "k0-as-1", "RAND"),
     ("sample", "k0-as-1", "EDGE"),
+    # Draws from the kept set at the wrong frequencies: the pooled
+    # likelihood ratio against each alternative.
+    ("sample", "sample-uniform", "RAND"),
     # Approximate k-th values: only NEAR puts distinct values closer than
     # the bisection's last bracket at the boundary.
     ("mask", "topk-bisect", "NEAR"),
@@ -326,6 +337,17 @@ def test_an_exact_bisection_passes_every_arm(dtype):
     fn = numpy_sampler(form="mask", select="bits", dtype=dtype)
     r = ko.check_sampling(fn, dtype=dtype, shapes=SHAPES, verbose=False)
     assert r, r.text
+
+
+def test_draws_at_the_wrong_frequencies_fail_given_enough_draws():
+    # softmax(l) drawn where the filters used softmax(l / T): the rows'
+    # temperatures (0.5 to 1.3) make each draw weak evidence, so it takes
+    # more draws than the default 16 a row; a correct sampler still passes.
+    fn = numpy_sampler(form="sample", bug="sample-untempered")
+    r = ko.check_sampling(fn, form="sample", shapes=SHAPES, samples=256, verbose=False)
+    assert not r and any("softmax(l) without the temperature" in f for f in r.failures)
+    assert ko.check_sampling(numpy_sampler(form="sample"), form="sample", shapes=SHAPES,
+                             samples=256, verbose=False)
 
 
 def test_an_approximate_kth_value_passes_every_arm_but_near():
