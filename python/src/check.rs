@@ -418,6 +418,12 @@ pub(crate) fn call_args<'py>(
     outs: &[(&[usize], OutKind)],
     arrays: Vec<Bound<'py, PyAny>>,
 ) -> PyResult<(Called, f64)> {
+    let bytes = |a: &Bound<'py, PyAny>| -> PyResult<Vec<u8>> {
+        a.call_method0("tobytes")?.extract::<Vec<u8>>()
+    };
+    // The handed outputs as they were, so that a callable that writes them
+    // and returns other arrays is caught (one of the two is not its output).
+    let handed: Vec<Vec<u8>> = arrays.iter().map(bytes).collect::<PyResult<_>>()?;
     let args = pyo3::types::PyTuple::new(py, args)?;
     let t0 = Instant::now();
     let r = f.call1(args);
@@ -457,8 +463,9 @@ pub(crate) fn call_args<'py>(
             list.join(", ")
         )
     };
-    let items: Vec<Bound<'py, PyAny>> = if ret.is_none() {
-        arrays
+    let returned = !ret.is_none();
+    let items: Vec<Bound<'py, PyAny>> = if !returned {
+        arrays.clone()
     } else if outs.len() == 1 {
         vec![ret]
     } else {
@@ -518,6 +525,19 @@ pub(crate) fn call_args<'py>(
                     Called::Error(format!("returned {}: expected {expected}", describe(item))),
                     ms,
                 ))
+            }
+        }
+    }
+    if returned {
+        for (k, ((out, item), before)) in arrays.iter().zip(&items).zip(&handed).enumerate() {
+            let now = bytes(out)?;
+            if now != *before && now != bytes(item)? {
+                return Ok((
+                    Called::Error(format!(
+                        "wrote output {k} in place and returned a different array for it: which is the kernel's?"
+                    )),
+                    ms,
+                ));
             }
         }
     }

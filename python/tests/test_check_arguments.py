@@ -172,3 +172,19 @@ def test_the_docstring_header_names_every_argument(check):
     inner = head[len(check) + 1:-len(") -> CheckReport")]
     names = [a.split("=")[0].strip() for a in inner.split(", ")]
     assert names == list(inspect.signature(fn).parameters), head
+
+
+def test_an_output_written_in_place_and_a_different_one_returned_fails():
+    # A wrapper returning a reference's copy must not hide a broken
+    # in-place kernel: which array is the kernel's is unknown, so it fails.
+    def writes_zeros_returns_good(x, q, s):
+        q[...] = 0
+        return ko.quantize_fp8_scaled(x, "token")
+
+    def writes_good_returns_it(x, q, s):
+        q[...], s[...] = ko.quantize_fp8_scaled(x, "token")
+        return q, s
+
+    r = ko.check_fp8_scaled_quant(writes_zeros_returns_good, granularity="token", verbose=False)
+    assert not r and "returned a different array" in r.failures[0], r.failures[:1]
+    assert ko.check_fp8_scaled_quant(writes_good_returns_it, granularity="token", verbose=False)
