@@ -738,7 +738,7 @@ fn judge_row(
     r: usize,
     n: usize,
     odtype: Dtype,
-) -> Result<(bool, Option<Fault>, Option<[f64; 2]>), String> {
+) -> Result<RowJudgement, String> {
     let v = logits.len();
     let mut s = vec![Token::default(); v];
     let row: Row = classify(logits, f, d, &mut s).map_err(|e| format!("row {r}: {e:?}"))?;
@@ -849,7 +849,19 @@ fn judge_row(
         }
         _ => None,
     };
-    Ok((row.decided, fault, llr))
+    Ok(RowJudgement {
+        decided: row.decided,
+        fault,
+        llr,
+    })
+}
+
+/// One row's judgement: whether the enclosures decide it, its fault, and
+/// its draws' `ln(q / p)` per [`Alternative`] where they are judged.
+struct RowJudgement {
+    decided: bool,
+    fault: Option<Fault>,
+    llr: Option<[f64; 2]>,
 }
 
 /// Judges a kernel's output of `form` (`samples` ids per row for
@@ -881,7 +893,7 @@ pub fn judge(
             "the output holds {got} elements, the case needs {want}"
         ));
     }
-    let rows: Vec<Result<(bool, Option<Fault>, Option<[f64; 2]>), String>> = (0..b)
+    let rows: Vec<Result<RowJudgement, String>> = (0..b)
         .into_par_iter()
         .map(|r| {
             judge_row(
@@ -906,7 +918,11 @@ pub fn judge(
     let (mut llr, mut judged) = ([0.0f64; 2], 0usize);
     let mut heaviest = [(f64::NEG_INFINITY, 0usize); 2];
     for (r, res) in rows.into_iter().enumerate() {
-        let (dec, fault, row_llr) = res?;
+        let RowJudgement {
+            decided: dec,
+            fault,
+            llr: row_llr,
+        } = res?;
         if let Some(x) = row_llr {
             judged += 1;
             for a in 0..2 {

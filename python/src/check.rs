@@ -711,16 +711,28 @@ fn derive_seed(base: u64, trial: usize) -> u64 {
     }
 }
 
+/// `ValueError` for an empty `arms` list, which would run no case.
+pub(crate) fn refuse_empty_arms(given: &Option<Vec<String>>) -> PyResult<()> {
+    if given.as_ref().is_some_and(Vec::is_empty) {
+        return Err(PyValueError::new_err(
+            "arms must name at least one arm (arms=None runs them all)",
+        ));
+    }
+    Ok(())
+}
+
 /// The arms a check runs: each of `given` through `parse` (the case
 /// library's `Arm::parse`), else every arm of `all` in order.
 ///
 /// # Errors
-/// `ValueError` with `parse`'s sentence for the first unknown name.
+/// `ValueError` with `parse`'s sentence for the first unknown name, or for
+/// an empty list (it would run no case).
 pub(crate) fn arms_or_all<A: Copy>(
     given: Option<Vec<String>>,
     all: &[A],
     parse: impl Fn(&str) -> Result<A, String>,
 ) -> PyResult<Vec<A>> {
+    refuse_empty_arms(&given)?;
     match given {
         Some(a) => a
             .iter()
@@ -875,6 +887,7 @@ fn check_fp8_block_gemm<'py>(
 ) -> PyResult<CheckReport> {
     let seeds = Seeds::new(seeds, trials)?;
     let shapes = shapes.unwrap_or_else(|| FP8_SHAPES.to_vec());
+    refuse_empty_arms(&arms)?;
     let arms: Vec<Arm> = match arms {
         Some(a) => a.iter().map(|s| fp8::arm(s)).collect::<PyResult<_>>()?,
         None => Arm::ALL.to_vec(),
@@ -960,7 +973,7 @@ fn check_fp8_block_gemm<'py>(
                     let mut r = failure_head(&head, &written);
                     if !v.pass() {
                         let bound = if v.y_bit_exact() {
-                            "bit-identical (0 differing bits)".to_string()
+                            "bit-identical required (0 differing bits allowed)".to_string()
                         } else {
                             format!("every |got - want| <= 3 gamma_(130+nblk) sum|terms|, and rms_rel < {RANDOM_RMS_REL_BOUND:e} from {RANDOM_RMS_REL_MIN_OUTPUTS} outputs on")
                         };
@@ -1088,6 +1101,7 @@ fn check_mul_mat<'py>(
     use mul_mat::generate::Arm as MArm;
     let dtypes = dtypes.unwrap_or_else(|| GgmlType::ALL.to_vec());
     let shapes = shapes.unwrap_or_else(|| MUL_MAT_SHAPES.to_vec());
+    refuse_empty_arms(&arms)?;
     let arms: Vec<MArm> = match arms {
         Some(a) => a
             .iter()
@@ -1191,7 +1205,7 @@ fn check_mul_mat<'py>(
                         let mut r = failure_head(&head, &written);
                         if !v.pass() {
                             let bound = match arm {
-                                MArm::Exact => "bit-identical (0 differing bits)".to_string(),
+                                MArm::Exact => "bit-identical required (0 differing bits allowed)".to_string(),
                                 MArm::Random | MArm::Balanced => format!(
                                     "every |got - want| <= 2 gamma_k sum|terms|, nmse <= {:e}; {} outputs over",
                                     v.nmse_bound, v.over_bound

@@ -81,8 +81,8 @@
 
 use crate::arrays::{array, dims, read, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, value, CheckReport, Input, Matched, Out,
-    OutKind, Seeds,
+    arms_or_all, call_typed, callable_name, failure_head, refuse_empty_arms, value, CheckReport,
+    Input, Matched, Out, OutKind, Seeds,
 };
 use crate::conventions::Schedule;
 use crate::fp8;
@@ -860,6 +860,7 @@ fn check_fused_moe_fp8<'py>(
     for d in &shapes {
         d.valid().map_err(PyValueError::new_err)?;
     }
+    refuse_empty_arms(&arms)?;
     let arms = match arms {
         Some(a) => a
             .iter()
@@ -1004,7 +1005,7 @@ fn check_fused_moe_fp8<'py>(
                     let mut r = failure_head(&head, &written);
                     if !ok {
                         let bound = if bit_exact {
-                            "bit-identical (0 differing bits; expert -1 pairs +0.0)".to_string()
+                            "bit-identical required (0 differing bits allowed; expert -1 pairs +0.0)".to_string()
                         } else {
                             "each output within the GEMM bound 3 gamma_(130+nblk) sum|terms|, through the routed multiply and the cast; expert -1 pairs +0.0".to_string()
                         };

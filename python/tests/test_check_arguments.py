@@ -29,6 +29,8 @@ MINIMAL = {
     "check_fp8_scaled_quant": {},
     "check_fused_moe_fp8": {},
     "check_gated_delta_rule": {},
+    "check_int8_quant": {},
+    "check_int8_scaled_mm": {},
     "check_merge_attn_states": {},
     "check_moe_align_block_size": {},
     "check_moe_routing": {"top_k": 2},
@@ -141,6 +143,12 @@ def test_trials_are_checked_even_when_seeds_are_given(check):
 @pytest.mark.parametrize("check", CHECKS)
 def test_an_empty_seeds_list_is_refused_before_any_call(check):
     refused(check, r"^seeds must name at least one seed", seeds=[])
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_an_empty_arms_list_is_refused_before_any_call(check):
+    if "arms" in inspect.signature(getattr(ko, check)).parameters:
+        refused(check, r"^arms must name at least one arm", arms=[])
 
 
 @pytest.mark.parametrize("check,arg,least", COUNT_CASES)
