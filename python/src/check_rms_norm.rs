@@ -388,8 +388,9 @@ fn failure_lines(
 /// fused add, and sum rounding) whose intervals admit the output.
 ///
 /// Errors: `ValueError` for an unknown arithmetic, sum rounding, dtype or
-/// arm, a bad eps or `rsqrt_ulps`, a bad shape or one over the caps
-/// (2^22 elements, hidden 2^17), before any call.
+/// arm, a sum rounding other than `"dtype"` without `fused_add`, a bad
+/// eps or `rsqrt_ulps`, a bad shape or one over the caps (2^22 elements,
+/// hidden 2^17), before any call.
 /// Every check also raises `ValueError`, before any call, for `trials`
 /// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
@@ -414,6 +415,11 @@ fn check_rms_norm<'py>(
     let seeds = Seeds::new(seeds, trials)?;
     let rsqrt_ulps: u32 = count("rsqrt_ulps", rsqrt_ulps, 0)?;
     let decl = declared(arithmetic, sum_rounding, dtype, eps, rsqrt_ulps)?;
+    if !fused_add && sum_rounding != "dtype" {
+        return Err(PyValueError::new_err(format!(
+            "sum_rounding={sum_rounding:?} without fused_add=True: there is no sum to round"
+        )));
+    }
     let d = decl.dtype();
     let shapes = shapes.unwrap_or_else(|| RMS_NORM_SHAPES.to_vec());
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;

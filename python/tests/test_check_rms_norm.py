@@ -371,6 +371,7 @@ def test_bad_arguments_raise_before_any_call():
         dict(arithmetic="llama"),
         dict(dtype="float64"),
         dict(sum_rounding="bf16"),
+        dict(sum_rounding="f32"),  # without fused_add: no sum to round
         dict(eps=0.0),
         dict(eps=1e-50),
         dict(rsqrt_ulps=0),
