@@ -43,11 +43,21 @@ pub enum Arm {
     /// mean of the visible `v`: wrong counts and denominators, masks that
     /// keep one key too many or too few.
     Uniform,
+    /// The output's sensitivity to the softmax scale: every query of a kv
+    /// head is `c e_0` (one non-zero channel, so each score `c k[j][0]` is
+    /// one exact product), the scaled scores `x_j` of standard deviation
+    /// 1.5 to 3, and `v[j][0] = x_j - m`, `m` the softmax mean of `x` over
+    /// all keys. Output channel 0 is then about 0 (fine steps of the
+    /// dtype) and moves by `eps Var_p(x)` under a scale off by a factor
+    /// `1 + eps`: a scale rounded to a narrower type or computed from
+    /// the wrong head dimension, which RAND's outputs of magnitude 1 hide
+    /// under the dtype's rounding.
+    Scale,
 }
 
 impl Arm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [Arm; 4] = [Arm::Rand, Arm::Peak, Arm::Spike, Arm::Uniform];
+    pub const ALL: [Arm; 5] = [Arm::Rand, Arm::Peak, Arm::Spike, Arm::Uniform, Arm::Scale];
 
     /// The arm's name in rows and reproductions.
     pub fn name(self) -> &'static str {
@@ -56,6 +66,7 @@ impl Arm {
             Arm::Peak => "PEAK",
             Arm::Spike => "SPIKE",
             Arm::Uniform => "UNIFORM",
+            Arm::Scale => "SCALE",
         }
     }
 
@@ -68,7 +79,9 @@ impl Arm {
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!("arm {s:?}: expected \"RAND\", \"PEAK\", \"SPIKE\" or \"UNIFORM\"")
+                format!(
+                    "arm {s:?}: expected \"RAND\", \"PEAK\", \"SPIKE\", \"UNIFORM\" or \"SCALE\""
+                )
             })
     }
 }
@@ -224,6 +237,35 @@ impl Spec {
                     let sd = 2.0 / (scale * ((d.max(2) - 1) as f64).sqrt());
                     for x in row[1..].iter_mut() {
                         *x = val(f64::from(rng.normal()) * sd);
+                    }
+                }
+            }
+            Arm::Scale => {
+                let dv = shape.dims()[6];
+                for x in k.iter_mut() {
+                    *x = val(f64::from(rng.normal()));
+                }
+                for bi in 0..b {
+                    for g in 0..hkv {
+                        let kh = bi * hkv + g;
+                        let sigma = 1.5 + 1.5 * f64::from(rng.f01());
+                        let c = dt.round((sigma / scale) as f32);
+                        let x: Vec<f64> = (0..sk)
+                            .map(|j| scale * f64::from(c) * f64::from(k[(kh * sk + j) * d]))
+                            .collect();
+                        let top = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let w: Vec<f64> = x.iter().map(|xj| (xj - top).exp()).collect();
+                        let m = w.iter().zip(&x).map(|(wj, xj)| wj * xj).sum::<f64>()
+                            / w.iter().sum::<f64>();
+                        for (j, xj) in x.iter().enumerate() {
+                            v[(kh * sk + j) * dv] = val(xj - m);
+                        }
+                        for h in (0..hq).filter(|&h| shape.kv_head(h) == g) {
+                            for i in 0..sq {
+                                let r = (bi * hq + h) * sq + i;
+                                q[r * d] = c;
+                            }
+                        }
                     }
                 }
             }

@@ -97,11 +97,11 @@ const MASKS: [Mask; 5] = [
 
 impl<'a> Arbitrary<'a> for Case {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        let h: [u8; 3] = u.arbitrary()?;
+        let h: [u8; 4] = u.arbitrary()?;
         Ok(Case {
             arithmetic: Arithmetic::ALL[usize::from(h[0] & 3) % 3],
             dtype: Dtype::ALL[usize::from(h[0] >> 2 & 3) % 3],
-            arm: Arm::ALL[usize::from(h[0] >> 4 & 3)],
+            arm: Arm::ALL[usize::from(h[3]) % Arm::ALL.len()],
             mask: MASKS[usize::from(h[1] & 7) % MASKS.len()],
             softcap: if h[0] & 0x40 != 0 { Some(30.0) } else { None },
             form: FORMS[usize::from(h[1] >> 3) % FORMS.len()],
@@ -353,6 +353,7 @@ fn binary32_attention_forms_pass_their_own_check() {
         ("f16", rate(&|c| c.dtype == Dtype::F16), 0.15),
         ("PEAK", rate(&|c| c.arm == Arm::Peak), 0.15),
         ("SPIKE", rate(&|c| c.arm == Arm::Spike), 0.15),
+        ("SCALE", rate(&|c| c.arm == Arm::Scale), 0.15),
         ("online 1", rate(&|c| c.form == Form::Online(1)), 0.08),
         ("split", rate(&|c| matches!(c.form, Form::Split(_))), 0.15),
         (

@@ -317,8 +317,11 @@ fn failure_line(
 /// (normal q, k, v; a score scale of 0.5 to 4 per head), `PEAK` (one
 /// visible key per query beats the rest by 30 or more, placed at the
 /// mask's boundaries: the output is that key's v row), `SPIKE` (scores of
-/// magnitude 100 and more: `exp` without the maximum overflows) and
-/// `UNIFORM` (`q = 0`: the output is the mean of the visible v), and
+/// magnitude 100 and more: `exp` without the maximum overflows),
+/// `UNIFORM` (`q = 0`: the output is the mean of the visible v) and
+/// `SCALE` (one score channel, `v[j][0]` the scaled score less its
+/// softmax mean: an output near 0 that a scale off by `1 + eps` moves by
+/// `eps Var_p(x)`), and
 /// judges every output against `attention`'s interval under the
 /// declaration: bit for bit where the interval is one value (decided),
 /// within it elsewhere (bounded).
