@@ -19,6 +19,8 @@ pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;
+pub mod int8_quant;
+pub mod int8_scaled_mm;
 pub mod kind;
 pub mod kv_cache;
 pub mod merge_attn_states;

@@ -30,6 +30,12 @@
 //!   accumulation (the tensor core's chain, promotion interval) and
 //!   epilogue.
 //! - [`tensor_core`]: the sm_90 FP8 tensor-core MMA inner product.
+//! - [`int8_quant`]: INT8 activation quantization for W8A8 int8 (vLLM's
+//!   `scaled_int8_quant`: static or dynamic per token, symmetric or with a
+//!   zero point), bit for bit under a declared rule (reciprocal, divide).
+//! - [`int8_scaled_mm`]: the INT8 GEMM with row or tensor scales (vLLM's
+//!   CUTLASS and Triton scaled mm, `torch._int_mm`): exact int32 sums, the
+//!   zero-point correction, the conversion and the declared epilogue.
 //! - [`gdn`]: Gated DeltaNet decode (seed 003): conv1d, prep, the gated
 //!   delta-rule scan, packed rows with snapshots; exp, softplus, sigmoid,
 //!   SiLU and sqrt as binary32 basic operations.
@@ -101,6 +107,8 @@ pub mod fp8_quant;
 pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod ggml;
+pub mod int8_quant;
+pub mod int8_scaled_mm;
 pub mod kv_cache;
 pub mod merge_attn_states;
 pub mod moe_align;

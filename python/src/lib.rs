@@ -73,6 +73,14 @@
 //! - [`check_penalties`]: `penalties_case` and `check_penalties` (the
 //!   logits penalties, repetition, frequency and presence, every element
 //!   bit for bit; the order, repetition scope and forms named).
+//! - [`check_int8`]: `quantize_int8`, `int8_quant_case` and
+//!   `check_int8_quant` (INT8 activation quantization for W8A8 int8,
+//!   vLLM's `scaled_int8_quant`: codes, scales and zero points bit for
+//!   bit; the code rule named).
+//! - [`check_int8_mm`]: `int8_scaled_mm`, `int8_scaled_mm_case` and
+//!   `check_int8_scaled_mm` (the INT8 GEMM with row or tensor scales,
+//!   W8A8 int8: vLLM's CUTLASS and Triton scaled mm, `torch._int_mm` plus
+//!   an epilogue; exact int32 sums, the epilogue and bias form named).
 
 #![warn(missing_docs)]
 
@@ -82,6 +90,8 @@ pub mod check_act_and_mul;
 pub mod check_attention;
 pub mod check_fused_moe;
 pub mod check_gdn;
+pub mod check_int8;
+pub mod check_int8_mm;
 pub mod check_kv_cache;
 pub mod check_merge_attn_states;
 pub mod check_moe;
@@ -140,5 +150,7 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_merge_attn_states::register(m)?;
     check_sampling::register(m)?;
     check_penalties::register(m)?;
+    check_int8::register(m)?;
+    check_int8_mm::register(m)?;
     Ok(())
 }
