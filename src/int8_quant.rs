@@ -67,17 +67,27 @@ pub enum Int8Arm {
     /// drops its remainder (vLLM vectorizes by 16) or its last element
     /// finds another scale.
     Tail,
+    /// RAND's rows with NaN elements (`I8Q-NAN`): at column 1 and the
+    /// last, and one more within when `k >= 8` (rows of fewer than 4
+    /// elements keep theirs, so an asymmetric row keeps two finite ones).
+    /// vLLM's reductions (`fmaxf`, `fminf`) skip a NaN and its code is
+    /// `cvt(NaN) = 0` (plus the zero point); a torch `amax` or `max`
+    /// propagates it into the scale. Only when named: the field's
+    /// quantizers differ here and no rule of the contract's is at stake
+    /// but this one.
+    Nan,
 }
 
 impl Int8Arm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [Int8Arm; 6] = [
+    pub const ALL: [Int8Arm; 7] = [
         Int8Arm::Rand,
         Int8Arm::Ties,
         Int8Arm::Zero,
         Int8Arm::Sat,
         Int8Arm::Sign,
         Int8Arm::Tail,
+        Int8Arm::Nan,
     ];
 
     /// The arm's name in rows and reproductions.
@@ -89,6 +99,7 @@ impl Int8Arm {
             Int8Arm::Sat => "SAT",
             Int8Arm::Sign => "SIGN",
             Int8Arm::Tail => "TAIL",
+            Int8Arm::Nan => "NAN",
         }
     }
 
@@ -101,11 +112,11 @@ impl Int8Arm {
     }
 
     /// Whether the arm applies to `source`: SAT static only; ZERO, SIGN
-    /// and TAIL dynamic only; RAND and TIES both.
+    /// and TAIL dynamic only; RAND, TIES and NAN both.
     pub fn applies(self, source: Int8Scale) -> bool {
         let dynamic = matches!(source, Int8Scale::Dynamic { .. });
         match self {
-            Int8Arm::Rand | Int8Arm::Ties => true,
+            Int8Arm::Rand | Int8Arm::Ties | Int8Arm::Nan => true,
             Int8Arm::Sat => !dynamic,
             Int8Arm::Zero | Int8Arm::Sign | Int8Arm::Tail => dynamic,
         }
@@ -302,12 +313,12 @@ impl Int8Spec {
     }
 
     /// The arms a check runs by default: every arm that applies to the
-    /// source (static: RAND, TIES, SAT; dynamic: RAND, TIES, ZERO, SIGN,
-    /// TAIL).
+    /// source but NAN, which runs only when named (static: RAND, TIES,
+    /// SAT; dynamic: RAND, TIES, ZERO, SIGN, TAIL).
     pub fn default_arms(&self) -> Vec<Int8Arm> {
         Int8Arm::ALL
             .into_iter()
-            .filter(|a| a.applies(self.source))
+            .filter(|&a| a != Int8Arm::Nan && a.applies(self.source))
             .collect()
     }
 
@@ -398,7 +409,7 @@ impl Int8Spec {
         // float16.
         let exp = |rng: &mut Rng| rng.below(19) as i32 - 10;
         match self.arm {
-            Int8Arm::Rand => {}
+            Int8Arm::Rand | Int8Arm::Nan => {}
             Int8Arm::Ties => {
                 if let Some(s) = static_s {
                     self.ties_static(&mut rng, &mut x, s, z);
@@ -492,6 +503,15 @@ impl Int8Spec {
         }
         for v in x.iter_mut() {
             *v = fin(d, *v);
+        }
+        if self.arm == Int8Arm::Nan && k >= 4 {
+            for row in x.chunks_mut(k) {
+                row[1] = f32::NAN;
+                row[k - 1] = f32::NAN;
+                if k >= 8 {
+                    row[2 + rng.below(k - 3)] = f32::NAN;
+                }
+            }
         }
         if let Int8Scale::Dynamic { symmetric: false } = self.source {
             // I8Q-FLAT: a row rounding to one value is moved a step.
@@ -824,6 +844,42 @@ mod tests {
                         // The reference is its own identification.
                         let w = int8_reference(&sp, &x, vllm_rule(src)).unwrap();
                         assert!(int8_identify(&sp, &x, &w).contains(&vllm_rule(src)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// NAN (named only): every row of 4 or more elements holds NaN at
+    /// column 1 and the last; the reference skips them in the reductions
+    /// (the scale is the finite elements' own) and codes them 0 (plus the
+    /// zero point); a scale computed over NaN would be NaN.
+    #[test]
+    fn the_nan_arm_plants_nans_that_the_reductions_skip() {
+        for &(m, k) in &INT8_SHAPES {
+            for d in Dtype::ALL {
+                for src in [DYN, ASYM, stat(0.3, None), stat(0.05, Some(-17))] {
+                    let sp = spec(m, k, d, src, Int8Arm::Nan);
+                    assert!(!sp.default_arms().contains(&Int8Arm::Nan));
+                    let x = sp.generate().unwrap();
+                    for (j, row) in x.chunks(k).enumerate() {
+                        let nans: Vec<usize> = (0..k).filter(|&i| row[i].is_nan()).collect();
+                        if k < 4 {
+                            assert!(nans.is_empty());
+                            continue;
+                        }
+                        assert!(nans.contains(&1) && nans.contains(&(k - 1)), "{sp:?}");
+                        assert_eq!(nans.len(), if k >= 8 { 3 } else { 2 }, "{sp:?}");
+                        let w = int8_reference(&sp, &x, vllm_rule(src)).unwrap();
+                        let z = if src.symmetric() {
+                            0
+                        } else {
+                            w.azp[j.min(w.azp.len() - 1)]
+                        };
+                        for &i in &nans {
+                            assert_eq!(i32::from(w.q[j * k + i]), z.clamp(-128, 127), "{sp:?}");
+                        }
+                        assert!(w.s.iter().all(|s| s.is_finite()), "{sp:?}");
                     }
                 }
             }

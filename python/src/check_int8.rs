@@ -355,8 +355,10 @@ def adapt(f, symmetric):
 /// `FLT_MIN`, as vLLM's `dynamic_scaled_int8_azp_quant_kernel` did before
 /// PR #19233, fails)
 /// and `TAIL` (dynamic: the row's extreme at its last element: a dropped
-/// remainder of a by-16 vectorized loop), by default every arm that
-/// applies to the mode, and judges its codes, scales and zero points bit
+/// remainder of a by-16 vectorized loop) and, only when named, `NAN`
+/// (NaN elements: skipped by vLLM's reductions, coded 0 plus the zero
+/// point; rule `I8Q-NAN`), by default every arm that applies to the mode
+/// but `NAN`, and judges its codes, scales and zero points bit
 /// for bit against `quantize_int8(x, scale, azp, symmetric, rule, dtype)`.
 ///
 /// The callable: `quant(x, q, s, azp)`, with `x` `[m, k]` (float32, or

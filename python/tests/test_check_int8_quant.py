@@ -54,7 +54,7 @@ def cvt32(y, away=False):
 
 
 def int8_quant(x, q, s, azp, mode="dynamic", symmetric=True, scale=None, azp0=None, rule="reciprocal",
-               dtype="float32", bug=None):
+               dtype="float32", bug=None, skip_nan=False):
     """INT8 quantization in float32 numpy: x [m, k] -> codes q (int8),
     scales s ([1] static, [m, 1] dynamic) and, asymmetric, zero points
     azp (int32, as s). ``bug`` plants one mistake; None computes the rule."""
@@ -74,15 +74,17 @@ def int8_quant(x, q, s, azp, mode="dynamic", symmetric=True, scale=None, azp0=No
                 z = np.full((1, 1), azp0, np.int64)
         elif symmetric:
             a = xs if bug == "signed-amax" else np.abs(xs)
-            amax = (np.max(a, axis=1, keepdims=True) if xs.shape[1] else np.zeros((m, 1), F)).astype(F)
+            mx_of = np.nanmax if skip_nan else np.max
+            amax = (mx_of(a, axis=1, keepdims=True) if xs.shape[1] else np.zeros((m, 1), F)).astype(F)
             if bug == "amax-floor":
                 # An eps under the amax (torch's amax.clamp(min=1e-8)).
                 amax = np.maximum(amax, F(1e-8))
             sc = amax / (F(128) if bug == "scale-128" else F(127))
             recip = F(127) / amax
         else:
-            mx = np.max(xs, axis=1, keepdims=True) if xs.shape[1] else np.full((m, 1), -np.inf, F)
-            mn = np.min(xs, axis=1, keepdims=True) if xs.shape[1] else np.full((m, 1), np.inf, F)
+            mx_of, mn_of = (np.nanmax, np.nanmin) if skip_nan else (np.max, np.min)
+            mx = mx_of(xs, axis=1, keepdims=True) if xs.shape[1] else np.full((m, 1), -np.inf, F)
+            mn = mn_of(xs, axis=1, keepdims=True) if xs.shape[1] else np.full((m, 1), np.inf, F)
             if bug == "min-init":
                 # vLLM's max_val = std::numeric_limits<float>::min().
                 mx = np.maximum(mx, FLT_MIN)
@@ -318,7 +320,7 @@ BAD = [
     dict(mode="static", scale=0.3, symmetric=False, azp=2**31),
     dict(arms=["SAT"]),
     dict(arms=["SIGN"], mode="static", scale=0.3),
-    dict(arms=["NAN"]),
+    dict(arms=["NOPE"]),
     dict(symmetric=False, shapes=[(4, 1)]),
     dict(shapes=[(0, 7)]),
     dict(shapes=[(1 << 14, 1 << 13)]),
@@ -348,3 +350,24 @@ def test_the_default_rule_is_vllms_current_kernels():
         assert not ko.check_int8_quant(quantizer(rule="divide", **form), shapes=SHAPES, verbose=False, **kw)
     assert ko.check_int8_quant(quantizer(mode="static", scale=0.3, rule="divide"), mode="static", scale=0.3,
                                shapes=SHAPES, verbose=False)
+
+
+@pytest.mark.parametrize("form", [FORMS[0], FORMS[6], FORMS[3]], ids=["dynamic", "dynamic-azp", "static"])
+def test_nan_elements_are_skipped_by_the_reductions_and_code_zero(form):
+    # I8Q-NAN (arm NAN, only when named): vLLM's fmaxf/fminf skip a NaN and
+    # cvt.rni.sat codes it 0 (plus the zero point); a torch amax or max
+    # propagates the NaN into the scale and fails.
+    kw = check_kwargs(form)
+
+    def skipping(dtype):
+        def f(x, q, s, azp):
+            int8_quant(x, q, s, azp, skip_nan=True, dtype=dtype, **form)
+        return f
+
+    for dtype in DTYPES:
+        r = ko.check_int8_quant(skipping(dtype), arms=["NAN"], dtype=dtype, shapes=SHAPES, verbose=False, **kw)
+        assert r, r.failures[:1]
+    r = ko.check_int8_quant(quantizer(**form), arms=["NAN"], shapes=SHAPES, verbose=False, **kw)
+    assert r.ok == (form["mode"] == "static") and (r.ok or r.failed >= 3)
+    # Not a default arm.
+    assert "NAN" not in ko.check_int8_quant(quantizer(**form), shapes=SHAPES[:1], verbose=True, **kw).text
