@@ -7,7 +7,7 @@
 //!
 //! A case (elements, row-major, k fastest): activations `q [m][in_f]` and
 //! weights `w [out_f][in_f]`, int8 codes; scales `d [m]` and `s [out_f]`
-//! (`[1]` each with per-tensor scales), f32; optionally `bias [out_f]`
+//! (`[1]` for a side with a per-tensor scale, [`Scales`]), f32; optionally `bias [out_f]`
 //! (values of the output dtype), and zero points as vLLM's
 //! `cutlass_scaled_mm_azp` takes them (`azp_adj [out_f]`, and `azp [m]`
 //! per token); the output `y [m][out_f]`, values of the output dtype.
@@ -63,11 +63,60 @@ pub enum Arm {
     /// scale multiplies last, `(acc*d)*s`; `2^-25` where the activation
     /// scale does, `(acc*s)*d`).
     Bias,
+    /// Every association's rounding and the conversions' rounding modes,
+    /// aimed at bugs no other arm separates in a bfloat16 or float16
+    /// output. Every activation row has the same codes ([`ROUND_CODE`]
+    /// over the first `in_f - 2` k, 1 over the last two; zero point
+    /// added), so each output's `acc'` is set by its weight row alone and
+    /// any integer up to `120 * 127 * (in_f - 2)` can be hit exactly. Even
+    /// activation rows have a power-of-two scale `d`, odd rows one shared
+    /// random `d` (with one activation scale, a power of two). The weight
+    /// row (output column) `i` aims by `i % 4` at:
+    /// - 0, ties: `s` a power of two and `acc'` an odd number of one more
+    ///   significant bit than the output dtype keeps (9 for bfloat16, 12
+    ///   for float16, times a power of two), whose lower neighbour is
+    ///   even: the even rows' exact outputs are ties that round down to
+    ///   even, so a conversion to the output with ties away from zero
+    ///   (`(bits + 0x8000) >> 16`) differs in every even row. For a
+    ///   float32 output, `acc' = 2^24 + 4c + 1`, a tie of the int32 to
+    ///   float32 conversion (rounding down to even).
+    /// - 1, the conversion (rule `I8MM-CVT`): `s` a power of two and `acc'
+    ///   = t - 1` over `2^24`, with `t` a tie of the output dtype whose
+    ///   lower neighbour is odd: to nearest even `acc'` converts to `t`,
+    ///   which rounds up; toward zero (`cvt.rz`) to `t - ulp`, which rounds
+    ///   down, so a truncating conversion differs in every even row. For
+    ///   float32, `acc' = 2^24 + 4c + 3` (nearest: `+4c + 4`, toward zero:
+    ///   `+4c + 2`). Needs `acc' > 2^24`, `in_f` of about 1100 or more;
+    ///   shorter, the column is an association column.
+    /// - 2 and 3, the associations (rule `I8MM-EPILOGUE`): `s` random and
+    ///   `acc'` (exact in binary32, under `2^24`) searched next to ties of
+    ///   the output dtype until, in the odd rows, one pair of
+    ///   `(acc*d)*s`, `(acc*s)*d`, `acc*(d*s)` and the product in binary64
+    ///   rounded once to the output (an epilogue in float64) give other
+    ///   outputs. The pair rotates over the association columns through
+    ///   all six (three with a per-tensor scale on either side, where the
+    ///   binary32 associations agree: binary64 against the binary32 one),
+    ///   so every association, and the binary64 epilogue, differs from
+    ///   the declared one in some column. With both scales per tensor
+    ///   (both powers of two) nothing splits and `acc'` is random.
+    ///
+    /// Ties and conversion columns show in even rows, associations in odd
+    /// ones: a one-token case (`m = 1`) tests the roundings, not the
+    /// associations. With a bias declared, the bias is `+0` (the three
+    /// forms then agree; [`Arm::Bias`] tells them apart).
+    Round,
 }
 
 impl Arm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [Arm; 5] = [Arm::Rand, Arm::Big, Arm::Edge, Arm::Azp, Arm::Bias];
+    pub const ALL: [Arm; 6] = [
+        Arm::Rand,
+        Arm::Big,
+        Arm::Edge,
+        Arm::Azp,
+        Arm::Bias,
+        Arm::Round,
+    ];
 
     /// The arm's name in rows and reproductions.
     pub fn name(self) -> &'static str {
@@ -77,6 +126,7 @@ impl Arm {
             Arm::Edge => "EDGE",
             Arm::Azp => "AZP",
             Arm::Bias => "BIAS",
+            Arm::Round => "ROUND",
         }
     }
 
@@ -89,7 +139,8 @@ impl Arm {
     }
 
     /// The arms a check runs by default for `inputs`: RAND, BIG, EDGE,
-    /// then AZP when zero points are declared and BIAS when a bias is.
+    /// then AZP when zero points are declared and BIAS when a bias is,
+    /// then ROUND.
     pub fn defaults(inputs: &Inputs) -> Vec<Arm> {
         Arm::ALL
             .into_iter()
@@ -108,7 +159,10 @@ impl Arm {
     }
 }
 
-/// How the scales are given.
+/// How the scales are given: each side's scale per row or one per tensor
+/// (vLLM's `cutlass_scaled_mm` takes either for each side independently;
+/// its static W8A8 schemes pass one activation scale with per-channel
+/// weight scales).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scales {
     /// One per activation row (`d [m]`) and one per weight row (`s
@@ -116,17 +170,29 @@ pub enum Scales {
     Row,
     /// One per tensor (`d [1]`, `s [1]`).
     Tensor,
+    /// One activation scale (`d [1]`), one per weight row (`s [out_f]`):
+    /// static per-tensor activations with per-channel weights.
+    TensorAct,
+    /// One per activation row (`d [m]`), one weight scale (`s [1]`).
+    TensorWeight,
 }
 
 impl Scales {
-    /// Both, [`Scales::Row`] first.
-    pub const ALL: [Scales; 2] = [Scales::Row, Scales::Tensor];
+    /// Every granularity, [`Scales::Row`] first.
+    pub const ALL: [Scales; 4] = [
+        Scales::Row,
+        Scales::Tensor,
+        Scales::TensorAct,
+        Scales::TensorWeight,
+    ];
 
-    /// `"row"` or `"tensor"`.
+    /// `"row"`, `"tensor"`, `"tensor_act"` or `"tensor_weight"`.
     pub fn name(self) -> &'static str {
         match self {
             Scales::Row => "row",
             Scales::Tensor => "tensor",
+            Scales::TensorAct => "tensor_act",
+            Scales::TensorWeight => "tensor_weight",
         }
     }
 
@@ -136,6 +202,25 @@ impl Scales {
     /// A sentence naming the choices.
     pub fn parse(s: &str) -> Result<Scales, String> {
         crate::names::parse_named("scales", s, &Scales::ALL, Scales::name, false)
+    }
+
+    /// Whether the activation scales are one per row (`d [m]`).
+    pub fn d_per_row(self) -> bool {
+        matches!(self, Scales::Row | Scales::TensorWeight)
+    }
+
+    /// Whether the weight scales are one per row (`s [out_f]`).
+    pub fn s_per_row(self) -> bool {
+        matches!(self, Scales::Row | Scales::TensorAct)
+    }
+
+    /// The lengths of `d` and `s` for `m` activation rows and `out_f`
+    /// weight rows (1 for a per-tensor side).
+    pub fn lens(self, m: usize, out_f: usize) -> (usize, usize) {
+        (
+            if self.d_per_row() { m } else { 1 },
+            if self.s_per_row() { out_f } else { 1 },
+        )
     }
 }
 
@@ -319,6 +404,219 @@ fn bit_len(u: i64) -> i32 {
     (64 - u.unsigned_abs().leading_zeros()).max(1) as i32
 }
 
+/// [`Arm::Round`]'s activation code over all but the last two k (the
+/// zero point added: at most 7 in magnitude, so the code stays int8).
+pub const ROUND_CODE: i32 = 120;
+
+/// One way of computing the epilogue that [`Arm::Round`] splits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoundForm {
+    /// A binary32 association (rule `I8MM-EPILOGUE`), rounded to the
+    /// output.
+    Assoc(Epilogue),
+    /// `((double) acc * d) * s` in binary64, rounded once to the output
+    /// ([`round_f64`]): an epilogue computed in float64.
+    F64,
+}
+
+/// The pairs [`Arm::Round`]'s association columns split, in rotation
+/// (the last three alone where one side's scale is per tensor).
+pub const ROUND_SPLITS: [(RoundForm, RoundForm); 6] = [
+    (
+        RoundForm::Assoc(Epilogue::ActivationFirst),
+        RoundForm::Assoc(Epilogue::WeightFirst),
+    ),
+    (
+        RoundForm::Assoc(Epilogue::WeightFirst),
+        RoundForm::Assoc(Epilogue::ScalesFirst),
+    ),
+    (
+        RoundForm::Assoc(Epilogue::ActivationFirst),
+        RoundForm::Assoc(Epilogue::ScalesFirst),
+    ),
+    (RoundForm::F64, RoundForm::Assoc(Epilogue::ActivationFirst)),
+    (RoundForm::F64, RoundForm::Assoc(Epilogue::WeightFirst)),
+    (RoundForm::F64, RoundForm::Assoc(Epilogue::ScalesFirst)),
+];
+
+/// `x` rounded once to `out`, as a binary32 holding the value: float32
+/// by Rust's `as` (nearest even); bfloat16 and float16 through binary32
+/// rounded to odd (toward zero, the last bit set when inexact), which
+/// then rounds to nearest even as `x` itself would (binary32 keeps more
+/// than two bits past either; Boldo and Melquiond, "Emulation of FMA and
+/// correctly-rounded sums", 2008).
+pub fn round_f64(out: Dtype, x: f64) -> f32 {
+    let r = x as f32;
+    if out == Dtype::F32 || f64::from(r) == x || x.is_nan() {
+        return out.round(r);
+    }
+    let t = if f64::from(r).abs() > x.abs() {
+        f32::from_bits(r.to_bits() - 1)
+    } else {
+        r
+    };
+    out.round(f32::from_bits(t.to_bits() | 1))
+}
+
+/// The output bits of `form` for `acc'`, scales `d`, `s`, no bias.
+pub fn round_form(form: RoundForm, out: Dtype, acc: i32, d: f32, s: f32) -> u32 {
+    match form {
+        RoundForm::Assoc(e) => {
+            let sch = Schedule {
+                epilogue: e,
+                bias: Bias::Absent,
+            };
+            out.encode(epilogue(&sch, out, to_f32(acc), d, s, 0.0))
+        }
+        RoundForm::F64 => out.encode(round_f64(out, f64::from(acc) * f64::from(d) * f64::from(s))),
+    }
+}
+
+/// The significant bits `out` keeps (8, 11 or 24).
+fn precision(out: Dtype) -> u32 {
+    match out {
+        Dtype::F32 => 24,
+        Dtype::Bf16 => 8,
+        Dtype::F16 => 11,
+    }
+}
+
+/// A ties column's `acc'` ([`Arm::Round`]), positive, or `None` past
+/// `reach`.
+fn round_tie_acc(out: Dtype, reach: i64, rng: &mut Rng) -> Option<i64> {
+    let acc = match out {
+        Dtype::F32 => (1i64 << 24) + 4 * rng.below(1 << 20) as i64 + 1,
+        _ => {
+            let p = precision(out);
+            // 2^p + 2c + 1, c even: the lower neighbour 2^p + 2c has an
+            // even significand.
+            let odd = (1i64 << p) + 4 * rng.below(1 << (p - 2)) as i64 + 1;
+            odd << rng.below(7)
+        }
+    };
+    let acc = if acc > reach && out != Dtype::F32 {
+        acc >> acc.trailing_zeros()
+    } else {
+        acc
+    };
+    (acc <= reach).then_some(acc)
+}
+
+/// A conversion column's `acc'` ([`Arm::Round`]), positive, or `None`
+/// past `reach`.
+fn round_cvt_acc(out: Dtype, reach: i64, rng: &mut Rng) -> Option<i64> {
+    for _ in 0..64 {
+        let acc = match out {
+            Dtype::F32 => (1i64 << 24) + 4 * rng.below(1 << 21) as i64 + 3,
+            _ => {
+                let p = precision(out);
+                let e = 24 + rng.below(2) as u32;
+                // The tie t = 2^e + (2c + 1) 2^(e - p), c odd (its lower
+                // neighbour odd), under 1.9 2^e (float16's range).
+                let c = 2 * rng.below(1 << (p - 2)) as i64 + 1;
+                let t = (1i64 << e) + (2 * c + 1) * (1i64 << (e - p));
+                if 10 * t > 19 * (1i64 << e) {
+                    continue;
+                }
+                t - 1
+            }
+        };
+        if acc <= reach {
+            return Some(acc);
+        }
+    }
+    None
+}
+
+/// An association column's `acc'` ([`Arm::Round`]): positive, under
+/// `2^24` and `reach`, found next to the ties of `out` so that the forms
+/// of `split` differ for scales `(d, s)`; each try of at most 2000
+/// spends one of `budget`.
+///
+/// # Errors
+/// The last candidate, when the tries find none.
+fn round_split_acc(
+    out: Dtype,
+    split: (RoundForm, RoundForm),
+    (d, s): (f32, f32),
+    reach: i64,
+    budget: &mut usize,
+    rng: &mut Rng,
+) -> Result<i64, i64> {
+    let top = reach.clamp(2, 1 << 23);
+    let ds = f64::from(d) * f64::from(s);
+    let p = precision(out);
+    let mut last = 1;
+    for _ in 0..2000 {
+        if *budget == 0 {
+            break;
+        }
+        *budget -= 1;
+        let a0 = top / 2 + rng.below((top / 2) as usize + 1) as i64;
+        let base = if out == Dtype::F32 {
+            a0
+        } else {
+            // The tie of `out` next to a0 d s, back in acc units.
+            let v = a0 as f64 * ds;
+            let ulp = 2f64.powi(v.log2().floor() as i32 - (p as i32 - 1));
+            let t = ((v / ulp).floor() + 0.5) * ulp;
+            (t / ds).round() as i64
+        };
+        for acc in [base, base - 1, base + 1] {
+            if acc < 1 || acc > top {
+                continue;
+            }
+            last = acc;
+            let a = acc as i32;
+            if round_form(split.0, out, a, d, s) != round_form(split.1, out, a, d, s) {
+                return Ok(acc);
+            }
+        }
+    }
+    Err(last)
+}
+
+/// A ROUND weight row: codes over the first `n1` k summing to `A`, over
+/// the rest to `B`, with `ROUND_CODE * A + B = acc` (`|B| <= 60`).
+fn round_fill(row: &mut [i8], acc: i64, n1: usize, rng: &mut Rng) {
+    let c = i64::from(ROUND_CODE);
+    let n2 = (row.len() - n1) as i64;
+    let mut a = (acc as f64 / c as f64).round() as i64;
+    if n2 == 0 {
+        a = acc / c;
+    }
+    a = a.clamp(-127 * n1 as i64, 127 * n1 as i64);
+    let b = (acc - c * a).clamp(-127 * n2, 127 * n2);
+    let (head, tail) = row.split_at_mut(n1);
+    fill_sum(head, a, rng);
+    fill_sum(tail, b, rng);
+}
+
+/// Codes in -127..=127 summing to `target` (`|target| <= 127 len`),
+/// spread: the even share, then random moves that keep the sum.
+fn fill_sum(codes: &mut [i8], target: i64, rng: &mut Rng) {
+    let len = codes.len();
+    if len == 0 {
+        return;
+    }
+    let base = target.div_euclid(len as i64);
+    let rem = target.rem_euclid(len as i64) as usize;
+    let mut v: Vec<i32> = (0..len)
+        .map(|x| (base + i64::from(x < rem)) as i32)
+        .collect();
+    for _ in 0..len {
+        let (a, b) = (rng.below(len), rng.below(len));
+        let delta = rng.below(16) as i32;
+        if a != b && v[a] + delta <= 127 && v[b] - delta >= -127 {
+            v[a] += delta;
+            v[b] -= delta;
+        }
+    }
+    for (x, y) in codes.iter_mut().zip(v) {
+        *x = y as i8;
+    }
+}
+
 impl Spec {
     /// The default seed of a shape, arm and inputs.
     pub fn base_seed(m: usize, in_f: usize, out_f: usize, arm: Arm, inputs: &Inputs) -> u64 {
@@ -365,10 +663,7 @@ impl Spec {
         let mut rng = Rng(self.seed);
         let (m, k, n) = (self.m, self.in_f, self.out_f);
         let inp = self.inputs;
-        let (dn, sn) = match inp.scales {
-            Scales::Row => (m, n),
-            Scales::Tensor => (1, 1),
-        };
+        let (dn, sn) = inp.scales.lens(m, n);
         let azp_n = match inp.azp {
             Some(AzpKind::Token) => m,
             _ => 1,
@@ -516,19 +811,109 @@ impl Spec {
                         *x = t as i8;
                         rest -= t;
                     }
-                    let b = match inp.scales {
-                        Scales::Row => 12 - bit_len(u) - a,
-                        Scales::Tensor => tensor_b,
+                    let b = if inp.scales.s_per_row() {
+                        12 - bit_len(u) - a
+                    } else {
+                        tensor_b
                     };
                     ss.push((1.0f32 / 5.0) * 2f32.powi(b));
                     bb.push(inp.out.round(-(u as f32) * 2f32.powi(a + b)));
                 }
                 d = vec![third; dn];
-                s = match inp.scales {
-                    Scales::Row => ss,
-                    Scales::Tensor => vec![(1.0f32 / 5.0) * 2f32.powi(tensor_b)],
+                s = if inp.scales.s_per_row() {
+                    ss
+                } else {
+                    vec![(1.0f32 / 5.0) * 2f32.powi(tensor_b)]
                 };
                 bias = Some(bb);
+            }
+            Arm::Round => {
+                let z = if inp.azp.is_some() {
+                    rng.below(15) as i32 - 7
+                } else {
+                    0
+                };
+                azp = vec![z; azp_n];
+                let n2 = k.saturating_sub(1).min(2);
+                let n1 = k - n2;
+                for row in q.chunks_mut(k) {
+                    for (kk, x) in row.iter_mut().enumerate() {
+                        let c = if kk < n1 { ROUND_CODE } else { 1 };
+                        *x = (z + c) as i8;
+                    }
+                }
+                let reach = i64::from(ROUND_CODE) * 127 * n1 as i64;
+                let pow2 = |rng: &mut Rng| 2f32.powi(-5 - rng.below(4) as i32);
+                let random =
+                    |rng: &mut Rng| (1.0 + rng.f01()) * 2f32.powi(-6 - rng.below(2) as i32);
+                let d_even = pow2(&mut rng);
+                let d_odd = if inp.scales.d_per_row() {
+                    random(&mut rng)
+                } else {
+                    d_even
+                };
+                d = (0..dn)
+                    .map(|j| if j % 2 == 0 { d_even } else { d_odd })
+                    .collect();
+                let s_tensor = pow2(&mut rng);
+                // Both scales powers of two: nothing to split.
+                let splits: &[(RoundForm, RoundForm)] = match inp.scales {
+                    Scales::Row => &ROUND_SPLITS,
+                    Scales::Tensor => &[],
+                    _ => &ROUND_SPLITS[3..],
+                };
+                let mut ss = Vec::with_capacity(n);
+                let mut assoc = 0usize;
+                // The searches' tries over the whole case (a few per
+                // column where a split exists).
+                let mut budget = 1usize << 21;
+                for (i, row) in w.chunks_mut(k).enumerate() {
+                    let target = match i % 4 {
+                        0 => round_tie_acc(inp.out, reach, &mut rng),
+                        1 => round_cvt_acc(inp.out, reach, &mut rng),
+                        _ => None,
+                    };
+                    let (acc, si) = match target {
+                        Some(a) => (a, if sn == 1 { s_tensor } else { pow2(&mut rng) }),
+                        None => {
+                            let split = splits.get(assoc % splits.len().max(1)).copied();
+                            assoc += 1;
+                            // A weight scale whose split the search cannot
+                            // find (a d s product nearly exact) is drawn
+                            // again.
+                            let mut found = None;
+                            for _ in 0..8 {
+                                let si = if sn == 1 { s_tensor } else { random(&mut rng) };
+                                let a = match split {
+                                    Some(sp) => round_split_acc(
+                                        inp.out,
+                                        sp,
+                                        (d_odd, si),
+                                        reach,
+                                        &mut budget,
+                                        &mut rng,
+                                    ),
+                                    None => {
+                                        Ok(1 + rng.below(reach.clamp(1, 1 << 23) as usize) as i64)
+                                    }
+                                };
+                                let done = a.is_ok() || sn == 1;
+                                found = Some((a.unwrap_or_else(|last| last), si));
+                                if done {
+                                    break;
+                                }
+                            }
+                            found.expect("at least one try")
+                        }
+                    };
+                    let acc = if rng.below(2) == 1 { -acc } else { acc };
+                    round_fill(row, acc, n1, &mut rng);
+                    ss.push(si);
+                }
+                s = if sn == 1 { vec![s_tensor] } else { ss };
+                if inp.bias {
+                    bias = Some(vec![0.0; n]);
+                }
             }
         }
         if inp.bias && bias.is_none() {
@@ -1003,6 +1388,214 @@ mod tests {
         }
     }
 
+    /// `acc` converted to binary32 toward zero (`cvt.rz.f32.s32`).
+    fn cvt_rz(acc: i32) -> f32 {
+        let r = acc as f32;
+        if (r as i64).abs() > i64::from(acc).abs() {
+            f32::from_bits(r.to_bits() - 1)
+        } else {
+            r
+        }
+    }
+
+    /// `x` to bfloat16 with ties away from zero (`(bits + 0x8000) >> 16`)
+    /// or to float16 likewise; float32 as is.
+    fn ties_away(out: Dtype, x: f32) -> u32 {
+        match out {
+            Dtype::Bf16 => (x.to_bits() + 0x8000) >> 16,
+            Dtype::F16 => {
+                let (lo, hi) = (out.round(x), out.steps(out.round(x), 1));
+                let (lo, hi) = if lo <= x {
+                    (lo, hi)
+                } else {
+                    (out.steps(lo, -1), lo)
+                };
+                let pick = if x - lo == hi - x {
+                    if x > 0.0 {
+                        hi
+                    } else {
+                        lo
+                    }
+                } else {
+                    out.round(x)
+                };
+                out.encode(pick)
+            }
+            Dtype::F32 => x.to_bits(),
+        }
+    }
+
+    #[test]
+    fn round_catches_each_rounding_bug_in_every_out_dtype() {
+        use RoundForm::{Assoc, F64};
+        let shapes = [
+            (1, 4096, 256),
+            (5, 3077, 129),
+            (32, 4096, 256),
+            (64, 8192, 128),
+        ];
+        let seeds: u64 = std::env::var("ROUND_SEEDS").map_or(3, |v| v.parse().unwrap());
+        for (out, (m, in_f, out_f), t) in Dtype::ALL
+            .into_iter()
+            .flat_map(|o| shapes.into_iter().map(move |sh| (o, sh)))
+            .flat_map(|(o, sh)| (0..seeds).map(move |t| (o, sh, t)))
+        {
+            {
+                let mut sp = spec(Arm::Round, m, in_f, out_f, inputs(false, None, out));
+                sp.seed = sp.seed.wrapping_add(t);
+                let (shape, case) = (sp.shape().unwrap(), sp.generate().unwrap());
+                let acc = accs(&shape, &case).unwrap();
+                let x = case.operands();
+                let ctx = format!("{out:?} {m},{in_f},{out_f}");
+                let at = |j: usize, i: usize| acc[j * out_f + i];
+                let even: Vec<usize> = (0..m).step_by(2).collect();
+                let odd: Vec<usize> = (1..m).step_by(2).collect();
+                for e in Epilogue::ALL {
+                    let sch = Schedule {
+                        epilogue: e,
+                        bias: Bias::Absent,
+                    };
+                    let want = bits(out, &reference(&shape, &case, &sch, out).unwrap());
+                    // The reference is the contract's form.
+                    for (v, (j, i)) in want
+                        .iter()
+                        .zip((0..m).flat_map(|j| (0..out_f).map(move |i| (j, i))))
+                    {
+                        assert_eq!(
+                            *v,
+                            round_form(Assoc(e), out, at(j, i), x.d_at(j), x.s_at(i))
+                        );
+                    }
+                    let y = |j: usize, i: usize, f: f32| {
+                        epilogue(&sch, out, f, x.d_at(j), x.s_at(i), 0.0)
+                    };
+                    // Conversion toward zero: every even row of every
+                    // conversion column.
+                    for i in (1..out_f).step_by(4) {
+                        for &j in &even {
+                            let rz = out.encode(y(j, i, cvt_rz(at(j, i))));
+                            assert_ne!(rz, want[j * out_f + i], "{ctx} {e:?} rz ({j}, {i})");
+                        }
+                    }
+                    // Ties away from zero (bfloat16 and float16 output;
+                    // float32: the conversion) in every even row of every
+                    // ties column.
+                    for i in (0..out_f).step_by(4) {
+                        for &j in &even {
+                            let got = match out {
+                                Dtype::F32 => {
+                                    let a = at(j, i);
+                                    let away = to_f32(a + a.signum());
+                                    out.encode(y(j, i, away))
+                                }
+                                _ => {
+                                    let v = epilogue(
+                                        &sch,
+                                        Dtype::F32,
+                                        to_f32(at(j, i)),
+                                        x.d_at(j),
+                                        x.s_at(i),
+                                        0.0,
+                                    );
+                                    ties_away(out, v)
+                                }
+                            };
+                            assert_ne!(got, want[j * out_f + i], "{ctx} {e:?} ties ({j}, {i})");
+                        }
+                    }
+                    if odd.is_empty() {
+                        continue;
+                    }
+                    // Every other association and the binary64 epilogue
+                    // differ somewhere.
+                    for bug in [
+                        Assoc(Epilogue::ActivationFirst),
+                        Assoc(Epilogue::WeightFirst),
+                        Assoc(Epilogue::ScalesFirst),
+                        F64,
+                    ] {
+                        if bug == Assoc(e) {
+                            continue;
+                        }
+                        let differ = (0..out_f)
+                            .filter(|&i| {
+                                round_form(bug, out, at(1, i), x.d_at(1), x.s_at(i))
+                                    != want[out_f + i]
+                            })
+                            .count();
+                        assert!(differ >= 1, "{ctx} declared {e:?}, bug {bug:?}");
+                    }
+                }
+                // Every association column splits its pair, in every odd
+                // row.
+                for (n, i) in (0..out_f).filter(|i| i % 4 >= 2).enumerate() {
+                    let (a, b) = ROUND_SPLITS[n % 6];
+                    for &j in &odd {
+                        let (d, s) = (x.d_at(j), x.s_at(i));
+                        assert_ne!(
+                            round_form(a, out, at(j, i), d, s),
+                            round_form(b, out, at(j, i), d, s),
+                            "{ctx} split {a:?} {b:?} column {i}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn round_names_the_association_in_every_dtype() {
+        for out in Dtype::ALL {
+            let sp = spec(Arm::Round, 3, 3077, 24, inputs(false, None, out));
+            let (shape, case) = (sp.shape().unwrap(), sp.generate().unwrap());
+            for sch in known_schedules(false) {
+                let got = bits(out, &reference(&shape, &case, &sch, out).unwrap());
+                assert_eq!(
+                    identify(&shape, &case, out, &got).unwrap(),
+                    vec![sch],
+                    "{out:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn round_keeps_its_designs_under_other_declarations() {
+        // Zero points, a bias, and mixed scales: the ties and conversion
+        // columns keep their acc' and power-of-two scales.
+        for scales in Scales::ALL {
+            for azp in [None, Some(AzpKind::Token), Some(AzpKind::Tensor)] {
+                let inp = Inputs {
+                    scales,
+                    bias: azp.is_some(),
+                    azp,
+                    out: Dtype::Bf16,
+                };
+                let sp = spec(Arm::Round, 4, 3077, 32, inp);
+                let (shape, case) = (sp.shape().unwrap(), sp.generate().unwrap());
+                let (dn, sn) = scales.lens(4, 32);
+                assert_eq!((case.d.len(), case.s.len()), (dn, sn));
+                let acc = accs(&shape, &case).unwrap();
+                let x = case.operands();
+                let sch = Schedule {
+                    epilogue: Epilogue::WeightFirst,
+                    bias: if inp.bias { Bias::Fused } else { Bias::Absent },
+                };
+                let want = bits(
+                    Dtype::Bf16,
+                    &reference(&shape, &case, &sch, Dtype::Bf16).unwrap(),
+                );
+                for i in (1..32).step_by(4) {
+                    let f = cvt_rz(acc[i]);
+                    let y = epilogue(&sch, Dtype::Bf16, f, x.d_at(0), x.s_at(i), 0.0);
+                    assert_ne!(Dtype::Bf16.encode(y), want[i], "{scales:?} {azp:?} {i}");
+                }
+                // Every row has the same acc'.
+                assert_eq!(acc[..32], acc[96..]);
+            }
+        }
+    }
+
     #[test]
     fn each_schedule_identifies_itself() {
         for bias in [false, true] {
@@ -1067,12 +1660,16 @@ mod tests {
         assert_eq!(AzpKind::parse("token"), Ok(AzpKind::Token));
         assert_eq!(
             Arm::defaults(&inputs(false, None, Dtype::Bf16)),
-            vec![Arm::Rand, Arm::Big, Arm::Edge]
+            vec![Arm::Rand, Arm::Big, Arm::Edge, Arm::Round]
         );
         assert_eq!(
             Arm::defaults(&inputs(true, Some(AzpKind::Tensor), Dtype::Bf16)).len(),
-            5
+            6
         );
+        assert_eq!(Arm::parse("round"), Ok(Arm::Round));
+        assert_eq!(Scales::parse("tensor_act"), Ok(Scales::TensorAct));
+        assert_eq!(Scales::TensorAct.lens(3, 5), (1, 5));
+        assert_eq!(Scales::TensorWeight.lens(3, 5), (3, 1));
         assert_eq!(short8(300.4), 300);
         assert_eq!(short8(301.0), 302);
         assert_eq!(short8(0.2), 1);

@@ -10,7 +10,10 @@ the two scales (`(acc*d)*s`, Triton's `acc * scale_a * scale_b`;
 a bias enters (added after the rounded product; fused into one FMA with
 the last multiply; added in the output dtype after the rounding). The
 check names every known epilogue the output matches bit for bit; its BIG
-arm (`|acc| > 2^24`) fails a kernel that sums the products in float.
+arm (`|acc| > 2^24`) fails a kernel that sums the products in float, and
+its ROUND arm fails a conversion toward zero, an output rounded with ties
+away from zero, another association or an epilogue in float64, in any
+output dtype (and names the association even in bfloat16).
 
 Sections, each under its own time limit, each skipped with a line when its
 library is not importable:

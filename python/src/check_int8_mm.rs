@@ -227,8 +227,9 @@ fn declared_kw(
 ///
 /// One case of `check_int8_scaled_mm` as new arrays, with the same
 /// declaration arguments: `q` (int8 `[m, in_f]`), `d` (float32 `[m]`, or
-/// `[1]` with `scales="tensor"`), `w` (int8 `[out_f, in_f]`), `s` (float32
-/// `[out_f]` or `[1]`), `bias` (float32 `[out_f]`, values of `out_dtype`,
+/// `[1]` with `scales="tensor"` or `"tensor_act"`), `w` (int8 `[out_f,
+/// in_f]`), `s` (float32 `[out_f]`, or `[1]` with `scales="tensor"` or
+/// `"tensor_weight"`), `bias` (float32 `[out_f]`, values of `out_dtype`,
 /// or None), `azp` (int32 `[m]` per token, else None), `azp_adj` (int32
 /// `[out_f]`, or None), `azp_value` (the per-tensor zero point folded into
 /// `azp_adj`, else None), `acc` (int32 `[m, out_f]`: the exact, adjusted
@@ -304,7 +305,7 @@ fn int8_scaled_mm_case<'py>(
 
 /// check_int8_scaled_mm(mm, epilogue="weight_first", bias=None, azp=None, scales="row", out_dtype="bfloat16", shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
 ///
-/// Runs `mm`, an INT8 GEMM with row (or tensor) scales, through the arms
+/// Runs `mm`, an INT8 GEMM with row or tensor scales, through the arms
 /// `RAND` (uniform codes, -128 included, random scales and bias: the
 /// scale associations and bias forms differ in most float32 outputs),
 /// `BIG` (one-signed rows of large codes: `|acc| > 2^24`, so the
@@ -316,20 +317,32 @@ fn int8_scaled_mm_case<'py>(
 /// but one code a row: `acc` and `azp * azp_adj` over `2^24`, their
 /// difference small) and `BIAS` (a bias that cancels the rounded product:
 /// `"add"` gives +0 where `"fused"` keeps the product's rounding error,
-/// which also tells the scale associations apart), and judges its output
-/// bit for bit (any NaN equal to any NaN) against `int8_scaled_mm` under
-/// the declared epilogue, rounded once to `out_dtype`.
+/// which also tells the scale associations apart), then `ROUND` (every
+/// activation row the same codes, so each column's `acc'` is chosen:
+/// with power-of-two scales in even rows, ties of the output dtype and
+/// `acc' > 2^24` where the int32-to-float conversion toward zero lands on
+/// a tie the nearest one passes, so ties away from zero in the output and
+/// a `cvt.rz` conversion differ; with random scales in odd rows, `acc'`
+/// searched so that the three associations and an epilogue in float64
+/// rounded once differ pairwise, in every output dtype; a one-token shape
+/// tests only the former), and judges its output bit for bit (any NaN
+/// equal to any NaN) against `int8_scaled_mm` under the declared
+/// epilogue, rounded once to `out_dtype`.
 ///
 /// The declaration: `epilogue` (`"activation_first"` `(f*d)*s`: Triton,
 /// vLLM's `triton_scaled_mm`, torch; `"weight_first"` `(f*s)*d`: vLLM's
 /// CUTLASS; `"scales_first"` `f*(d*s)`), `bias` (None; `"add"`;
 /// `"fused"`: vLLM's CUTLASS, a Triton `x * y + b`; `"add_out"`: vLLM's
 /// `triton_scaled_mm`), `azp` (None; `"tensor"`; `"token"`) and `scales`
-/// (`"row"`, `"tensor"`).
+/// (`"row"`: `d [m]`, `s [out_f]`; `"tensor"`: `d [1]`, `s [1]`;
+/// `"tensor_act"`: `d [1]`, `s [out_f]`, vLLM's static per-tensor
+/// activations with per-channel weights; `"tensor_weight"`: `d [m]`, `s
+/// [1]`).
 ///
 /// The callable: `mm(q, d, w, s, bias, azp, azp_adj, out)`, with `q` int8
-/// `[m, in_f]`, `d` float32 `[m]` (`[1]` with `scales="tensor"`), `w`
-/// int8 `[out_f, in_f]`, `s` float32 `[out_f]` (or `[1]`), `bias` float32
+/// `[m, in_f]`, `d` float32 `[m]` (`[1]` with `scales="tensor"` or
+/// `"tensor_act"`), `w` int8 `[out_f, in_f]`, `s` float32 `[out_f]` (`[1]`
+/// with `"tensor"` or `"tensor_weight"`), `bias` float32
 /// `[out_f]` holding values of `out_dtype` (None without a bias), `azp`
 /// and `azp_adj` as vLLM's `cutlass_scaled_mm_azp(a, b, scale_a, scale_b,
 /// out_dtype, azp_adj, azp, bias)` takes them (both None for symmetric
@@ -346,8 +359,9 @@ fn int8_scaled_mm_case<'py>(
 /// Each row names the known epilogues (three associations, each with the
 /// declared bias's three forms, or without a bias) the output matches bit
 /// for bit. In a bfloat16 or float16 output the associations show only
-/// where a rounding falls near a tie: a float32 output, or a fused bias's
-/// BIAS arm, tells them apart.
+/// where a rounding falls near a tie: a float32 output, ROUND (with `m >=
+/// 2` and row scales on both sides), or a fused bias's BIAS arm, tells
+/// them apart.
 ///
 /// Errors: `ValueError` for an unknown epilogue, bias form, azp kind,
 /// scales, dtype or arm, an empty `arms` list, an arm that does not apply (`AZP` without `azp`,

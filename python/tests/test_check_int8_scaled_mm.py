@@ -51,6 +51,26 @@ def rounded(y, out_dtype):
     return y
 
 
+def f32_toward_zero(a):
+    """int64 values to float32 rounded toward zero (cvt.rz.f32.s32)."""
+    f = a.astype(f32)
+    over = np.abs(f.astype(np.int64)) > np.abs(a)
+    return np.where(over, np.nextafter(f, f32(0)), f).astype(f32)
+
+
+def rounded_once(y64, out_dtype):
+    """float64 values rounded once to the out dtype, as its encoding: float32
+    directly; bfloat16 and float16 through float32 rounded to odd."""
+    r = y64.astype(f32)
+    if out_dtype == "float32":
+        return r
+    over = np.abs(r.astype(np.float64)) > np.abs(y64)
+    r = np.where(over, np.nextafter(r, f32(0)), r).astype(f32)
+    odd = (r.astype(np.float64) != y64).astype(np.uint32)
+    r = (r.view(np.uint32) | odd).view(f32)
+    return ko.encode_bf16(r) if out_dtype == "bfloat16" else ko.encode_f16(r)
+
+
 def numpy_mm(epilogue="weight_first", bias_form=None, out_dtype="bfloat16", bug=None, name=None):
     """The INT8 scaled GEMM from the rules, in numpy, with one planted bug."""
 
@@ -79,11 +99,23 @@ def numpy_mm(epilogue="weight_first", bias_form=None, out_dtype="bfloat16", bug=
                     corr = azp[:, None].astype(np.int64) * corr
             if bug == "azp-subtracted-in-float":
                 fa = acc.astype(f32) - np.asarray(corr).astype(f32)
+            elif bug == "cvt-rz":
+                fa = f32_toward_zero(acc - corr)
             else:
                 fa = (acc - corr).astype(f32)
+            if bug == "f64-epilogue":
+                # acc' exact in float64, both scales and the bias in float64,
+                # one rounding to the out dtype.
+                y64 = (acc - corr).astype(np.float64) * d.astype(np.float64)[:, None]
+                y64 = y64 * s.astype(np.float64)[None, :]
+                if bias is not None:
+                    y64 = y64 + bias.astype(np.float64)[None, :]
+                out[...] = rounded_once(y64, out_dtype)
+                return
         ep = epilogue
-        if bug == "activation-first-computed":
-            ep = "activation_first"
+        for e in EPILOGUES:
+            if bug == e.replace("_", "-") + "-computed":
+                ep = e
         dd, ss = d[:, None], s[None, :]
         if ep == "activation_first":
             x, t = fa * dd, np.broadcast_to(ss, fa.shape)
@@ -109,6 +141,8 @@ def numpy_mm(epilogue="weight_first", bias_form=None, out_dtype="bfloat16", bug=
         elif out_dtype == "bfloat16":
             if bug == "bf16-truncate":
                 out[...] = (y.view(np.uint32) >> 16).astype(np.uint16)
+            elif bug == "bf16-ties-away":
+                out[...] = ((y.view(np.uint32) + 0x8000) >> 16).astype(np.uint16)
             else:
                 out[...] = ko.encode_bf16(y)
         else:
@@ -130,11 +164,17 @@ def test_numpy_forms_pass_under_their_declaration_and_are_named(epilogue, bias, 
         numpy_mm(epilogue, bias, out_dtype), epilogue=epilogue, bias=bias,
         out_dtype=out_dtype, shapes=SHAPES, verbose=False,
     )
-    arms = 3 + (bias is not None)
+    arms = 4 + (bias is not None)
     assert r.ok and r.passed == r.cases == len(SHAPES) * arms, r.text
     label = f"{SYM[epilogue]}, {FORM[bias]}"
     rows = matched_rows(r)
     assert rows and all(label in line for line in rows)
+    # ROUND names the declared association alone in every dtype (with more
+    # than one token; its bias is +0, so the bias forms agree).
+    round_rows = [line for line in rows if " ROUND " in line and line.startswith("3,3077,24 ")]
+    assert len(round_rows) == 1
+    named = round_rows[0].split(" PASS ", 1)[1]
+    assert all(SYM[epilogue] in m for m in named.split(";")), round_rows[0]
     if out_dtype == "float32":
         # RAND's 72 outputs name the declared association alone (add and
         # add_out are one form in float32).
@@ -161,7 +201,7 @@ def test_zero_points_as_vllm_passes_them(azp, scales):
         numpy_mm("weight_first", "fused")(q, d, w, s, bias, azp_, azp_adj, out)
 
     r = ko.check_int8_scaled_mm(mm, bias="fused", azp=azp, scales=scales, shapes=SHAPES, verbose=False)
-    assert r.ok and r.passed == r.cases == len(SHAPES) * 5, r.text
+    assert r.ok and r.passed == r.cases == len(SHAPES) * 6, r.text
     assert seen["azp"] == {azp == "tensor"}
     assert seen["d"] == ({(1,)} if scales == "tensor" else {(3,), (1,)})
     c = ko.int8_scaled_mm_case(3, 300, 8, "AZP", azp=azp, scales=scales)
@@ -171,6 +211,36 @@ def test_zero_points_as_vllm_passes_them(azp, scales):
         assert c["azp"] is None and (c["azp_adj"] == c["azp_value"] * colsum).all()
     else:
         assert c["azp"].shape == (3,) and (c["azp_adj"] == colsum).all()
+
+
+@pytest.mark.parametrize("scales", ["row", "tensor", "tensor_act", "tensor_weight"])
+def test_mixed_scale_granularity(scales):
+    # vLLM's static W8A8: one activation scale with per-channel weight
+    # scales ("tensor_act"), and the reverse ("tensor_weight").
+    d_rows = scales in ("row", "tensor_weight")
+    s_rows = scales in ("row", "tensor_act")
+    seen = set()
+
+    def mm(q, d, w, s, bias, azp, azp_adj, out):
+        seen.add((d.shape == ((q.shape[0] if d_rows else 1),), s.shape == ((w.shape[0] if s_rows else 1),)))
+        numpy_mm("weight_first", "fused")(q, d, w, s, bias, azp, azp_adj, out)
+
+    r = ko.check_int8_scaled_mm(mm, bias="fused", scales=scales, shapes=SHAPES, verbose=False)
+    assert r.ok and r.passed == r.cases == len(SHAPES) * 5, r.text
+    assert seen == {(True, True)}
+    assert f"{scales} scales" in r.text
+    c = ko.int8_scaled_mm_case(3, 300, 8, "RAND", scales=scales)
+    assert c["d"].shape == ((3,) if d_rows else (1,)) and c["s"].shape == ((8,) if s_rows else (1,))
+    y = ko.int8_scaled_mm(c["q"], c["d"], c["w"], c["s"], out_dtype="bfloat16")
+    assert (y.view(np.uint32) == c["y"].view(np.uint32)).all()
+    if scales != "tensor":
+        # A kernel that takes the first scale of each side for the tensor's.
+        def first_only(q, d, w, s, bias, azp, azp_adj, out):
+            numpy_mm("weight_first", "fused")(q, d[:1], w, s[:1], bias, azp, azp_adj, out)
+
+        bad = ko.check_int8_scaled_mm(first_only, bias="fused", scales=scales, shapes=SHAPES,
+                                      arms=["RAND"], verbose=False)
+        assert not bad.ok
 
 
 def test_the_case_holds_the_oracles_output():
@@ -231,7 +301,56 @@ CASES = [
     (numpy_mm(bug="drop-k-tail"), dict(), "EDGE", SHAPES, None),
     # The output truncated to bfloat16 instead of rounded.
     (numpy_mm(bug="bf16-truncate"), dict(), "RAND", SHAPES, None),
+    # ROUND, in every output dtype: acc' converted toward zero (cvt.rz),
+    (numpy_mm(bug="cvt-rz"), dict(), "ROUND", SHAPES, None),
+    (numpy_mm(bug="cvt-rz", bias_form="fused", name="cvt_rz_fused"), dict(bias="fused"), "ROUND", SHAPES, None),
+    (numpy_mm(bug="cvt-rz", out_dtype="float16", name="cvt_rz_f16"), dict(out_dtype="float16"), "ROUND",
+     SHAPES, None),
+    (numpy_mm(bug="cvt-rz", out_dtype="float32", name="cvt_rz_f32"), dict(out_dtype="float32"), "ROUND",
+     SHAPES, None),
+    # ... the bfloat16 output rounded with ties away from zero,
+    (numpy_mm(bug="bf16-ties-away"), dict(), "ROUND", SHAPES, None),
+    (numpy_mm(bug="bf16-ties-away", bias_form="fused", name="bf16_ties_away_fused"), dict(bias="fused"),
+     "ROUND", SHAPES, None),
+    # ... another association than the declared one, named,
+    (numpy_mm(bug="activation-first-computed", name="activation_first_bf16"), dict(), "ROUND", SHAPES,
+     r"\(acc\*d\)\*s, no bias"),
+    (numpy_mm(bug="scales-first-computed", name="scales_first_bf16"), dict(), "ROUND", SHAPES,
+     r"acc\*\(d\*s\), no bias"),
+    (numpy_mm("activation_first", bug="weight-first-computed", name="weight_first_bf16"),
+     dict(epilogue="activation_first"), "ROUND", SHAPES, r"\(acc\*s\)\*d, no bias"),
+    (numpy_mm("activation_first", bug="scales-first-computed", name="scales_first_for_activation_first_bf16"),
+     dict(epilogue="activation_first"), "ROUND", SHAPES, r"acc\*\(d\*s\), no bias"),
+    (numpy_mm(bias_form="fused", bug="activation-first-computed", name="activation_first_fused_round"),
+     dict(bias="fused"), "ROUND", SHAPES, r"\(acc\*d\)\*s, fma bias"),
+    (numpy_mm(out_dtype="float16", bug="activation-first-computed", name="activation_first_f16"),
+     dict(out_dtype="float16"), "ROUND", SHAPES, r"\(acc\*d\)\*s, no bias"),
+    (numpy_mm(out_dtype="float16", bug="scales-first-computed", name="scales_first_f16"),
+     dict(out_dtype="float16"), "ROUND", SHAPES, r"acc\*\(d\*s\), no bias"),
+    (numpy_mm(out_dtype="float32", bug="scales-first-computed", name="scales_first_f32"),
+     dict(out_dtype="float32"), "ROUND", SHAPES, r"acc\*\(d\*s\), no bias"),
+    # ... and the epilogue computed in float64, rounded once.
+    (numpy_mm(bug="f64-epilogue"), dict(), "ROUND", SHAPES, "no known epilogue"),
+    (numpy_mm(bug="f64-epilogue", bias_form="fused", name="f64_epilogue_fused"), dict(bias="fused"),
+     "ROUND", SHAPES, "no known epilogue"),
+    (numpy_mm("activation_first", bug="f64-epilogue", name="f64_epilogue_activation_first"),
+     dict(epilogue="activation_first"), "ROUND", SHAPES, "no known epilogue"),
+    (numpy_mm("scales_first", bug="f64-epilogue", name="f64_epilogue_scales_first"),
+     dict(epilogue="scales_first"), "ROUND", SHAPES, "no known epilogue"),
+    (numpy_mm(out_dtype="float16", bug="f64-epilogue", name="f64_epilogue_f16"), dict(out_dtype="float16"),
+     "ROUND", SHAPES, "no known epilogue"),
+    (numpy_mm(out_dtype="float32", bug="f64-epilogue", name="f64_epilogue_f32"), dict(out_dtype="float32"),
+     "ROUND", SHAPES, "no known epilogue"),
 ]
+
+
+def test_round_bugs_pass_every_other_arm():
+    # The rounding bugs ROUND is aimed at pass RAND, BIG and EDGE (and BIAS)
+    # in bfloat16 with weight_first: ROUND is the arm that catches them.
+    for bug in ["cvt-rz", "bf16-ties-away", "scales-first-computed", "f64-epilogue"]:
+        r = ko.check_int8_scaled_mm(numpy_mm(bug=bug), shapes=SHAPES, arms=["RAND", "BIG", "EDGE"],
+                                    verbose=False)
+        assert r.ok, (bug, r.text)
 
 
 @pytest.mark.parametrize("mm,kw,arm,shapes,caught_by", CASES, ids=[c[0].__name__ for c in CASES])
