@@ -711,6 +711,71 @@ fn derive_seed(base: u64, trial: usize) -> u64 {
     }
 }
 
+/// Output bits as a failure line shows them: a float32 value, or a 16-bit
+/// pattern in hex with its value.
+pub(crate) fn shown_bits(out: oracle::dtype::Dtype, b: u32) -> String {
+    match out {
+        oracle::dtype::Dtype::F32 => value(f32::from_bits(b)),
+        _ => format!("0x{b:04X} ({})", value(out.decode(b))),
+    }
+}
+
+/// One case of a GEMM judged bit for bit, as its table row: the outputs
+/// whose bits differ from `want`'s (`Dtype::same`: any NaN equals any
+/// NaN), printed with their count, the call's time, the verdict and the
+/// known schedules the output matches. Returns the differing indices and
+/// whether the case passes (none differs and no input was written).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_bits_row(
+    o: &mut Out<'_>,
+    row: &str,
+    ms: f64,
+    out: oracle::dtype::Dtype,
+    got: &[u32],
+    want: &[u32],
+    written: &[String],
+    matches: &[String],
+) -> PyResult<(Vec<usize>, bool)> {
+    let differ: Vec<usize> = (0..want.len())
+        .filter(|&i| !out.same(got[i], want[i]))
+        .collect();
+    let pass = differ.is_empty() && written.is_empty();
+    o.row(&format!(
+        "{row} {:>7}/{:<7} {ms:>9.2}  {}  {}",
+        differ.len(),
+        want.len(),
+        if pass { "PASS" } else { "FAIL" },
+        names_or(matches, "; ", "none known")
+    ))?;
+    Ok((differ, pass))
+}
+
+/// A GEMM failure's line on its first differing output of `[m][cols]`:
+/// how many differ, where, got and want, and `operands(j, i)` (what made
+/// output `(j, i)`: its scales, its exact sum).
+pub(crate) fn first_output_line(
+    r: &mut String,
+    out: oracle::dtype::Dtype,
+    differ: &[usize],
+    got: &[u32],
+    want: &[u32],
+    cols: usize,
+    operands: impl Fn(usize, usize) -> String,
+) {
+    if let Some(&at) = differ.first() {
+        let (j, i) = (at / cols, at % cols);
+        let _ = writeln!(
+            r,
+            "  {} of {} outputs differ; first at (row {j}, column {i}): got {}, want {} ({})",
+            differ.len(),
+            want.len(),
+            shown_bits(out, got[at]),
+            shown_bits(out, want[at]),
+            operands(j, i)
+        );
+    }
+}
+
 /// `ValueError` for an empty `arms` list, which would run no case.
 pub(crate) fn refuse_empty_arms(given: &Option<Vec<String>>) -> PyResult<()> {
     if given.as_ref().is_some_and(Vec::is_empty) {

@@ -9,7 +9,8 @@
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
-    call_args, callable_name, names_or, value, CheckReport, Input, Out, OutKind, Seeds,
+    call_args, callable_name, first_output_line, gemm_bits_row, names_or, value, CheckReport,
+    Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::int8_scaled_mm::{
     accs, identify, known_schedules, reference, schedule_label, within_caps, Arm, AzpKind, Case,
@@ -527,51 +528,32 @@ fn check_int8_scaled_mm<'py>(
                 };
                 let got = got[0].bits(out);
                 let wantb = kernel_oracle::dtype::bits(out, &want);
-                let differ: Vec<usize> = (0..wantb.len())
-                    .filter(|&i| !out.same(got[i], wantb[i]))
-                    .collect();
                 let matches: Vec<String> = py
                     .detach(|| identify(&shape, &case, out, &got))
                     .map_err(PyValueError::new_err)?
                     .iter()
                     .map(schedule_label)
                     .collect();
-                let pass = differ.is_empty() && written.is_empty();
-                o.row(&format!(
-                    "{row} {:>7}/{:<7} {ms:>9.2}  {}  {}",
-                    differ.len(),
-                    wantb.len(),
-                    if pass { "PASS" } else { "FAIL" },
-                    names_or(&matches, "; ", "none known")
-                ))?;
+                let (differ, pass) =
+                    gemm_bits_row(&mut o, &row, ms, out, &got, &wantb, &written, &matches)?;
                 if pass {
                     rep.passed += 1;
                     continue;
                 }
                 let mut r = crate::check::failure_head(&head, &written);
-                if let Some(&at) = differ.first() {
-                    let (j, i) = (at / out_f, at % out_f);
-                    let shown = |b: u32| match out {
-                        Dtype::F32 => value(f32::from_bits(b)),
-                        _ => format!("0x{b:04X} ({})", value(out.decode(b))),
-                    };
-                    let x = case.operands();
-                    let bias_txt = case
+                let x = case.operands();
+                first_output_line(&mut r, out, &differ, &got, &wantb, out_f, |j, i| {
+                    let bias = case
                         .bias
                         .as_ref()
                         .map_or(String::new(), |b| format!(", bias = {}", value(b[i])));
-                    let _ = writeln!(
-                        r,
-                        "  {} of {} outputs differ; first at (row {j}, column {i}): got {}, want {} (acc' = {}, d = {}, s = {}{bias_txt})",
-                        differ.len(),
-                        wantb.len(),
-                        shown(got[at]),
-                        shown(wantb[at]),
-                        acc[at],
+                    format!(
+                        "acc' = {}, d = {}, s = {}{bias}",
+                        acc[j * out_f + i],
                         value(x.d_at(j)),
                         value(x.s_at(i))
-                    );
-                }
+                    )
+                });
                 let _ = writeln!(
                     r,
                     "  the output matches: {}",

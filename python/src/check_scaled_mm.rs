@@ -7,14 +7,13 @@
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
-    arms_or_all, call_typed, callable_name, count, failure_head, names_or, value, CheckReport,
-    Input, Out, OutKind, Seeds,
+    arms_or_all, call_typed, callable_name, count, failure_head, first_output_line, gemm_bits_row,
+    names_or, value, CheckReport, Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::fp8_scaled_mm::{
     identify, known_accumulations, reference, schedule_label, within_caps, Arm, Case, Spec,
 };
 use numpy::PyReadonlyArrayDyn;
-use oracle::dtype::Dtype;
 use oracle::fp8_scaled_mm::{Accumulation, Epilogue, Schedule};
 use oracle::tensor_core::{SM90_MMA_SYNC, SM90_WGMMA};
 use pyo3::exceptions::PyValueError;
@@ -336,50 +335,22 @@ fn check_fp8_scaled_mm<'py>(
                 };
                 let got = got[0].bits(out);
                 let wantb = kernel_oracle::dtype::bits(out, &want);
-                let differ: Vec<usize> = (0..wantb.len())
-                    .filter(|&i| !out.same(got[i], wantb[i]))
-                    .collect();
                 let matches: Vec<String> = py
                     .detach(|| identify(&shape, &case, out, &got))
                     .map_err(PyValueError::new_err)?
                     .iter()
                     .map(schedule_label)
                     .collect();
-                let pass = differ.is_empty() && written.is_empty();
-                o.row(&format!(
-                    "{row} {:>7}/{:<7} {ms:>9.2}  {}  {}",
-                    differ.len(),
-                    wantb.len(),
-                    if pass { "PASS" } else { "FAIL" },
-                    names_or(&matches, "; ", "none known")
-                ))?;
+                let (differ, pass) =
+                    gemm_bits_row(&mut o, &row, ms, out, &got, &wantb, &written, &matches)?;
                 if pass {
                     rep.passed += 1;
                     continue;
                 }
                 let mut r = failure_head(&head, &written);
-                if let Some(&at) = differ.first() {
-                    let (j, i) = (at / out_f, at % out_f);
-                    let shown = |b: u32| match out {
-                        Dtype::F32 => value(f32::from_bits(b)),
-                        Dtype::Bf16 => {
-                            format!("0x{b:04X} ({})", value(oracle::bf16::decode_bf16(b as u16)))
-                        }
-                        Dtype::F16 => {
-                            format!("0x{b:04X} ({})", value(oracle::f16::decode_f16(b as u16)))
-                        }
-                    };
-                    let _ = writeln!(
-                        r,
-                        "  {} of {} outputs differ; first at (row {j}, column {i}): got {}, want {} (d = {}, s = {})",
-                        differ.len(),
-                        wantb.len(),
-                        shown(got[at]),
-                        shown(wantb[at]),
-                        value(case.d[j]),
-                        value(case.s[i])
-                    );
-                }
+                first_output_line(&mut r, out, &differ, &got, &wantb, out_f, |j, i| {
+                    format!("d = {}, s = {}", value(case.d[j]), value(case.s[i]))
+                });
                 let _ = writeln!(
                     r,
                     "  the output matches: {}",
