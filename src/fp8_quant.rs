@@ -96,6 +96,22 @@ pub fn rule_label(rule: &GroupScale) -> String {
 /// The largest case: `m k` at most this.
 pub const MAX_ELEMS: usize = 1 << 26;
 
+/// An activation quantizer's case `x [m][k]` within the caps.
+///
+/// # Errors
+/// A zero dimension, or more than [`MAX_ELEMS`] elements, as a sentence.
+pub fn within_elems(m: usize, k: usize) -> Result<(), String> {
+    if m == 0 || k == 0 {
+        return Err(format!("m={m} k={k}: each must be at least 1"));
+    }
+    if m.saturating_mul(k) > MAX_ELEMS {
+        return Err(format!(
+            "m={m} k={k}: over the check's {MAX_ELEMS} elements"
+        ));
+    }
+    Ok(())
+}
+
 /// One case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Spec {
@@ -129,19 +145,10 @@ impl Spec {
     /// # Errors
     /// A zero dimension or group; a case over [`MAX_ELEMS`].
     pub fn valid(&self) -> Result<(), String> {
-        if self.m == 0 || self.k == 0 || self.group == 0 {
-            return Err(format!(
-                "m={} k={} group={}: each must be at least 1",
-                self.m, self.k, self.group
-            ));
+        if self.group == 0 {
+            return Err(format!("group={}: it must be at least 1", self.group));
         }
-        if self.m.saturating_mul(self.k) > MAX_ELEMS {
-            return Err(format!(
-                "m={} k={}: over the check's {MAX_ELEMS} elements",
-                self.m, self.k
-            ));
-        }
-        Ok(())
+        within_elems(self.m, self.k)
     }
 
     /// `x`, drawn from `seed` alone.
@@ -522,18 +529,7 @@ impl ScaledSpec {
     /// A zero dimension; a case over [`MAX_ELEMS`]; UB without a
     /// `scale_ub`.
     pub fn valid(&self) -> Result<(), String> {
-        if self.m == 0 || self.k == 0 {
-            return Err(format!(
-                "m={} k={}: each must be at least 1",
-                self.m, self.k
-            ));
-        }
-        if self.m.saturating_mul(self.k) > MAX_ELEMS {
-            return Err(format!(
-                "m={} k={}: over the check's {MAX_ELEMS} elements",
-                self.m, self.k
-            ));
-        }
+        within_elems(self.m, self.k)?;
         if self.arm == ScaledArm::Ub
             && !matches!(
                 self.source,

@@ -17,8 +17,8 @@ use oracle::int8_quant::{
     cvt_rni_sat_s32, quantize_int8, Codes, Int8Rule, Int8Scale, Range, Rounding,
 };
 
-/// The largest case a check draws, in elements.
-pub const MAX_ELEMS: usize = 1 << 26;
+/// The largest case a check draws, in elements (the FP8 quantizers' cap).
+pub use crate::fp8_quant::MAX_ELEMS;
 
 /// The data an int8 case draws, each arm aimed at a choice that separates
 /// rules, or at one classic bug.
@@ -328,18 +328,7 @@ impl Int8Spec {
     /// (every row flat: `I8Q-FLAT`); a static scale that is not finite
     /// and positive.
     pub fn valid(&self) -> Result<(), String> {
-        if self.m == 0 || self.k == 0 {
-            return Err(format!(
-                "m={} k={}: each must be at least 1",
-                self.m, self.k
-            ));
-        }
-        if self.m.saturating_mul(self.k) > MAX_ELEMS {
-            return Err(format!(
-                "m={} k={}: over the check's {MAX_ELEMS} elements",
-                self.m, self.k
-            ));
-        }
+        crate::fp8_quant::within_elems(self.m, self.k)?;
         if !self.arm.applies(self.source) {
             return Err(format!(
                 "arm {} applies to {} quantizers only",
