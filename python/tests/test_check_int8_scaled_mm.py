@@ -418,3 +418,18 @@ def test_a_refusing_kernel_is_counted_refused():
 
     r = ko.check_int8_scaled_mm(mm, shapes=[(2, 64, 8), (17, 64, 8)], arms=["RAND"], verbose=False)
     assert r.refused == 1 and r.passed == 1 and r.ok
+
+
+def test_a_scale_read_without_its_tiles_offset_fails_the_default_shapes():
+    # Row scales d[i % 64] and column scales s[i % 256] (a tile's scales read
+    # from tile 0): only a grid of several tiles each way shows it.
+    good = numpy_mm()
+
+    def tile0(q, d, w, s, bias, azp, azp_adj, out):
+        d2 = d[np.arange(d.shape[0]) % 64] if d.shape[0] > 1 else d
+        s2 = s[np.arange(s.shape[0]) % 256] if s.shape[0] > 1 else s
+        good(q, d2, w, s2, bias, azp, azp_adj, out)
+
+    assert ko.check_int8_scaled_mm(good, arms=["RAND"], verbose=False)
+    r = ko.check_int8_scaled_mm(tile0, arms=["RAND"], verbose=False)
+    assert not r and r.failed == 1 and "m=144" in r.failures[0]

@@ -29,6 +29,9 @@ def numpy_f32(epilogue="activation_first", bug=None, out_dtype="float32", name=N
         for i in range(k):
             acc = acc + np.outer(qf[:, i], wf[:, i]).astype(f32)
         dd, ss = d[:, None], s[None, :]
+        if bug == "scale-tile-offset":  # each tile reads its scales from tile 0
+            dd = d[np.arange(d.shape[0]) % 64][:, None]
+            ss = s[np.arange(s.shape[0]) % 256][None, :]
         if bug == "weight-scales-reversed":
             ss = s[None, ::-1]
         if epilogue == "activation_first":
@@ -243,3 +246,13 @@ def test_a_refusing_kernel_is_counted_refused():
 
     r = ko.check_fp8_scaled_mm(gemm, shapes=[(2, 64, 24), (2, 64, 32)], arms=["EXACT"], verbose=False)
     assert r.refused == 1 and r.passed == 1 and r.ok
+
+
+def test_a_scale_read_without_its_tiles_offset_fails_the_default_shapes():
+    # Row scales d[i % 64] and column scales s[i % 256]: a Triton kernel's
+    # tl.arange(0, BLOCK) without pid * BLOCK. Only a grid of several
+    # tiles each way shows it: the default shapes end with m 144, out_f 288.
+    kw = dict(accumulation="f32", epilogue="activation_first", arms=["RAND"])
+    assert ko.check_fp8_scaled_mm(numpy_f32(), verbose=False, **kw)
+    r = ko.check_fp8_scaled_mm(numpy_f32(bug="scale-tile-offset"), verbose=False, **kw)
+    assert not r and r.failed == 1 and "m=144" in r.failures[0]
