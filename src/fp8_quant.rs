@@ -361,10 +361,12 @@ pub enum ScaledArm {
     /// without the clamp, torch's non-saturating cast makes those past
     /// `464 * s` NaN.
     Amax,
-    /// The amax at the end: the span's last element (the tensor's very
+    /// The amax at an end: the span's last element (the tensor's very
     /// last, or each row's) is twice every other magnitude, so a
     /// reduction that drops its tail (a vectorized loop without its
-    /// remainder, a grid-stride bound off by one) finds a smaller amax.
+    /// remainder, a grid-stride bound off by one) finds a smaller amax;
+    /// or its first element (odd spans; per tensor, where `m` is odd), so
+    /// one that starts at element 1 (or drops its first lane) does.
     Tail,
     /// The bound (per token, with `scale_ub`): even rows with amax 1.5 to
     /// 8 times `scale_ub`, odd rows below it; `fminf(amax, scale_ub)`
@@ -684,10 +686,21 @@ impl ScaledSpec {
                 }
             }
             ScaledArm::Tail => {
-                for sp in x.chunks_mut(span) {
+                for (j, sp) in x.chunks_mut(span).enumerate() {
                     let n = sp.len();
-                    let rest = amax_of(&sp[..n - 1]).max(1e-3);
-                    sp[n - 1] = if rng.f01() < 0.5 { -2.0 } else { 2.0 } * rest;
+                    // Per tensor (one span) the head where m is odd.
+                    let at = if (j + usize::from(span == m * k && m % 2 == 1)) % 2 == 1 {
+                        0
+                    } else {
+                        n - 1
+                    };
+                    let rest = sp
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != at)
+                        .fold(0f32, |a, (_, v)| a.max(v.abs()))
+                        .max(1e-3);
+                    sp[at] = if rng.f01() < 0.5 { -2.0 } else { 2.0 } * rest;
                 }
             }
             ScaledArm::Ub => {
@@ -974,21 +987,38 @@ mod tests {
         assert_eq!(regimes, [true; 3]);
     }
 
-    /// TAIL: the amax is the last element alone, so dropping it changes
-    /// the scale (per tensor: of the whole tensor; per token: of every
-    /// row).
+    /// TAIL: the amax is an end element alone (the last, or the first of
+    /// odd spans and of a tensor of odd `m`), so dropping it changes the
+    /// scale (per tensor: of the whole tensor; per token: of every row).
     #[test]
-    fn the_tail_arm_puts_the_amax_last() {
+    fn the_tail_arm_puts_the_amax_at_an_end() {
         let d = ScaledRule::Divide;
+        let (mut heads, mut tails) = (0, 0);
         for &(m, k) in &SCALED_SHAPES {
             for g in [Granularity::Tensor, Granularity::Token] {
                 let sp = scaled(m, k, g, dynamic(MIN_SCALING_FACTOR, None), ScaledArm::Tail);
                 let mut x = sp.generate().unwrap();
                 let want = scaled_reference(&sp, &x, d, sp.source).unwrap();
-                let last = match g {
-                    Granularity::Tensor => vec![m * k - 1],
-                    Granularity::Token => (1..=m).map(|j| j * k - 1).collect(),
+                let end = |j: usize, span: usize, head: bool| {
+                    if head {
+                        j * span
+                    } else {
+                        (j + 1) * span - 1
+                    }
                 };
+                let last: Vec<usize> = match g {
+                    Granularity::Tensor => vec![end(0, m * k, m % 2 == 1)],
+                    Granularity::Token => (0..m)
+                        .map(|j| end(j, k, (j + usize::from(m == 1)) % 2 == 1))
+                        .collect(),
+                };
+                for &i in &last {
+                    if i % k == 0 && k > 1 {
+                        heads += 1;
+                    } else {
+                        tails += 1;
+                    }
+                }
                 for i in last {
                     x[i] = 0.0;
                 }
@@ -996,6 +1026,10 @@ mod tests {
                 assert!(want.1.iter().zip(&short.1).all(|(a, b)| a > b), "{sp:?}");
             }
         }
+        assert!(
+            heads * 4 >= tails && tails * 4 >= heads,
+            "{heads} heads, {tails} tails"
+        );
     }
 
     /// AMAX: each span's amax codes to ±448 (and, in half the spans, only

@@ -535,7 +535,8 @@ fn fp8_scaled_quant_case<'py>(
 /// `AMAX` (the amax at both signs, or only negative: codes exactly ±448;
 /// under a static scale, elements beyond `448 * scale`: a missing clamp
 /// gives NaN through torch's non-saturating cast), `TAIL` (the amax at the
-/// very last element: a reduction that drops its tail), `UB` (rows
+/// very last element: a reduction that drops its tail; or at the first, in
+/// odd rows and a tensor of odd `m`: one started at element 1), `UB` (rows
 /// above `scale_ub`) and `NAN` (NaN at each span's first and last
 /// element: vLLM's CUDA kernels skip it in the amax and code it +448;
 /// only when named, under `divide` or `reciprocal`), and judges its codes

@@ -63,6 +63,11 @@ def scaled_quant(x, q, s, granularity="tensor", scale=None, rule="divide", scale
             a = np.abs(x)
             if bug == "signed-amax":
                 a = x
+            if bug == "drop-first":  # a reduction started at element 1
+                if per_row:
+                    a = a[:, 1:] if k > 1 else np.zeros((m, 1), F)
+                else:
+                    a = a.reshape(1, -1)[:, 1:] if m * k > 1 else np.zeros((1, 1), F)
             if bug == "drop-last":
                 if per_row:
                     a = a[:, :-1] if k > 1 else np.zeros((m, 1), F)
@@ -217,10 +222,19 @@ def test_the_arms_hit_their_designed_cases():
     c = ko.fp8_scaled_quant_case(3, 129, "AMAX", scale=0.3)
     assert (np.abs(c["x"] / F(0.3)) >= 465).mean() > 0.3
     assert set(c["q"][np.abs(c["x"] / F(0.3)) >= 448].tolist()) == {0x7E, 0xFE}
-    # TAIL: the tensor's last element alone holds the amax.
-    c = ko.fp8_scaled_quant_case(33, 5120, "TAIL")
+    # TAIL: the tensor's last element alone holds the amax (m even), or its
+    # first (m odd).
+    c = ko.fp8_scaled_quant_case(32, 5120, "TAIL")
     flat = np.abs(c["x"]).reshape(-1)
     assert flat[-1] == 2 * flat[:-1].max() and c["s"][0] == flat[-1] / F(448)
+    c = ko.fp8_scaled_quant_case(33, 5120, "TAIL")
+    flat = np.abs(c["x"]).reshape(-1)
+    assert flat[0] == 2 * flat[1:].max() and c["s"][0] == flat[0] / F(448)
+    # Per token: even rows at the last element, odd rows at the first.
+    c = ko.fp8_scaled_quant_case(4, 129, "TAIL", granularity="token")
+    a = np.abs(c["x"])
+    assert (a[0::2, -1] == 2 * a[0::2, :-1].max(axis=1)).all()
+    assert (a[1::2, 0] == 2 * a[1::2, 1:].max(axis=1)).all()
     # ZERO per token: row 0 is all zero, its scale the floor, its codes 0.
     c = ko.fp8_scaled_quant_case(5, 129, "ZERO", granularity="token")
     assert (c["x"][0] == 0).all() and c["s"][0, 0] == MIN and (c["q"][0] == 0).all()
@@ -263,6 +277,8 @@ CODES = r"codes: [1-9]\d* of"
         # An amax reduction that drops the last element.
         (TENSOR, "drop-last", "TAIL", SCALES),
         (TOKEN, "drop-last", "TAIL", SCALES),
+        (TENSOR, "drop-first", "TAIL", SCALES),
+        (TOKEN, "drop-first", "TAIL", SCALES),
         # scale_ub ignored.
         (TOKEN_UB, "ub-ignored", "UB", SCALES),
         # The floor missing: a zero row or tensor gets scale 0 and NaN codes.
