@@ -36,7 +36,10 @@ pub enum Arm {
     /// LSEs 80 to 120 apart (natural-log units; 115 to 173 in base 2),
     /// either side larger: the smaller weight normal, subnormal or zero.
     /// The logistic form `e^(s-p) / (1 + e^(s-p))` without the maximum
-    /// gives `inf / inf`.
+    /// gives `inf / inf`. One pair in two only 3 to 20 apart, where the
+    /// smaller weight (`e^-20` to `e^-3`) still moves the output LSE by
+    /// binary32 ulps: a kernel that drops the smaller side past a gap
+    /// threshold ("negligible") fails there.
     Far,
     /// Equal finite LSEs: both scales exactly `1/2`, the output decided
     /// (`R(p_out / 2 + s_out / 2)`), the output LSE `m + log_b 2`.
@@ -238,7 +241,11 @@ impl Spec {
                     Arm::Rand => rand(&mut rng),
                     Arm::Far => {
                         let c = u(&mut rng, -20.0, 20.0);
-                        let gap = u(&mut rng, 80.0, 120.0) * per;
+                        let gap = if rng.below(2) == 0 {
+                            u(&mut rng, 80.0, 120.0)
+                        } else {
+                            u(&mut rng, 3.0, 20.0)
+                        } * per;
                         let (big, small) = (c as f32, (c - gap) as f32);
                         if rng.below(2) == 0 {
                             (big, small)
@@ -523,13 +530,24 @@ mod tests {
                 .all(|&(p, s)| p.is_finite() && s.is_finite() && (p - s).abs() <= 6.0));
             assert!(pairs(&c).iter().any(|&(p, s)| p != s));
             // FAR: gaps 80 to 120 natural-log units, either side larger,
-            // weights normal (below 87.3), subnormal and zero (past 103.3).
+            // weights normal (below 87.3), subnormal and zero (past 103.3);
+            // and gaps of 3 to 20, about one pair in two.
             let c = gen(Arm::Far);
             let g: Vec<f32> = pairs(&c).iter().map(|&(p, s)| (p - s) / per).collect();
-            assert!(g.iter().all(|x| (79.9..=120.1).contains(&x.abs())));
+            let far: Vec<f32> = g.iter().copied().filter(|x| x.abs() > 50.0).collect();
+            assert!(far.iter().all(|x| (79.9..=120.1).contains(&x.abs())));
+            assert!(g
+                .iter()
+                .all(|x| x.abs() > 50.0 || (2.9..=20.1).contains(&x.abs())));
+            let near = g.len() - far.len();
+            assert!(
+                near * 3 >= g.len() && near * 3 <= 2 * g.len(),
+                "{near} of {}",
+                g.len()
+            );
             assert!(g.iter().any(|&x| x > 0.0) && g.iter().any(|&x| x < 0.0));
-            assert!(g.iter().any(|x| x.abs() < 87.0) && g.iter().any(|x| x.abs() > 104.0));
-            assert!(g.iter().any(|x| (88.0..103.0).contains(&x.abs())));
+            assert!(far.iter().any(|x| x.abs() < 87.0) && far.iter().any(|x| x.abs() > 104.0));
+            assert!(far.iter().any(|x| (88.0..103.0).contains(&x.abs())));
             assert!(pairs(&gen(Arm::Equal))
                 .iter()
                 .all(|&(p, s)| p == s && p.is_finite()));
