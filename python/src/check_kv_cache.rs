@@ -32,7 +32,9 @@ use std::fmt::Write;
 /// a check runs by default: Llama's GQA decode (8 key heads of 128, 16
 /// slots a block), 300 tokens (PREFILL's run crosses 18 or more block
 /// boundaries there), head sizes 64 (32 slots a
-/// block), 80 (64), 96 (block size 1), 256 with one key head (MQA), then
+/// block), 80 (48: not a power of two, as vLLM's hybrid models size
+/// their attention blocks to match a state page, so a slot split by shift
+/// and mask fails), 96 (block size 1), 256 with one key head (MQA), then
 /// head sizes past a vector's reach: 72 and 40 (a multiple of 8 but not
 /// of 16: a kernel moving 16 elements at a time without a tail loop
 /// drops 8) and 36 with one head (not a multiple of 8: a row of 36
@@ -45,7 +47,7 @@ pub const KV_CACHE_SHAPES: [Dims; 9] = [
     (8, 8, 128, 16, 64),
     (300, 8, 128, 16, 32),
     (17, 4, 64, 32, 8),
-    (9, 2, 80, 64, 4),
+    (9, 2, 80, 48, 4),
     (11, 4, 96, 1, 40),
     (5, 1, 256, 16, 6),
     (7, 2, 72, 16, 4),
@@ -910,13 +912,14 @@ fn check_reshape_and_cache<'py>(
 /// an MLA check runs by default: DeepSeek-V2/V3's latent (512 + 64) in
 /// decode (64 slots a block, FlashMLA's), over 200 tokens (PREFILL's run
 /// crossing 12 block boundaries or more) and with block size 1,
-/// MiniCPM3's (256 + 32), then a latent of 36 and a rotary part of 12
+/// MiniCPM3's (256 + 32, 48 slots a block: not a power of two), then a
+/// latent of 36 and a rotary part of 12
 /// (the rotary part starts past no vector boundary of 8 or 16).
 pub const MLA_SHAPES: [Dims; 5] = [
     (8, 512, 64, 64, 4),
     (200, 512, 64, 16, 16),
     (9, 512, 64, 1, 24),
-    (7, 256, 32, 32, 2),
+    (7, 256, 32, 48, 2),
     (5, 36, 12, 16, 3),
 ];
 

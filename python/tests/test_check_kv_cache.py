@@ -469,3 +469,29 @@ def test_the_mla_case_holds_the_oracles_cache():
     assert (kc == out).all()
     with pytest.raises(ValueError, match="kv_lora_rank"):
         ko.concat_and_cache_mla(c["kv_c"], c["k_pe"], c["kv_cache"][..., :40], *args[3:], kv_cache_dtype="fp8")
+
+
+def test_a_slot_split_by_shift_and_mask_fails_the_default_shapes():
+    # s >> log2(block_size), s & (block_size - 1): right for powers of two
+    # only; a default shape of each check has 48 slots a block.
+    def split(s, bs):
+        return s >> (int(bs).bit_length() - 1), s & (bs - 1)
+
+    def cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+        c = make_convert()
+        t = np.nonzero(slot_mapping >= 0)[0]
+        b, o = split(slot_mapping[t], key_cache.shape[1])
+        key_cache[b, o] = c(key, k_scale)[t]
+        value_cache[b, o] = c(value, v_scale)[t]
+
+    def mla(kv_c, k_pe, kv_cache, slot_mapping, scale):
+        c = make_convert()
+        row = c(np.concatenate([kv_c, k_pe], 1), scale)
+        t = np.nonzero(slot_mapping >= 0)[0]
+        b, o = split(slot_mapping[t], kv_cache.shape[1])
+        kv_cache[b, o] = row[t]
+
+    r = ko.check_reshape_and_cache(cache, verbose=False)
+    assert not r and all("(9, 2, 80, 48, 4)" in f for f in r.failures), r.failures[:1]
+    r = ko.check_concat_and_cache_mla(mla, verbose=False)
+    assert not r and all("(7, 256, 32, 48, 2)" in f for f in r.failures), r.failures[:1]
