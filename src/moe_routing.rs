@@ -21,9 +21,11 @@ use rayon::prelude::*;
 /// The data a case draws, each arm aimed at a class of bugs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arm {
-    /// Normal logits (standard deviation 2) and, with a bias, a bias of
-    /// magnitude up to 0.05: the scoring, the top-k, the weights'
-    /// renormalisation and factor.
+    /// Normal logits (standard deviation 2; one token in four 0.1, where
+    /// the experts' probabilities lie within a few percent of each other,
+    /// so a kernel that ranks them rounded to bfloat16 merges and
+    /// misorders them) and, with a bias, a bias of magnitude up to 0.05:
+    /// the scoring, the top-k, the weights' renormalisation and factor.
     Rand,
     /// Logits (and biases) from three values only, so most tokens have
     /// exact ties at the k-th place: a kernel that picks one expert twice,
@@ -171,9 +173,10 @@ impl Spec {
         let mut bias = self.bias.then(|| vec![0f32; e]);
         match self.arm {
             Arm::Rand => {
-                logits
-                    .iter_mut()
-                    .for_each(|x| *x = round(2.0 * rng.normal()));
+                for (t, row) in logits.chunks_mut(e).enumerate() {
+                    let sd = if t % 4 == 3 { 0.1 } else { 2.0 };
+                    row.iter_mut().for_each(|x| *x = round(sd * rng.normal()));
+                }
                 if let Some(b) = bias.as_mut() {
                     b.iter_mut().for_each(|x| *x = 0.1 * rng.f01() - 0.05);
                 }

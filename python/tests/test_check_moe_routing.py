@@ -59,6 +59,8 @@ def numpy_router(top_k, scoring="softmax", renormalize=True, n_group=None,
         else:
             p = precision(1) / (precision(1) + np.exp(-x))
         sel = p.copy()
+        if bug == "rank-bf16-probs":  # chosen on probabilities held in bfloat16
+            sel = ko.decode_bf16(ko.encode_bf16(p.astype(f32))).astype(precision)
         if b is not None and bug != "bias-ignored":
             sel = sel + b.astype(precision)
         if n_group is not None and bug != "no-groups":
@@ -157,6 +159,10 @@ def test_sorted_is_checked_and_named():
     (dict(), 2, "ties-twice", "TIES"),
     (dict(), 8, "one-based", "RAND"),
     (dict(), 8, "no-renormalize", "RAND"),
+    # RAND's tokens of logits 0.1 apart put probabilities within a few
+    # percent of each other: bfloat16 merges and misorders them.
+    (dict(), 2, "rank-bf16-probs", "RAND"),
+    (dict(), 8, "rank-bf16-probs", "RAND"),
 ])
 def test_planted_bugs_fail(cfg, top_k, bug, arm):
     r = run(cfg, top_k, bug=bug)
