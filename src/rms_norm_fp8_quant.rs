@@ -76,9 +76,13 @@ pub enum Arm {
     Ties,
     /// The amax element: per row one element six to twelve times the next
     /// largest after weighting, at the last column (a reduction that drops
-    /// its tail), at a random one, only negative (a signed max), or at
-    /// both signs (the first and the last column, weights of one
-    /// magnitude); it codes exactly ±448 and decides a dynamic scale.
+    /// its tail), at the first alone (one that drops its head), at a
+    /// random one, only negative (a signed max), or at both signs (the
+    /// first and the last column, weights of one magnitude); it codes
+    /// exactly ±448 and decides a dynamic scale. Per tensor with a dynamic
+    /// scale, one element is the tensor's amax, every other row's
+    /// largest normalized magnitude halved under 3/4 of it: the first
+    /// element, the last, or one inside (a third of the cases each).
     /// Under a static scale, one from 2 to 4 times the mean magnitude over
     /// 448: every spike and a few percent of the other elements beyond
     /// `464 s`, which a conversion without the clamp makes NaN.
@@ -339,6 +343,48 @@ fn is_midpoint(v: f32, s: f32) -> bool {
     let step = pow2(e.max(-6) - 3);
     let mid = ((q / step - 0.5).round() + 0.5) * step;
     mid * f64::from(s) == f64::from(v)
+}
+
+/// AMAX's kinds of row: the spike at the last column (0), there and only
+/// negative (1), at both signs (2), at the first column alone (3), at a
+/// random column (4).
+const AMAX_KINDS: usize = 5;
+
+/// Row `y`'s normalized magnitudes `|y_j w_j| / rms(y)` (binary64; `w`
+/// the effective weights).
+fn normalized(y: &[f32], w: &[f64]) -> Vec<f64> {
+    let ms = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / y.len() as f64;
+    let r = if ms > 0.0 { ms.sqrt() } else { 1.0 };
+    y.iter()
+        .zip(w)
+        .map(|(&v, &wj)| (f64::from(v) * wj).abs() / r)
+        .collect()
+}
+
+/// Per tensor, the holder `(row, col)` made the tensor's amax by a margin:
+/// each other row's largest normalized magnitude halved at its place
+/// until under 3/4 of the holder's (halving a row's largest element
+/// lowers its normalized magnitude while any other element is non-zero),
+/// at most 60 times a row; a row left over it (a lone non-zero element)
+/// is left as drawn.
+fn tame_rows(dt: Dtype, ys: &mut [Vec<f32>], w: &[f64], (hr, hc): (usize, usize)) {
+    let bar = 0.75 * normalized(&ys[hr], w)[hc];
+    for (r, y) in ys.iter_mut().enumerate() {
+        if r == hr {
+            continue;
+        }
+        for _ in 0..60 {
+            let n = normalized(y, w);
+            let (j, &m) = n
+                .iter()
+                .enumerate()
+                .fold((0, &0.0), |a, b| if b.1 > a.1 { b } else { a });
+            if m < bar {
+                break;
+            }
+            y[j] = val(dt, f64::from(y[j]) * 0.5);
+        }
+    }
 }
 
 impl Spec {
@@ -727,25 +773,43 @@ impl Spec {
             Arithmetic::Gemma => 1.0 + w,
             _ => w,
         };
-        let kind0 = rng.below(4);
-        let (mut x, mut residual) = (Vec::with_capacity(rows * h), Vec::new());
+        let kind0 = rng.below(AMAX_KINDS);
+        // A dynamic scale per tensor: the tensor's amax one element, the
+        // first (kind 3 in row 0), the last (kind 0 in the last row) or a
+        // random one (kind 4 in a random row), so that a reduction that
+        // drops its head, its tail or a block of rows fails.
+        let holder = (self.granularity == Granularity::Tensor
+            && matches!(self.scaling, Scaling::Dynamic { .. }))
+        .then(|| match rng.below(3) {
+            0 => (0, 3),
+            1 => (rows - 1, 0),
+            _ => (rng.below(rows), 4),
+        });
+        let wmax = weight.iter().fold(0f32, |m, &w| m.max(eff(w).abs()));
+        let mut ys = Vec::with_capacity(rows);
+        let mut spike_col = 0;
         for row in 0..rows {
             let scale = pow2(rng.below(7) as i32 - 3);
             let mut y: Vec<f32> = (0..h)
                 .map(|_| val(dt, f64::from(rng.normal()) * scale))
                 .collect();
             let top = (0..h).fold(0f64, |m, j| m.max(f64::from(y[j] * eff(weight[j])).abs()));
-            let kind = (row + kind0) % 4;
-            // The spike's column: the last (kinds 0, 1, 2), or a random one
-            // whose weight is at least half the largest.
-            let wmax = weight.iter().fold(0f32, |m, &w| m.max(eff(w).abs()));
-            let col = if kind == 3 {
-                let ok: Vec<usize> = (0..h)
-                    .filter(|&j| eff(weight[j]).abs() >= 0.5 * wmax)
-                    .collect();
-                ok[rng.below(ok.len())]
-            } else {
-                h - 1
+            let kind = match holder {
+                Some((r, k)) if r == row => k,
+                _ => (row + kind0) % AMAX_KINDS,
+            };
+            // The spike's column: the last (kinds 0, 1, 2), the first
+            // (kind 3), or a random one whose weight is at least half the
+            // largest (kind 4).
+            let col = match kind {
+                3 => 0,
+                4 => {
+                    let ok: Vec<usize> = (0..h)
+                        .filter(|&j| eff(weight[j]).abs() >= 0.5 * wmax)
+                        .collect();
+                    ok[rng.below(ok.len())]
+                }
+                _ => h - 1,
             };
             let we = f64::from(eff(weight[col]));
             if we != 0.0 {
@@ -765,7 +829,18 @@ impl Spec {
                     }
                 }
             }
-            self.split(&y, rng, &mut x, &mut residual);
+            if holder.is_some_and(|(r, _)| r == row) {
+                spike_col = col;
+            }
+            ys.push(y);
+        }
+        if let Some((hr, _)) = holder {
+            let effw: Vec<f64> = weight.iter().map(|&w| f64::from(eff(w))).collect();
+            tame_rows(dt, &mut ys, &effw, (hr, spike_col));
+        }
+        let (mut x, mut residual) = (Vec::with_capacity(rows * h), Vec::new());
+        for y in &ys {
+            self.split(y, rng, &mut x, &mut residual);
         }
         Case {
             x,
@@ -1471,6 +1546,47 @@ mod tests {
             spikes_beyond * 10 >= static_rows * 9,
             "{spikes_beyond} of {static_rows}"
         );
+    }
+
+    /// Per tensor with a dynamic scale, AMAX's tensor amax is one element
+    /// (the only code of magnitude 448, so any other element's amax gives
+    /// another scale), the first, the last or another about a third of the
+    /// cases each.
+    #[test]
+    fn amax_per_tensor_has_one_amax_element_at_the_head_tail_or_inside() {
+        let (mut cases, mut unique, mut at) = (0, 0, [0usize; 3]);
+        for &dims in &SHAPES {
+            for i in 0..12u64 {
+                for a in [Arithmetic::RoundThenWeight, Arithmetic::Gemma] {
+                    let mut sp = spec(dims, a, i % 2 == 1, Granularity::Tensor, DYN, Arm::Amax);
+                    sp.seed ^= i << 8;
+                    let (shape, _, want) = answer(&sp, QuantizeInput::Rounded, ScaledRule::Divide);
+                    cases += 1;
+                    let top: Vec<usize> = (0..shape.len())
+                        .filter(|&j| {
+                            want.code_lo[j] & 0x7F == 0x7E || want.code_hi[j] & 0x7F == 0x7E
+                        })
+                        .collect();
+                    if let [j] = top[..] {
+                        unique += 1;
+                        at[if j == 0 {
+                            0
+                        } else if j + 1 == shape.len() {
+                            1
+                        } else {
+                            2
+                        }] += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            unique * 100 >= cases * 95,
+            "{unique} of {cases} with one amax element"
+        );
+        for (k, &n) in at.iter().enumerate() {
+            assert!(n * 4 >= unique && n * 2 <= unique, "{at:?}: place {k}");
+        }
     }
 
     #[test]

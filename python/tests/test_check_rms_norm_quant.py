@@ -89,9 +89,16 @@ def norm_quant(arithmetic="round_then_weight", quantize_input="rounded", rule="d
                     src = v_rounded
                 a_ = src if bug == "signed-amax" else np.abs(src)
                 if granularity == "token":
+                    # A reduction started at column 1, or ended before the
+                    # last (a loop's head or tail dropped).
+                    a_ = a_[:, 1:] if bug == "amax-skips-first" and a_.shape[1] > 1 else a_
+                    a_ = a_[:, :-1] if bug == "amax-skips-last" and a_.shape[1] > 1 else a_
                     amax = np.fmax.reduce(a_, axis=1, keepdims=True)
                 else:
-                    amax = np.fmax.reduce(a_.reshape(-1)).reshape(1, 1)
+                    flat = a_.reshape(-1)
+                    flat = flat[1:] if bug == "amax-skips-first" and flat.size > 1 else flat
+                    flat = flat[:-1] if bug == "amax-skips-last" and flat.size > 1 else flat
+                    amax = np.fmax.reduce(flat).reshape(1, 1)
                 if scale_ub is not None and bug != "scale-ub-ignored":
                     amax = np.minimum(amax, F(scale_ub))
                 if rule.startswith("torch_"):
@@ -144,6 +151,10 @@ UNFUSED_TOKEN = dict(arithmetic="round_then_weight", quantize_input="rounded", r
 FUSED_STATIC = dict(arithmetic="f32", quantize_input="f32", rule="reciprocal")
 FUSED_TOKEN = dict(arithmetic="f32", quantize_input="f32", rule="divide", granularity="token",
                    static=False)
+# A dynamic scale per tensor (an unfused rms_norm, then a per-tensor
+# quantizer), over the check's default shapes: AMAX puts the tensor's one
+# amax element first, last or inside, a third of the cases each.
+TENSOR_DYNAMIC = dict(UNFUSED_TOKEN, granularity="tensor", shapes=None)
 
 _RUNS = {}
 
@@ -247,11 +258,16 @@ BUGS = [
     ("floor-missing", UNFUSED_TOKEN, "ZERO"),
     ("floor-missing", FUSED_TOKEN, "ZERO"),
     ("signed-amax", UNFUSED_TOKEN, "AMAX"),
+    ("amax-skips-first", UNFUSED_TOKEN, "AMAX"),
+    ("amax-skips-last", FUSED_TOKEN, "AMAX"),
+    ("amax-skips-first", TENSOR_DYNAMIC, "AMAX"),
+    ("amax-skips-last", TENSOR_DYNAMIC, "AMAX"),
     ("mean-over-n-minus-1-on-long-rows", FUSED_TOKEN, "EXACT"),
 ]
 
 
-@pytest.mark.parametrize("bug,decl,arm", BUGS, ids=[f"{b}-{d['quantize_input']}" for b, d, _ in BUGS])
+@pytest.mark.parametrize("bug,decl,arm", BUGS, ids=[
+    f"{b}-{d['quantize_input']}-{d.get('granularity', 'tensor')}" for b, d, _ in BUGS])
 def test_planted_bug_is_caught_on_its_arm_with_a_rerun_line(bug, decl, arm):
     fn = norm_quant(**form_kw(decl), bug=bug)
     r = run(fn, **decl)
