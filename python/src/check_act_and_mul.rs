@@ -30,9 +30,13 @@ use std::fmt::Write;
 /// of 8 at all, 129 one element past the last, 1003 three, 1 a row of
 /// one), then widths models run (1408: DeepSeek-V2-Lite's and Qwen-MoE's
 /// expert, 2048: DeepSeek-V3's expert, 5504: Llama 2 7B's 11008 over two
-/// GPUs, 896: 7168 over eight); tokens from 1 to 33 (decode and small
-/// prefill).
-pub const ACT_AND_MUL_SHAPES: [Dims; 8] = [
+/// GPUs, 896: 7168 over eight, 768: Qwen3-30B-A3B's expert, 5632:
+/// Qwen1.5-MoE's shared expert); tokens from 1 to 33 (decode and small
+/// prefill). Widths whose eighth is not a power of two (1408, 768, 5632,
+/// 896) are where a kernel that sizes its grid or vectors by a power of
+/// two leaves channels unwritten (vllm-xpu-kernels issue 454: channels
+/// past 256 at 768).
+pub const ACT_AND_MUL_SHAPES: [Dims; 10] = [
     (9, 7),
     (5, 129),
     (3, 1003),
@@ -41,6 +45,8 @@ pub const ACT_AND_MUL_SHAPES: [Dims; 8] = [
     (4, 2048),
     (2, 5504),
     (16, 896),
+    (3, 768),
+    (2, 5632),
 ];
 
 /// The declaration from the keyword arguments.

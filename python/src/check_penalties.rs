@@ -25,14 +25,17 @@ use std::fmt::Write;
 /// (below a vector), 129 (one past a power of two), 1000, Llama-2's
 /// 32000, Qwen2's 151936 and Llama-3's 128256, with batches of 2 to 16
 /// rows (each row its own penalties) and one of a single row (a kernel
-/// that squeezes the batch dimension away fails there).
+/// that squeezes the batch dimension away fails there). The two largest
+/// vocabularies, multiples of 32, hold two rows each: a per-row bitset of
+/// 32-bit words that lets token `V` (the padding id) set the next row's
+/// token 0 fails there (vLLM PR #49081).
 pub const PENALTIES_SHAPES: [Dims; 6] = [
     (4, 7),
     (9, 129),
     (16, 1000),
-    (3, 32000),
+    (1, 32000),
     (2, 151936),
-    (1, 128256),
+    (2, 128256),
 ];
 
 /// The declaration named by the check's arguments.

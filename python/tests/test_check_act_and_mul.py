@@ -151,7 +151,7 @@ def test_exp2_and_float64_forms_pass_on_the_default_shapes(activation, exp, dtyp
         fn = numpy_act(activation, arithmetic, dtype=dtype, exp=exp)
         r = ko.check_act_and_mul(fn, activation=activation, arithmetic=arithmetic, dtype=dtype,
                                  verbose=False)
-        assert r.ok and r.passed == r.cases == 8 * 4, r.text
+        assert r.ok and r.passed == r.cases == len(ko.ACT_AND_MUL_SHAPES) * 4, r.text
         decided, total = map(int, re.search(r"bit for bit: (\d+) of (\d+)", r.text).groups())
         # gelu and gelu_tanh of gates below about -4 (TAILS' negative half,
         # some of RAND's) are bounded: 1 + erf, 1 + tanh cancel.
@@ -212,9 +212,9 @@ def test_each_bug_is_caught_by_the_arm_meant_for_it_and_named():
     # Swapped halves fail on every SPLIT case, and are named as the other
     # layout.
     arms, r = arms_failing(numpy_act(bug="halves-swapped"))
-    assert "SPLIT" in arms and r.failed >= 8, r.text
+    assert "SPLIT" in arms and r.failed >= len(ko.ACT_AND_MUL_SHAPES), r.text
     split = [f for f in r.failures if 'arms=["SPLIT"]' in f]
-    assert len(split) == 8
+    assert len(split) == len(ko.ACT_AND_MUL_SHAPES)
     assert "the output matches: silu/round_then_mul/up_first" in r.failures[0]
     # e^g / (1 + e^g): NaN past 88.7, only in TAILS.
     arms, _ = arms_failing(numpy_act(bug="overflow-form"))
