@@ -186,7 +186,7 @@ pub struct Int8Out {
 
 /// `v` rounded to `d`, an overflow kept at the dtype's largest finite
 /// value of its sign.
-fn fin(d: Dtype, v: f32) -> f32 {
+pub(crate) fn fin(d: Dtype, v: f32) -> f32 {
     let r = d.round(v);
     if r.is_finite() {
         r
@@ -208,7 +208,7 @@ fn fin(d: Dtype, v: f32) -> f32 {
 
 /// `2^e` as f32 (`-149 <= e <= 127`; through f64, where `2^-e` does not
 /// overflow, as f32's `powi` does for `e < -127`).
-fn pow2(e: i32) -> f32 {
+pub(crate) fn pow2(e: i32) -> f32 {
     2f64.powi(e) as f32
 }
 

@@ -19,6 +19,7 @@ pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod gdn_fast;
 pub mod ggml_fast;
+pub mod int8_group_quant;
 pub mod int8_quant;
 pub mod int8_scaled_mm;
 pub mod kind;

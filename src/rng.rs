@@ -49,3 +49,32 @@ pub fn shape_hash(tag: u64, dims: &[usize]) -> u64 {
         (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01B3)
     })
 }
+
+/// The index a seed's leading byte draws by `odds` (shares of the 256
+/// values of the byte, in order; they sum to 256): the first `i` whose
+/// running sum of `odds[..=i]` passes the byte (a case library's
+/// `Arm::from_seed`; an arm whose share is 0 is never drawn).
+pub fn index_from_seed(seed: u64, odds: &[u32]) -> usize {
+    let b = (seed >> 56) as u32;
+    let mut acc = 0;
+    for (i, &o) in odds.iter().enumerate() {
+        acc += o;
+        if b < acc {
+            return i;
+        }
+    }
+    odds.len().saturating_sub(1)
+}
+
+/// `h` with its leading byte replaced by one that [`index_from_seed`]
+/// draws as `i` (the byte within `i`'s share chosen by `h`'s own); `h`
+/// as it is where `i`'s share is 0.
+pub fn lead_with(h: u64, i: usize, odds: &[u32]) -> u64 {
+    let share = u64::from(odds[i]);
+    if share == 0 {
+        return h;
+    }
+    let start: u32 = odds[..i].iter().sum();
+    let lead = u64::from(start) + (h >> 56) % share;
+    (lead << 56) | (h & 0x00FF_FFFF_FFFF_FFFF)
+}

@@ -165,6 +165,21 @@ fn pow2(n: i32) -> f32 {
     }
 }
 
+/// A scale `s0 >= 0` rounded up to a power of two as vLLM's and SGLang's
+/// `per_token_group_quant_8bit` do under `scale_ue8m0` (fp8 and int8
+/// alike): `exp2f(ceilf(log2f(fmaxf(fabsf(s0), 1e-10f))))`, that is
+/// `2^ceil_log2f(max(s0, UE8M0_FLOOR))` ([`ceil_log2f`], a correctly
+/// rounded `log2f`; rule `UE8M0-LOG2F`), the exponent capped at 127; an
+/// infinite `s0` is kept.
+pub fn ue8m0_scale(s0: f32) -> f32 {
+    let s1 = if s0 > UE8M0_FLOOR { s0 } else { UE8M0_FLOOR };
+    if s1.is_finite() {
+        pow2(ceil_log2f(s1).min(127))
+    } else {
+        s1
+    }
+}
+
 /// One group: its codes into `q` (`q.len() == x.len()`), its scale
 /// returned, by `rule` (see [`GroupScale`]'s variants for every step).
 /// `eps` is finite and at least 0 ([`quantize_groups`] checks it).
@@ -204,14 +219,7 @@ pub fn quantize_group(x: &[f32], rule: GroupScale, q: &mut [u8]) -> f32 {
                 _ => amax / E4M3_MAX,
             };
             let s = match rule {
-                GroupScale::Ue8m0 { .. } => {
-                    let s1 = if s0 > UE8M0_FLOOR { s0 } else { UE8M0_FLOOR };
-                    if s1.is_finite() {
-                        pow2(ceil_log2f(s1).min(127))
-                    } else {
-                        s1
-                    }
-                }
+                GroupScale::Ue8m0 { .. } => ue8m0_scale(s0),
                 _ => s0,
             };
             for (c, &v) in q.iter_mut().zip(x) {
@@ -222,7 +230,8 @@ pub fn quantize_group(x: &[f32], rule: GroupScale, q: &mut [u8]) -> f32 {
     }
 }
 
-/// Why [`quantize_groups`] refused its arguments.
+/// Why [`quantize_groups`] (or [`crate::int8_group_quant::quantize_int8_groups`])
+/// refused its arguments.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum QuantError {
     /// A zero `group`.
@@ -273,12 +282,40 @@ pub fn quantize_groups(
     q: &mut [u8],
     s: &mut [f32],
 ) -> Result<(), QuantError> {
+    let eps = match rule {
+        GroupScale::V2 => None,
+        GroupScale::Divide { eps } | GroupScale::Reciprocal { eps } | GroupScale::Ue8m0 { eps } => {
+            Some(eps)
+        }
+    };
+    for_each_group(x, cols, group, eps, q, s, |xg, qg| {
+        quantize_group(xg, rule, qg)
+    })
+}
+
+/// The shape checks and the loop of a per-token-group quantizer (module
+/// docs' shapes; [`quantize_groups`], and
+/// [`crate::int8_group_quant::quantize_int8_groups`] with codes of type
+/// `T`): checks `group >= 1`, then `eps` (where the rule has one: finite,
+/// at least 0), then the lengths of `x`, `q` and `s`, and writes each
+/// group's codes and scale by `f(group's x, group's q)`, row by row.
+///
+/// # Errors
+/// [`QuantError::ZeroGroup`], [`QuantError::Eps`] or [`QuantError::Len`],
+/// in that order; nothing is written then.
+pub(crate) fn for_each_group<T>(
+    x: &[f32],
+    cols: usize,
+    group: usize,
+    eps: Option<f32>,
+    q: &mut [T],
+    s: &mut [f32],
+    mut f: impl FnMut(&[f32], &mut [T]) -> f32,
+) -> Result<(), QuantError> {
     if group == 0 {
         return Err(QuantError::ZeroGroup);
     }
-    if let GroupScale::Divide { eps } | GroupScale::Reciprocal { eps } | GroupScale::Ue8m0 { eps } =
-        rule
-    {
+    if let Some(eps) = eps {
         if !(eps.is_finite() && eps >= 0.0) {
             return Err(QuantError::Eps(eps));
         }
@@ -296,9 +333,10 @@ pub fn quantize_groups(
     }
     for j in 0..rows {
         for g in 0..per_row {
+            // A short last group ends at the row's end.
             let lo = j * cols + g * group;
             let hi = j * cols + cols.min((g + 1) * group);
-            s[j * per_row + g] = quantize_group(&x[lo..hi], rule, &mut q[lo..hi]);
+            s[j * per_row + g] = f(&x[lo..hi], &mut q[lo..hi]);
         }
     }
     Ok(())

@@ -81,6 +81,31 @@ pub enum Rounding {
     /// To nearest, ties away from zero: C `roundf`, `std::round`; a
     /// known departure (older int8 quantizers).
     NearestAway,
+    /// Toward zero: PTX `cvt.rzi`, a C++ float-to-integer conversion
+    /// (`int8_t(q)`), Triton's `.to(tl.int8)` (LLVM `fptosi`) and torch's
+    /// `.to(torch.int8)`: the per-token-group int8 quantizers of vLLM and
+    /// SGLang ([`crate::int8_group_quant`]).
+    TowardZero,
+}
+
+impl Rounding {
+    /// Every rounding, in the order reports list them.
+    pub const ALL: [Rounding; 3] = [
+        Rounding::TowardZero,
+        Rounding::NearestEven,
+        Rounding::NearestAway,
+    ];
+
+    /// The rounding's name as a check declares it: `trunc`,
+    /// `nearest_even`, `nearest_away` (in [`Int8Rule::label`] the last two
+    /// are no suffix and `/roundf`, the first `/trunc`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Rounding::TowardZero => "trunc",
+            Rounding::NearestEven => "nearest_even",
+            Rounding::NearestAway => "nearest_away",
+        }
+    }
 }
 
 /// The range codes saturate to.
@@ -103,6 +128,19 @@ pub enum Codes {
     /// A division by the scale, `x / scale` (vLLM's static and
     /// asymmetric kernels; the torch forms `x / (amax / 127)`).
     Divide,
+}
+
+impl Codes {
+    /// Both, in the order reports list them.
+    pub const ALL: [Codes; 2] = [Codes::Divide, Codes::Reciprocal];
+
+    /// The name a check declares it by: `divide` or `reciprocal`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Codes::Divide => "divide",
+            Codes::Reciprocal => "reciprocal",
+        }
+    }
 }
 
 /// A declared rule: how codes are formed, rounded and saturated. The
@@ -130,7 +168,8 @@ impl Int8Rule {
     }
 
     /// The rule's name in reports: `reciprocal` or `divide`, then
-    /// `/roundf` for ties away and `/clamp127` for the narrow range.
+    /// `/roundf` for ties away, `/trunc` for toward zero and `/clamp127`
+    /// for the narrow range.
     pub fn label(&self) -> &'static str {
         use Codes::*;
         use Range::*;
@@ -138,12 +177,16 @@ impl Int8Rule {
         match (self.codes, self.rounding, self.range) {
             (Reciprocal, NearestEven, Full) => "reciprocal",
             (Reciprocal, NearestAway, Full) => "reciprocal/roundf",
+            (Reciprocal, TowardZero, Full) => "reciprocal/trunc",
             (Reciprocal, NearestEven, Narrow) => "reciprocal/clamp127",
             (Reciprocal, NearestAway, Narrow) => "reciprocal/roundf/clamp127",
+            (Reciprocal, TowardZero, Narrow) => "reciprocal/trunc/clamp127",
             (Divide, NearestEven, Full) => "divide",
             (Divide, NearestAway, Full) => "divide/roundf",
+            (Divide, TowardZero, Full) => "divide/trunc",
             (Divide, NearestEven, Narrow) => "divide/clamp127",
             (Divide, NearestAway, Narrow) => "divide/roundf/clamp127",
+            (Divide, TowardZero, Narrow) => "divide/trunc/clamp127",
         }
     }
 }
@@ -228,7 +271,7 @@ fn trunc(x: f32) -> f32 {
 }
 
 /// `x` rounded to an integral f32 by `rounding` (NaN and ±inf kept, the
-/// sign kept: `-0.4` gives `-0`). `d = |x| - trunc(|x|)` is exact (it is
+/// sign kept: `-0.4` gives `-0`; toward zero, `-2.9` gives `-2`). `d = |x| - trunc(|x|)` is exact (it is
 /// `|x|`'s own low bits), so the tie test `d == 0.5` is exact; for
 /// `|x| < 2^23`, `t + 1` is exact too.
 pub fn round_integral(x: f32, rounding: Rounding) -> f32 {
@@ -242,6 +285,7 @@ pub fn round_integral(x: f32, rounding: Rounding) -> f32 {
         // Odd t: its last integer bit is 1 (t < 2^23 here whenever d > 0).
         Rounding::NearestEven => d > 0.5 || (d == 0.5 && (t as u32) & 1 == 1),
         Rounding::NearestAway => d >= 0.5,
+        Rounding::TowardZero => false,
     };
     let r = if up { t + 1.0 } else { t };
     if x.is_sign_negative() {
@@ -514,6 +558,27 @@ mod tests {
         }
     }
 
+    /// Toward zero (`cvt.rzi`): 2.9 = 0b10.111.. gives 2, -2.9 gives -2,
+    /// every tie the integer part; saturating as `cvt.rni`.
+    #[test]
+    fn cvt_toward_zero_drops_the_fraction() {
+        let rz = Rounding::TowardZero;
+        for (x, want) in [
+            (2.9f32, 2i8),
+            (-2.9, -2),
+            (0.5, 0),
+            (-0.5, 0),
+            (126.99999, 126),
+            (-127.99998, -127),
+            (127.5, 127),
+            (-128.5, -128),
+            (f32::INFINITY, 127),
+        ] {
+            assert_eq!(cvt_s8(x, rz, Range::Full), want, "{x}");
+        }
+        assert!(round_integral(-0.25, rz).is_sign_negative());
+    }
+
     #[test]
     fn cvt_saturates_and_sends_nan_to_zero() {
         assert_eq!(cvt_rni_sat_s8(127.49998), 127);
@@ -548,6 +613,10 @@ mod tests {
     #[test]
     fn round_integral_matches_an_f64_definition() {
         let f64_round = |x: f64, r: Rounding| -> f64 {
+            if r == Rounding::TowardZero {
+                // Toward zero: the integer part, sign kept.
+                return x as i64 as f64;
+            }
             let fl = {
                 let t = x as i64 as f64;
                 if t > x {
@@ -570,7 +639,7 @@ mod tests {
                             fl + 1.0
                         }
                     }
-                    AWAY => {
+                    _ => {
                         if x > 0.0 {
                             fl + 1.0
                         } else {
@@ -584,7 +653,7 @@ mod tests {
         while bits < 0x4B80_0000 {
             for sign in [0u32, 0x8000_0000] {
                 let x = f32::from_bits(bits | sign);
-                for r in [EVEN, AWAY] {
+                for r in Rounding::ALL {
                     let got = round_integral(x, r);
                     let want = f64_round(f64::from(x), r);
                     assert_eq!(f64::from(got), want, "{x:e} {r:?}");
@@ -762,6 +831,15 @@ mod tests {
             range: Range::Narrow,
         };
         assert_eq!(r.label(), "divide/roundf/clamp127");
+        let t = Int8Rule {
+            rounding: Rounding::TowardZero,
+            ..Int8Rule::new(Codes::Divide)
+        };
+        assert_eq!(t.label(), "divide/trunc");
+        assert_eq!(
+            Rounding::ALL.map(Rounding::name),
+            ["trunc", "nearest_even", "nearest_away"]
+        );
         assert_eq!(Int8Rule::new(Codes::Reciprocal).label(), "reciprocal");
     }
 }

@@ -33,6 +33,11 @@
 //! - [`int8_quant`]: INT8 activation quantization for W8A8 int8 (vLLM's
 //!   `scaled_int8_quant`: static or dynamic per token, symmetric or with a
 //!   zero point), bit for bit under a declared rule (reciprocal, divide).
+//! - [`int8_group_quant`]: per-token-group INT8 activation quantization
+//!   (vLLM's and SGLang's `per_token_group_quant_int8`: DeepSeek-style
+//!   W8A8 int8 block quantization), bit for bit under a declared rounding
+//!   (toward zero, the field's; to nearest even or away), code rule and
+//!   UE8M0 choice.
 //! - [`int8_scaled_mm`]: the INT8 GEMM with row or tensor scales (vLLM's
 //!   CUTLASS and Triton scaled mm, `torch._int_mm`): exact int32 sums, the
 //!   zero-point correction, the conversion and the declared epilogue.
@@ -107,6 +112,7 @@ pub mod fp8_quant;
 pub mod fp8_scaled_mm;
 pub mod gdn;
 pub mod ggml;
+pub mod int8_group_quant;
 pub mod int8_quant;
 pub mod int8_scaled_mm;
 pub mod kv_cache;

@@ -1386,8 +1386,15 @@ impl<T: Clone + PartialEq> Every<T> {
 /// arrays and intervals (`case_call`).
 pub(crate) fn failure_tail(r: &mut String, matches: &str, repro: &str, case_call: &str) {
     let _ = writeln!(r, "  the output matches: {matches}");
+    rerun_tail(r, repro, "intervals", case_call);
+}
+
+/// The last lines of every failure report: the line that reruns the case
+/// and the one that gives its arrays and the oracle's `what` (`"codes
+/// and scales"`, `"intervals"`).
+pub(crate) fn rerun_tail(r: &mut String, repro: &str, what: &str, case_call: &str) {
     let _ = write!(
         r,
-        "reproduce:\n  {repro}\nthe case's arrays and the oracle's intervals:\n  {case_call}"
+        "reproduce:\n  {repro}\nthe case's arrays and the oracle's {what}:\n  {case_call}"
     );
 }

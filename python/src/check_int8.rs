@@ -9,8 +9,8 @@
 
 use crate::arrays::{array, to_vec};
 use crate::check::{
-    arms_or_all, call_args, callable_name, failure_head, names_or, value, CheckReport, Held, Out,
-    OutKind, Seeds,
+    arms_or_all, call_args, callable_name, failure_head, names_or, rerun_tail, value, CheckReport,
+    Got, Held, Out, OutKind, Seeds,
 };
 use kernel_oracle::int8_quant::{
     int8_identify, int8_known, int8_reference, vllm_rule, Int8Arm, Int8Out, Int8Spec, Int8Verdict,
@@ -137,7 +137,7 @@ impl Declared {
 /// # Errors
 /// `TypeError` for another array type, `ValueError` for an `x` that is
 /// not 2-D.
-fn read_x(x: &Bound<'_, PyAny>, d: Dtype) -> PyResult<(Vec<f32>, usize, usize)> {
+pub(crate) fn read_x(x: &Bound<'_, PyAny>, d: Dtype) -> PyResult<(Vec<f32>, usize, usize)> {
     let (v, shape): (Vec<f32>, Vec<usize>) = match d {
         Dtype::F32 => {
             let a: PyReadonlyArrayDyn<'_, f32> = x.extract().map_err(|_| {
@@ -254,7 +254,7 @@ fn quantize_int8<'py>(
 }
 
 /// The input array of a case: float32 values, or uint16 bit patterns.
-fn x_array<'py>(
+pub(crate) fn x_array<'py>(
     py: Python<'py>,
     d: Dtype,
     x: &[f32],
@@ -318,16 +318,17 @@ fn int8_quant_case<'py>(
 
 /// Python: the callable as `call_args` calls it. `q` arrives as the
 /// uint8 array the check reads; the callable gets its int8 view (the same
-/// memory). A returned int8 `q` is read through its uint8 view, and a
-/// symmetric quantizer's returned `(q, s, None)` (vLLM's
-/// `scaled_int8_quant` returns azp None) as `(q, s)`.
+/// memory), and the other arguments as given (`x, q, s, azp` here, `x, q,
+/// s` for `check_int8_group_quant`). A returned int8 `q` is read through
+/// its uint8 view, and a symmetric quantizer's returned `(q, s, None)`
+/// (vLLM's `scaled_int8_quant` returns azp None) as `(q, s)`.
 const ADAPT: &std::ffi::CStr = c"
 import numpy as np
 
 
 def adapt(f, symmetric):
-    def call(x, q, s, azp):
-        r = f(x, q.view(np.int8), s, azp)
+    def call(x, q, s, *azp):
+        r = f(x, q.view(np.int8), s, *azp)
         if not isinstance(r, (tuple, list)):
             return r
         r = list(r)
@@ -340,6 +341,23 @@ def adapt(f, symmetric):
     call.__name__ = getattr(f, '__name__', 'fn')
     return call
 ";
+
+/// `quant` wrapped by [`ADAPT`]: handed `q` as uint8, it gets the int8
+/// view; `symmetric` reads a returned `(q, s, None)` as `(q, s)`.
+pub(crate) fn adapt<'py>(
+    py: Python<'py>,
+    quant: &Bound<'py, PyAny>,
+    symmetric: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    PyModule::from_code(
+        py,
+        ADAPT,
+        c"kernel_oracle_int8_adapt.py",
+        c"kernel_oracle_int8_adapt",
+    )?
+    .getattr("adapt")?
+    .call1((quant, symmetric))
+}
 
 /// check_int8_quant(quant, mode="dynamic", symmetric=True, scale=None, azp=None, rule=None, dtype="float32", shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
 ///
@@ -428,14 +446,7 @@ fn check_int8_quant<'py>(
         }
     }
     let fname = callable_name(&quant, name);
-    let adapted = PyModule::from_code(
-        py,
-        ADAPT,
-        c"kernel_oracle_int8_adapt.py",
-        c"kernel_oracle_int8_adapt",
-    )?
-    .getattr("adapt")?
-    .call1((&quant, decl.source.symmetric()))?;
+    let adapted = adapt(py, &quant, decl.source.symmetric())?;
     let mut out = Out::new(py, verbose)?;
     let mut rep = CheckReport {
         contract: "int8_quant".into(),
@@ -520,11 +531,7 @@ fn check_int8_quant<'py>(
                 let Some((got, written)) = rep.take(&mut out, called, &row, &head, &repro)? else {
                     continue;
                 };
-                let got = Int8Out {
-                    q: got[0].u8().iter().map(|&b| b as i8).collect(),
-                    s: got[1].f32().to_vec(),
-                    azp: got.get(2).map(|g| g.i32().to_vec()).unwrap_or_default(),
-                };
+                let got = read_out(&got);
                 let v = Int8Verdict::judge(k, &got, &want);
                 let matches: Vec<String> = int8_identify(&sp, &x, &got)
                     .into_iter()
@@ -532,15 +539,8 @@ fn check_int8_quant<'py>(
                     .collect();
                 let pass = v.pass() && written.is_empty();
                 out.row(&format!(
-                    "{row} {:>8}/{:<8} {:>5}/{:<7} {:>5}/{:<5} {:>5} {:>6} {ms:>9.2}  {}  {}",
-                    v.codes.1,
-                    v.codes.0,
-                    v.scales.n - v.scales.identical,
-                    v.scales.n,
-                    v.azps.1,
-                    v.azps.0,
-                    v.max_code_steps,
-                    v.scales.max_ulp,
+                    "{row} {} {ms:>9.2}  {}  {}",
+                    verdict_cells(&v, true),
                     if pass { "PASS" } else { "FAIL" },
                     names_or(&matches, ", ", "none known")
                 ))?;
@@ -550,17 +550,16 @@ fn check_int8_quant<'py>(
                 }
                 let mut r = failure_head(&head, &written);
                 if !v.pass() {
-                    failure_lines(&mut r, &v, &x, k, decl.source);
-                    let _ = writeln!(
-                        r,
-                        "  the output matches: {}",
-                        names_or(&matches, ", ", "no known rule")
-                    );
+                    let at = |i: usize| match decl.source {
+                        Int8Scale::Static { .. } => "the tensor's".to_string(),
+                        Int8Scale::Dynamic { .. } => format!("row {i}"),
+                    };
+                    failure_lines(&mut r, &v, &x, k, &at, &matches);
                 }
-                let _ = write!(
-                    r,
-                    "reproduce:\n  {repro}\nthe case's arrays and the oracle's codes, scales and zero points:\n  kernel_oracle.int8_quant_case({m}, {k}, \"{a}\", {kw}, seed=0x{seed:016x})"
+                let case = format!(
+                    "kernel_oracle.int8_quant_case({m}, {k}, \"{a}\", {kw}, seed=0x{seed:016x})"
                 );
+                rerun_tail(&mut r, &repro, "codes, scales and zero points", &case);
                 rep.fail(&mut out, r, repro)?;
             }
         }
@@ -572,20 +571,62 @@ fn check_int8_quant<'py>(
     rep.finish(out, &format!("known rules: {}; ", known.join(", ")))
 }
 
+/// A quantizer's outputs as the check read them (`call_args`' order):
+/// `q` (uint8, read as int8), `s` and, where there is a third, `azp`.
+pub(crate) fn read_out(got: &[Got]) -> Int8Out {
+    Int8Out {
+        q: got[0].u8().iter().map(|&b| b as i8).collect(),
+        s: got[1].f32().to_vec(),
+        azp: got.get(2).map(|g| g.i32().to_vec()).unwrap_or_default(),
+    }
+}
+
+/// A verdict's cells in a row: codes differing of all, scales differing
+/// of all, with `azp` zero points differing of all, then the most code
+/// steps and scale ulps.
+pub(crate) fn verdict_cells(v: &Int8Verdict, azp: bool) -> String {
+    let azps = if azp {
+        format!(" {:>5}/{:<5}", v.azps.1, v.azps.0)
+    } else {
+        String::new()
+    };
+    format!(
+        "{:>8}/{:<8} {:>5}/{:<7}{azps} {:>5} {:>6}",
+        v.codes.1,
+        v.codes.0,
+        v.scales.n - v.scales.identical,
+        v.scales.n,
+        v.max_code_steps,
+        v.scales.max_ulp,
+    )
+}
+
 /// A failing verdict's counts and its first differing code (with its
-/// element of `x`), scale and zero point.
-fn failure_lines(r: &mut String, v: &Int8Verdict, x: &[f32], k: usize, source: Int8Scale) {
+/// element of `x`, rows of `k`), scale (where `at` names the scale's
+/// index) and zero point (where there are any), then the known rules the
+/// output `matches`.
+pub(crate) fn failure_lines(
+    r: &mut String,
+    v: &Int8Verdict,
+    x: &[f32],
+    k: usize,
+    at: &dyn Fn(usize) -> String,
+    matches: &[String],
+) {
+    let zero_points = if v.azps.0 > 0 {
+        format!("; zero points: {} of {} differ", v.azps.1, v.azps.0)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         r,
-        "  codes: {} of {} differ (at most {} steps); scales: {} of {} differ (at most {} ulps); zero points: {} of {} differ",
+        "  codes: {} of {} differ (at most {} steps); scales: {} of {} differ (at most {} ulps){zero_points}",
         v.codes.1,
         v.codes.0,
         v.max_code_steps,
         v.scales.n - v.scales.identical,
         v.scales.n,
         v.scales.max_ulp,
-        v.azps.1,
-        v.azps.0
     );
     if let Some((j, c, g, w)) = v.first_code {
         let _ = writeln!(
@@ -594,10 +635,6 @@ fn failure_lines(r: &mut String, v: &Int8Verdict, x: &[f32], k: usize, source: I
             value(x[j * k + c])
         );
     }
-    let at = |i: usize| match source {
-        Int8Scale::Static { .. } => "the tensor's".to_string(),
-        Int8Scale::Dynamic { .. } => format!("row {i}"),
-    };
     if let Some((i, got_s, want_s, _)) = v.scales.first_diff {
         let _ = writeln!(
             r,
@@ -610,6 +647,11 @@ fn failure_lines(r: &mut String, v: &Int8Verdict, x: &[f32], k: usize, source: I
     if let Some((i, g, w)) = v.first_azp {
         let _ = writeln!(r, "  first zero point at {}: got {g}, want {w}", at(i));
     }
+    let _ = writeln!(
+        r,
+        "  the output matches: {}",
+        names_or(matches, ", ", "no known rule")
+    );
 }
 
 /// Adds the int8 quantizer, its case, its check and the default shapes.

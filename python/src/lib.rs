@@ -77,6 +77,10 @@
 //!   `check_int8_quant` (INT8 activation quantization for W8A8 int8,
 //!   vLLM's `scaled_int8_quant`: codes, scales and zero points bit for
 //!   bit; the code rule named).
+//! - [`check_int8_group`]: `quantize_int8_group`, `int8_group_quant_case`
+//!   and `check_int8_group_quant` (per-token-group INT8 activation
+//!   quantization, vLLM's and SGLang's `per_token_group_quant_int8`: codes
+//!   and scales bit for bit; the rounding, code rule and UE8M0 named).
 //! - [`check_int8_mm`]: `int8_scaled_mm`, `int8_scaled_mm_case` and
 //!   `check_int8_scaled_mm` (the INT8 GEMM with row or tensor scales,
 //!   W8A8 int8: vLLM's CUTLASS and Triton scaled mm, `torch._int_mm` plus
@@ -91,6 +95,7 @@ pub mod check_attention;
 pub mod check_fused_moe;
 pub mod check_gdn;
 pub mod check_int8;
+pub mod check_int8_group;
 pub mod check_int8_mm;
 pub mod check_kv_cache;
 pub mod check_merge_attn_states;
@@ -151,6 +156,7 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_sampling::register(m)?;
     check_penalties::register(m)?;
     check_int8::register(m)?;
+    check_int8_group::register(m)?;
     check_int8_mm::register(m)?;
     Ok(())
 }
