@@ -150,8 +150,11 @@ pub struct Int8GroupSpec {
 }
 
 /// The known rules a check names when an output matches them, at floor
-/// `eps`: each [`Rounding`] with codes that divide or multiply by `fl(127
-/// / absmax)`, and each with UE8M0 scales (where the two codes agree).
+/// `eps`: each [`Rounding`] with codes that divide, multiply by `fl(127
+/// / absmax)` or divide by torch's scale (`absmax * fl(1 / 127)`), and
+/// each with UE8M0 scales dividing (there the reciprocal's codes are the
+/// division's, and torch's scale rounds up to the division's power of two
+/// but where an ulp straddles one).
 pub fn int8_group_known(eps: f32) -> Vec<Int8GroupRule> {
     let mut v = Vec::new();
     for ue8m0 in [false, true] {
@@ -159,7 +162,7 @@ pub fn int8_group_known(eps: f32) -> Vec<Int8GroupRule> {
             let codes: &[Codes] = if ue8m0 {
                 &[Codes::Divide]
             } else {
-                &[Codes::Divide, Codes::Reciprocal]
+                &[Codes::Divide, Codes::Reciprocal, Codes::TorchDivide]
             };
             for &codes in codes {
                 v.push(Int8GroupRule {
@@ -809,7 +812,7 @@ mod tests {
     #[test]
     fn identify_tells_every_known_rule_apart() {
         let known = int8_group_known(EPS);
-        assert_eq!(known.len(), 9);
+        assert_eq!(known.len(), 12);
         let mut every: Vec<Vec<Int8GroupRule>> = known.iter().map(|_| known.clone()).collect();
         for arm in Int8GroupSpec::default_arms() {
             let sp = spec(8, 1003, Dtype::F32, arm);

@@ -730,19 +730,24 @@ impl Int8Verdict {
 }
 
 /// The rules a check names when an output matches them: symmetric,
-/// `reciprocal` and `divide`, each with ties to even or away (`roundf`)
-/// and the full or the narrow range; asymmetric, the same with the full
-/// range only.
+/// `reciprocal`, `divide` and (dynamic) `torch_divide`, each with ties to
+/// even or away (`roundf`) and the full or the narrow range; asymmetric,
+/// the same with the full range only.
 pub fn int8_known(source: Int8Scale) -> Vec<Int8Rule> {
     let ranges: &[Range] = if source.symmetric() {
         &[Range::Full, Range::Narrow]
     } else {
         &[Range::Full]
     };
+    // A static scale is the same under torch_divide as under divide.
+    let codes: &[Codes] = match source {
+        Int8Scale::Static { .. } => &[Codes::Reciprocal, Codes::Divide],
+        Int8Scale::Dynamic { .. } => &[Codes::Reciprocal, Codes::Divide, Codes::TorchDivide],
+    };
     let mut v = Vec::new();
     for &range in ranges {
         for rounding in [Rounding::NearestEven, Rounding::NearestAway] {
-            for codes in [Codes::Reciprocal, Codes::Divide] {
+            for &codes in codes {
                 v.push(Int8Rule {
                     codes,
                     rounding,
@@ -1075,7 +1080,7 @@ mod tests {
                         every.retain(|x| ids.contains(x));
                     }
                 }
-                let hidden = src == DYN && rule.codes == Codes::Divide;
+                let hidden = src == DYN && rule.codes != Codes::Reciprocal;
                 assert!(
                     every == vec![rule] || hidden && every.contains(&rule) && every.len() <= 2,
                     "{src:?} {rule:?}: {every:?}"

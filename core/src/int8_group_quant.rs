@@ -16,7 +16,9 @@
 //! 1. `absmax` starts at `eps` and takes `fmaxf(absmax, fabsf(x))` over
 //!    the group's elements in any order (a maximum is exact): `absmax =
 //!    max(eps, max |x|)`, a NaN element never becoming it.
-//! 2. `s = absmax / 127.0f` (one division).
+//! 2. `s = absmax / 127.0f` (one division); under [`Codes::TorchDivide`]
+//!    `s = absmax * fl(1 / 127)`, as torch computes `absmax / 127.0` on
+//!    CUDA (a Python-scalar divisor: its reciprocal multiplied).
 //! 3. With UE8M0 scales: `s = exp2f(ceilf(log2f(fmaxf(fabsf(s), 1e-10f))))`
 //!    ([`crate::fp8_quant::ue8m0_scale`]: `log2f` correctly rounded).
 //! 4. Per element, `y = x / s` ([`Codes::Divide`], the field's) or `y = x
@@ -114,7 +116,8 @@ impl Int8GroupRule {
 
     /// The rule's name in reports: the rounding's name ([`Rounding::name`]:
     /// `trunc`, `nearest_even`, `nearest_away`), then `/reciprocal` for
-    /// [`Codes::Reciprocal`] and `/ue8m0` for UE8M0 scales (its `eps`
+    /// [`Codes::Reciprocal`], `/torch_divide` for [`Codes::TorchDivide`]
+    /// and `/ue8m0` for UE8M0 scales (its `eps`
     /// aside).
     pub fn label(&self) -> &'static str {
         use Codes::*;
@@ -132,6 +135,12 @@ impl Int8GroupRule {
             (NearestAway, Reciprocal, false) => "nearest_away/reciprocal",
             (NearestAway, Divide, true) => "nearest_away/ue8m0",
             (NearestAway, Reciprocal, true) => "nearest_away/reciprocal/ue8m0",
+            (TowardZero, TorchDivide, false) => "trunc/torch_divide",
+            (TowardZero, TorchDivide, true) => "trunc/torch_divide/ue8m0",
+            (NearestEven, TorchDivide, false) => "nearest_even/torch_divide",
+            (NearestEven, TorchDivide, true) => "nearest_even/torch_divide/ue8m0",
+            (NearestAway, TorchDivide, false) => "nearest_away/torch_divide",
+            (NearestAway, TorchDivide, true) => "nearest_away/torch_divide/ue8m0",
         }
     }
 }
@@ -174,16 +183,20 @@ pub fn quantize_int8_group(x: &[f32], rule: Int8GroupRule, q: &mut [i8]) -> f32 
             absmax = a;
         }
     }
-    let s0 = absmax / 127.0;
+    let s0 = if rule.codes == Codes::TorchDivide {
+        absmax * (1.0 / 127.0)
+    } else {
+        absmax / 127.0
+    };
     let s = if rule.ue8m0 { ue8m0_scale(s0) } else { s0 };
     let r = match (rule.codes, rule.ue8m0) {
-        (Codes::Divide, _) => 0.0,
+        (Codes::Divide | Codes::TorchDivide, _) => 0.0,
         (Codes::Reciprocal, false) => 127.0 / absmax,
         (Codes::Reciprocal, true) => 1.0 / s,
     };
     for (c, &v) in q.iter_mut().zip(x) {
         let y = match rule.codes {
-            Codes::Divide => v / s,
+            Codes::Divide | Codes::TorchDivide => v / s,
             Codes::Reciprocal => v * r,
         };
         *c = cvt_clamped_s8(y, rule.rounding);

@@ -31,6 +31,9 @@
 //!    min / s))` (each f32 operation rounded; `nearbyint` ties to even, as
 //!    `std::nearbyint` under the default rounding mode), then codes as 3
 //!    with `s` (vLLM: `x * fl(1.f / s)` since PR #19233, `x / s` before).
+//! 5. [`Codes::TorchDivide`] (the torch forms that divide by a Python
+//!    scalar): in 2 and 4 the scale's division is a multiply by `fl(1 /
+//!    127)` or `fl(1 / 255)`, the rest as [`Codes::Divide`].
 //!
 //! Named rules:
 //! - `I8Q-CVT` ([`cvt_rni_sat_s8`]): f32 to int8 is PTX `cvt.rni.sat.s8.f32`:
@@ -126,19 +129,30 @@ pub enum Codes {
     /// scale)`.
     Reciprocal,
     /// A division by the scale, `x / scale` (vLLM's static and
-    /// asymmetric kernels; the torch forms `x / (amax / 127)`).
+    /// asymmetric kernels; the torch forms `x / (amax / 127)` with a tensor
+    /// divisor).
     Divide,
+    /// A division by a dynamic scale formed as torch forms it when the
+    /// divisor is a Python scalar: `s = amax * fl(1 / 127)` (asymmetric:
+    /// `(max - min) * fl(1 / 255)`), since PyTorch's CUDA true division by
+    /// a CPU scalar multiplies by the scalar's reciprocal
+    /// (`aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu`,
+    /// `div_true_kernel_cuda`); then codes `x / s` as [`Codes::Divide`]
+    /// (the zero point's `min / s` too). Such a scale sits an ulp from
+    /// the division's on some rows. A static scale is [`Codes::Divide`]'s.
+    TorchDivide,
 }
 
 impl Codes {
-    /// Both, in the order reports list them.
-    pub const ALL: [Codes; 2] = [Codes::Divide, Codes::Reciprocal];
+    /// Every form, in the order reports list them.
+    pub const ALL: [Codes; 3] = [Codes::Divide, Codes::Reciprocal, Codes::TorchDivide];
 
     /// The name a check declares it by: `divide` or `reciprocal`.
     pub const fn name(self) -> &'static str {
         match self {
             Codes::Divide => "divide",
             Codes::Reciprocal => "reciprocal",
+            Codes::TorchDivide => "torch_divide",
         }
     }
 }
@@ -187,6 +201,12 @@ impl Int8Rule {
             (Divide, NearestEven, Narrow) => "divide/clamp127",
             (Divide, NearestAway, Narrow) => "divide/roundf/clamp127",
             (Divide, TowardZero, Narrow) => "divide/trunc/clamp127",
+            (TorchDivide, NearestEven, Full) => "torch_divide",
+            (TorchDivide, NearestAway, Full) => "torch_divide/roundf",
+            (TorchDivide, TowardZero, Full) => "torch_divide/trunc",
+            (TorchDivide, NearestEven, Narrow) => "torch_divide/clamp127",
+            (TorchDivide, NearestAway, Narrow) => "torch_divide/roundf/clamp127",
+            (TorchDivide, TowardZero, Narrow) => "torch_divide/trunc/clamp127",
         }
     }
 }
@@ -385,7 +405,8 @@ impl RowScale {
     /// [`Int8Error::FlatRow`] (with index 0) for an asymmetric dynamic
     /// row whose maximum equals its minimum.
     pub fn of_row(x: &[f32], source: Int8Scale, rule: Int8Rule) -> Result<RowScale, Int8Error> {
-        let divide = rule.codes == Codes::Divide;
+        let divide = rule.codes != Codes::Reciprocal;
+        let torch = rule.codes == Codes::TorchDivide;
         let (scale, azp, factor) = match source {
             Int8Scale::Static { scale, azp } => {
                 let f = if divide { scale } else { 1.0 / scale };
@@ -399,7 +420,11 @@ impl RowScale {
                         amax = a;
                     }
                 }
-                let s = amax / 127.0;
+                let s = if torch {
+                    amax * (1.0 / 127.0)
+                } else {
+                    amax / 127.0
+                };
                 let f = if divide { s } else { 127.0 / amax };
                 (s, None, f)
             }
@@ -416,7 +441,11 @@ impl RowScale {
                 if max <= min {
                     return Err(Int8Error::FlatRow(0));
                 }
-                let s = (max - min) / 255.0;
+                let s = if torch {
+                    (max - min) * (1.0 / 255.0)
+                } else {
+                    (max - min) / 255.0
+                };
                 let z = sat_i32(round_integral(-128.0 - min / s, rule.rounding));
                 let f = if divide { s } else { 1.0 / s };
                 (s, Some(z), f)

@@ -27,7 +27,8 @@ declared as its source computes it:
    PASS;
 5. `torch_scalar`: the same with `s = absmax / 127.0` (a Python-scalar
    divisor: torch multiplies by fl(1/127), so scales may sit an ulp from
-   the contract's): declared `trunc`, a finding;
+   the IEEE division's): declared `codes="torch_divide"`, EXPECTED TO
+   PASS;
 6. vLLM's CUDA op `torch.ops._C.per_token_group_quant_int8(x, q, s,
    group_size, eps, -128.0, 127.0)` where vLLM is importable (else
    reported as skipped): declared `trunc` in all three input dtypes,
@@ -200,7 +201,7 @@ def main():
         print("\n=== triton: not importable, its forms SKIPPED")
     for dtype in DTYPES:
         plan.append((torch_form(dtype), True, {"dtype": dtype}))
-    plan.append((torch_form("bfloat16", scalar=True), None, {}))
+    plan.append((torch_form("bfloat16", scalar=True), True, {"codes": "torch_divide"}))
 
     try:
         from vllm import _custom_ops  # noqa: F401 (loads vllm._C, which registers torch.ops._C)

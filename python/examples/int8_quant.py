@@ -13,7 +13,8 @@ compute:
    and `x * r`: declared `reciprocal`;
 2. torch, `s = amax / 127.0` (a Python scalar divisor: torch multiplies
    by fl(1/127), so scales may sit an ulp from the contract's): declared
-   `divide`, reported as a finding either way;
+   `divide`, reported as a finding (run 91 on an H100: 10 of 40 cases an
+   ulp off), and declared `torch_divide`, EXPECTED TO PASS;
 3. torch with `roundf`'s rounding (`sign(y) * floor(|y| + 0.5)`):
    declared `reciprocal`, EXPECTED TO FAIL at TIES (the check can fail);
 4. torch, dynamic per token, asymmetric: `s = (max - min) / 255`, `azp =
@@ -178,6 +179,7 @@ def main():
         ]
     plan += [
         (torch_symmetric("float32", "divide", scalar_scale=True), None, {"rule": "divide"}),
+        (torch_symmetric("float32", "divide", scalar_scale=True), True, {"rule": "torch_divide"}),
         (torch_symmetric("float32", "reciprocal", roundf=True), False, {"rule": "reciprocal", "arms": ["TIES"]}),
     ]
     for fn, expect, kw in plan:

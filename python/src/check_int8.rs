@@ -82,9 +82,10 @@ impl Declared {
             None => vllm_rule(source),
             Some("reciprocal") => Int8Rule::new(Codes::Reciprocal),
             Some("divide") => Int8Rule::new(Codes::Divide),
+            Some("torch_divide") => Int8Rule::new(Codes::TorchDivide),
             Some(_) => {
                 return bad(format!(
-                    "rule {:?}: expected \"reciprocal\" or \"divide\" (None: vLLM's for the mode)",
+                    "rule {:?}: expected \"reciprocal\", \"divide\" or \"torch_divide\" (None: vLLM's for the mode)",
                     rule.unwrap_or_default()
                 ))
             }
@@ -202,7 +203,10 @@ fn triple<'py>(
 /// `azp` written back as given), else dynamic per row. Symmetric dynamic:
 /// `s = amax / 127`; asymmetric dynamic: `s = (max - min) / 255`, `azp =
 /// nearbyint(-128 - min / s)`. Codes under `rule`: `"reciprocal"` (`x *
-/// fl(127 / amax)`, or `x * fl(1 / s)`) or `"divide"` (`x / s`); None is
+/// fl(127 / amax)`, or `x * fl(1 / s)`), `"divide"` (`x / s`) or
+/// `"torch_divide"` (a dynamic scale as torch forms `amax / 127.0` on
+/// CUDA, a Python-scalar divisor: `amax * fl(1 / 127)`, or `(max - min) *
+/// fl(1 / 255)`; then `x / s`); None is
 /// vLLM's (divide for symmetric static, reciprocal otherwise: its kernels
 /// since PR #19233, June 2025; its zero-point kernels divided before). Every
 /// float-to-integer step is PTX `cvt.rni.sat` (ties to even, saturating,

@@ -37,7 +37,7 @@ struct Declared {
 
 impl Declared {
     /// `rounding` (`"trunc"`, `"nearest_even"`, `"nearest_away"`),
-    /// `codes` (`"divide"`, `"reciprocal"`), `ue8m0`, `eps` and `dtype`,
+    /// `codes` (`"divide"`, `"reciprocal"`, `"torch_divide"`), `ue8m0`, `eps` and `dtype`,
     /// checked.
     fn new(rounding: &str, codes: &str, ue8m0: bool, eps: f32, dtype: &str) -> PyResult<Declared> {
         let bad = |m: String| PyValueError::new_err(m);
@@ -212,12 +212,16 @@ fn int8_group_quant_case<'py>(
 /// `kernel_oracle.Refused` there.
 ///
 /// Each row names the known rules the output matches bit for bit (`trunc`,
-/// `nearest_even`, `nearest_away`, each with `/reciprocal` and each with
-/// `/ue8m0`, at the declared `eps`) and, where it differs from the
+/// `nearest_even`, `nearest_away`, each with `/reciprocal` or
+/// `/torch_divide`, and each dividing with `/ue8m0`, at the declared
+/// `eps`) and,
+/// where it differs from the
 /// declared rule, how far: codes in integer steps, scales in f32 ulps.
 /// `rounding="trunc"`, `codes="divide"` is vLLM's and SGLang's (a Triton
 /// form matches it with `tl.div_rn`; its `/` is the approximate
-/// `div.full.f32`).
+/// `div.full.f32`). `codes="torch_divide"` declares the torch form that
+/// divides by a Python scalar, `absmax / 127.0`: on CUDA torch multiplies
+/// by `fl(1 / 127)`, so the scale is `absmax * fl(1 / 127)`, then `x / s`.
 ///
 /// Errors: `ValueError`, before any call, for an unknown rounding, codes,
 /// dtype or arm, `codes="reciprocal"` with `ue8m0=True` (the same bits as

@@ -77,7 +77,10 @@ def group_quant(x, q, s, group_size=128, rounding="trunc", codes="divide", scale
             else:
                 a = np.fmax.reduce(a, axis=1, initial=F(0 if bug == "no-eps" else eps))  # fmaxf from eps
             amax = a.astype(F)
-            sc = amax / (F(128) if bug == "scale-128" else F(127))
+            if codes == "torch_divide":
+                sc = amax * (F(1) / F(127))  # torch's absmax / 127.0 on CUDA
+            else:
+                sc = amax / (F(128) if bug == "scale-128" else F(127))
             if scale_ue8m0 and bug != "no-ue8m0":
                 sc = ue8m0(sc)
             scales[:, g] = sc
@@ -106,8 +109,8 @@ def quantizer(bug=None, name=None, **form):
 
 def label(form):
     lab = form.get("rounding", "trunc")
-    if form.get("codes") == "reciprocal":
-        lab += "/reciprocal"
+    if form.get("codes") in ("reciprocal", "torch_divide"):
+        lab += "/" + form["codes"]
     if form.get("scale_ue8m0"):
         lab += "/ue8m0"
     return lab
@@ -126,6 +129,7 @@ FORMS = [
     dict(rounding="nearest_even"),  # cvt.rni (vLLM's per-token int8 rounding)
     dict(rounding="nearest_away"),  # the libdevice.round patch
     dict(rounding="trunc", codes="reciprocal"),  # x * (127 / absmax)
+    dict(rounding="trunc", codes="torch_divide"),  # torch: x / (absmax / 127.0)
     dict(rounding="trunc", scale_ue8m0=True),  # scale_ue8m0=True
     dict(rounding="nearest_away", scale_ue8m0=True),
 ]
@@ -207,6 +211,15 @@ def test_each_planted_bug_fails_on_its_arm(bug, form, arm, shapes):
         rerun_fails(r, fn)
 
 
+def test_torch_scalar_division_is_told_from_the_division_and_named():
+    # torch's CUDA division by a Python scalar multiplies by fl(1/127).
+    fn = quantizer(codes="torch_divide", name="torch_scalar")
+    r = ko.check_int8_group_quant(fn, verbose=False)
+    assert not r.ok and r.failed >= 3, r.text.splitlines()[-1]
+    assert "the output matches: trunc/torch_divide" in r.failures[0], r.failures[0]
+    assert ko.check_int8_group_quant(fn, codes="torch_divide", verbose=False).ok
+
+
 def test_reciprocal_codes_part_from_division_on_ties_in_float32():
     fn = quantizer(bug="reciprocal", dtype="float32")
     r = ko.check_int8_group_quant(fn, dtype="float32", shapes=SHAPES, arms=["TIES"], verbose=False)
@@ -220,7 +233,7 @@ def test_identification_names_the_rounding_an_output_matches():
     r = ko.check_int8_group_quant(quantizer(rounding="nearest_away"), shapes=[(8, 1000)], arms=["TIES"],
                                   verbose=False)
     assert "the output matches: nearest_away\n" in r.failures[0], r.failures[0]
-    assert "known rules: trunc, trunc/reciprocal, nearest_even" in r.text
+    assert "known rules: trunc, trunc/reciprocal, trunc/torch_divide, nearest_even" in r.text
 
 
 @pytest.mark.parametrize("form", [VLLM, dict(rounding="nearest_even", scale_ue8m0=True)], ids=label)

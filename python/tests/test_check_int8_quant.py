@@ -79,7 +79,11 @@ def int8_quant(x, q, s, azp, mode="dynamic", symmetric=True, scale=None, azp0=No
             if bug == "amax-floor":
                 # An eps under the amax (torch's amax.clamp(min=1e-8)).
                 amax = np.maximum(amax, F(1e-8))
-            sc = amax / (F(128) if bug == "scale-128" else F(127))
+            if rule == "torch_divide":
+                # torch's amax / 127.0 on CUDA: times fl(1/127).
+                sc = amax * (F(1) / F(127))
+            else:
+                sc = amax / (F(128) if bug == "scale-128" else F(127))
             recip = F(127) / amax
         else:
             mx_of, mn_of = (np.nanmax, np.nanmin) if skip_nan else (np.max, np.min)
@@ -90,7 +94,7 @@ def int8_quant(x, q, s, azp, mode="dynamic", symmetric=True, scale=None, azp0=No
                 mx = np.maximum(mx, FLT_MIN)
             if bug == "min-zero":
                 mn = np.minimum(mn, F(0))
-            sc = (mx - mn) / F(255)
+            sc = (mx - mn) * (F(1) / F(255)) if rule == "torch_divide" else (mx - mn) / F(255)
             z = cvt32(F(-128) - mn / sc, away or bug == "azp-roundf")
         if z is None:
             y = x * recip if (mode == "dynamic" and rule == "reciprocal") else (
@@ -133,6 +137,8 @@ FORMS = [
     dict(mode="static", symmetric=False, scale=0.05, azp0=-19, rule="divide"),  # vLLM static azp before it
     dict(mode="dynamic", symmetric=False, rule="reciprocal"),  # vLLM's azp kernel since PR #19233
     dict(mode="static", symmetric=False, scale=0.05, azp0=-19, rule="reciprocal"),  # its static azp
+    dict(mode="dynamic", symmetric=True, rule="torch_divide"),  # torch: x / (amax / 127.0)
+    dict(mode="dynamic", symmetric=False, rule="torch_divide"),  # torch: (max - min) / 255.0
 ]
 
 
@@ -159,6 +165,18 @@ def test_the_default_shapes_pass_and_vllm_is_the_default_rule():
                             verbose=False, shapes=SHAPES[:2])
     assert r.ok and "declared: divide" in r.text
     assert [tuple(s) for s in ko.INT8_QUANT_SHAPES][:2] == [(1, 7), (33, 7)]
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_torch_scalar_division_is_told_from_the_division_and_named(symmetric):
+    # torch's CUDA division by a Python scalar multiplies by its
+    # reciprocal: the scale sits an ulp from amax / 127 on some rows (on an
+    # H100, 10 of 40 default cases of the symmetric form, run 91).
+    fn = quantizer(mode="dynamic", symmetric=symmetric, rule="torch_divide", name="torch_scalar")
+    r = ko.check_int8_quant(fn, symmetric=symmetric, rule="divide", verbose=False)
+    assert not r.ok and r.failed >= 3, r.text.splitlines()[-1]
+    assert "the output matches: torch_divide" in r.failures[0], r.failures[0]
+    assert ko.check_int8_quant(fn, symmetric=symmetric, rule="torch_divide", verbose=False).ok
 
 
 def failing_arms(r):
