@@ -541,13 +541,8 @@ fn check_int8_quant<'py>(
                     .into_iter()
                     .map(|r| r.label().to_string())
                     .collect();
-                let pass = v.pass() && written.is_empty();
-                out.row(&format!(
-                    "{row} {} {ms:>9.2}  {}  {}",
-                    verdict_cells(&v, true),
-                    if pass { "PASS" } else { "FAIL" },
-                    names_or(&matches, ", ", "none known")
-                ))?;
+                let (line, pass) = verdict_row(&row, &v, true, ms, &written, &matches);
+                out.row(&line)?;
                 if pass {
                     rep.passed += 1;
                     continue;
@@ -585,10 +580,32 @@ pub(crate) fn read_out(got: &[Got]) -> Int8Out {
     }
 }
 
+/// A case's row after `row` (its shape, arm and seed cells): the
+/// verdict's cells (with `azp`, the zero points'), the call's `ms`, PASS
+/// or FAIL (a pass needs the verdict and no input `written`) and the
+/// known rules the output `matches`; and whether it passed.
+pub(crate) fn verdict_row(
+    row: &str,
+    v: &Int8Verdict,
+    azp: bool,
+    ms: f64,
+    written: &[String],
+    matches: &[String],
+) -> (String, bool) {
+    let pass = v.pass() && written.is_empty();
+    let line = format!(
+        "{row} {} {ms:>9.2}  {}  {}",
+        verdict_cells(v, azp),
+        if pass { "PASS" } else { "FAIL" },
+        names_or(matches, ", ", "none known")
+    );
+    (line, pass)
+}
+
 /// A verdict's cells in a row: codes differing of all, scales differing
 /// of all, with `azp` zero points differing of all, then the most code
 /// steps and scale ulps.
-pub(crate) fn verdict_cells(v: &Int8Verdict, azp: bool) -> String {
+fn verdict_cells(v: &Int8Verdict, azp: bool) -> String {
     let azps = if azp {
         format!(" {:>5}/{:<5}", v.azps.1, v.azps.0)
     } else {

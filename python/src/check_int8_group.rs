@@ -10,10 +10,10 @@
 
 use crate::arrays::array;
 use crate::check::{
-    arms_or_all, call_args, callable_name, count, failure_head, names_or, rerun_tail, CheckReport,
-    Held, Out, OutKind, Seeds,
+    arms_or_all, call_args, callable_name, count, failure_head, rerun_tail, CheckReport, Held, Out,
+    OutKind, Seeds,
 };
-use crate::check_int8::{adapt, failure_lines, read_out, read_x, verdict_cells, x_array};
+use crate::check_int8::{adapt, failure_lines, read_out, read_x, verdict_row, x_array};
 use kernel_oracle::int8_group_quant::{
     int8_group_identify, int8_group_known, int8_group_reference, Int8GroupArm, Int8GroupSpec,
     INT8_GROUP_SHAPES,
@@ -328,13 +328,8 @@ fn check_int8_group_quant<'py>(
                     .into_iter()
                     .map(|r| r.label().to_string())
                     .collect();
-                let pass = v.pass() && written.is_empty();
-                out.row(&format!(
-                    "{row} {} {ms:>9.2}  {}  {}",
-                    verdict_cells(&v, false),
-                    if pass { "PASS" } else { "FAIL" },
-                    names_or(&matches, ", ", "none known")
-                ))?;
+                let (line, pass) = verdict_row(&row, &v, false, ms, &written, &matches);
+                out.row(&line)?;
                 if pass {
                     rep.passed += 1;
                     continue;
