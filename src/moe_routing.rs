@@ -44,10 +44,14 @@ pub enum Arm {
     /// Run with a bias only: the bias pushes the experts of largest score
     /// below others (by more than their gaps), so a kernel that chooses by
     /// the unbiased score, or weights by the biased one, fails; and every
-    /// bias is shifted by -2 (a uniform shift changes no choice), so every
-    /// selection score is negative and a kernel that masks the groups not
-    /// kept with 0 instead of `-inf` (Hugging Face's DeepSeek-V3
-    /// `MoEGate` writes `masked_fill(..., 0.0)`) chooses from them.
+    /// bias is shifted by -2, or on one seed in two by -12 (a uniform
+    /// shift changes no choice), so every selection score is negative and
+    /// a kernel that masks the groups not kept with 0 instead of `-inf`
+    /// (Hugging Face's DeepSeek-V3 `MoEGate` writes `masked_fill(...,
+    /// 0.0)`) chooses from them; under sigmoid one token in four has
+    /// logits of -16 to -20, scores far under a bias's ulp at 12, so a
+    /// kernel that recovers the score as `(s + b) - b` (FlashInfer PR
+    /// 3875) weights them 0 (or NaN, renormalized).
     Bias,
     /// Run with groups only: half the groups hold one high expert, half two
     /// slightly lower ones (logits 3 and 1.5 for sigmoid scores, 3 and
@@ -217,9 +221,22 @@ impl Spec {
                 }
             }
             Arm::Bias => {
-                logits
-                    .iter_mut()
-                    .for_each(|x| *x = round(2.0 * rng.normal()));
+                // One token in four (sigmoid): logits of -16 to -20, scores
+                // of 1e-7 to 2e-9, far under the bias's ulp.
+                for (t, row) in logits.chunks_mut(e).enumerate() {
+                    let low = t % 4 == 1 && r.scoring == Scoring::Sigmoid;
+                    for x in row.iter_mut() {
+                        *x = round(if low {
+                            -18.0 + 2.0 * rng.f01() * if rng.below(2) == 0 { 1.0 } else { -1.0 }
+                        } else {
+                            2.0 * rng.normal()
+                        });
+                    }
+                }
+                // Every bias shifted by -2, or (one seed in two) by -12,
+                // where a bias's ulp is 2^-20: a kernel that recovers the
+                // score as `(s + b) - b` loses its low bits there.
+                let shift = if rng.below(2) == 0 { -2.0 } else { -12.0 };
                 // One bias for all tokens: the experts whose scores lead most
                 // often (their mean logit) pushed down, the trailing ones up,
                 // by more than a score's range.
@@ -240,7 +257,7 @@ impl Spec {
                         0.5 + 0.25 * rng.f01()
                     } else {
                         0.1 * rng.f01() - 0.05
-                    } - 2.0;
+                    } + shift;
                 }
             }
             Arm::Groups => {
