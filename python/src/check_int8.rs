@@ -395,10 +395,13 @@ pub(crate) fn adapt<'py>(
 /// symmetric `(q, s, None)` too, as vLLM returns).
 ///
 /// Each row names the known rules the output matches bit for bit
-/// (`reciprocal`, `divide`, each with `/roundf` (ties away from zero) and,
-/// symmetric, `/clamp127` (a range of [-127, 127])) and, where it differs
-/// from the declared rule, how far: codes in integer steps, scales in
-/// f32 ulps, zero points by count. `rule` None declares vLLM's for the
+/// (`reciprocal`, `divide`, dynamic `torch_divide`, each with `/roundf`
+/// (ties away from zero) and, symmetric, `/clamp127` (a range of [-127,
+/// 127])) and, where it differs from the declared rule, how far: codes in
+/// integer steps, scales in f32 ulps, zero points by count. `rule` is
+/// `"reciprocal"`, `"divide"` or `"torch_divide"` (the torch form that
+/// divides by a Python scalar, `amax / 127.0`: on CUDA `amax * fl(1 /
+/// 127)`, an ulp from the division on some rows). `rule` None declares vLLM's for the
 /// mode: `divide` for symmetric static, `reciprocal` otherwise (vLLM's
 /// kernels since PR #19233, June 2025; declare `divide` for its earlier
 /// zero-point kernels).

@@ -97,7 +97,8 @@ type Pair<'py> = (
 /// divide `k`), `absmax = max(eps, max |x|)` (`fmaxf` from `eps`: NaN
 /// skipped), `s = absmax / 127` (with `ue8m0`, `2^ceil(log2f(max(s,
 /// 1e-10)))`), codes `int8(clamp(x / s, -128, 127))` (`codes="reciprocal"`:
-/// `x * fl(127 / absmax)`), the conversion by `rounding`: `"trunc"` (toward
+/// `x * fl(127 / absmax)`; `codes="torch_divide"`: `s = absmax * fl(1 /
+/// 127)`, torch's `absmax / 127.0` on CUDA), the conversion by `rounding`: `"trunc"` (toward
 /// zero: the C++ cast of vLLM's CUDA kernel, Triton's `.to(tl.int8)`,
 /// torch's `.to(torch.int8)`), `"nearest_even"` (`cvt.rni`) or
 /// `"nearest_away"` (`libdevice.round`, `roundf`). A NaN element codes
