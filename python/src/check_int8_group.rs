@@ -38,8 +38,9 @@ struct Declared {
 impl Declared {
     /// `rounding` (`"trunc"`, `"nearest_even"`, `"nearest_away"`),
     /// `codes` (`"divide"`, `"reciprocal"`, `"torch_divide"`), `ue8m0`, `eps` and `dtype`,
-    /// checked.
-    fn new(rounding: &str, codes: &str, ue8m0: bool, eps: f32, dtype: &str) -> PyResult<Declared> {
+    /// checked (`eps` as Python gives it: one that float32 cannot hold, a
+    /// non-zero one rounding to 0 or one past its range, is refused).
+    fn new(rounding: &str, codes: &str, ue8m0: bool, eps: f64, dtype: &str) -> PyResult<Declared> {
         let bad = |m: String| PyValueError::new_err(m);
         let rounding =
             parse_named("rounding", rounding, &Rounding::ALL, Rounding::name, true).map_err(bad)?;
@@ -54,6 +55,13 @@ impl Declared {
                 "eps = {eps}: it must be finite and at least 0"
             )));
         }
+        let eps32 = eps as f32;
+        if !eps32.is_finite() || (eps > 0.0 && eps32 == 0.0) {
+            return Err(bad(format!(
+                "eps = {eps:e}: the quantizers hold it in float32, where it is {eps32:e}; declare an eps float32 holds"
+            )));
+        }
+        let eps = eps32;
         let dtype = kernel_oracle::dtype::parse_dtype(dtype).map_err(bad)?;
         Ok(Declared {
             rule: Int8GroupRule {
@@ -109,28 +117,26 @@ type Pair<'py> = (
 ///
 /// Errors: `TypeError` for an `x` of another dtype; `ValueError` for an
 /// unknown rounding, codes or dtype, `codes="reciprocal"` with
-/// `ue8m0=True`, an `eps` that is NaN, infinite or negative, a zero
-/// `group_size` or an `x` that is not 2-D.
+/// `ue8m0=True`, an `eps` that is NaN, infinite or negative (or that
+/// float32 cannot hold: a non-zero one rounding to 0, one past its range),
+/// a `group_size` below 1 or an `x` that is not 2-D.
 #[pyfunction]
 #[pyo3(signature = (x, group_size = 128, rounding = "trunc", codes = "divide", ue8m0 = false, eps = 1e-10, dtype = "float32"))]
 #[allow(clippy::too_many_arguments)]
 fn quantize_int8_group<'py>(
     py: Python<'py>,
     x: Bound<'py, PyAny>,
-    group_size: usize,
+    group_size: i64,
     rounding: &str,
     codes: &str,
     ue8m0: bool,
-    eps: f32,
+    eps: f64,
     dtype: &str,
 ) -> PyResult<Pair<'py>> {
+    let group_size: usize = count("group_size", group_size, 1)?;
     let decl = Declared::new(rounding, codes, ue8m0, eps, dtype)?;
     let (xv, m, k) = read_x(&x, decl.dtype)?;
-    let groups = if group_size == 0 {
-        0
-    } else {
-        k.div_ceil(group_size)
-    };
+    let groups = k.div_ceil(group_size);
     let (mut q, mut s) = (vec![0i8; m * k], vec![0f32; m * groups]);
     quantize_int8_groups(&xv, k, group_size, decl.rule, &mut q, &mut s)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -154,14 +160,15 @@ fn int8_group_quant_case<'py>(
     m: usize,
     k: usize,
     arm: &str,
-    group_size: usize,
+    group_size: i64,
     rounding: &str,
     codes: &str,
     ue8m0: bool,
-    eps: f32,
+    eps: f64,
     dtype: &str,
     seed: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let group_size: usize = count("group_size", group_size, 1)?;
     let arm = Int8GroupArm::parse(arm).map_err(PyValueError::new_err)?;
     let decl = Declared::new(rounding, codes, ue8m0, eps, dtype)?;
     let sp = Int8GroupSpec {
@@ -226,8 +233,8 @@ fn int8_group_quant_case<'py>(
 ///
 /// Errors: `ValueError`, before any call, for an unknown rounding, codes,
 /// dtype or arm, `codes="reciprocal"` with `ue8m0=True` (the same bits as
-/// divide), an `eps` that is NaN, infinite or negative, a `group_size`
-/// below 1, a zero dimension or a case over 2^26 elements. Every check
+/// divide), an `eps` that is NaN, infinite or negative (or that float32
+/// cannot hold), a `group_size` below 1, a zero dimension or a case over 2^26 elements. Every check
 /// also raises `ValueError`, before any call, for `trials` below 1 or an
 /// empty `seeds` list.
 #[pyfunction]
@@ -240,7 +247,7 @@ fn check_int8_group_quant<'py>(
     rounding: &str,
     codes: &str,
     ue8m0: bool,
-    eps: f32,
+    eps: f64,
     dtype: &str,
     shapes: Option<Vec<(usize, usize)>>,
     arms: Option<Vec<String>>,

@@ -313,8 +313,15 @@ def test_the_quantizer_function_is_the_oracle():
     assert (q == [[2, -2, 127, -128]]).all() and s[0, 0] == F(0.25)
     with pytest.raises(TypeError):
         ko.quantize_int8_group(np.ones((2, 3), np.float64))
-    with pytest.raises(ValueError, match="group is 0"):
-        ko.quantize_int8_group(np.ones((2, 3), F), group_size=0)
+    for g in [0, -3]:
+        with pytest.raises(ValueError, match="group_size must be at least 1"):
+            ko.quantize_int8_group(np.ones((2, 3), F), group_size=g)
+        with pytest.raises(ValueError, match="group_size must be at least 1"):
+            ko.int8_group_quant_case(2, 3, "RAND", group_size=g)
+    # An eps float32 cannot hold is refused, not rounded to 0 or to inf.
+    for eps in [1e-50, 1e40]:
+        with pytest.raises(ValueError, match="float32"):
+            ko.quantize_int8_group(np.ones((2, 3), F), eps=eps)
 
 
 BAD = [
@@ -325,6 +332,8 @@ BAD = [
     dict(eps=float("nan")),
     dict(eps=-1.0),
     dict(eps=float("inf")),
+    dict(eps=1e-50),
+    dict(eps=1e40),
     dict(group_size=0),
     dict(group_size=-128),
     dict(arms=["TAIL"]),
