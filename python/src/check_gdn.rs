@@ -17,7 +17,10 @@ use crate::check::{
 };
 use kernel_oracle::elementwise::Part;
 use kernel_oracle::gdn::conv_update;
-use kernel_oracle::gdn::rule::{self, o_index, reference, state_index, Arm, Spec, Verdict};
+use kernel_oracle::gdn::rule::{
+    self, o_index, pool_index, reference, state_index, Arm, Spec, Verdict,
+};
+use kernel_oracle::gdn::slots::PoolMode;
 use oracle::gdn::D_STATE;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -43,6 +46,7 @@ fn spec(
     arm: Arm,
     seed: Option<u64>,
     per_row: bool,
+    pool: Option<PoolMode>,
 ) -> PyResult<Spec> {
     let (num_k, num_v, t, batch) = shape;
     let s = Spec {
@@ -53,39 +57,96 @@ fn spec(
         arm,
         seed: seed.unwrap_or_else(|| Spec::base_seed(num_k, num_v, t, batch, arm)),
         per_row,
+        pool,
     };
     s.shape().map_err(PyValueError::new_err)?;
     Ok(s)
 }
 
+/// The `pool` argument: `None`, `"decode"` or `"spec"`.
+fn pool_mode(pool: Option<&str>) -> PyResult<Option<PoolMode>> {
+    pool.map(PoolMode::parse)
+        .transpose()
+        .map_err(PyValueError::new_err)
+}
+
 /// The array shapes of a case, in the callable's argument order: `q`,
 /// `k`, `v`, `alpha`, `beta_raw`, `a_log`, `dt_bias`, `state`, then the
 /// outputs `o` and `final_state` (`states`, a row more, with
-/// `Spec::per_row`).
-fn shapes(s: &Spec) -> [Vec<usize>; 10] {
-    let (nk, nv, t, b, d) = (s.num_k, s.num_v, s.t, s.batch, D_STATE);
+/// `Spec::per_row`). With a pool, `state` and the state output are the
+/// pool, `[N, num_v, 128, 128]` (see [`pool_inputs`] for its indices).
+fn shapes(s: &Spec, d: &rule::Data) -> [Vec<usize>; 10] {
+    let (nk, nv, t, b, d_) = (s.num_k, s.num_v, s.t, s.batch, D_STATE);
     [
-        vec![b, t, nk, d],
-        vec![b, t, nk, d],
-        vec![b, t, nv, d],
+        vec![b, t, nk, d_],
+        vec![b, t, nk, d_],
+        vec![b, t, nv, d_],
         vec![b, t, nv],
         vec![b, t, nv],
         vec![nv],
         vec![nv],
-        vec![b, nv, d, d],
-        vec![b, t, nv, d],
+        state_dims(d, vec![b, nv, d_, d_]),
+        vec![b, t, nv, d_],
         if s.per_row {
-            vec![b, t, nv, d, d]
+            vec![b, t, nv, d_, d_]
         } else {
-            vec![b, nv, d, d]
+            state_dims(d, vec![b, nv, d_, d_])
         },
     ]
 }
 
-/// The input names, in the callable's argument order.
-const INPUTS: [&str; 8] = [
-    "q", "k", "v", "alpha", "beta_raw", "a_log", "dt_bias", "state",
-];
+/// A state input's or output's shape: the pool's when the case has one.
+fn state_dims(d: &rule::Data, per_sequence: Vec<usize>) -> Vec<usize> {
+    match &d.pool {
+        Some(p) => [vec![p.slots], per_sequence[1..].to_vec()].concat(),
+        None => per_sequence,
+    }
+}
+
+/// The inputs of a case, in the callable's argument order: the rule's
+/// seven, then the state or the pool, and with a pool its
+/// `ssm_state_indices` (`[B]` int32 in decode, `[B, t]` in spec) and, in
+/// spec, `num_accepted_tokens` (`[B]` int32).
+fn case_inputs<'a, 'py>(
+    py: Python<'py>,
+    s: &Spec,
+    d: &'a rule::Data,
+    dims: &[Vec<usize>; 10],
+) -> PyResult<Vec<(&'static str, Input<'a, 'py>)>> {
+    let mut inputs = Vec::new();
+    for ((n, x), shape) in input_names(s).iter().zip(data_slices(d)).zip(dims) {
+        inputs.push((*n, Input::F32(array(py, shape, x.to_vec())?, x)));
+    }
+    if let Some(p) = &d.pool {
+        inputs.push(("ssm_state_indices", {
+            let shape = match p.mode {
+                PoolMode::Decode => vec![s.batch],
+                PoolMode::Spec => vec![s.batch, s.t],
+            };
+            Input::I32(array(py, &shape, p.indices.clone())?, &p.indices)
+        }));
+        if p.mode == PoolMode::Spec {
+            inputs.push((
+                "num_accepted_tokens",
+                Input::I32(array(py, &[s.batch], p.accepted.clone())?, &p.accepted),
+            ));
+        }
+    }
+    Ok(inputs)
+}
+
+/// The float32 input names, in the callable's argument order (the last
+/// is `state_pool` with a pool).
+fn input_names(s: &Spec) -> [&'static str; 8] {
+    let state = if s.pool.is_some() {
+        "state_pool"
+    } else {
+        "state"
+    };
+    [
+        "q", "k", "v", "alpha", "beta_raw", "a_log", "dt_bias", state,
+    ]
+}
 
 fn data_slices(d: &rule::Data) -> [&[f32]; 8] {
     [
@@ -96,7 +157,7 @@ fn data_slices(d: &rule::Data) -> [&[f32]; 8] {
         &d.beta_raw,
         &d.a_log,
         &d.dt_bias,
-        &d.state,
+        d.pool.as_ref().map_or(&d.state, |p| &p.pool),
     ]
 }
 
@@ -108,13 +169,18 @@ fn data_slices(d: &rule::Data) -> [&[f32]; 8] {
 /// outputs `o` and `final_state` (with `states=True`, `states`, the state
 /// after every row) (float32, core's bits) and the limits each output
 /// element is judged by, `o_limit` and `state_limit` (float64, `2 B +
-/// 2^-100`). `seed` None: the check's first seed.
+/// 2^-100`). With `pool`, the state input is `state_pool` with
+/// `ssm_state_indices` (and in spec `num_accepted_tokens`, int32), the
+/// state output `final_pool` with its limit `pool_limit` (0 on every slot
+/// no sequence writes), and `padded` lists the padded sequences (their
+/// `o` rows are not judged). `seed` None: the check's first seed.
 ///
-/// Errors: `ValueError` for an unknown arm or a shape the contract
-/// refuses (`num_v % num_k != 0`, a zero dimension) or that is too large
-/// (`B t num_v 128^2` over 2^26).
+/// Errors: `ValueError` for an unknown arm or pool mode, `states=True`
+/// with a pool, or a shape the contract refuses (`num_v % num_k != 0`, a
+/// zero dimension) or that is too large (`B t num_v 128^2` over 2^26, a
+/// pool counting twice).
 #[pyfunction]
-#[pyo3(signature = (num_k, num_v, t, batch, arm, seed = None, states = false))]
+#[pyo3(signature = (num_k, num_v, t, batch, arm, seed = None, states = false, pool = None))]
 #[allow(clippy::too_many_arguments)]
 fn gated_delta_rule_case<'py>(
     py: Python<'py>,
@@ -125,21 +191,53 @@ fn gated_delta_rule_case<'py>(
     arm: &str,
     seed: Option<u64>,
     states: bool,
+    pool: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = Arm::parse(arm).map_err(PyValueError::new_err)?;
-    let s = spec((num_k, num_v, t, batch), arm, seed, states)?;
+    let s = spec(
+        (num_k, num_v, t, batch),
+        arm,
+        seed,
+        states,
+        pool_mode(pool)?,
+    )?;
     let d = s.generate().map_err(PyValueError::new_err)?;
     let w = reference(&s, &d).map_err(PyValueError::new_err)?;
-    let sh = shapes(&s);
+    let sh = shapes(&s, &d);
     let dict = PyDict::new(py);
-    for ((name, x), shape) in INPUTS.iter().zip(data_slices(&d)).zip(&sh) {
-        dict.set_item(name, array(py, shape, x.to_vec())?)?;
+    for (name, x) in case_inputs(py, &s, &d, &sh)? {
+        dict.set_item(name, x.array())?;
     }
+    let (state_out, state_limit) = state_out_names(&s);
     dict.set_item("o", array(py, &sh[8], w.o)?)?;
-    dict.set_item(state_name(states), array(py, &sh[9], w.state)?)?;
+    dict.set_item(state_out, array(py, &sh[9], w.state)?)?;
     dict.set_item("o_limit", array(py, &sh[8], w.o_limit)?)?;
-    dict.set_item("state_limit", array(py, &sh[9], w.state_limit)?)?;
+    dict.set_item(state_limit, array(py, &sh[9], w.state_limit)?)?;
+    if s.pool.is_some() {
+        let padded: Vec<usize> = (0..batch).filter(|&b| w.padded[b]).collect();
+        dict.set_item("padded", padded)?;
+    }
     Ok(dict)
+}
+
+/// The state output's name and its limit's: `final_pool` and
+/// `pool_limit` with a pool, else `states` (after every row) or
+/// `final_state`, and `state_limit`.
+fn state_out_names(s: &Spec) -> (&'static str, &'static str) {
+    if s.pool.is_some() {
+        ("final_pool", "pool_limit")
+    } else {
+        (state_name(s.per_row), "state_limit")
+    }
+}
+
+/// The extra keyword arguments a case's rerun lines repeat: `states=True`
+/// or `pool="..."`, when given.
+fn rule_kws(s: &Spec) -> String {
+    match s.pool {
+        Some(m) => format!(", pool=\"{}\"", m.name()),
+        None => states_kw(s.per_row).to_string(),
+    }
 }
 
 /// check_gated_delta_rule(rule, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, states=False, verbose=True, name=None) -> CheckReport
@@ -177,6 +275,28 @@ fn gated_delta_rule_case<'py>(
 /// rolls back to, as vLLM's spec-decode path keeps one per draft token;
 /// the last is the final state).
 ///
+/// With `pool` (continuous batching: vLLM's
+/// `fused_recurrent_gated_delta_rule` with `ssm_state_indices` and
+/// `inplace_final_state=True`; `kernel_oracle` docs of `gdn::slots`) the
+/// states live in a pool of `N` slots and the callable is `rule(q, k, v,
+/// alpha, beta_raw, a_log, dt_bias, state_pool, ssm_state_indices, o,
+/// final_pool)`, with `num_accepted_tokens` after `ssm_state_indices` in
+/// spec:
+/// - `state_pool`: `[N, num_v, 128, 128]`, more slots than the batch
+///   names;
+/// - `"decode"`: `ssm_state_indices` `[B]` int32; sequence `b` reads slot
+///   `idx[b]` and writes its final state there;
+/// - `"spec"`: `ssm_state_indices` `[B, t]` int32 and
+///   `num_accepted_tokens` `[B]` int32 in `1..=t`; sequence `b` reads slot
+///   `idx[b, num_accepted[b] - 1]` and writes the state after row `r` to
+///   slot `idx[b, r]` unless that index is -1;
+/// - a sequence whose read index is -1 (`PAD_SLOT_ID`) is padding: nothing
+///   of it read or written, its `o` rows not judged;
+/// - `final_pool`: `[N, num_v, 128, 128]`, filled with NaN: the whole pool
+///   after the call, every slot no sequence writes with its bits unchanged
+///   (an in-place kernel: `final_pool[...] = state_pool`, then the kernel
+///   on `final_pool`).
+///
 /// Verdict per case: with `bit_exact=False`, every element of both
 /// outputs within `2 B + 2^-100` of the oracle's, `B` a first-order
 /// forward-error bound of an f32 evaluation under a stated model (any
@@ -189,15 +309,16 @@ fn gated_delta_rule_case<'py>(
 ///
 /// Arguments: `shapes` `(num_k, num_v, t, B)` tuples (default
 /// `GDN_SHAPES`), `arms` (`"RAND"`, `"GATES"`, `"NORM"`; default all),
-/// `states` (above), `seeds` / `trials` / `verbose` / `name` as
-/// `check_fp8_block_gemm`.
+/// `states`, `pool` (`None`, `"decode"`, `"spec"`; above), `seeds` /
+/// `trials` / `verbose` / `name` as `check_fp8_block_gemm`.
 ///
-/// Errors: `ValueError` on an unknown arm, a shape the contract refuses
-/// or one too large (`B t num_v 128^2` over 2^26), before any call.
+/// Errors: `ValueError` on an unknown arm or pool mode, `states=True` with
+/// a pool, a shape the contract refuses or one too large (`B t num_v
+/// 128^2` over 2^26, a pool counting twice), before any call.
 /// Every check also raises `ValueError`, before any call, for `trials`
 /// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
-#[pyo3(signature = (rule, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, states = false, verbose = true, name = None))]
+#[pyo3(signature = (rule, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, states = false, verbose = true, name = None, pool = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_gated_delta_rule<'py>(
     py: Python<'py>,
@@ -210,12 +331,14 @@ fn check_gated_delta_rule<'py>(
     states: bool,
     verbose: bool,
     name: Option<String>,
+    pool: Option<&str>,
 ) -> PyResult<CheckReport> {
     let seeds = Seeds::new(seeds, trials)?;
     let shape_list = shapes.unwrap_or_else(|| GDN_SHAPES.to_vec());
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
+    let pool = pool_mode(pool)?;
     for &sh in &shape_list {
-        spec(sh, Arm::Rand, None, states)?;
+        spec(sh, Arm::Rand, None, states, pool)?;
     }
     let fname = callable_name(&rule, name);
     let mut out = Out::new(py, verbose)?;
@@ -224,8 +347,11 @@ fn check_gated_delta_rule<'py>(
         ..CheckReport::default()
     };
     let declared = declared(bit_exact);
+    let pool_note = pool.map_or(String::new(), |m| {
+        format!(", states in a pool of slots ({})", m.name())
+    });
     out.row(&format!(
-        "check_gated_delta_rule({fname}), declared: {declared}"
+        "check_gated_delta_rule({fname}), declared: {declared}{pool_note}"
     ))?;
     out.row(&header("nk,nv,t,B", ["o", "S"]))?;
     for &sh in &shape_list {
@@ -233,29 +359,34 @@ fn check_gated_delta_rule<'py>(
         for &arm in &arms {
             let base = Spec::base_seed(nk, nv, t, b, arm);
             for seed in seeds.for_case(base) {
-                let s = spec(sh, arm, Some(seed), states)?;
+                let s = spec(sh, arm, Some(seed), states, pool)?;
                 let d = s.generate().map_err(PyValueError::new_err)?;
                 let want = reference(&s, &d).map_err(PyValueError::new_err)?;
-                let dims = self::shapes(&s);
-                let mut inputs = Vec::new();
-                for ((n, x), shape) in INPUTS.iter().zip(data_slices(&d)).zip(&dims) {
-                    inputs.push((*n, Input::F32(array(py, shape, x.to_vec())?, x)));
-                }
+                let dims = self::shapes(&s, &d);
+                let inputs = case_inputs(py, &s, &d, &dims)?;
                 let case = Case::new(
                     "gated_delta_rule",
                     &fname,
                     [("num_k", nk), ("num_v", nv), ("t", t), ("B", b)],
                     (arm.name(), seed),
                     declared,
-                    (bit_exact, states),
+                    (bit_exact, &rule_kws(&s)),
                 );
                 let o_place = |i: usize| {
                     let (b, r, h, j) = o_index(&s, i);
                     format!("[{b}, {r}, {h}, {j}] (sequence, row, v head, value)")
                 };
+                let writers = d.pool.as_ref().map(|p| slot_writers(p, t));
                 let s_place = |i: usize| {
                     let (b, r, h, k, j) = state_index(&s, i);
-                    if states {
+                    if let Some(w) = &writers {
+                        let (slot, h, k, j) = pool_index(&s, i);
+                        let whose = match w[slot] {
+                            Some((b, r)) => format!("the state of sequence {b} after row {r}"),
+                            None => "a slot no sequence writes: its bits before the call".into(),
+                        };
+                        format!("[{slot}, {h}, {k}, {j}] (slot, v head, key, value), {whose}")
+                    } else if states {
                         format!("[{b}, {r}, {h}, {k}, {j}] (sequence, row, v head, key, value)")
                     } else {
                         format!("[{b}, {h}, {k}, {j}] (sequence, v head, key, value)")
@@ -278,7 +409,7 @@ fn check_gated_delta_rule<'py>(
                                 place: &o_place,
                             },
                             Judged {
-                                what: state_name(states),
+                                what: state_out_names(&s).0,
                                 part: v.state,
                                 exact: bit_exact,
                                 place: &s_place,
@@ -299,6 +430,22 @@ fn state_name(per_row: bool) -> &'static str {
     } else {
         "final_state"
     }
+}
+
+/// For each slot of a pool, the sequence and row whose state the call
+/// leaves there, `None` where no sequence writes.
+fn slot_writers(p: &kernel_oracle::gdn::slots::StatePool, t: usize) -> Vec<Option<(usize, usize)>> {
+    let mut w = vec![None; p.slots];
+    let c = p.indices.len() / p.batch();
+    for b in (0..p.batch()).filter(|&b| !p.padded(b)) {
+        for (r, &i) in p.indices[b * c..(b + 1) * c].iter().enumerate() {
+            if let Ok(slot) = usize::try_from(i) {
+                let row = if p.mode == PoolMode::Spec { r } else { t - 1 };
+                w[slot] = Some((b, row));
+            }
+        }
+    }
+    w
 }
 
 /// The `states=True` argument of a rerun line, when it was given.
@@ -425,21 +572,21 @@ struct Case {
 impl Case {
     /// The lines of one case of `check_<contract>` (shape `dims`, named as
     /// the failure head names them), its arm and seed, what the callable
-    /// declared, and the `bit_exact` and `states` arguments the rerun
-    /// lines repeat.
+    /// declared, the `bit_exact` argument and the other keyword arguments
+    /// (`kws`, each with its leading comma) the rerun lines repeat.
     fn new(
         contract: &str,
         fname: &str,
         dims: [(&str, usize); 4],
         (arm, seed): (&str, u64),
         declared: &str,
-        (bit_exact, states): (bool, bool),
+        (bit_exact, kws): (bool, &str),
     ) -> Case {
         let values = dims.map(|(_, v)| v.to_string());
         let named: Vec<String> = dims.iter().map(|(n, v)| format!("{n}={v}")).collect();
         let (shape, tuple) = (values.join(","), values.join(", "));
         let exact_kw = if bit_exact { ", bit_exact=True" } else { "" };
-        let states_kw = states_kw(states);
+        let states_kw = kws;
         Case {
             row: format!("{shape:<14} {arm:>5} 0x{seed:016x}"),
             head: format!(
@@ -694,7 +841,7 @@ fn check_causal_conv1d_update<'py>(
                     [("dim", c), ("d_conv", k), ("t", t), ("B", b)],
                     (arm.name(), seed),
                     declared,
-                    (bit_exact, states),
+                    (bit_exact, states_kw(states)),
                 );
                 let o_place = |i: usize| {
                     format!(

@@ -114,6 +114,56 @@ def gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_s
                 final_state[b] = S
 
 
+def gated_delta_rule_pool(q, k, v, alpha, beta_raw, a_log, dt_bias, state_pool, ssm_state_indices, *rest, bug=None):
+    """The gated delta rule on a pool of states addressed by
+    ``ssm_state_indices``, as vLLM's ``fused_recurrent_gated_delta_rule``
+    with ``inplace_final_state=True`` addresses it: ``rest`` is ``(o,
+    final_pool)`` in decode (indices [B]) or ``(num_accepted_tokens, o,
+    final_pool)`` in spec (indices [B, t]). Sequence b reads slot
+    ``idx[b, num_accepted[b] - 1]`` (decode: ``idx[b]``), skips itself
+    when that is -1, and stores the state after row r to ``idx[b, r]``
+    when it is not -1 (decode: the final state to ``idx[b]``).
+
+    ``bug`` plants one of the addressing mistakes ``test_check_gdn.py``
+    expects the check to catch; None computes the contract."""
+    o, final_pool = rest[-2], rest[-1]
+    spec = ssm_state_indices.ndim == 2
+    nb, nt = q.shape[:2]
+    idx = ssm_state_indices.reshape(nb, -1)
+    accepted = rest[0] if spec else np.ones(nb, dtype=np.int32)
+    pool = state_pool.copy()
+    if bug == "transposed-pool":
+        pool = np.ascontiguousarray(pool.swapaxes(-1, -2))
+    if bug == "pool-not-copied":
+        pass
+    elif bug == "zeroes-untouched-slots":
+        final_pool[...] = 0
+    else:
+        final_pool[...] = pool
+    for b in range(nb):
+        col = 0 if bug == "reads-first-column" else accepted[b] - 1
+        if bug == "bound-by-row-stride" and col >= 1:
+            continue
+        read = idx[b, col]
+        if read < 0 and bug != "computes-padded-sequences":
+            continue
+        one = lambda x: x[b : b + 1]
+        states = np.empty((1, nt) + pool.shape[1:], dtype=np.float32)
+        last = np.empty((1,) + pool.shape[1:], dtype=np.float32)
+        start = pool[b] if bug == "ignores-indices" else pool[read]
+        gated_delta_rule(*map(one, (q, k, v, alpha, beta_raw)), a_log, dt_bias, start[None], one(o), last, states=states)
+        if not spec:
+            final_pool[b if bug == "ignores-indices" else read] = last[0]
+            continue
+        for r in range(nt):
+            if bug == "stores-final-only" and r != nt - 1:
+                continue
+            if idx[b, r] >= 0 or bug == "stores-unindexed-rows":
+                final_pool[idx[b, r]] = states[0, r]
+    if bug == "transposed-pool":
+        final_pool[...] = final_pool.swapaxes(-1, -2).copy()
+
+
 def causal_conv1d_update(x, conv_state, weight, out, final_state, bug=None, states=None):
     """The causal depthwise conv1d update with SiLU and no bias, in
     float32: x [B, dim, t] (oldest first), conv_state [B, dim, d_conv - 1],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kernel_oracle as ko
-from numpy_reference import causal_conv1d_update, gated_delta_rule
+from numpy_reference import causal_conv1d_update, gated_delta_rule, gated_delta_rule_pool
 
 # Small shapes: one head, GQA ratios 2 and 4 with several rows and
 # sequences (pytest runs on 2 cores in CI).
@@ -264,3 +264,75 @@ def test_many_trials_are_drawn_one_at_a_time():
     with pytest.raises(KeyboardInterrupt):
         ko.check_gated_delta_rule(stops_after_three, shapes=[(1, 1, 1, 1)], arms=["RAND"], trials=2**40, verbose=False)
     assert len(calls) == 4
+
+
+# Shapes for the pool: several sequences (padding, distinct slots) and
+# several rows (num_accepted_tokens past 1).
+POOL_SHAPES = [(1, 1, 1, 1), (1, 2, 3, 3), (2, 4, 4, 4)]
+
+
+def pooled(bug=None):
+    def f(*args):
+        gated_delta_rule_pool(*args, bug=bug)
+
+    f.__name__ = (bug or "pooled_rule").replace("-", "_")
+    return f
+
+
+def test_the_pooled_rule_passes_in_both_modes_and_padding_is_drawn(capsys):
+    for mode in ("decode", "spec"):
+        r = ko.check_gated_delta_rule(pooled(), shapes=POOL_SHAPES, arms=["RAND"], trials=4, pool=mode)
+        assert r.ok and r.passed == r.cases == len(POOL_SHAPES) * 4, r.failures[:1]
+        out = capsys.readouterr().out
+        assert f"states in a pool of slots ({mode})" in out
+    padded = accepted = 0
+    for seed in range(40):
+        c = ko.gated_delta_rule_case(1, 2, 3, 3, "RAND", seed=seed, pool="spec")
+        padded += len(c["padded"])
+        accepted += int((c["num_accepted_tokens"] > 1).sum())
+    # One sequence in four is padding; num_accepted_tokens is uniform in 1..=3.
+    assert 15 <= padded <= 45 and 60 <= accepted <= 100
+
+
+def test_the_pool_case_gives_its_arrays():
+    c = ko.gated_delta_rule_case(2, 4, 3, 2, "RAND", seed=5, pool="spec")
+    n = c["state_pool"].shape[0]
+    assert c["state_pool"].shape == c["final_pool"].shape == c["pool_limit"].shape == (n, 4, 128, 128)
+    assert c["ssm_state_indices"].shape == (2, 3) and c["ssm_state_indices"].dtype == np.int32
+    assert c["num_accepted_tokens"].shape == (2,) and n > 6 - (c["ssm_state_indices"] < 0).sum()
+    o, pool = np.full_like(c["o"], np.nan), np.full_like(c["final_pool"], np.nan)
+    names = ("q", "k", "v", "alpha", "beta_raw", "a_log", "dt_bias", "state_pool", "ssm_state_indices", "num_accepted_tokens")
+    gated_delta_rule_pool(*(c[x] for x in names), o, pool)
+    assert (np.abs(pool.astype(np.float64) - c["final_pool"]) <= c["pool_limit"]).all()
+    untouched = (c["pool_limit"] == 0).all(axis=(1, 2, 3))
+    assert untouched.any() and (c["final_pool"][untouched] == c["state_pool"][untouched]).all()
+    d = ko.gated_delta_rule_case(2, 4, 3, 2, "RAND", seed=5, pool="decode")
+    assert d["ssm_state_indices"].shape == (2,) and "num_accepted_tokens" not in d
+    with pytest.raises(ValueError, match="expected \"decode\" or \"spec\""):
+        ko.gated_delta_rule_case(1, 1, 1, 1, "RAND", pool="prefill")
+    with pytest.raises(ValueError, match="states=True with a pool"):
+        ko.check_gated_delta_rule(pooled(), states=True, pool="spec")
+
+
+@pytest.mark.parametrize(
+    "bug,mode,caught_by",
+    [
+        ("ignores-indices", "decode", "over their limit"),
+        ("computes-padded-sequences", "decode", "a slot no sequence writes"),
+        ("reads-first-column", "spec", "over their limit"),
+        ("bound-by-row-stride", "spec", NON_FINITE),
+        ("stores-final-only", "spec", "the state of sequence"),
+        ("stores-unindexed-rows", "spec", "final_pool:"),
+        ("pool-not-copied", "decode", NON_FINITE),
+        ("zeroes-untouched-slots", "spec", "a slot no sequence writes"),
+        ("transposed-pool", "decode", "over their limit"),
+    ],
+)
+def test_a_pool_addressing_bug_is_caught_and_its_reproduction_reruns(bug, mode, caught_by, capsys):
+    f = pooled(bug)
+    r = ko.check_gated_delta_rule(f, shapes=POOL_SHAPES, arms=["RAND"], trials=4, pool=mode, verbose=False)
+    assert not r.ok and any(re.search(caught_by, x) for x in r.failures), r.failures[0]
+    line = r.reproductions[0]
+    assert f'pool="{mode}"' in line
+    again = eval(line, {"kernel_oracle": ko, f.__name__: f})
+    assert again.cases == 1 and again.failed == 1

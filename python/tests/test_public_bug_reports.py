@@ -726,6 +726,32 @@ report(
     named(gdn_beta_rounded, "vllm_packed_gdn_decode_beta_bf16"),
 )
 
+from numpy_reference import gated_delta_rule_pool  # noqa: E402
+
+
+def pooled(bug, name):
+    return named(lambda *a: gated_delta_rule_pool(*a, bug=bug), name)
+
+
+report(
+    "vllm#50021", "https://github.com/vllm-project/vllm/pull/50021",
+    "GDN spec decode: the accepted-token read index bounded by the row stride (1), so every "
+    "sequence with num_accepted_tokens > 1 is skipped",
+    ko.check_gated_delta_rule,
+    pooled(None, "gdn_rule_pool"),
+    pooled("bound-by-row-stride", "vllm_gdn_spec_bound_by_stride_1"),
+    kw=dict(pool="spec"),
+)
+
+report(
+    "sgl-kernel-npu#640", "https://github.com/sgl-project/sgl-kernel-npu/issues/640",
+    "GDN decode: the state pool read and written K-major while it is V-major (S^T, K == V == 128)",
+    ko.check_gated_delta_rule,
+    pooled(None, "gdn_rule_pool"),
+    pooled("transposed-pool", "npu_gdn_update_transposed_pool"),
+    kw=dict(pool="decode"),
+)
+
 # ---------------------------------------------------------------------------
 # RMSNorm odd hidden sizes (check_rms_norm, float16)
 # ---------------------------------------------------------------------------

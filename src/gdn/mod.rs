@@ -14,7 +14,9 @@
 //! - [`rule`]: the gated delta rule from the conv output on, judged by a
 //!   written error bound, for other implementations (fla, vLLM);
 //! - [`conv_update`]: the conv in causal-conv1d's `causal_conv1d_update`
-//!   layouts, its state bit for bit and its output by a bound.
+//!   layouts, its state bit for bit and its output by a bound;
+//! - [`slots`]: continuous batching, the rule's states in a pool of slots
+//!   addressed by `ssm_state_indices`.
 //!
 //! Two checks, as the issue states them. Gate 1 (seed 003's check): the
 //! packed twins against `t` chained per-row launches, every bit of the six
@@ -35,6 +37,7 @@ pub mod pool;
 pub mod report;
 pub mod rule;
 pub mod run;
+pub mod slots;
 
 pub use generate::{CaseData, CaseSpec};
 pub use judge::{compare_six, oracle_chained, reference, Bits, Diff, Six};

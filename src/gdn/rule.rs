@@ -26,6 +26,10 @@
 //! (the snapshots speculative verification rolls back to; the last is the
 //! final state).
 //!
+//! With [`Spec::pool`] the states live in a pool of slots addressed by
+//! `ssm_state_indices` and the state output is the pool after the call
+//! ([`super::slots`]).
+//!
 //! The judge ([`Verdict`]): bit for bit when the implementation declares
 //! core's arithmetic; otherwise every element within `2 B + 2^-100` of
 //! the oracle's, where `B` ([`bound`]) is a first-order forward-error bound
@@ -37,6 +41,7 @@
 //! Algorithms*, 2nd ed., section 3.1 for `gamma_n`). The `2^-100` covers
 //! results flushed to zero (FTZ) below `2^-126`.
 
+use super::slots::{PoolMode, StatePool};
 use crate::elementwise::Part;
 use crate::gdn_fast::scan_rows_fast;
 use crate::rng::Rng;
@@ -146,6 +151,10 @@ pub struct Spec {
     pub seed: u64,
     /// The state is asked for after every row, not only after the last.
     pub per_row: bool,
+    /// The states live in a pool of slots addressed by
+    /// `ssm_state_indices` ([`super::slots`]), updated in place; `None`:
+    /// one state per sequence, in and out.
+    pub pool: Option<PoolMode>,
 }
 
 impl Spec {
@@ -172,18 +181,28 @@ impl Spec {
     ///
     /// # Errors
     /// Core's sentence for a zero dimension or `num_v % num_k != 0`; a
-    /// zero batch; a case over [`MAX_ELEMS`].
+    /// zero batch; [`Spec::per_row`] with a pool (the pool holds the
+    /// states it asks for); a case over [`MAX_ELEMS`] (a pool counts
+    /// twice: its slots are at most twice the states the batch names, plus
+    /// one).
     pub fn shape(&self) -> Result<GdnShape, String> {
         let s =
             GdnShape::new(self.num_k, self.num_v, D_STATE, 4, self.t).map_err(|e| e.to_string())?;
         if self.batch == 0 {
             return Err("batch: 0 sequences, expected at least 1".into());
         }
+        if self.per_row && self.pool.is_some() {
+            return Err(
+                "states=True with a pool: the pool's slots hold the states (spec mode stores the state after every row)"
+                    .into(),
+            );
+        }
         let big = self
             .batch
             .saturating_mul(self.t)
             .saturating_mul(self.num_v)
-            .saturating_mul(D_STATE * D_STATE);
+            .saturating_mul(D_STATE * D_STATE)
+            .saturating_mul(if self.pool.is_some() { 2 } else { 1 });
         if big > MAX_ELEMS {
             return Err(format!(
                 "num_k={} num_v={} t={} batch={}: B t num_v 128^2 = {big} state elements to walk, over the check's {MAX_ELEMS}",
@@ -247,6 +266,9 @@ impl Spec {
             };
         }
         let state: Vec<f32> = (0..b * s.state_len()).map(|_| 0.1 * rng.normal()).collect();
+        let pool = self
+            .pool
+            .map(|mode| StatePool::draw(mode, self.seed, b, t, &state));
         Ok(Data {
             q,
             k,
@@ -256,6 +278,7 @@ impl Spec {
             a_log,
             dt_bias,
             state,
+            pool,
         })
     }
 }
@@ -277,8 +300,12 @@ pub struct Data {
     pub a_log: Vec<f32>,
     /// `[num_v]`.
     pub dt_bias: Vec<f32>,
-    /// `[B][num_v][128][128]`.
+    /// `[B][num_v][128][128]`: each sequence's initial state (with a
+    /// pool, the contents of its read slot; a padded sequence's is used by
+    /// no one).
     pub state: Vec<f32>,
+    /// The pool and its indices, with [`Spec::pool`].
+    pub pool: Option<StatePool>,
 }
 
 /// The oracle's outputs and the limits they are judged by.
@@ -293,6 +320,9 @@ pub struct Want {
     pub o_limit: Vec<f64>,
     /// Per element of `state`: `2 B + FLOOR`.
     pub state_limit: Vec<f64>,
+    /// Per sequence, with a pool: padding, its `o` not judged (empty
+    /// without a pool).
+    pub padded: Vec<bool>,
 }
 
 /// One sequence's slices of a case: `(q, k, v, alpha, beta_raw, state)`.
@@ -317,11 +347,30 @@ fn sequence<'d>(spec: &Spec, d: &'d Data, b: usize) -> [&'d [f32]; 6] {
 /// The oracle: core's [`prep_rows`] on the conv output `q | k | v` of each
 /// row, then the scan (`crate::gdn_fast::scan_rows_fast`, bit-identical to
 /// `oracle::gdn::scan::scan_rows`), sequence by sequence; and each
-/// element's limit from [`bound`].
+/// element's limit from [`bound`]. With a pool, `state` is the pool after
+/// the call ([`StatePool::scatter`]: the slots written hold their states,
+/// every other slot its bits, limit 0).
 ///
 /// # Errors
-/// As [`Spec::shape`]; a slice of `d` whose length disagrees with `spec`.
+/// As [`Spec::shape`]; a slice of `d` whose length disagrees with `spec`;
+/// a pool missing from `d` when `spec` asks for one.
 pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
+    if let Some(mode) = spec.pool {
+        let p = d
+            .pool
+            .as_ref()
+            .filter(|p| p.mode == mode && p.batch() == spec.batch)
+            .ok_or("the case's data hold no pool of the spec's mode and batch")?;
+        let per_sequence = Spec {
+            per_row: mode == PoolMode::Spec,
+            pool: None,
+            ..*spec
+        };
+        let mut w = reference(&per_sequence, d)?;
+        (w.state, w.state_limit) = p.scatter(&w.state, &w.state_limit);
+        w.padded = (0..spec.batch).map(|b| p.padded(b)).collect();
+        return Ok(w);
+    }
     let s = spec.shape()?;
     let (nk, nv, t) = (spec.num_k, spec.num_v, spec.t);
     let (kd, vd, cd, n) = (s.key_dim(), s.value_dim(), s.conv_dim(), s.state_len());
@@ -354,6 +403,7 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
         state: vec![0.0; b * sn],
         o_limit: vec![0.0; b * t * vd],
         state_limit: vec![0.0; b * sn],
+        padded: Vec::new(),
     };
     let mut conv = vec![0f32; t * cd];
     let (mut hq, mut hk, mut hv) = (vec![0f32; t * vd], vec![0f32; t * vd], vec![0f32; t * vd]);
@@ -599,10 +649,19 @@ pub struct Verdict {
 
 impl Verdict {
     /// Judges `o` and `state` (the callable's, in the module docs'
-    /// layouts) against `want`.
+    /// layouts; with a pool, `state` is the pool after the call) against
+    /// `want`. A padded sequence's `o` rows are not judged: they count as
+    /// identical, whatever they hold.
     pub fn judge(o: &[f32], state: &[f32], want: &Want, bit_exact: bool) -> Verdict {
+        let mut o = o.to_vec();
+        if let Some(per_seq) = o.len().checked_div(want.padded.len()) {
+            for (b, _) in want.padded.iter().enumerate().filter(|(_, &p)| p) {
+                let r = b * per_seq..(b + 1) * per_seq;
+                o[r.clone()].copy_from_slice(&want.o[r]);
+            }
+        }
         Verdict {
-            o: Part::judge(o, &want.o, &want.o_limit),
+            o: Part::judge(&o, &want.o, &want.o_limit),
             state: Part::judge(state, &want.state, &want.state_limit),
             bit_exact,
         }
@@ -616,6 +675,14 @@ impl Verdict {
             self.o.within() && self.state.within()
         }
     }
+}
+
+/// A pool's flat index as `(slot, v head, key i, value j)`.
+pub fn pool_index(spec: &Spec, i: usize) -> (usize, usize, usize, usize) {
+    let j = i % D_STATE;
+    let k = (i / D_STATE) % D_STATE;
+    let h = (i / (D_STATE * D_STATE)) % spec.num_v;
+    (i / (D_STATE * D_STATE * spec.num_v), h, k, j)
 }
 
 /// `o`'s flat index as `(sequence, row, v head, value j)`.
@@ -650,7 +717,83 @@ mod tests {
             arm,
             seed: Spec::base_seed(num_k, num_v, t, batch, arm),
             per_row: false,
+            pool: None,
         }
+    }
+
+    /// With a pool the rule's data are those of the same seed without
+    /// one, each live sequence's stored rows land in their slots, every
+    /// other slot keeps its bits (any change fails, bit-exact or not), and
+    /// a padded sequence's `o` is not judged.
+    #[test]
+    fn a_pool_scatters_the_rule_and_keeps_the_rest() {
+        let (nk, nv, t, b) = (1, 2, 3, 4);
+        let n = nv * D_STATE * D_STATE;
+        for mode in PoolMode::ALL {
+            for seed in 0..6u64 {
+                let plain = Spec {
+                    seed,
+                    ..spec(nk, nv, t, b, Arm::Rand)
+                };
+                let sp = Spec {
+                    pool: Some(mode),
+                    ..plain
+                };
+                let d = sp.generate().unwrap();
+                let p = d.pool.clone().unwrap();
+                assert_eq!(d.q, plain.generate().unwrap().q);
+                let rows = Spec {
+                    per_row: true,
+                    ..plain
+                };
+                let per_row = reference(&rows, &d).unwrap();
+                let w = reference(&sp, &d).unwrap();
+                assert_eq!(w.state.len(), p.slots * n);
+                let mut written = vec![false; p.slots];
+                for seq in (0..b).filter(|&s| !p.padded(s)) {
+                    let c = mode.columns(t);
+                    for (r, &i) in p.indices[seq * c..(seq + 1) * c].iter().enumerate() {
+                        let Ok(slot) = usize::try_from(i) else {
+                            continue;
+                        };
+                        let row = if mode == PoolMode::Spec { r } else { t - 1 };
+                        let from = (seq * t + row) * n;
+                        assert_eq!(
+                            &w.state[slot * n..(slot + 1) * n],
+                            &per_row.state[from..from + n]
+                        );
+                        written[slot] = true;
+                    }
+                }
+                for s in (0..p.slots).filter(|&s| !written[s]) {
+                    assert_eq!(&w.state[s * n..(s + 1) * n], &p.pool[s * n..(s + 1) * n]);
+                    assert!(w.state_limit[s * n..(s + 1) * n].iter().all(|&l| l == 0.0));
+                }
+                assert!(Verdict::judge(&w.o, &w.state, &w, true).pass());
+                let spare = (0..p.slots).find(|&s| !written[s]).unwrap();
+                let mut pool = w.state.clone();
+                pool[spare * n + 5] *= 1.0 + 1e-6;
+                assert!(!Verdict::judge(&w.o, &pool, &w, false).pass());
+                let mut o = w.o.clone();
+                let per_seq = t * nv * D_STATE;
+                for seq in 0..b {
+                    if p.padded(seq) {
+                        o[seq * per_seq..(seq + 1) * per_seq].fill(f32::NAN);
+                    }
+                }
+                assert!(Verdict::judge(&o, &w.state, &w, true).pass());
+                if let Some(live) = (0..b).find(|&s| !p.padded(s)) {
+                    o[live * per_seq] = f32::NAN;
+                    assert!(!Verdict::judge(&o, &w.state, &w, false).pass());
+                }
+            }
+        }
+        let both = Spec {
+            per_row: true,
+            pool: Some(PoolMode::Spec),
+            ..spec(1, 1, 2, 1, Arm::Rand)
+        };
+        assert!(both.shape().is_err());
     }
 
     /// The oracle is one f32 evaluation of the formula, so it must lie
