@@ -161,7 +161,7 @@ fn data_slices(d: &rule::Data) -> [&[f32]; 8] {
     ]
 }
 
-/// gated_delta_rule_case(num_k, num_v, t, batch, arm, seed=None, states=False) -> dict
+/// gated_delta_rule_case(num_k, num_v, t, batch, arm, seed=None, states=False, pool=None) -> dict
 ///
 /// One case of `check_gated_delta_rule` as new arrays: the inputs `q`,
 /// `k`, `v`, `alpha`, `beta_raw`, `a_log`, `dt_bias`, `state` (float32,
@@ -233,14 +233,29 @@ fn state_out_names(s: &Spec) -> (&'static str, &'static str) {
 
 /// The extra keyword arguments a case's rerun lines repeat: `states=True`
 /// or `pool="..."`, when given.
-fn rule_kws(s: &Spec) -> String {
-    match s.pool {
+fn extra_kws(per_row: bool, pool: Option<PoolMode>) -> String {
+    match pool {
         Some(m) => format!(", pool=\"{}\"", m.name()),
-        None => states_kw(s.per_row).to_string(),
+        None => states_kw(per_row).to_string(),
     }
 }
 
-/// check_gated_delta_rule(rule, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, states=False, verbose=True, name=None) -> CheckReport
+/// Where a flat index of a state pool (`slot_len` elements a slot) lies:
+/// its slot and offset, and whose state the call leaves there.
+fn pool_place(
+    writers: &[Option<(usize, usize)>],
+    slot_len: usize,
+    i: usize,
+) -> (usize, usize, String) {
+    let slot = i / slot_len;
+    let whose = match writers[slot] {
+        Some((b, r)) => format!("the state of sequence {b} after row {r}"),
+        None => "a slot no sequence writes: its bits before the call".into(),
+    };
+    (slot, i % slot_len, whose)
+}
+
+/// check_gated_delta_rule(rule, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, states=False, verbose=True, name=None, pool=None) -> CheckReport
 ///
 /// Runs `rule`, an implementation of the gated delta rule with its L2
 /// norm and gates inside (GDN decode from the conv output on: fla's
@@ -370,7 +385,7 @@ fn check_gated_delta_rule<'py>(
                     [("num_k", nk), ("num_v", nv), ("t", t), ("B", b)],
                     (arm.name(), seed),
                     declared,
-                    (bit_exact, &rule_kws(&s)),
+                    (bit_exact, &extra_kws(s.per_row, s.pool)),
                 );
                 let o_place = |i: usize| {
                     let (b, r, h, j) = o_index(&s, i);
@@ -380,11 +395,8 @@ fn check_gated_delta_rule<'py>(
                 let s_place = |i: usize| {
                     let (b, r, h, k, j) = state_index(&s, i);
                     if let Some(w) = &writers {
+                        let (_, _, whose) = pool_place(w, nv * D_STATE * D_STATE, i);
                         let (slot, h, k, j) = pool_index(&s, i);
-                        let whose = match w[slot] {
-                            Some((b, r)) => format!("the state of sequence {b} after row {r}"),
-                            None => "a slot no sequence writes: its bits before the call".into(),
-                        };
                         format!("[{slot}, {h}, {k}, {j}] (slot, v head, key, value), {whose}")
                     } else if states {
                         format!("[{b}, {r}, {h}, {k}, {j}] (sequence, row, v head, key, value)")
@@ -667,6 +679,7 @@ fn conv_spec(
     arm: conv_update::Arm,
     seed: Option<u64>,
     per_row: bool,
+    pool: Option<PoolMode>,
 ) -> PyResult<conv_update::Spec> {
     let (dim, d_conv, t, batch) = shape;
     let s = conv_update::Spec {
@@ -677,41 +690,76 @@ fn conv_spec(
         arm,
         seed: seed.unwrap_or_else(|| conv_update::Spec::base_seed(dim, d_conv, t, batch, arm)),
         per_row,
+        pool,
     };
     s.shape().map_err(PyValueError::new_err)?;
     Ok(s)
 }
 
 /// The array shapes of a conv case: `x`, `conv_state`, `weight`, `out`,
-/// `final_state` (`states`, a row more, with `Spec::per_row`).
-fn conv_shapes(s: &conv_update::Spec) -> [Vec<usize>; 5] {
+/// `final_state` (`states`, a row more, with `Spec::per_row`; with a
+/// pool, the state input and output are `[N, dim, d_conv - 1]`).
+fn conv_shapes(s: &conv_update::Spec, d: &conv_update::Data) -> [Vec<usize>; 5] {
     let (c, k, t, b) = (s.dim, s.d_conv, s.t, s.batch);
+    let n = d.pool.as_ref().map_or(b, |p| p.slots);
     [
         vec![b, c, t],
-        vec![b, c, k - 1],
+        vec![n, c, k - 1],
         vec![c, k],
         vec![b, c, t],
         if s.per_row {
             vec![b, t, c, k - 1]
         } else {
-            vec![b, c, k - 1]
+            vec![n, c, k - 1]
         },
     ]
 }
 
-/// causal_conv1d_update_case(dim, d_conv, t, batch, arm, seed=None, states=False) -> dict
+/// The inputs of a conv case in the callable's order: `x`, the state (or
+/// the pool, `conv_state`), `weight`, and with a pool
+/// `conv_state_indices` (`[B]` int32).
+fn conv_inputs<'a, 'py>(
+    py: Python<'py>,
+    d: &'a conv_update::Data,
+    dims: &[Vec<usize>; 5],
+) -> PyResult<Vec<(&'static str, Input<'a, 'py>)>> {
+    let state = d.pool.as_ref().map_or(&d.state, |p| &p.pool);
+    let mut inputs = vec![
+        ("x", Input::F32(array(py, &dims[0], d.x.clone())?, &d.x)),
+        (
+            "conv_state",
+            Input::F32(array(py, &dims[1], state.clone())?, state),
+        ),
+        (
+            "weight",
+            Input::F32(array(py, &dims[2], d.weight.clone())?, &d.weight),
+        ),
+    ];
+    if let Some(p) = &d.pool {
+        inputs.push((
+            "conv_state_indices",
+            Input::I32(array(py, &[p.batch()], p.indices.clone())?, &p.indices),
+        ));
+    }
+    Ok(inputs)
+}
+
+/// causal_conv1d_update_case(dim, d_conv, t, batch, arm, seed=None, states=False, pool=None) -> dict
 ///
 /// One case of `check_causal_conv1d_update` as new arrays: the inputs
 /// `x`, `conv_state`, `weight` (float32, the shapes of that check's
 /// docstring), the oracle's `out` and `final_state` (with `states=True`,
 /// `states`, the state after every new input) (float32, core's bits)
-/// and `out_limit` (float64, `2 B + 2^-100` per element). `seed` None: the
-/// check's first seed.
+/// and `out_limit` (float64, `2 B + 2^-100` per element). With
+/// `pool="decode"`, `conv_state` is the pool, `conv_state_indices` (int32)
+/// is added, the state output is `final_pool` and `padded` lists the
+/// padded sequences. `seed` None: the check's first seed.
 ///
-/// Errors: `ValueError` for an unknown arm, a zero dimension, `d_conv`
-/// outside 2..=4 or a case over 2^26 elements.
+/// Errors: `ValueError` for an unknown arm or pool mode, `pool="spec"`,
+/// `states=True` with a pool, a zero dimension, `d_conv` outside 2..=4 or
+/// a case over 2^26 elements.
 #[pyfunction]
-#[pyo3(signature = (dim, d_conv, t, batch, arm, seed = None, states = false))]
+#[pyo3(signature = (dim, d_conv, t, batch, arm, seed = None, states = false, pool = None))]
 #[allow(clippy::too_many_arguments)]
 fn causal_conv1d_update_case<'py>(
     py: Python<'py>,
@@ -722,23 +770,33 @@ fn causal_conv1d_update_case<'py>(
     arm: &str,
     seed: Option<u64>,
     states: bool,
+    pool: Option<&str>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = conv_update::Arm::parse(arm).map_err(PyValueError::new_err)?;
-    let s = conv_spec((dim, d_conv, t, batch), arm, seed, states)?;
+    let s = conv_spec((dim, d_conv, t, batch), arm, seed, states, pool_mode(pool)?)?;
     let d = s.generate().map_err(PyValueError::new_err)?;
     let w = conv_update::reference(&s, &d).map_err(PyValueError::new_err)?;
-    let sh = conv_shapes(&s);
+    let sh = conv_shapes(&s, &d);
     let dict = PyDict::new(py);
-    dict.set_item("x", array(py, &sh[0], d.x)?)?;
-    dict.set_item("conv_state", array(py, &sh[1], d.state)?)?;
-    dict.set_item("weight", array(py, &sh[2], d.weight)?)?;
+    for (name, x) in conv_inputs(py, &d, &sh)? {
+        dict.set_item(name, x.array())?;
+    }
     dict.set_item("out", array(py, &sh[3], w.out)?)?;
-    dict.set_item(state_name(states), array(py, &sh[4], w.state)?)?;
+    let state_out = if s.pool.is_some() {
+        "final_pool"
+    } else {
+        state_name(states)
+    };
+    dict.set_item(state_out, array(py, &sh[4], w.state)?)?;
     dict.set_item("out_limit", array(py, &sh[3], w.out_limit)?)?;
+    if s.pool.is_some() {
+        let padded: Vec<usize> = (0..batch).filter(|&b| w.padded[b]).collect();
+        dict.set_item("padded", padded)?;
+    }
     Ok(dict)
 }
 
-/// check_causal_conv1d_update(conv, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, states=False, verbose=True, name=None) -> CheckReport
+/// check_causal_conv1d_update(conv, shapes=None, arms=None, seeds=None, trials=1, bit_exact=False, states=False, verbose=True, name=None, pool=None) -> CheckReport
 ///
 /// Runs `conv`, a causal depthwise conv1d update with SiLU and no bias
 /// (GDN decode's conv, seed 003; causal-conv1d's
@@ -767,6 +825,16 @@ fn causal_conv1d_update_case<'py>(
 /// every new input (what speculative verification rolls back to; the
 /// last is the final state).
 ///
+/// With `pool="decode"` (vLLM's `causal_conv1d_update` with
+/// `conv_state_indices`; `kernel_oracle` docs of `gdn::slots`) the
+/// callable is `conv(x, conv_state, weight, conv_state_indices, out,
+/// final_pool)`: `conv_state` is a pool `[N, dim, d_conv - 1]` of more
+/// slots than sequences, `conv_state_indices` `[B]` int32 each sequence's
+/// slot (-1: padding, nothing read or written, its `out` not judged), and
+/// `final_pool` (NaN-filled, `[N, dim, d_conv - 1]`) the whole pool after
+/// the call: each live sequence's final state in its slot, every other
+/// slot its bits.
+///
 /// Verdict per case: `final_state` bit for bit (data moved, never
 /// computed); `out` within `2 B + 2^-100` of the oracle's per element
 /// (`B = 8u |silu(a)| + 1.1 gamma_(d_conv+1) sum |w win|`, any order, FMA,
@@ -775,16 +843,18 @@ fn causal_conv1d_update_case<'py>(
 /// bit-identical elements and the worst error-to-limit ratio.
 ///
 /// Arguments: `shapes` `(dim, d_conv, t, B)` tuples (default
-/// `CONV_SHAPES`), `arms` (`"RAND"`, `"WIDE"`; default both), `states`
-/// (above), `seeds` / `trials` / `verbose` / `name` as
-/// `check_fp8_block_gemm`.
+/// `CONV_SHAPES`), `arms` (`"RAND"`, `"WIDE"`; default both), `states`,
+/// `pool` (`None` or `"decode"`; above), `seeds` / `trials` / `verbose` /
+/// `name` as `check_fp8_block_gemm`.
 ///
-/// Errors: `ValueError` on an unknown arm, a zero dimension, `d_conv`
-/// outside 2..=4 or a case over 2^26 elements, before any call.
+/// Errors: `ValueError` on an unknown arm or pool mode, `pool="spec"` (the
+/// conv's speculative window is not modelled), `states=True` with a pool,
+/// a zero dimension, `d_conv` outside 2..=4 or a case over 2^26 elements,
+/// before any call.
 /// Every check also raises `ValueError`, before any call, for `trials`
 /// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
-#[pyo3(signature = (conv, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, states = false, verbose = true, name = None))]
+#[pyo3(signature = (conv, shapes = None, arms = None, seeds = None, trials = 1, bit_exact = false, states = false, verbose = true, name = None, pool = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_causal_conv1d_update<'py>(
     py: Python<'py>,
@@ -797,12 +867,14 @@ fn check_causal_conv1d_update<'py>(
     states: bool,
     verbose: bool,
     name: Option<String>,
+    pool: Option<&str>,
 ) -> PyResult<CheckReport> {
     let seeds = Seeds::new(seeds, trials)?;
     let shape_list = shapes.unwrap_or_else(|| CONV_SHAPES.to_vec());
     let arms = arms_or_all(arms, &conv_update::Arm::ALL, conv_update::Arm::parse)?;
+    let pool = pool_mode(pool)?;
     for &sh in &shape_list {
-        conv_spec(sh, conv_update::Arm::Rand, None, states)?;
+        conv_spec(sh, conv_update::Arm::Rand, None, states, pool)?;
     }
     let fname = callable_name(&conv, name);
     let mut out = Out::new(py, verbose)?;
@@ -812,7 +884,12 @@ fn check_causal_conv1d_update<'py>(
     };
     let declared = declared(bit_exact);
     out.row(&format!(
-        "check_causal_conv1d_update({fname}), declared: {declared}; the state bit for bit"
+        "check_causal_conv1d_update({fname}), declared: {declared}; the state bit for bit{}",
+        if pool.is_some() {
+            ", states in a pool of slots (decode)"
+        } else {
+            ""
+        }
     ))?;
     out.row(&header("dim,d_conv,t,B", ["out", "state"]))?;
     for &sh in &shape_list {
@@ -820,29 +897,20 @@ fn check_causal_conv1d_update<'py>(
         for &arm in &arms {
             let base = conv_update::Spec::base_seed(c, k, t, b, arm);
             for seed in seeds.for_case(base) {
-                let s = conv_spec(sh, arm, Some(seed), states)?;
+                let s = conv_spec(sh, arm, Some(seed), states, pool)?;
                 let d = s.generate().map_err(PyValueError::new_err)?;
                 let want = conv_update::reference(&s, &d).map_err(PyValueError::new_err)?;
-                let dims = conv_shapes(&s);
-                let inputs = [
-                    ("x", Input::F32(array(py, &dims[0], d.x.clone())?, &d.x)),
-                    (
-                        "conv_state",
-                        Input::F32(array(py, &dims[1], d.state.clone())?, &d.state),
-                    ),
-                    (
-                        "weight",
-                        Input::F32(array(py, &dims[2], d.weight.clone())?, &d.weight),
-                    ),
-                ];
+                let dims = conv_shapes(&s, &d);
+                let inputs = conv_inputs(py, &d, &dims)?;
                 let case = Case::new(
                     "causal_conv1d_update",
                     &fname,
                     [("dim", c), ("d_conv", k), ("t", t), ("B", b)],
                     (arm.name(), seed),
                     declared,
-                    (bit_exact, states_kw(states)),
+                    (bit_exact, &extra_kws(states, pool)),
                 );
+                let writers = d.pool.as_ref().map(|p| slot_writers(p, t));
                 let o_place = |i: usize| {
                     format!(
                         "[{}, {}, {}] (sequence, channel, input)",
@@ -856,7 +924,10 @@ fn check_causal_conv1d_update<'py>(
                     let row = i / (c * p);
                     let (seq, r) = (row / rows, t - rows + row % rows);
                     let (ch, tap) = ((i / p) % c, i % p);
-                    if states {
+                    if let Some(w) = &writers {
+                        let (slot, _, whose) = pool_place(w, c * p, i);
+                        format!("[{slot}, {ch}, {tap}] (slot, channel, tap), {whose}")
+                    } else if states {
                         format!("[{seq}, {r}, {ch}, {tap}] (sequence, input, channel, tap)")
                     } else {
                         format!("[{seq}, {ch}, {tap}] (sequence, channel, tap)")
@@ -879,7 +950,11 @@ fn check_causal_conv1d_update<'py>(
                                 place: &o_place,
                             },
                             Judged {
-                                what: state_name(states),
+                                what: if pool.is_some() {
+                                    "final_pool"
+                                } else {
+                                    state_name(states)
+                                },
                                 part: v.state,
                                 exact: true,
                                 place: &s_place,

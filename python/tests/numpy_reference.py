@@ -201,6 +201,25 @@ def causal_conv1d_update(x, conv_state, weight, out, final_state, bug=None, stat
     final_state[...] = state
 
 
+def causal_conv1d_update_pool(x, conv_state, weight, conv_state_indices, out, final_pool, bug=None):
+    """The conv update on a pool of states addressed by
+    ``conv_state_indices`` [B] (vLLM's ``causal_conv1d_update``): sequence b
+    reads and writes slot ``idx[b]``, skipped when that is -1 (padding);
+    final_pool is the whole pool after the call.
+
+    ``bug``: "ignores-indices" (slot b for sequence b), "computes-padding"
+    (a -1 index dereferenced: numpy's last slot), "pool-not-copied"."""
+    if bug != "pool-not-copied":
+        final_pool[...] = conv_state
+    for b, idx in enumerate(conv_state_indices):
+        slot = b if bug == "ignores-indices" else idx
+        if idx < 0 and bug != "computes-padding":
+            continue
+        fin = np.empty((1,) + conv_state.shape[1:], dtype=np.float32)
+        causal_conv1d_update(x[b : b + 1], conv_state[slot][None], weight, out[b : b + 1], fin)
+        final_pool[slot] = fin[0]
+
+
 def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
     """Per-token-group e4m3 quantization in float32 numpy: x [m, k] ->
     codes q [m, k] (through ``ko.encode_e4m3``) and scales s [m, ceil(k /

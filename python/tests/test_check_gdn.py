@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kernel_oracle as ko
-from numpy_reference import causal_conv1d_update, gated_delta_rule, gated_delta_rule_pool
+from numpy_reference import causal_conv1d_update, causal_conv1d_update_pool, gated_delta_rule, gated_delta_rule_pool
 
 # Small shapes: one head, GQA ratios 2 and 4 with several rows and
 # sequences (pytest runs on 2 cores in CI).
@@ -336,3 +336,34 @@ def test_a_pool_addressing_bug_is_caught_and_its_reproduction_reruns(bug, mode, 
     assert f'pool="{mode}"' in line
     again = eval(line, {"kernel_oracle": ko, f.__name__: f})
     assert again.cases == 1 and again.failed == 1
+
+
+def conv_pooled(bug=None):
+    def f(*args):
+        causal_conv1d_update_pool(*args, bug=bug)
+
+    f.__name__ = (bug or "conv_pooled").replace("-", "_")
+    return f
+
+
+CONV_POOL_SHAPES = [(1, 4, 1, 1), (130, 4, 2, 3), (700, 2, 5, 4)]
+
+
+def test_the_pooled_conv_passes_and_addressing_bugs_are_caught():
+    r = ko.check_causal_conv1d_update(conv_pooled(), shapes=CONV_POOL_SHAPES, trials=3, pool="decode", verbose=False)
+    assert r.ok and r.passed == r.cases == len(CONV_POOL_SHAPES) * 2 * 3, r.failures[:1]
+    c = ko.causal_conv1d_update_case(130, 4, 2, 3, "RAND", seed=3, pool="decode")
+    n = c["conv_state"].shape[0]
+    assert c["final_pool"].shape == (n, 130, 3) and c["conv_state_indices"].shape == (3,) and n > 3
+    for bug, caught_by in [
+        ("ignores-indices", "final_pool:"),
+        ("computes-padding", "a slot no sequence writes"),
+        ("pool-not-copied", NON_FINITE),
+    ]:
+        f = conv_pooled(bug)
+        r = ko.check_causal_conv1d_update(f, shapes=CONV_POOL_SHAPES, trials=3, pool="decode", verbose=False)
+        assert not r.ok and any(re.search(caught_by, x) for x in r.failures), (bug, r.failures[:1])
+        again = eval(r.reproductions[0], {"kernel_oracle": ko, f.__name__: f})
+        assert again.failed == 1 and 'pool="decode"' in r.reproductions[0]
+    with pytest.raises(ValueError, match="speculative window"):
+        ko.check_causal_conv1d_update(conv_pooled(), pool="spec")

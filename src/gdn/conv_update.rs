@@ -20,11 +20,17 @@
 //! (what speculative verification rolls back to; the last is the final
 //! state).
 //!
+//! With [`Spec::pool`] (decode only) the states live in a pool of slots
+//! addressed by `conv_state_indices` (vLLM's `causal_conv1d_update`),
+//! updated in place, and the state output is the pool after the call
+//! ([`super::slots`]).
+//!
 //! The judge: the state bit for bit always (it is data moved, never
 //! computed); `out` bit for bit when the implementation declares core's
 //! arithmetic, else within `2 B + 2^-100` of the oracle's ([`bound`]).
 
 use super::rule::{gamma, FLOOR, TRANSCENDENTAL, U};
+use super::slots::{unjudged_padding, PoolMode, StatePool};
 use crate::elementwise::Part;
 use crate::rng::Rng;
 use oracle::gdn::conv::conv1d_rows;
@@ -85,6 +91,10 @@ pub struct Spec {
     pub seed: u64,
     /// The state is asked for after every new input, not only the last.
     pub per_row: bool,
+    /// The states live in a pool of slots addressed by
+    /// `conv_state_indices` ([`super::slots`]; decode only), updated in
+    /// place; `None`: one state per sequence, in and out.
+    pub pool: Option<PoolMode>,
 }
 
 impl Spec {
@@ -112,13 +122,23 @@ impl Spec {
     ///
     /// # Errors
     /// A zero dimension, `d_conv` outside 2..=4 (core's sentence), a case
-    /// over [`MAX_ELEMS`].
+    /// over [`MAX_ELEMS`]; a pool in spec mode (the conv's speculative
+    /// window is not modelled) or with [`Spec::per_row`].
     pub fn shape(&self) -> Result<GdnShape, String> {
         if self.dim == 0 || self.batch == 0 {
             return Err(format!(
                 "dim={} batch={}: both must be at least 1",
                 self.dim, self.batch
             ));
+        }
+        match self.pool {
+            Some(PoolMode::Spec) => {
+                return Err("pool=\"spec\": the conv's speculative window (num_accepted_tokens) is not modelled; the conv takes pool=\"decode\"".into())
+            }
+            Some(PoolMode::Decode) if self.per_row => {
+                return Err("states=True with a pool: the pool's slots hold the states".into())
+            }
+            _ => {}
         }
         let big = self
             .batch
@@ -149,8 +169,16 @@ impl Spec {
         let wide = if self.arm == Arm::Wide { 60.0 } else { 1.0 };
         let weight = (0..c * self.d_conv).map(|_| 0.5 * rng.normal()).collect();
         let x = (0..b * c * t).map(|_| wide * rng.normal()).collect();
-        let state = (0..b * c * p).map(|_| wide * rng.normal()).collect();
-        Ok(Data { x, state, weight })
+        let state: Vec<f32> = (0..b * c * p).map(|_| wide * rng.normal()).collect();
+        let pool = self
+            .pool
+            .map(|mode| StatePool::draw(mode, self.seed, b, t, &state));
+        Ok(Data {
+            x,
+            state,
+            weight,
+            pool,
+        })
     }
 }
 
@@ -163,6 +191,9 @@ pub struct Data {
     pub state: Vec<f32>,
     /// `[dim][d_conv]`.
     pub weight: Vec<f32>,
+    /// The pool and its indices, with [`Spec::pool`] (the pool's slots
+    /// `[N][dim][P]`; `state` holds each sequence's read slot).
+    pub pool: Option<StatePool>,
 }
 
 /// The oracle's outputs and `out`'s limits.
@@ -175,15 +206,40 @@ pub struct Want {
     pub state: Vec<f32>,
     /// Per element of `out`: `2 B + FLOOR`.
     pub out_limit: Vec<f64>,
+    /// Per sequence, with a pool: padding, its `out` not judged (empty
+    /// without a pool).
+    pub padded: Vec<bool>,
 }
 
 /// The oracle: core's [`conv1d_rows`] on each sequence, its channels
 /// padded with zeros to [`Spec::shape`]'s; and `out`'s limits from
 /// [`bound`].
 ///
+/// With a pool, `state` is the pool after the call
+/// ([`StatePool::scatter`]).
+///
 /// # Errors
-/// As [`Spec::shape`]; a slice of `d` whose length disagrees with `spec`.
+/// As [`Spec::shape`]; a slice of `d` whose length disagrees with `spec`;
+/// a pool missing from `d` when `spec` asks for one.
 pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
+    if let Some(mode) = spec.pool {
+        spec.shape()?;
+        let p = d
+            .pool
+            .as_ref()
+            .filter(|p| p.mode == mode && p.batch() == spec.batch)
+            .ok_or("the case's data hold no pool of the spec's mode and batch")?;
+        let mut w = reference(
+            &Spec {
+                pool: None,
+                ..*spec
+            },
+            d,
+        )?;
+        (w.state, _) = p.scatter(&w.state, &vec![0.0; w.state.len()]);
+        w.padded = (0..spec.batch).map(|b| p.padded(b)).collect();
+        return Ok(w);
+    }
     let s = spec.shape()?;
     let (c, k, t, b) = (spec.dim, spec.d_conv, spec.t, spec.batch);
     let (p, cp) = (k - 1, s.conv_dim());
@@ -203,6 +259,7 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
         out: vec![0.0; b * c * t],
         state: vec![0.0; b * sn],
         out_limit: vec![0.0; b * c * t],
+        padded: Vec::new(),
     };
     let (mut xs, mut ring, mut out) = (vec![0f32; t * cp], vec![0f32; cp * p], vec![0f32; t * cp]);
     let mut snap = vec![0f32; (t - 1) * cp * p];
@@ -283,10 +340,13 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Judges the callable's `out` and final `state` against `want`.
+    /// Judges the callable's `out` and final `state` (with a pool, the
+    /// pool after the call) against `want`; a padded sequence's `out` is
+    /// not judged.
     pub fn judge(out: &[f32], state: &[f32], want: &Want, bit_exact: bool) -> Verdict {
+        let out = unjudged_padding(out, &want.out, &want.padded);
         Verdict {
-            out: Part::judge(out, &want.out, &want.out_limit),
+            out: Part::judge(&out, &want.out, &want.out_limit),
             state: Part::judge(state, &want.state, &vec![0.0; want.state.len()]),
             bit_exact,
         }
@@ -317,7 +377,53 @@ mod tests {
             arm,
             seed: Spec::base_seed(dim, d_conv, t, batch, arm),
             per_row: false,
+            pool: None,
         }
+    }
+
+    /// With a pool: each live sequence's final state in its slot, every
+    /// other slot as it was, padding's `out` not judged; spec refused.
+    #[test]
+    fn a_pool_holds_each_final_state_in_its_slot() {
+        let (c, k, t, b) = (5, 4, 2, 4);
+        let n = c * (k - 1);
+        for seed in 0..8u64 {
+            let plain = Spec {
+                seed,
+                ..spec(c, k, t, b, Arm::Rand)
+            };
+            let sp = Spec {
+                pool: Some(PoolMode::Decode),
+                ..plain
+            };
+            let d = sp.generate().unwrap();
+            let p = d.pool.clone().unwrap();
+            let own = reference(&plain, &d).unwrap();
+            let w = reference(&sp, &d).unwrap();
+            for seq in 0..b {
+                match p.read_slot(seq) {
+                    Some(s) => assert_eq!(
+                        &w.state[s * n..(s + 1) * n],
+                        &own.state[seq * n..(seq + 1) * n]
+                    ),
+                    None => assert!(w.padded[seq]),
+                }
+            }
+            let live: Vec<usize> = (0..b).filter_map(|s| p.read_slot(s)).collect();
+            for s in (0..p.slots).filter(|s| !live.contains(s)) {
+                assert_eq!(&w.state[s * n..(s + 1) * n], &p.pool[s * n..(s + 1) * n]);
+            }
+            let mut out = w.out.clone();
+            for seq in (0..b).filter(|&s| w.padded[s]) {
+                out[seq * c * t..(seq + 1) * c * t].fill(f32::NAN);
+            }
+            assert!(Verdict::judge(&out, &w.state, &w, true).pass());
+        }
+        let spec_mode = Spec {
+            pool: Some(PoolMode::Spec),
+            ..spec(c, k, t, b, Arm::Rand)
+        };
+        assert!(spec_mode.generate().is_err());
     }
 
     /// The oracle against the direct definition in f64: within `B`.

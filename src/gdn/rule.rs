@@ -41,7 +41,7 @@
 //! Algorithms*, 2nd ed., section 3.1 for `gamma_n`). The `2^-100` covers
 //! results flushed to zero (FTZ) below `2^-126`.
 
-use super::slots::{PoolMode, StatePool};
+use super::slots::{unjudged_padding, PoolMode, StatePool};
 use crate::elementwise::Part;
 use crate::gdn_fast::scan_rows_fast;
 use crate::rng::Rng;
@@ -653,13 +653,7 @@ impl Verdict {
     /// `want`. A padded sequence's `o` rows are not judged: they count as
     /// identical, whatever they hold.
     pub fn judge(o: &[f32], state: &[f32], want: &Want, bit_exact: bool) -> Verdict {
-        let mut o = o.to_vec();
-        if let Some(per_seq) = o.len().checked_div(want.padded.len()) {
-            for (b, _) in want.padded.iter().enumerate().filter(|(_, &p)| p) {
-                let r = b * per_seq..(b + 1) * per_seq;
-                o[r.clone()].copy_from_slice(&want.o[r]);
-            }
-        }
+        let o = unjudged_padding(o, &want.o, &want.padded);
         Verdict {
             o: Part::judge(&o, &want.o, &want.o_limit),
             state: Part::judge(state, &want.state, &want.state_limit),

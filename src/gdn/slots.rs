@@ -25,8 +25,9 @@
 //! the same pool; `num_accepted_tokens = 0` is outside the contract and
 //! never drawn.
 //!
-//! The rule of each sequence is [`super::rule`]'s, unchanged: the pool is
-//! layout only. The public reports this layout is for: vLLM PRs 48475
+//! The rule of each sequence is [`super::rule`]'s (or the conv's,
+//! [`super::conv_update`], in decode: vLLM's `causal_conv1d_update` with
+//! `conv_state_indices`), unchanged: the pool is layout only. The public reports this layout is for: vLLM PRs 48475
 //! and 50021 (the read index of a spec-decode row out of its row's
 //! bounds), sgl-kernel-npu issue 640 (a pool read and written transposed).
 
@@ -200,6 +201,22 @@ impl StatePool {
         }
         (pool, limit)
     }
+}
+
+/// `got` with each padded sequence's elements replaced by `want`'s (the
+/// rows a padded sequence would have written are not judged): both
+/// `[B][per sequence]`, `padded` `[B]` (empty: no pool, `got` as it is).
+pub fn unjudged_padding(got: &[f32], want: &[f32], padded: &[bool]) -> Vec<f32> {
+    let mut g = got.to_vec();
+    if let Some(per) = want.len().checked_div(padded.len()) {
+        for (b, _) in padded.iter().enumerate().filter(|(_, &p)| p) {
+            let r = b * per..(b + 1) * per;
+            if r.end <= g.len() {
+                g[r.clone()].copy_from_slice(&want[r]);
+            }
+        }
+    }
+    g
 }
 
 #[cfg(test)]
