@@ -20,8 +20,8 @@ use oracle::conventions::Overflow;
 use oracle::e4m3::encode_e4m3;
 use oracle::fp8_mmq::E4M3_MAX;
 use oracle::fp8_quant::{
-    quantize_groups, quantize_scaled, Granularity, GroupScale, ScaleSource, ScaledRule,
-    MIN_SCALING_FACTOR,
+    ceil_log2, ceil_log2f, quantize_groups, quantize_scaled, Granularity, GroupScale, ScaleSource,
+    ScaledRule, Ue8m0Ceil, MIN_SCALING_FACTOR,
 };
 
 /// The data a case draws, each arm aimed at one choice that separates the
@@ -41,9 +41,21 @@ pub enum Arm {
     /// midpoints times the power of two a UE8M0 scale takes (round half
     /// to even against half away from zero).
     Ties,
-    /// UE8M0's ceiling: half the groups with `amax / 448` exactly a power
-    /// of two, half one f32 ulp above one (where a binary32 `log2` rounds
-    /// back to the power for exponents of magnitude 4 and more).
+    /// UE8M0's ceiling ([`oracle::fp8_quant::Ue8m0Ceil`]): each group's
+    /// `amax / 448` (the scale the UE8M0 rules round up) is set bit for
+    /// bit ([`pow2_amax`]; and torch's `amax * fl(1/448)` too, for every
+    /// scale at or above a power of two and two thirds of those below
+    /// one, where both ceilings agree anyway: a torch form's scalar
+    /// division changes nothing the arm aims at) at a
+    /// [`Pow2Kind`] by the group's index `t` in
+    /// row-major order ([`Pow2Kind::of_group`]): half the groups (`t % 4`
+    /// of 0 or 2) 1 to 3 ulps above a power of two `2^e` where a binary32
+    /// `log2` rounds back to `e` (`|e|` from 4, 8, 16 up; `log2f` keeps
+    /// `2^e`, the exact ceiling takes `2^(e+1)`), one in eight exactly a
+    /// power, one in eight 1 to 3 ulps above one where both ceilings take
+    /// `2^(e+1)`, and a quarter 1 to 3 ulps below one (both keep `2^e`);
+    /// `e` from -20 to 20 ([`POW2_EXP`]: above DeepGEMM's `eps = 1e-4`
+    /// floor, so the scale is the amax's).
     Pow2,
 }
 
@@ -71,26 +83,153 @@ impl Arm {
 }
 
 /// The rules a check names when an output matches them: v2, the
-/// division and UE8M0 rules at the floors the field passes (vLLM and
-/// SGLang `1e-10`, DeepGEMM `1e-4`), and the pure-torch form's reciprocal
-/// scale at `1e-10`.
-pub const KNOWN: [GroupScale; 6] = [
+/// division and UE8M0 rules (each UE8M0 ceiling) at the floors the field
+/// passes (vLLM and SGLang `1e-10`, DeepGEMM `1e-4`), and the pure-torch
+/// form's reciprocal scale at `1e-10`.
+pub const KNOWN: [GroupScale; 8] = [
     GroupScale::V2,
     GroupScale::Divide { eps: 1e-10 },
     GroupScale::Divide { eps: 1e-4 },
     GroupScale::Reciprocal { eps: 1e-10 },
-    GroupScale::Ue8m0 { eps: 1e-10 },
-    GroupScale::Ue8m0 { eps: 1e-4 },
+    GroupScale::Ue8m0 {
+        eps: 1e-10,
+        ceil: Ue8m0Ceil::Log2f,
+    },
+    GroupScale::Ue8m0 {
+        eps: 1e-4,
+        ceil: Ue8m0Ceil::Log2f,
+    },
+    GroupScale::Ue8m0 {
+        eps: 1e-10,
+        ceil: Ue8m0Ceil::Exact,
+    },
+    GroupScale::Ue8m0 {
+        eps: 1e-4,
+        ceil: Ue8m0Ceil::Exact,
+    },
 ];
 
-/// A rule in one line: its formula and floor.
+/// A rule's name as a check's `rule` argument takes it: `v2`, `divide`,
+/// `reciprocal`, `ue8m0` (the `log2f` ceiling) or `ue8m0_exact`.
+pub fn rule_name(rule: &GroupScale) -> &'static str {
+    match rule {
+        GroupScale::V2 => "v2",
+        GroupScale::Divide { .. } => "divide",
+        GroupScale::Reciprocal { .. } => "reciprocal",
+        GroupScale::Ue8m0 {
+            ceil: Ue8m0Ceil::Log2f,
+            ..
+        } => "ue8m0",
+        GroupScale::Ue8m0 {
+            ceil: Ue8m0Ceil::Exact,
+            ..
+        } => "ue8m0_exact",
+    }
+}
+
+/// A rule in one line: its name ([`rule_name`]) and floor.
 pub fn rule_label(rule: &GroupScale) -> String {
     match rule {
         GroupScale::V2 => "v2".into(),
-        GroupScale::Divide { eps } => format!("divide(eps={eps:e})"),
-        GroupScale::Reciprocal { eps } => format!("reciprocal(eps={eps:e})"),
-        GroupScale::Ue8m0 { eps } => format!("ue8m0(eps={eps:e})"),
+        GroupScale::Divide { eps }
+        | GroupScale::Reciprocal { eps }
+        | GroupScale::Ue8m0 { eps, .. } => format!("{}(eps={eps:e})", rule_name(rule)),
     }
+}
+
+/// POW2's exponents: a power of two `2^e` with `e` in this range
+/// (inclusive). Its top keeps every amax far inside f32 and the e4m3 and
+/// int8 codes' range; its bottom keeps `127 * 2^e` and `448 * 2^e` above
+/// DeepGEMM's `eps = 1e-4`, so the amax, not the floor, decides the
+/// scale.
+pub const POW2_EXP: (i32, i32) = (-20, 20);
+
+/// Where a POW2 group's scale lies relative to a power of two `2^e`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pow2Kind {
+    /// 1 to 3 ulps above `2^e` where `ceil(log2f)` is `e` and the exact
+    /// ceiling `e + 1` (rule `UE8M0-LOG2F`): the two UE8M0 ceilings part.
+    Parting,
+    /// Exactly `2^e`: both ceilings keep it.
+    Power,
+    /// 1 to 3 ulps above `2^e` where both ceilings are `e + 1` (small
+    /// `|e|`, and `e = -4`, `-8`, `-16`).
+    Above,
+    /// 1 to 3 ulps below `2^e`: both ceilings are `e`.
+    Below,
+}
+
+impl Pow2Kind {
+    /// The kind of group `t` (row-major index): `t % 4` of 0 or 2
+    /// [`Pow2Kind::Parting`], 3 [`Pow2Kind::Below`], 1 alternating
+    /// [`Pow2Kind::Power`] (`t % 8 == 1`) and [`Pow2Kind::Above`]
+    /// (`t % 8 == 5`). Rates: 1/2, 1/4, 1/8, 1/8; a case of one group is
+    /// all parting.
+    pub fn of_group(t: usize) -> Pow2Kind {
+        match (t % 4, t % 8) {
+            (0 | 2, _) => Pow2Kind::Parting,
+            (3, _) => Pow2Kind::Below,
+            (_, 1) => Pow2Kind::Power,
+            _ => Pow2Kind::Above,
+        }
+    }
+
+    /// A scale of this kind, from `rng`: `(e, u)` with the scale the
+    /// binary32 `u` ulps from `2^e` (`u` from -3 to 3; 0 for
+    /// [`Pow2Kind::Power`]), `e` in [`POW2_EXP`]. Parting and above
+    /// scales draw `u` in 1..=3 first, then `e` among those of its kind
+    /// (so `u = 3`, parting only from `|e| >= 16`, is a third of them).
+    pub fn draw(self, rng: &mut Rng) -> (i32, i32) {
+        let (lo, hi) = POW2_EXP;
+        let any_e = |rng: &mut Rng| lo + rng.below((hi - lo + 1) as usize) as i32;
+        let u = 1 + rng.below(3) as i32;
+        match self {
+            Pow2Kind::Power => (any_e(rng), 0),
+            Pow2Kind::Below => (any_e(rng), -u),
+            Pow2Kind::Parting | Pow2Kind::Above => {
+                let want = self == Pow2Kind::Parting;
+                let es: Vec<i32> = (lo..=hi)
+                    .filter(|&e| {
+                        let s = ulps_from_pow2(e, u);
+                        (ceil_log2f(s) != ceil_log2(s)) == want
+                    })
+                    .collect();
+                (es[rng.below(es.len())], u)
+            }
+        }
+    }
+}
+
+/// The binary32 `u` ulps from `2^e` (below it for a negative `u`; `e` in
+/// the normal range).
+pub fn ulps_from_pow2(e: i32, u: i32) -> f32 {
+    let p = 2f64.powi(e) as f32;
+    f32::from_bits((i64::from(p.to_bits()) + i64::from(u)) as u32)
+}
+
+/// An f32 amax whose scale is `target` bit for bit under a check's own
+/// formula: `amax / max` (one IEEE binary32 division; `max` 448 for
+/// e4m3, 127 for int8), and, where some candidate allows, `amax *
+/// also` too (`also` the binary32 reciprocal torch multiplies by, such as
+/// `fl(1 / 127)`: one amax then serves both declarations). Candidates:
+/// `fl(max * target)` and its neighbours up to 3 ulps either side (the
+/// division maps them monotonically, at most 2 per scale); `None` if no
+/// candidate divides to `target` (not for normal targets far from f32's
+/// ends).
+pub fn pow2_amax(target: f32, max: f32, also: Option<f32>) -> Option<f32> {
+    let c = (max * target).to_bits();
+    let mut first = None;
+    for d in [0i64, 1, -1, 2, -2, 3, -3] {
+        let a = f32::from_bits((i64::from(c) + d) as u32);
+        if !a.is_finite() || a / max != target {
+            continue;
+        }
+        first.get_or_insert(a);
+        if also.is_none_or(|r| a * r == target) {
+            return Some(a);
+        }
+    }
+    first
 }
 
 /// The largest case: `m k` at most this.
@@ -160,8 +299,10 @@ impl Spec {
         let mut rng = Rng(self.seed);
         let mut x = vec![0f32; self.m * self.k];
         let g = self.group;
+        let mut t = 0usize;
         for row in x.chunks_mut(self.k) {
             for grp in row.chunks_mut(g) {
+                t += 1;
                 let mag = 10f32.powf(6.0 * (rng.normal().abs() % 1.0) - 3.0);
                 let regime = (rng.normal().to_bits() >> 7) % 4;
                 for v in grp.iter_mut() {
@@ -217,13 +358,10 @@ impl Spec {
                         }
                     }
                     Arm::Pow2 => {
-                        let p = 2f32.powi((regime as i32 * 7) - 12);
-                        let amax = 448.0 * p;
-                        let amax = if regime.is_multiple_of(2) {
-                            amax
-                        } else {
-                            f32::from_bits(amax.to_bits() + 1)
-                        };
+                        let (e, u) = Pow2Kind::of_group(t - 1).draw(&mut rng);
+                        let target = ulps_from_pow2(e, u);
+                        let amax = pow2_amax(target, E4M3_MAX, Some(1.0 / E4M3_MAX))
+                            .expect("a normal scale has an amax");
                         let big = grp
                             .iter()
                             .fold(0f32, |a, v| a.max(v.abs()))
@@ -841,7 +979,10 @@ mod tests {
             GroupScale::Divide { eps: 1e-10 },
             GroupScale::Divide { eps: 1e-4 },
         );
-        let u10 = GroupScale::Ue8m0 { eps: 1e-10 };
+        let u10 = GroupScale::Ue8m0 {
+            eps: 1e-10,
+            ceil: Ue8m0Ceil::Log2f,
+        };
         assert!(differ(Arm::Zero, v2, d10));
         assert!(differ(Arm::Zero, d10, d4));
         assert!(differ(Arm::Ties, v2, d10));
@@ -864,6 +1005,110 @@ mod tests {
         let w = reference(&sp, &x, d10).unwrap();
         ids = identify(&sp, &x, &w.0, &w.1);
         assert!(ids.contains(&d10) && !ids.contains(&v2), "{ids:?}");
+    }
+
+    /// POW2 reaches its kinds at their designed rates: every group's
+    /// `amax / 448` is bit for bit the scale its kind draws (1 to 3 ulps
+    /// from `2^e`, `e` in [`POW2_EXP`]); the `log2f` and exact ceilings
+    /// part on exactly the parting half of the groups (`t % 4` of 0 or
+    /// 2), with `u = 1`, 2 and 3 each among them, and agree on the rest.
+    #[test]
+    fn the_pow2_arm_parts_the_ceilings_at_its_designed_rate() {
+        let sp = spec(64, 4096, Arm::Pow2);
+        let x = sp.generate().unwrap();
+        let mut count = [0usize; 4];
+        let mut us = [0usize; 4];
+        for (t, grp) in x.chunks(128).enumerate() {
+            let amax = grp.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let s = amax / E4M3_MAX;
+            let kind = Pow2Kind::of_group(t);
+            // The nearest power of two and the ulps from it.
+            let e = (f64::from(s).log2().round()) as i32;
+            let p = 2f32.powi(e);
+            let u = s.to_bits() as i64 - p.to_bits() as i64;
+            assert!((POW2_EXP.0..=POW2_EXP.1).contains(&e), "{t}: {s:e}");
+            let parts = ceil_log2f(s) != ceil_log2(s);
+            assert_eq!(parts, kind == Pow2Kind::Parting, "{t}: {s:e}");
+            match kind {
+                Pow2Kind::Power => assert_eq!(u, 0),
+                Pow2Kind::Below => assert!((-3..=-1).contains(&u), "{t}: {u}"),
+                _ => assert!((1..=3).contains(&u), "{t}: {u}"),
+            }
+            if parts {
+                us[u as usize] += 1;
+            }
+            count[kind as usize] += 1;
+        }
+        assert_eq!(count, [1024, 256, 256, 512]);
+        assert!(us[1..].iter().all(|&n| n > 250), "{us:?}");
+        assert_eq!(Pow2Kind::of_group(0), Pow2Kind::Parting);
+    }
+
+    /// The two UE8M0 ceilings part on POW2 at every shape (a single group
+    /// included) and at both field floors, and on no other arm.
+    #[test]
+    fn only_pow2_tells_the_ue8m0_ceilings_apart() {
+        for eps in [1e-10, 1e-4] {
+            let [log2f, exact] = Ue8m0Ceil::ALL.map(|ceil| GroupScale::Ue8m0 { eps, ceil });
+            for (m, k) in [(1, 128), (5, 203), (1, 7168), (16, 7168), (64, 4096)] {
+                for arm in Arm::ALL {
+                    let sp = spec(m, k, arm);
+                    let x = sp.generate().unwrap();
+                    let wl = reference(&sp, &x, log2f).unwrap();
+                    let wx = reference(&sp, &x, exact).unwrap();
+                    let parts = !Verdict::judge(&sp, &wl.0, &wl.1, &wx).pass();
+                    assert_eq!(parts, arm == Arm::Pow2, "{eps} {m},{k} {arm:?}");
+                    if arm == Arm::Pow2 {
+                        // POW2's amaxes are far above both floors: each
+                        // ceiling is named at both, the other at neither.
+                        for (w, rule) in [(&wl, log2f), (&wx, exact)] {
+                            let GroupScale::Ue8m0 { ceil, .. } = rule else {
+                                unreachable!()
+                            };
+                            let ids = identify(&sp, &x, &w.0, &w.1);
+                            let want: Vec<GroupScale> = [1e-10, 1e-4]
+                                .map(|eps| GroupScale::Ue8m0 { eps, ceil })
+                                .to_vec();
+                            assert_eq!(ids, want, "{m},{k}");
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(rule_label(&KNOWN[7]), "ue8m0_exact(eps=1e-4)");
+        assert_eq!(rule_label(&KNOWN[4]), "ue8m0(eps=1e-10)");
+    }
+
+    /// `pow2_amax` finds, for every scale 3 ulps around every power of two
+    /// in range, an amax dividing to it under both maxima, and one that
+    /// multiplies to it by torch's reciprocal too for every scale at or
+    /// above a power of two (`fl(1/448)` is `(1/448)(1 + 0.75 2^-24)`, so
+    /// below a power, where ulps are half as wide, not always).
+    #[test]
+    fn pow2_amax_hits_every_target() {
+        let mut both = [[0usize; 2]; 2];
+        for e in POW2_EXP.0..=POW2_EXP.1 {
+            for u in -3..=3 {
+                let target = ulps_from_pow2(e, u);
+                assert_eq!(
+                    target.to_bits() as i64 - 2f32.powi(e).to_bits() as i64,
+                    i64::from(u)
+                );
+                for (i, max) in [E4M3_MAX, 127.0].into_iter().enumerate() {
+                    let a = pow2_amax(target, max, Some(1.0 / max)).unwrap();
+                    assert_eq!(a / max, target);
+                    let hit = a * (1.0 / max) == target;
+                    assert!(hit || u < 0, "{max} 2^{e} {u}");
+                    both[i][usize::from(u < 0)] += usize::from(hit);
+                }
+            }
+        }
+        // 41 exponents, 4 offsets at or above and 3 below each.
+        assert_eq!((both[0][0], both[1][0]), (164, 164));
+        // Below: two thirds under fl(1/448) (82 of 123), every one under
+        // fl(1/127) (`(1/127)(1 - 2^-28)`).
+        assert_eq!((both[0][1], both[1][1]), (82, 123));
+        assert_eq!(pow2_amax(f32::MAX, 448.0, None), None);
     }
 
     /// ZERO's four regimes at one group in four each.

@@ -13,9 +13,11 @@
 //! Group `t` of a case is the `t`-th in row-major order (row `j`'s group
 //! `g` is `t = j * groups + g`); the arms' kinds of group cycle with `t`.
 
+use crate::fp8_quant::{pow2_amax, ulps_from_pow2, Pow2Kind};
 use crate::int8_quant::{fin, pow2, Int8Out, Int8Verdict};
 use crate::rng::Rng;
 use oracle::dtype::Dtype;
+use oracle::fp8_quant::Ue8m0Ceil;
 use oracle::int8_group_quant::{cvt_clamped_s8, quantize_int8_groups, Int8GroupRule};
 use oracle::int8_quant::{Codes, Rounding};
 
@@ -66,6 +68,28 @@ pub enum Int8GroupArm {
     /// exact `127 * 2^e` (codes ±127). A scale of `absmax / 128` codes
     /// `-absmax` as -128.
     Sat,
+    /// UE8M0's ceiling ([`Ue8m0Ceil`]): in float32, each group's `absmax /
+    /// 127` is set bit for bit (and `absmax * fl(1 / 127)`, torch's
+    /// scale under `codes="torch_divide"`, too: one amax serves both;
+    /// [`crate::fp8_quant::pow2_amax`]) at a
+    /// [`crate::fp8_quant::Pow2Kind`] by the group's index `t`: half the
+    /// groups 1 to 3 ulps above a power of two `2^e` where a binary32
+    /// `log2` rounds back to `e` (`|e|` from 4, 8, 16 up: `log2f` keeps
+    /// the scale `2^e`, the exact ceiling takes `2^(e+1)`), one in eight
+    /// exactly a power, one in eight 1 to 3 ulps above one where both
+    /// take `2^(e+1)`, a quarter 1 to 3 ulps below one (both keep `2^e`),
+    /// `e` from -20 to 20; the other elements uniform within the amax.
+    /// bfloat16 and float16 cannot hold such an amax: a 16-bit amax has
+    /// at most 11 significant bits and 127 is odd, so `absmax / 127` is
+    /// either exactly `2^e` (`absmax = 127 * 2^e`) or at least 1/2032
+    /// (float16; bfloat16: 1/254) of `2^e` away from every power of two,
+    /// thousands of ulps, where both ceilings agree; there the arm draws
+    /// `absmax` one dtype step above `127 * 2^e` (for the parting and
+    /// above kinds: both ceilings take `2^(e+1)`), exactly `127 * 2^e`
+    /// (both keep `2^e`) and one step below (both keep `2^e`): a ceiling
+    /// that rounds an exact power up, or one that misses the step up,
+    /// fails there, but not the choice between the two ceilings.
+    Pow2,
     /// RAND's groups with NaN elements (`I8G-NAN`): at each group's first
     /// and last element (groups of 2 or more), and one more within when
     /// it has 8 or more. vLLM's `fmaxf` skips a NaN and its clamp codes it
@@ -75,19 +99,21 @@ pub enum Int8GroupArm {
 
 impl Int8GroupArm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [Int8GroupArm; 6] = [
+    pub const ALL: [Int8GroupArm; 7] = [
         Int8GroupArm::Rand,
         Int8GroupArm::Ties,
         Int8GroupArm::Zero,
         Int8GroupArm::Amax,
         Int8GroupArm::Sat,
+        Int8GroupArm::Pow2,
         Int8GroupArm::Nan,
     ];
 
     /// The arm's share of the 256 values of a seed's leading byte
     /// ([`Int8GroupArm::from_seed`]), in [`Int8GroupArm::ALL`]'s order:
-    /// NAN, only when named, has none.
-    pub const ODDS: [u32; 6] = [64, 64, 40, 48, 40, 0];
+    /// NAN, only when named, has none. (POW2's 16 came out of SAT's 40,
+    /// the last share, so the other arms' default seeds did not move.)
+    pub const ODDS: [u32; 7] = [64, 64, 40, 48, 24, 16, 0];
 
     /// The arm's name in rows and reproductions.
     pub fn name(self) -> &'static str {
@@ -97,6 +123,7 @@ impl Int8GroupArm {
             Int8GroupArm::Zero => "ZERO",
             Int8GroupArm::Amax => "AMAX",
             Int8GroupArm::Sat => "SAT",
+            Int8GroupArm::Pow2 => "POW2",
             Int8GroupArm::Nan => "NAN",
         }
     }
@@ -111,7 +138,7 @@ impl Int8GroupArm {
 
     /// The arm a seed draws when none is named (a fuzzer's case): its
     /// leading byte, by [`Int8GroupArm::ODDS`] (RAND and TIES 64 of 256
-    /// each, ZERO 40, AMAX 48, SAT 40; never NAN). A check's default seeds
+    /// each, ZERO 40, AMAX 48, SAT 24, POW2 16; never NAN). A check's default seeds
     /// ([`Int8GroupSpec::base_seed`]) lead with a byte of their arm.
     pub fn from_seed(seed: u64) -> Int8GroupArm {
         Int8GroupArm::ALL[crate::rng::index_from_seed(seed, &Int8GroupArm::ODDS)]
@@ -152,14 +179,15 @@ pub struct Int8GroupSpec {
 /// The known rules a check names when an output matches them, at floor
 /// `eps`: each [`Rounding`] with codes that divide, multiply by `fl(127
 /// / absmax)` or divide by torch's scale (`absmax * fl(1 / 127)`), and
-/// each with UE8M0 scales dividing (there the reciprocal's codes are the
+/// each with UE8M0 scales under each ceiling ([`Ue8m0Ceil`]: `/ue8m0`,
+/// `/ue8m0_exact`) dividing (there the reciprocal's codes are the
 /// division's, and torch's scale rounds up to the division's power of two
 /// but where an ulp straddles one).
 pub fn int8_group_known(eps: f32) -> Vec<Int8GroupRule> {
     let mut v = Vec::new();
-    for ue8m0 in [false, true] {
+    for ue8m0 in [None, Some(Ue8m0Ceil::Log2f), Some(Ue8m0Ceil::Exact)] {
         for rounding in Rounding::ALL {
-            let codes: &[Codes] = if ue8m0 {
+            let codes: &[Codes] = if ue8m0.is_some() {
                 &[Codes::Divide]
             } else {
                 &[Codes::Divide, Codes::Reciprocal, Codes::TorchDivide]
@@ -423,6 +451,7 @@ impl Int8GroupSpec {
                         let e = exp(&mut rng);
                         sat_group(d, &mut rng, grp, t % 4, e);
                     }
+                    Int8GroupArm::Pow2 => pow2_group(d, &mut rng, grp, t),
                 }
             }
         }
@@ -454,6 +483,31 @@ fn ties_exact(d: Dtype, rng: &mut Rng, grp: &mut [f32], p: f32) {
         grp[(at + 2) % n] = -(rng.below(16) as f32 + 0.75) * p;
     }
     grp[at] = 127.0 * p * sign(rng);
+}
+
+/// One POW2 group `t` (module docs of [`Int8GroupArm::Pow2`]): its amax
+/// from its [`Pow2Kind`], at a random element and sign; the other
+/// elements (drawn already) scaled into `(-0.999, 0.999)` times it.
+fn pow2_group(d: Dtype, rng: &mut Rng, grp: &mut [f32], t: usize) {
+    let kind = Pow2Kind::of_group(t);
+    let a = if d == Dtype::F32 {
+        let (e, u) = kind.draw(rng);
+        pow2_amax(ulps_from_pow2(e, u), 127.0, Some(1.0 / 127.0))
+            .expect("a normal scale has an amax")
+    } else {
+        let (lo, hi) = exp_range(d);
+        let p = 127.0 * pow2(lo + rng.below((hi - lo + 1) as usize) as i32);
+        match kind {
+            Pow2Kind::Power => p,
+            Pow2Kind::Below => d.steps(p, -1),
+            Pow2Kind::Parting | Pow2Kind::Above => d.steps(p, 1),
+        }
+    };
+    let big = amax_of(grp).max(f32::MIN_POSITIVE);
+    for v in grp.iter_mut() {
+        *v = fin(d, *v / big * a * 0.999);
+    }
+    grp[rng.below(grp.len())] = a * sign(rng);
 }
 
 /// Whether `a`'s quotient under `kind` is what SAT's kind of group wants:
@@ -553,7 +607,7 @@ mod tests {
         }
     }
 
-    fn rule(rounding: Rounding, codes: Codes, ue8m0: bool) -> Int8GroupRule {
+    fn rule(rounding: Rounding, codes: Codes, ue8m0: Option<Ue8m0Ceil>) -> Int8GroupRule {
         Int8GroupRule {
             rounding,
             codes,
@@ -574,13 +628,15 @@ mod tests {
     const NE: Rounding = Rounding::NearestEven;
     const NA: Rounding = Rounding::NearestAway;
     const DIV: Codes = Codes::Divide;
+    const LOG2F: Option<Ue8m0Ceil> = Some(Ue8m0Ceil::Log2f);
+    const EXACT: Option<Ue8m0Ceil> = Some(Ue8m0Ceil::Exact);
     const REC: Codes = Codes::Reciprocal;
 
     #[test]
     fn arms_from_seed_reach_their_odds_and_base_seeds_lead_with_their_arm() {
         let mut rng = Rng(23);
         let n = 1 << 14;
-        let mut count = [0usize; 6];
+        let mut count = [0usize; 7];
         for _ in 0..n {
             let a = Int8GroupArm::from_seed(rng.next_u64());
             count[Int8GroupArm::ALL.iter().position(|&b| b == a).unwrap()] += 1;
@@ -593,7 +649,7 @@ mod tests {
                 Int8GroupArm::ALL[i]
             );
         }
-        assert_eq!(count[5], 0);
+        assert_eq!(count[6], 0);
         assert_eq!(Int8GroupArm::ODDS.iter().sum::<u32>(), 256);
         for &(m, k) in &INT8_GROUP_SHAPES {
             for d in Dtype::ALL {
@@ -653,18 +709,18 @@ mod tests {
                 let sp = spec(m, k, d, Int8GroupArm::Ties);
                 for (a, b) in [(TZ, NE), (TZ, NA), (NE, NA)] {
                     assert!(
-                        differ(&sp, rule(a, DIV, false), rule(b, DIV, false)),
+                        differ(&sp, rule(a, DIV, None), rule(b, DIV, None)),
                         "{sp:?} {a:?} {b:?}"
                     );
                     assert!(
-                        differ(&sp, rule(a, DIV, true), rule(b, DIV, true)),
+                        differ(&sp, rule(a, DIV, LOG2F), rule(b, DIV, LOG2F)),
                         "{sp:?} {a:?} {b:?}"
                     );
                 }
                 if m * sp.groups() >= 2 && d == Dtype::F32 {
                     for r in Rounding::ALL {
                         assert!(
-                            differ(&sp, rule(r, DIV, false), rule(r, REC, false)),
+                            differ(&sp, rule(r, DIV, None), rule(r, REC, None)),
                             "{sp:?} {r:?}"
                         );
                     }
@@ -779,9 +835,77 @@ mod tests {
             if d != Dtype::F16 {
                 assert!(at_126 >= 64 / 4, "{d:?} {at_126}");
             }
-            assert!(differ(&sp, VLLM, rule(NE, DIV, false)));
-            assert!(differ(&sp, VLLM, rule(TZ, REC, false)), "{d:?}");
+            assert!(differ(&sp, VLLM, rule(NE, DIV, None)));
+            assert!(differ(&sp, VLLM, rule(TZ, REC, None)), "{d:?}");
         }
+    }
+
+    /// POW2 in float32: every group's `absmax / 127` is 1 to 3 ulps from
+    /// (or at) a power of two by its kind, torch's `absmax * fl(1/127)`
+    /// the same scale in every group; the two ceilings
+    /// part on exactly the parting half (`t % 4` of 0 or 2). In bfloat16
+    /// and float16, no group parts them: the amax is `127 * 2^e` or a
+    /// dtype step from it, and a ceiling that rounds a power up fails.
+    #[test]
+    fn the_pow2_arm_parts_the_ceilings_at_its_designed_rate() {
+        let sp = spec(64, 4096, Dtype::F32, Int8GroupArm::Pow2);
+        let x = sp.generate().unwrap();
+        let (mut parting, mut torch_same, mut n) = (0usize, 0usize, 0usize);
+        for (t, grp) in x.chunks(128).enumerate() {
+            let a = amax_of(grp);
+            let s = a / 127.0;
+            let e = f64::from(s).log2().round() as i32;
+            let u = s.to_bits() as i64 - pow2(e).to_bits() as i64;
+            assert!(
+                (-20..=20).contains(&e) && (-3..=3).contains(&u),
+                "{t}: {s:e}"
+            );
+            let kind = Pow2Kind::of_group(t);
+            let parts = Ue8m0Ceil::Log2f.scale(s) != Ue8m0Ceil::Exact.scale(s);
+            assert_eq!(parts, kind == Pow2Kind::Parting, "{t}: {s:e}");
+            assert_eq!(u == 0, kind == Pow2Kind::Power, "{t}: {u}");
+            assert_eq!(u < 0, kind == Pow2Kind::Below, "{t}: {u}");
+            parting += usize::from(parts);
+            torch_same += usize::from(a * (1.0 / 127.0) == s);
+            n += 1;
+        }
+        assert_eq!((parting, n), (1024, 2048));
+        assert_eq!(torch_same, n);
+        for d in [Dtype::Bf16, Dtype::F16] {
+            let sp = spec(8, 1024, d, Int8GroupArm::Pow2);
+            let x = sp.generate().unwrap();
+            for (t, grp) in x.chunks(128).enumerate() {
+                let s = amax_of(grp) / 127.0;
+                let (l, e) = (Ue8m0Ceil::Log2f.scale(s), Ue8m0Ceil::Exact.scale(s));
+                assert_eq!(l, e, "{d:?} {t}");
+                assert_eq!(
+                    s == l,
+                    Pow2Kind::of_group(t) == Pow2Kind::Power,
+                    "{d:?} {t}: {s:e}"
+                );
+            }
+        }
+    }
+
+    /// The two UE8M0 ceilings part on POW2 in float32 at every default
+    /// shape (one group included), under divide and torch_divide codes,
+    /// and nowhere else: on no other arm, in no 16-bit dtype.
+    #[test]
+    fn only_pow2_in_float32_tells_the_ue8m0_ceilings_apart() {
+        for &(m, k) in &INT8_GROUP_SHAPES {
+            for d in Dtype::ALL {
+                for arm in Int8GroupSpec::default_arms() {
+                    let sp = spec(m, k, d, arm);
+                    for codes in [DIV, Codes::TorchDivide] {
+                        let parts = differ(&sp, rule(TZ, codes, LOG2F), rule(TZ, codes, EXACT));
+                        let want = arm == Int8GroupArm::Pow2 && d == Dtype::F32;
+                        assert_eq!(parts, want, "{m},{k} {d:?} {arm:?} {codes:?}");
+                    }
+                }
+            }
+        }
+        assert!(Int8GroupSpec::default_arms().contains(&Int8GroupArm::Pow2));
+        assert_eq!(Int8GroupArm::parse("pow2"), Ok(Int8GroupArm::Pow2));
     }
 
     /// NAN: NaN at each group's ends, skipped by the maximum, coded -128.
@@ -812,7 +936,7 @@ mod tests {
     #[test]
     fn identify_tells_every_known_rule_apart() {
         let known = int8_group_known(EPS);
-        assert_eq!(known.len(), 12);
+        assert_eq!(known.len(), 15);
         let mut every: Vec<Vec<Int8GroupRule>> = known.iter().map(|_| known.clone()).collect();
         for arm in Int8GroupSpec::default_arms() {
             let sp = spec(8, 1003, Dtype::F32, arm);

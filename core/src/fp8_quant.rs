@@ -9,9 +9,11 @@
 //! - what an all-zero group gets: scale `+0` and zero codes (v2), or a
 //!   floor `eps` under the amax, so the scale is `eps / 448`;
 //! - whether the scale is rounded up to a power of two (UE8M0, the scale
-//!   format of DeepGEMM and of MXFP8), as the field computes it: through a
-//!   binary32 `log2`, which rounds `log2` of a scale just above a power of
-//!   two down to the power itself.
+//!   format of DeepGEMM and of MXFP8), and how its exponent is rounded up
+//!   ([`Ue8m0Ceil`]): through a binary32 `log2` (vLLM's CUDA kernel,
+//!   torch, Triton), which rounds `log2` of a scale just above a power of
+//!   two down to the power itself, or exactly (the bit forms that raise
+//!   the exponent of any scale with a non-zero fraction).
 //!
 //! Each choice changes bits a GEMM then consumes, so a quantizer is judged
 //! bit for bit under the rule it declares.
@@ -64,13 +66,17 @@ pub enum GroupScale {
     /// UE8M0 scales (vLLM's and SGLang's `scale_ue8m0`, DeepGEMM's
     /// `per_token_cast_to_fp8(..., use_ue8m0=True)`): `amax` from `eps` as
     /// in `Divide`, `s0 = amax / 448`, `s1 = fmaxf(s0, 1e-10)` (vLLM's
-    /// floor; it never binds from `eps >= 4.5e-8`), `s =
-    /// 2^ceil(log2f(s1))` with `log2f` correctly rounded to binary32
-    /// ([`ceil_log2f`]), and `q` as in `Divide` (a division by a power of
-    /// two, exact unless the quotient is subnormal).
+    /// floor; it never binds from `eps >= 4.5e-8`), `s = 2^ceil(log2(s1))`
+    /// with the ceiling `ceil` ([`Ue8m0Ceil::Log2f`]: of `log2f`
+    /// correctly rounded to binary32, [`ceil_log2f`], the field's CUDA,
+    /// torch and Triton forms; [`Ue8m0Ceil::Exact`]: exact,
+    /// [`ceil_log2`], the bit forms), and `q` as in `Divide` (a division
+    /// by a power of two, exact unless the quotient is subnormal).
     Ue8m0 {
         /// The amax floor (DeepGEMM clamps at `1e-4`, vLLM at `1e-10`).
         eps: f32,
+        /// How the exponent is rounded up.
+        ceil: Ue8m0Ceil,
     },
 }
 
@@ -81,7 +87,60 @@ impl GroupScale {
             GroupScale::V2 => "v2 (x * (448/amax); zero group: scale 0)",
             GroupScale::Divide { .. } => "divide (x / (max(amax, eps)/448))",
             GroupScale::Reciprocal { .. } => "reciprocal (x / (max(amax, eps) * fl(1/448)))",
-            GroupScale::Ue8m0 { .. } => "ue8m0 (x / 2^ceil(log2(max(amax, eps)/448)))",
+            GroupScale::Ue8m0 {
+                ceil: Ue8m0Ceil::Log2f,
+                ..
+            } => "ue8m0 (x / 2^ceil(log2f(max(amax, eps)/448)))",
+            GroupScale::Ue8m0 {
+                ceil: Ue8m0Ceil::Exact,
+                ..
+            } => "ue8m0_exact (x / 2^ceil(log2(max(amax, eps)/448)), the exact ceiling)",
+        }
+    }
+}
+
+/// How a UE8M0 scale's exponent is rounded up: the two forms the field
+/// ships, which part exactly where a scale `s = 2^e m` (`1 < m < 2`) lies
+/// so close above `2^e` that a binary32 `log2(s)` rounds to the integer
+/// `e` (rule `UE8M0-LOG2F`, [`ceil_log2f`]): at 1 to 3 binary32 ulps above
+/// `2^e`, for `|e| >= 4`, `>= 8`, `>= 16` respectively (but `e = -4`,
+/// `-8`, `-16`). Everywhere else (every scale at or below a power of two,
+/// or farther above one) they agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ue8m0Ceil {
+    /// `exp2f(ceilf(log2f(s)))`, `log2f` correctly rounded to binary32
+    /// ([`ceil_log2f`], [`ue8m0_scale_log2f`]): vLLM's and SGLang's CUDA
+    /// `per_token_group_quant_8bit` (`scale_ue8m0`), DeepGEMM's torch
+    /// form `torch.pow(2, torch.ceil(torch.log2(s)))`, Triton's
+    /// `tl.log2`. The default.
+    Log2f,
+    /// `2^ceil(log2(s))` exactly ([`ceil_log2`], [`ue8m0_scale_exact`]):
+    /// the bit forms that add one to the exponent of any scale with a
+    /// non-zero fraction (DeepEP's `fast_log2_ceil` in
+    /// `csrc/kernels/utils.cuh`, DeepSeek's reference `kernel.py`
+    /// `fast_round_scale`, vLLM's register-resident 16-bit variant of
+    /// `per_token_group_quant_8bit`).
+    Exact,
+}
+
+impl Ue8m0Ceil {
+    /// Both, the default first.
+    pub const ALL: [Ue8m0Ceil; 2] = [Ue8m0Ceil::Log2f, Ue8m0Ceil::Exact];
+
+    /// The ceiling's name in declarations: `log2f` or `exact`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ue8m0Ceil::Log2f => "log2f",
+            Ue8m0Ceil::Exact => "exact",
+        }
+    }
+
+    /// `s0 >= 0` rounded up to a UE8M0 power of two under this ceiling
+    /// ([`ue8m0_scale_log2f`] or [`ue8m0_scale_exact`]).
+    pub fn scale(self, s0: f32) -> f32 {
+        match self {
+            Ue8m0Ceil::Log2f => ue8m0_scale_log2f(s0),
+            Ue8m0Ceil::Exact => ue8m0_scale_exact(s0),
         }
     }
 }
@@ -109,13 +168,62 @@ pub fn clamp_fminmax(v: f32) -> f32 {
     }
 }
 
-/// `ceil(RN(log2(y)))` for `y > 0` finite, with `RN` rounding the exact
-/// `log2(y)` to binary32 (a correctly rounded `log2f`), computed exactly:
-/// with `y = 2^e m`, `1 <= m < 2`, the result is `e` when `m == 1` or
-/// when `e + log2(m)` rounds down to `e` (that is, `log2(m)` is below half
-/// the binary32 spacing above `e` toward `e + 1`), else `e + 1`. Near a
-/// power of two `2^e` with `|e| >= 4`, `log2` of the next binary32 up rounds
-/// to `e`, so the ceiling stays at `e` (rule `UE8M0-LOG2F`).
+/// `y = 2^e m` with `1 <= m < 2`, for `y > 0` finite: `(e, m - 1)`,
+/// `m - 1` exact in f64 (a binary32 has at most 24 significant bits).
+fn split_pow2(y: f32) -> (i32, f64) {
+    let bits = y.to_bits();
+    let (exp, man) = ((bits >> 23) & 0xFF, bits & 0x7F_FFFF);
+    if exp == 0 {
+        // Subnormal: the leading one of the mantissa is the power.
+        let top = 31 - man.leading_zeros() as i32;
+        let rest = man - (1 << top);
+        (top - 149, f64::from(rest) / f64::from(1u32 << top))
+    } else {
+        (exp as i32 - 127, f64::from(man) / f64::from(1u32 << 23))
+    }
+}
+
+/// `ceil(RN(log2(y)))` for `y > 0` finite, `RN` rounding the exact
+/// `log2(y)` to binary32 (a correctly rounded `log2f`), computed exactly
+/// (rule `UE8M0-LOG2F`).
+///
+/// The rule: with `y = 2^e m`, `1 <= m < 2`, the result is `e` when `m ==
+/// 1` or when `RN(e + log2(m)) == e`, else `e + 1`. `RN(e + L) == e`
+/// (`L = log2(m)`, `0 < L < 1`) holds iff `L < h`, `h` half the binary32
+/// spacing next to `e` in the direction of `e + L`: for `e >= 1` the
+/// spacing above `e` (`ulp(e)`, of the binade holding `e`); for `e <= -1`
+/// the value `e + L` has magnitude `|e| - L`, so the spacing below `|e|`
+/// (half `ulp(|e|)` when `|e|` is a power of two); for `e = 0`, `RN(L)`
+/// is never 0 (`L` is at least `2^-24`, far above the least subnormal),
+/// so the result is 1. Since `|e| <= 149`, `h <= 2^-17`.
+///
+/// The decision, exact: `L < h` iff `m - 1 < 2^h - 1 = expm1(h ln 2)`,
+/// evaluated in f64 as `t + t^2 / 2`, `t = h ln 2` (the series' next term
+/// is `t^3 / 6 < 2.5e-17`, so the threshold is within a relative `1e-11`
+/// of `2^h - 1`, counting the roundings of `ln 2`, of `t` and of the
+/// sum). A non-zero `m - 1` is a positive multiple of `2^-23` (of `2^-p`,
+/// `p < 23`, for a subnormal `y`), and `2^h - 1` in units of that grid
+/// is `2^j ln 2 (1 + O(2^-17))` for an integer `j <= 6` (`h` is a power
+/// of two from `2^-25` to `2^-17`): 44.36, 22.18, 11.09, 5.55, 2.77, 1.39,
+/// 0.69 or less, at least 0.09 from every positive integer (a unit test
+/// checks every `e` and grid): the comparison is decided far outside its
+/// error. A tie `L == h` cannot occur (`log2` of
+/// a rational `m` other than a power of two is irrational, `h` is
+/// dyadic); were one to, `m - 1 < threshold` would be false and the
+/// result `e + 1`.
+///
+/// Source: vLLM's `per_token_group_quant_8bit` CUDA kernel
+/// (`csrc/quantization/w8a8/fp8/per_token_group_quant.cu`, `scale_ue8m0`:
+/// `exp2f(ceilf(log2f(fmaxf(fabsf(y_s), 1e-10f))))`). The CUDA Math API
+/// bounds `log2f`'s error by 1 ulp, not 0, so a correctly rounded
+/// `log2f` is a model, not the documented contract; on an H100 (CUDA 13,
+/// libdevice `__nv_log2f` through Triton, `tl.log2`, `torch.log2` all
+/// agreeing), `ceil(log2f(s))` for `s = 2^e (1 + u 2^-23)`, `e` in `-40
+/// ..= 19`, `u` in `{1, 2, 3}`, is `e` in exactly the 124 of the 180
+/// pairs this rule names (`u = 1` for `|e| >= 4`, `u = 2` for `|e| >= 8`,
+/// `u = 3` for `|e| >= 16`, each but `e = -4`, `-8`, `-16`), and `e`
+/// for every `s` one ulp below `2^e` (`u = -1`): the model matches the
+/// hardware there.
 ///
 /// # Panics
 /// If `y` is not positive and finite.
@@ -124,36 +232,49 @@ pub fn ceil_log2f(y: f32) -> i32 {
         y > 0.0 && y.is_finite(),
         "ceil_log2f: {y} is not positive and finite"
     );
-    let bits = y.to_bits();
-    let (exp, man) = ((bits >> 23) & 0xFF, bits & 0x7F_FFFF);
-    // y = 2^e (1 + delta), delta exact in f64.
-    let (e, delta) = if exp == 0 {
-        let top = 31 - man.leading_zeros() as i32;
-        let rest = man - (1 << top);
-        (top - 149, f64::from(rest) / f64::from(1u32 << top))
-    } else {
-        (exp as i32 - 127, f64::from(man) / f64::from(1u32 << 23))
-    };
+    let (e, delta) = split_pow2(y);
     if delta == 0.0 {
         return e;
     }
-    // Half the binary32 spacing from e toward e + 1.
-    let ef = e as f32;
-    let next = if e >= 0 {
-        f32::from_bits(ef.to_bits() + 1)
-    } else {
-        f32::from_bits(ef.to_bits() - 1)
-    };
-    let h = (f64::from(next) - f64::from(ef)) / 2.0;
-    // log2(1 + delta) < h  <=>  delta < 2^h - 1 = expm1(h ln 2); h <= 2^-17,
-    // so two terms of the series decide (delta's grid is far coarser).
-    let t = h * core::f64::consts::LN_2;
-    let threshold = t + t * t / 2.0;
-    if delta < threshold {
-        e
-    } else {
+    if delta >= log2f_keeps_threshold(e) {
         e + 1
+    } else {
+        e
     }
+}
+
+/// `2^h - 1` for the half-spacing `h` of [`ceil_log2f`] next to `e`
+/// (`m - 1` below it: `RN(e + log2(m)) == e`); for `e = 0`, 0.
+fn log2f_keeps_threshold(e: i32) -> f64 {
+    if e == 0 {
+        return 0.0;
+    }
+    // The binary32 neighbour of e toward e + log2(m): up for e > 0, toward
+    // zero for e < 0 (bit patterns step by one in magnitude).
+    let ef = e as f32;
+    let next = f32::from_bits(ef.to_bits() - u32::from(e < 0) + u32::from(e > 0));
+    let h = (f64::from(next) - f64::from(ef)).abs() / 2.0;
+    let t = h * core::f64::consts::LN_2;
+    t + t * t / 2.0
+}
+
+/// `ceil(log2(y))` exactly for `y > 0` finite: with `y = 2^e m`, `1 <= m
+/// < 2`, `e` when `m == 1`, else `e + 1`. For a normal `y` this is the
+/// bit form `((bits >> 23) & 0xFF) - 127 + (mantissa != 0)` (DeepEP's
+/// `fast_log2_ceil`, `csrc/kernels/utils.cuh`; DeepSeek's reference
+/// `kernel.py`); for a subnormal `y` the bit form gives `-126` or `-127`
+/// where this gives the true ceiling (no UE8M0 scale reaches it: the
+/// scales are floored at [`UE8M0_FLOOR`]).
+///
+/// # Panics
+/// If `y` is not positive and finite.
+pub fn ceil_log2(y: f32) -> i32 {
+    assert!(
+        y > 0.0 && y.is_finite(),
+        "ceil_log2: {y} is not positive and finite"
+    );
+    let (e, delta) = split_pow2(y);
+    e + i32::from(delta != 0.0)
 }
 
 /// `2^n` as binary32 (`n` from -149 to 127).
@@ -165,19 +286,37 @@ fn pow2(n: i32) -> f32 {
     }
 }
 
+/// `2^ceil(y)` for a scale `s0 >= 0` under the ceiling `ceil_of`: `s1 =
+/// max(s0, UE8M0_FLOOR)`, the exponent capped at 127; an infinite `s1`
+/// is kept.
+fn ue8m0_with(s0: f32, ceil_of: fn(f32) -> i32) -> f32 {
+    let s1 = if s0 > UE8M0_FLOOR { s0 } else { UE8M0_FLOOR };
+    if s1.is_finite() {
+        pow2(ceil_of(s1).min(127))
+    } else {
+        s1
+    }
+}
+
 /// A scale `s0 >= 0` rounded up to a power of two as vLLM's and SGLang's
 /// `per_token_group_quant_8bit` do under `scale_ue8m0` (fp8 and int8
 /// alike): `exp2f(ceilf(log2f(fmaxf(fabsf(s0), 1e-10f))))`, that is
 /// `2^ceil_log2f(max(s0, UE8M0_FLOOR))` ([`ceil_log2f`], a correctly
-/// rounded `log2f`; rule `UE8M0-LOG2F`), the exponent capped at 127; an
-/// infinite `s0` is kept.
-pub fn ue8m0_scale(s0: f32) -> f32 {
-    let s1 = if s0 > UE8M0_FLOOR { s0 } else { UE8M0_FLOOR };
-    if s1.is_finite() {
-        pow2(ceil_log2f(s1).min(127))
-    } else {
-        s1
-    }
+/// rounded `log2f`; rule `UE8M0-LOG2F`; [`Ue8m0Ceil::Log2f`]), the
+/// exponent capped at 127; an infinite `s0` is kept. Units: `s0` and the
+/// result are scales (values per code step), binary32.
+pub fn ue8m0_scale_log2f(s0: f32) -> f32 {
+    ue8m0_with(s0, ceil_log2f)
+}
+
+/// A scale `s0 >= 0` rounded up to a power of two exactly:
+/// `2^ceil_log2(max(s0, UE8M0_FLOOR))` ([`ceil_log2`];
+/// [`Ue8m0Ceil::Exact`]), the exponent capped at 127; an infinite `s0`
+/// is kept. It parts from [`ue8m0_scale_log2f`] only where `log2f` rounds
+/// down onto an integer (module docs of [`Ue8m0Ceil`]): there it is
+/// twice that.
+pub fn ue8m0_scale_exact(s0: f32) -> f32 {
+    ue8m0_with(s0, ceil_log2)
 }
 
 /// One group: its codes into `q` (`q.len() == x.len()`), its scale
@@ -190,9 +329,9 @@ pub fn quantize_group(x: &[f32], rule: GroupScale, q: &mut [u8]) -> f32 {
     assert_eq!(q.len(), x.len(), "quantize_group: q and x lengths differ");
     let floor = match rule {
         GroupScale::V2 => 0.0,
-        GroupScale::Divide { eps } | GroupScale::Reciprocal { eps } | GroupScale::Ue8m0 { eps } => {
-            eps
-        }
+        GroupScale::Divide { eps }
+        | GroupScale::Reciprocal { eps }
+        | GroupScale::Ue8m0 { eps, .. } => eps,
     };
     let mut amax = floor;
     for &v in x {
@@ -219,7 +358,7 @@ pub fn quantize_group(x: &[f32], rule: GroupScale, q: &mut [u8]) -> f32 {
                 _ => amax / E4M3_MAX,
             };
             let s = match rule {
-                GroupScale::Ue8m0 { .. } => ue8m0_scale(s0),
+                GroupScale::Ue8m0 { ceil, .. } => ceil.scale(s0),
                 _ => s0,
             };
             for (c, &v) in q.iter_mut().zip(x) {
@@ -284,9 +423,9 @@ pub fn quantize_groups(
 ) -> Result<(), QuantError> {
     let eps = match rule {
         GroupScale::V2 => None,
-        GroupScale::Divide { eps } | GroupScale::Reciprocal { eps } | GroupScale::Ue8m0 { eps } => {
-            Some(eps)
-        }
+        GroupScale::Divide { eps }
+        | GroupScale::Reciprocal { eps }
+        | GroupScale::Ue8m0 { eps, .. } => Some(eps),
     };
     for_each_group(x, cols, group, eps, q, s, |xg, qg| {
         quantize_group(xg, rule, qg)
@@ -745,6 +884,152 @@ mod tests {
         assert_eq!(ceil_log2f(f32::from_bits(2f32.powi(-5).to_bits() + 1)), -5);
     }
 
+    /// The binary32 `2^e (1 + u 2^-23)` (`u` ulps from `2^e`, below it for
+    /// a negative `u`).
+    fn ulps_from_pow2(e: i32, u: i32) -> f32 {
+        f32::from_bits((pow2(e).to_bits() as i32 + u) as u32)
+    }
+
+    /// The H100 table (`ceil_log2f`'s docs): for `e` in -40..=19 and `u`
+    /// in 1..=3, `log2f` keeps the ceiling at `e` in exactly 124 of the
+    /// 180 pairs, `u = 1` from `|e| >= 4`, `u = 2` from `|e| >= 8`, `u = 3`
+    /// from `|e| >= 16`, each but at `e = -4`, `-8`, `-16`; the exact
+    /// ceiling is `e + 1` at every one; 1 to 3 ulps below `2^e` both are
+    /// `e`.
+    #[test]
+    fn log2f_keeps_the_power_at_the_h100_tables_124_pairs() {
+        let mut kept = 0;
+        for e in -40..=19 {
+            for u in 1..=3 {
+                let y = ulps_from_pow2(e, u);
+                let from = [4, 8, 16][u as usize - 1];
+                let want_kept = e.abs() >= from && e != -from;
+                let got = ceil_log2f(y);
+                assert_eq!(got == e, want_kept, "e = {e}, u = {u}");
+                assert!(got == e || got == e + 1);
+                assert_eq!(ceil_log2(y), e + 1, "e = {e}, u = {u}");
+                kept += usize::from(got == e);
+                let below = ulps_from_pow2(e, -u);
+                assert_eq!((ceil_log2f(below), ceil_log2(below)), (e, e));
+                let (sl, sx) = (ue8m0_scale_log2f(y), ue8m0_scale_exact(y));
+                if e >= -33 {
+                    // Above vLLM's floor, the scales are the ceilings.
+                    assert_eq!((sl, sx), (pow2(got), pow2(e + 1)), "e = {e}, u = {u}");
+                }
+            }
+        }
+        assert_eq!(kept, 124);
+        // The exceptions: just below a power of two, |e| - L rounds to |e|
+        // on a grid half as fine.
+        assert_eq!(ceil_log2f(ulps_from_pow2(-4, 1)), -3);
+        assert_eq!(ceil_log2f(ulps_from_pow2(-5, 1)), -5);
+        assert_eq!(ceil_log2f(ulps_from_pow2(4, 1)), 4);
+        assert_eq!(ceil_log2f(ulps_from_pow2(3, 1)), 4);
+        assert_eq!(ceil_log2f(ulps_from_pow2(-16, 3)), -15);
+        assert_eq!(ceil_log2f(ulps_from_pow2(-17, 3)), -17);
+    }
+
+    /// Far from a power of two (100 ulps and more above one) the two
+    /// ceilings, and the two UE8M0 scales, agree, over every binade.
+    #[test]
+    fn the_ceilings_agree_far_from_powers_of_two() {
+        for e in -149..128 {
+            for d in [100u32, 0x1000, 0x40_0000, 0x7F_FFFF] {
+                let y = f32::from_bits(pow2(e).to_bits() + d);
+                if !y.is_finite() || (e < -126 && d >= 1 << (e + 149)) {
+                    continue;
+                }
+                assert_eq!(ceil_log2f(y), ceil_log2(y), "y = {y:e}");
+                assert_eq!(ue8m0_scale_log2f(y), ue8m0_scale_exact(y), "y = {y:e}");
+            }
+        }
+    }
+
+    /// A power of two is its own ceiling under both rules, and its own
+    /// UE8M0 scale above the floor; every non-power above it is two times.
+    #[test]
+    fn powers_of_two_are_their_own_ceiling() {
+        for e in -149..128 {
+            let p = pow2(e);
+            assert_eq!((ceil_log2f(p), ceil_log2(p)), (e, e), "2^{e}");
+            for ceil in Ue8m0Ceil::ALL {
+                let s = ceil.scale(p);
+                if e >= -33 {
+                    assert_eq!(s, p, "2^{e} {ceil:?}");
+                } else {
+                    // vLLM's floor: 1e-10 rounds up to 2^-33.
+                    assert_eq!(s, pow2(-33), "2^{e} {ceil:?}");
+                }
+            }
+        }
+        assert_eq!(Ue8m0Ceil::Log2f.name(), "log2f");
+        assert_eq!(Ue8m0Ceil::Exact.name(), "exact");
+    }
+
+    /// Subnormal inputs: the ceilings of the true value (the bit form's
+    /// `-126 + (mantissa != 0)` would be wrong there, but the floor keeps
+    /// every UE8M0 scale far above); huge ones: `f32::MAX`'s `log2`
+    /// rounds to 128, the scale caps at `2^127`, infinity is kept.
+    #[test]
+    fn subnormal_and_huge_inputs() {
+        let least = f32::from_bits(1);
+        assert_eq!((ceil_log2f(least), ceil_log2(least)), (-149, -149));
+        // 3 * 2^-149: log2 = -149 + 1.585.
+        let three = f32::from_bits(3);
+        assert_eq!((ceil_log2f(three), ceil_log2(three)), (-147, -147));
+        // 2^-127 (1 + 2^-22): the spacing below 127 is 2^-17, so log2f
+        // rounds -127 + 3.4e-7 back to -127.
+        let sub = f32::from_bits(0x0040_0001);
+        assert_eq!((ceil_log2f(sub), ceil_log2(sub)), (-127, -126));
+        for ceil in Ue8m0Ceil::ALL {
+            assert_eq!(ceil.scale(sub), pow2(-33));
+            assert_eq!(ceil.scale(0.0), pow2(-33));
+            assert_eq!(ceil.scale(f32::MAX), pow2(127));
+            assert_eq!(ceil.scale(f32::INFINITY), f32::INFINITY);
+        }
+        assert_eq!((ceil_log2f(f32::MAX), ceil_log2(f32::MAX)), (128, 128));
+        let big = ulps_from_pow2(100, 1);
+        assert_eq!((ceil_log2f(big), ceil_log2(big)), (100, 101));
+        assert_eq!(ue8m0_scale_log2f(big), pow2(100));
+        assert_eq!(ue8m0_scale_exact(big), pow2(101));
+    }
+
+    /// `ceil_log2f`'s error argument: for every exponent and every grid a
+    /// non-zero `m - 1` lies on (`2^-p`, `p` from 1 to 23), the threshold
+    /// `2^h - 1` in grid units is at least 0.05 from every positive
+    /// integer, so an error of `1e-11` relative cannot move a decision.
+    #[test]
+    fn the_log2f_threshold_stays_off_the_grid() {
+        for e in -149..128 {
+            if e == 0 {
+                assert_eq!(log2f_keeps_threshold(e), 0.0);
+                continue;
+            }
+            let t = log2f_keeps_threshold(e);
+            assert!(t > 0.0 && t < 6e-6, "e = {e}: {t}");
+            for p in 1..=23 {
+                let x = t * f64::from(1u32 << p);
+                let off = if x < 1.0 {
+                    1.0 - x
+                } else {
+                    (x - libm_round(x)).abs()
+                };
+                assert!(off >= 0.05, "e = {e}, grid 2^-{p}: {x}");
+            }
+        }
+    }
+
+    /// Round half away for a positive finite f64 (no_std has no
+    /// `f64::round`).
+    fn libm_round(x: f64) -> f64 {
+        let i = x as u64 as f64;
+        if x - i >= 0.5 {
+            i + 1.0
+        } else {
+            i
+        }
+    }
+
     #[test]
     fn the_clamp_sends_nan_to_the_bottom() {
         assert_eq!(clamp_fminmax(f32::NAN), -448.0);
@@ -762,10 +1047,24 @@ mod tests {
         let s = quantize_group(&x, GroupScale::Divide { eps: 1e-10 }, &mut q);
         assert_eq!(s, 1e-10 / 448.0);
         assert_eq!(q, [0; 4]);
-        let s = quantize_group(&x, GroupScale::Ue8m0 { eps: 1e-4 }, &mut q);
+        let s = quantize_group(
+            &x,
+            GroupScale::Ue8m0 {
+                eps: 1e-4,
+                ceil: Ue8m0Ceil::Log2f,
+            },
+            &mut q,
+        );
         assert_eq!(s, pow2(-22));
         // vLLM's floor: a zero group's scale is 2^ceil(log2f(1e-10)).
-        let s = quantize_group(&x, GroupScale::Ue8m0 { eps: 1e-10 }, &mut q);
+        let s = quantize_group(
+            &x,
+            GroupScale::Ue8m0 {
+                eps: 1e-10,
+                ceil: Ue8m0Ceil::Log2f,
+            },
+            &mut q,
+        );
         assert_eq!(s, pow2(-33));
         assert_eq!(q, [0; 4]);
     }
@@ -776,12 +1075,20 @@ mod tests {
         for rule in [
             GroupScale::V2,
             GroupScale::Divide { eps: 1e-10 },
-            GroupScale::Ue8m0 { eps: 1e-10 },
+            GroupScale::Ue8m0 {
+                eps: 1e-10,
+                ceil: Ue8m0Ceil::Log2f,
+            },
         ] {
             let mut q = [0u8; 4];
             let s = quantize_group(&x, rule, &mut q);
             let back = crate::e4m3::decode_e4m3(q[1], crate::conventions::NanMagnitude::Ieee);
-            if rule == (GroupScale::Ue8m0 { eps: 1e-10 }) {
+            if rule
+                == (GroupScale::Ue8m0 {
+                    eps: 1e-10,
+                    ceil: Ue8m0Ceil::Log2f,
+                })
+            {
                 // 3 / 448 rounds up to 2^-7: -3 / 2^-7 = -384.
                 assert_eq!((s, back), (1.0 / 128.0, -384.0));
             } else {

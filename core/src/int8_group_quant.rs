@@ -20,7 +20,10 @@
 //!    `s = absmax * fl(1 / 127)`, as torch computes `absmax / 127.0` on
 //!    CUDA (a Python-scalar divisor: its reciprocal multiplied).
 //! 3. With UE8M0 scales: `s = exp2f(ceilf(log2f(fmaxf(fabsf(s), 1e-10f))))`
-//!    ([`crate::fp8_quant::ue8m0_scale`]: `log2f` correctly rounded).
+//!    ([`Ue8m0Ceil::Log2f`], [`crate::fp8_quant::ue8m0_scale_log2f`]:
+//!    `log2f` correctly rounded), or `2^ceil(log2(max(s, 1e-10)))` with
+//!    the exact ceiling ([`Ue8m0Ceil::Exact`],
+//!    [`crate::fp8_quant::ue8m0_scale_exact`]), as the rule declares.
 //! 4. Per element, `y = x / s` ([`Codes::Divide`], the field's) or `y = x
 //!    * r` ([`Codes::Reciprocal`]: `r = fl(127.0f / absmax)`; with UE8M0
 //!    `r = fl(1 / s)`, exact, so that `x * r` is `x / s`).
@@ -42,10 +45,12 @@
 //!   `absmax / 127` far enough (about one group in eight of random
 //!   magnitudes; each of its signs alike).
 //! - `I8G-UE8M0`: step 3, vLLM's `scale_ue8m0` (fp8 and int8 alike): the
-//!   scale is a power of two at least `absmax / 127` but where `log2f`
-//!   rounds down onto a power (rule `UE8M0-LOG2F` of
-//!   [`crate::fp8_quant`]); codes divide by it exactly (but subnormal
-//!   quotients).
+//!   scale is a power of two at least `absmax / 127` but, under
+//!   [`Ue8m0Ceil::Log2f`], where `log2f` rounds down onto a power (rule
+//!   `UE8M0-LOG2F` of [`crate::fp8_quant::ceil_log2f`]: a scale 1 to 3
+//!   ulps above `2^e` for `|e|` from 4, 8, 16 up); under
+//!   [`Ue8m0Ceil::Exact`] always at least `absmax / 127`; codes divide by
+//!   it exactly (but subnormal quotients).
 //! - `I8G-CVT`: the conversion of step 5. vLLM's CUDA kernel converts with
 //!   a C++ cast (`int8_t(q)`: PTX `cvt.rzi`, toward zero), its Triton
 //!   kernel and SGLang's with `.to(tl.int8)` (`fptosi`, toward zero), the
@@ -74,7 +79,7 @@
 //! multiplying by `1 / s` only under UE8M0, where that is exact; that
 //! variant forms a UE8M0 scale by raising the exponent of any scale with a
 //! non-zero fraction, the true ceiling, which parts from `log2f`'s at a
-//! scale one ulp above a power of two: `I8G-UE8M0` keeps `log2f`'s); vLLM's
+//! scale one ulp above a power of two: [`Ue8m0Ceil::Exact`]); vLLM's
 //! and SGLang's Triton `_per_token_group_quant_int8`
 //! (`vllm/model_executor/layers/quantization/utils/int8_utils.py`:
 //! `_absmax = tl.maximum(tl.max(tl.abs(y)), eps)`, `y_s = _absmax /
@@ -83,7 +88,7 @@
 //! Triton form matches this contract only with `tl.div_rn`); PTX ISA,
 //! `cvt` (`.rzi`, `.rni`).
 
-use crate::fp8_quant::{for_each_group, ue8m0_scale, QuantError};
+use crate::fp8_quant::{for_each_group, QuantError, Ue8m0Ceil};
 use crate::int8_quant::{round_integral, Codes, Rounding};
 
 /// The field's amax floor (vLLM and SGLang `eps=1e-10`).
@@ -96,8 +101,9 @@ pub struct Int8GroupRule {
     pub rounding: Rounding,
     /// Divide (the field's) or multiply by `fl(127 / absmax)`.
     pub codes: Codes,
-    /// Whether the scale is rounded up to a power of two (step 3).
-    pub ue8m0: bool,
+    /// Whether the scale is rounded up to a power of two (step 3), and
+    /// under which ceiling: `None`, no UE8M0.
+    pub ue8m0: Option<Ue8m0Ceil>,
     /// The amax floor (finite, at least 0).
     pub eps: f32,
 }
@@ -109,39 +115,83 @@ impl Int8GroupRule {
         Int8GroupRule {
             rounding: Rounding::TowardZero,
             codes: Codes::Divide,
-            ue8m0: false,
+            ue8m0: None,
             eps,
         }
     }
 
     /// The rule's name in reports: the rounding's name ([`Rounding::name`]:
     /// `trunc`, `nearest_even`, `nearest_away`), then `/reciprocal` for
-    /// [`Codes::Reciprocal`], `/torch_divide` for [`Codes::TorchDivide`]
-    /// and `/ue8m0` for UE8M0 scales (its `eps`
-    /// aside).
+    /// [`Codes::Reciprocal`], `/torch_divide` for [`Codes::TorchDivide`],
+    /// and `/ue8m0` for UE8M0 scales under [`Ue8m0Ceil::Log2f`] or
+    /// `/ue8m0_exact` under [`Ue8m0Ceil::Exact`] (its `eps` aside).
     pub fn label(&self) -> &'static str {
-        use Codes::*;
-        use Rounding::*;
-        match (self.rounding, self.codes, self.ue8m0) {
-            (TowardZero, Divide, false) => "trunc",
-            (TowardZero, Reciprocal, false) => "trunc/reciprocal",
-            (TowardZero, Divide, true) => "trunc/ue8m0",
-            (TowardZero, Reciprocal, true) => "trunc/reciprocal/ue8m0",
-            (NearestEven, Divide, false) => "nearest_even",
-            (NearestEven, Reciprocal, false) => "nearest_even/reciprocal",
-            (NearestEven, Divide, true) => "nearest_even/ue8m0",
-            (NearestEven, Reciprocal, true) => "nearest_even/reciprocal/ue8m0",
-            (NearestAway, Divide, false) => "nearest_away",
-            (NearestAway, Reciprocal, false) => "nearest_away/reciprocal",
-            (NearestAway, Divide, true) => "nearest_away/ue8m0",
-            (NearestAway, Reciprocal, true) => "nearest_away/reciprocal/ue8m0",
-            (TowardZero, TorchDivide, false) => "trunc/torch_divide",
-            (TowardZero, TorchDivide, true) => "trunc/torch_divide/ue8m0",
-            (NearestEven, TorchDivide, false) => "nearest_even/torch_divide",
-            (NearestEven, TorchDivide, true) => "nearest_even/torch_divide/ue8m0",
-            (NearestAway, TorchDivide, false) => "nearest_away/torch_divide",
-            (NearestAway, TorchDivide, true) => "nearest_away/torch_divide/ue8m0",
-        }
+        // [rounding][codes][no UE8M0, log2f, exact]
+        const LABELS: [[[&str; 3]; 3]; 3] = [
+            [
+                ["trunc", "trunc/ue8m0", "trunc/ue8m0_exact"],
+                [
+                    "trunc/reciprocal",
+                    "trunc/reciprocal/ue8m0",
+                    "trunc/reciprocal/ue8m0_exact",
+                ],
+                [
+                    "trunc/torch_divide",
+                    "trunc/torch_divide/ue8m0",
+                    "trunc/torch_divide/ue8m0_exact",
+                ],
+            ],
+            [
+                [
+                    "nearest_even",
+                    "nearest_even/ue8m0",
+                    "nearest_even/ue8m0_exact",
+                ],
+                [
+                    "nearest_even/reciprocal",
+                    "nearest_even/reciprocal/ue8m0",
+                    "nearest_even/reciprocal/ue8m0_exact",
+                ],
+                [
+                    "nearest_even/torch_divide",
+                    "nearest_even/torch_divide/ue8m0",
+                    "nearest_even/torch_divide/ue8m0_exact",
+                ],
+            ],
+            [
+                [
+                    "nearest_away",
+                    "nearest_away/ue8m0",
+                    "nearest_away/ue8m0_exact",
+                ],
+                [
+                    "nearest_away/reciprocal",
+                    "nearest_away/reciprocal/ue8m0",
+                    "nearest_away/reciprocal/ue8m0_exact",
+                ],
+                [
+                    "nearest_away/torch_divide",
+                    "nearest_away/torch_divide/ue8m0",
+                    "nearest_away/torch_divide/ue8m0_exact",
+                ],
+            ],
+        ];
+        let r = match self.rounding {
+            Rounding::TowardZero => 0,
+            Rounding::NearestEven => 1,
+            Rounding::NearestAway => 2,
+        };
+        let c = match self.codes {
+            Codes::Divide => 0,
+            Codes::Reciprocal => 1,
+            Codes::TorchDivide => 2,
+        };
+        let u = match self.ue8m0 {
+            None => 0,
+            Some(Ue8m0Ceil::Log2f) => 1,
+            Some(Ue8m0Ceil::Exact) => 2,
+        };
+        LABELS[r][c][u]
     }
 }
 
@@ -188,11 +238,14 @@ pub fn quantize_int8_group(x: &[f32], rule: Int8GroupRule, q: &mut [i8]) -> f32 
     } else {
         absmax / 127.0
     };
-    let s = if rule.ue8m0 { ue8m0_scale(s0) } else { s0 };
+    let s = match rule.ue8m0 {
+        Some(ceil) => ceil.scale(s0),
+        None => s0,
+    };
     let r = match (rule.codes, rule.ue8m0) {
         (Codes::Divide | Codes::TorchDivide, _) => 0.0,
-        (Codes::Reciprocal, false) => 127.0 / absmax,
-        (Codes::Reciprocal, true) => 1.0 / s,
+        (Codes::Reciprocal, None) => 127.0 / absmax,
+        (Codes::Reciprocal, Some(_)) => 1.0 / s,
     };
     for (c, &v) in q.iter_mut().zip(x) {
         let y = match rule.codes {
@@ -337,7 +390,7 @@ mod tests {
     #[test]
     fn ue8m0_scales_are_powers_of_two() {
         let rule = Int8GroupRule {
-            ue8m0: true,
+            ue8m0: Some(Ue8m0Ceil::Log2f),
             ..VLLM
         };
         let x = [3.0f32, -1.7, 0.01];
@@ -350,7 +403,41 @@ mod tests {
         };
         assert_eq!(quant(&x, rec), (q, s));
         // A zero group: eps / 127 under 1e-10 is floored to 1e-10 first.
-        assert_eq!(quant(&[0.0], rule).1, ue8m0_scale(1e-10));
+        assert_eq!(quant(&[0.0], rule).1, Ue8m0Ceil::Log2f.scale(1e-10));
+    }
+
+    /// I8G-UE8M0's two ceilings: an absmax whose `absmax / 127` is one ulp
+    /// above `2^-10` keeps the scale `2^-10` under `log2f` (its amax
+    /// element then codes 127, clamped from 127.00002) and doubles it
+    /// under the exact ceiling (the amax codes 63 toward zero); at
+    /// `2^-2` (`|e| < 4`) both double it.
+    #[test]
+    fn the_two_ceilings_part_one_ulp_above_a_power_of_two() {
+        let exact = Int8GroupRule {
+            ue8m0: Some(Ue8m0Ceil::Exact),
+            ..VLLM
+        };
+        let log2f = Int8GroupRule {
+            ue8m0: Some(Ue8m0Ceil::Log2f),
+            ..VLLM
+        };
+        for (e, parts) in [(-10, true), (-2, false), (12, true)] {
+            let target = f32::from_bits((2f32.powi(e)).to_bits() + 1);
+            // The absmax whose division by 127 gives the target.
+            let a = (0..4)
+                .map(|d| f32::from_bits((127.0 * target).to_bits() + d - 1))
+                .find(|&a| a / 127.0 == target)
+                .expect("an absmax");
+            let (ql, sl) = quant(&[a, -0.5 * a], log2f);
+            let (qx, sx) = quant(&[a, -0.5 * a], exact);
+            assert_eq!(sx, 2f32.powi(e + 1));
+            assert_eq!(sl == sx, !parts, "e = {e}");
+            if parts {
+                assert_eq!((sl, ql[0], qx[0]), (2f32.powi(e), 127, 63));
+            }
+        }
+        assert_eq!(exact.label(), "trunc/ue8m0_exact");
+        assert_eq!(log2f.label(), "trunc/ue8m0");
     }
 
     /// I8G-TAIL: a short last group has its own scale; bad arguments are
@@ -398,9 +485,16 @@ mod tests {
         let r = Int8GroupRule {
             rounding: Rounding::NearestAway,
             codes: Codes::Reciprocal,
-            ue8m0: true,
+            ue8m0: Some(Ue8m0Ceil::Log2f),
             eps: 0.0,
         };
         assert_eq!(r.label(), "nearest_away/reciprocal/ue8m0");
+        let t = Int8GroupRule {
+            rounding: Rounding::NearestEven,
+            codes: Codes::TorchDivide,
+            ue8m0: Some(Ue8m0Ceil::Exact),
+            eps: 0.0,
+        };
+        assert_eq!(t.label(), "nearest_even/torch_divide/ue8m0_exact");
     }
 }

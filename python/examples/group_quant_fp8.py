@@ -24,6 +24,20 @@ judged bit for bit through `kernel_oracle.check_fp8_group_quant`:
   torch's `log2` must round `log2(2^k (1 + 2^-23))` as that does (to
   `k` for `|k| >= 4`), which the POW2 arm tests.
 
+Then UE8M0's two ceilings on the POW2 arm alone (float32 input; half its
+groups have `amax / 448` 1 to 3 ulps above a power of two where a binary32
+`log2` rounds back to the power), each form declared `ue8m0` (the
+`log2f` ceiling) and `ue8m0_exact` (the exact ceiling), printing which
+passes:
+- `torch_ue8m0` (`torch.log2`) and `triton_ue8m0_log2f` (vLLM's Triton
+  `_per_token_group_quant_fp8` with `use_ue8m0`: `tl.exp2(tl.ceil(
+  tl.log2(s)))`, divisions by `tl.div_rn`): EXPECTED to pass `ue8m0` and
+  fail `ue8m0_exact` (on an H100, `torch.log2` and `tl.log2` round those
+  scales' `log2` as the correctly rounded model does);
+- `triton_ue8m0_bits`: the same kernel with the bit form of DeepEP's and
+  DeepSeek's `fast_log2_ceil` (exponent plus one for a non-zero
+  mantissa): EXPECTED to pass `ue8m0_exact` and fail `ue8m0`.
+
 Each row names every known rule the output matches. Exit status 1 unless
 every check ends as expected (passes, or fails where marked). Run on a
 CUDA GPU with torch and triton:
@@ -97,6 +111,43 @@ def triton_div_rn(x, q, s, eps=1e-10):
     triton_quant(x, q, s, eps, True)
 
 
+@triton.jit
+def _group_quant_ue8m0(y_ptr, q_ptr, s_ptr, eps, fp8_min, fp8_max, GROUP: tl.constexpr, BITS: tl.constexpr):
+    g = tl.program_id(0)
+    cols = tl.arange(0, GROUP)
+    y = tl.load(y_ptr + g * GROUP + cols).to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(y)), eps)
+    raw = tl.maximum(tl.div_rn(amax, fp8_max), 1e-10)
+    if BITS:
+        # fast_log2_ceil then fast_pow2: the exponent, plus one for a
+        # non-zero mantissa (raw is positive and normal).
+        bits = raw.to(tl.uint32, bitcast=True)
+        up = ((bits & 0x7FFFFF) != 0).to(tl.uint32)
+        y_s = (((bits >> 23) + up) << 23).to(tl.float32, bitcast=True)
+    else:
+        y_s = tl.exp2(tl.ceil(tl.log2(raw)))
+    y_q = tl.clamp(tl.div_rn(y, y_s), fp8_min, fp8_max).to(q_ptr.dtype.element_ty)
+    tl.store(q_ptr + g * GROUP + cols, y_q)
+    tl.store(s_ptr + g, y_s)
+
+
+def triton_ue8m0(x, q, s, eps, bits):
+    xg = groups(x)
+    m, n, group = xg.shape
+    qt = torch.empty((m, n * group), dtype=FP8, device=DEV)
+    st = torch.empty((m, n), dtype=torch.float32, device=DEV)
+    _group_quant_ue8m0[(m * n,)](xg.contiguous(), qt, st, eps, -448.0, 448.0, GROUP=group, BITS=bits)
+    to_outputs(qt, st, q, s)
+
+
+def triton_ue8m0_log2f(x, q, s, eps=1e-10):
+    triton_ue8m0(x, q, s, eps, False)
+
+
+def triton_ue8m0_bits(x, q, s, eps=1e-10):
+    triton_ue8m0(x, q, s, eps, True)
+
+
 def torch_ue8m0(x, q, s):
     xg = groups(x)
     amax = xg.abs().float().amax(-1).clamp(1e-4)
@@ -119,6 +170,24 @@ def main():
         print(f"{fn.__name__} declared {rule}: {'PASS' if ok else 'FAIL'}, "
               f"{'as expected' if ok == should_pass else 'NOT as expected'}")
         unexpected += ok != should_pass
+    # UE8M0's two ceilings on POW2 alone: each form under both declarations.
+    print("\nUE8M0 ceilings on POW2 (float32 input):")
+    ceilings = [
+        (torch_ue8m0, 1e-4, "ue8m0"),
+        (triton_ue8m0_log2f, 1e-10, "ue8m0"),
+        (triton_ue8m0_bits, 1e-10, "ue8m0_exact"),
+    ]
+    for fn, eps, own in ceilings:
+        for rule in ["ue8m0", "ue8m0_exact"]:
+            r = ko.check_fp8_group_quant(fn, rule=rule, eps=eps, arms=["POW2"], verbose=False)
+            should_pass = rule == own
+            print(f"{fn.__name__} declared {rule} on POW2: {'PASS' if r.ok else 'FAIL'} "
+                  f"({r.failed} of {r.cases} cases failed), "
+                  f"{'as expected' if r.ok == should_pass else 'NOT as expected'}")
+            if not r.ok:
+                named = [ln.strip() for ln in r.failures[0].splitlines() if "the output matches" in ln]
+                print("  " + (named[0] if named else r.failures[0].splitlines()[0]))
+            unexpected += r.ok != should_pass
     return 1 if unexpected else 0
 
 

@@ -36,6 +36,18 @@ declared as its source computes it:
    casts with `int8_t(q)`); and `torch.ops._C.per_token_group_fp8_quant`
    handed an int8 output with `scale_ue8m0=True` (the shared 8-bit kernel
    dispatches on the output's dtype), declared `trunc/ue8m0`, a finding.
+7. UE8M0's two ceilings on the POW2 arm alone (float32 input: half its
+   groups have `absmax / 127` 1 to 3 ulps above a power of two where a
+   binary32 `log2` rounds back to the power), each form declared
+   `ue8m0=True` (the `log2f` ceiling) and `ue8m0="exact"`:
+   `triton_ue8m0_log2f` (the Triton kernel above with `tl.exp2(tl.ceil(
+   tl.log2(s)))`, `tl.div_rn`) and `torch_ue8m0` (`torch.exp2(torch.ceil(
+   torch.log2(s)))`) EXPECTED to pass `True` and fail `"exact"` (on an
+   H100, `tl.log2` and `torch.log2` round those scales' `log2` as the
+   correctly rounded model does); `triton_ue8m0_bits` (DeepEP's and
+   DeepSeek's bit form `fast_log2_ceil`) EXPECTED the reverse; and, where
+   vLLM is importable, its CUDA op of item 6 on float32 input under both,
+   reported.
 
 The quantizers need `k % 128 == 0` (vLLM asserts it): the ragged default
 shape is refused (`ko.Refused`), counted, not failed. A declared rule is
@@ -114,6 +126,58 @@ if triton is not None:
         tl.store(y_s_ptr + g_id, y_s)
 
 
+if triton is not None:
+
+    @triton.jit
+    def _group_quant_int8_ue8m0(y_ptr, y_q_ptr, y_s_ptr, N, eps, int8_min, int8_max, BLOCK: tl.constexpr,
+                                BITS: tl.constexpr):
+        # The kernel above with UE8M0 scales (vLLM's scale_ue8m0): the
+        # scale rounded up to a power of two through log2f, or (BITS) by
+        # the bit form: the exponent, plus one for a non-zero mantissa.
+        g_id = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < N
+        y = tl.load(y_ptr + g_id * N + cols, mask=mask, other=0.0).to(tl.float32)
+        _absmax = tl.maximum(tl.max(tl.abs(y)), eps)
+        raw = tl.maximum(tl.div_rn(_absmax, int8_max), 1e-10)
+        if BITS:
+            bits = raw.to(tl.uint32, bitcast=True)
+            up = ((bits & 0x7FFFFF) != 0).to(tl.uint32)
+            y_s = (((bits >> 23) + up) << 23).to(tl.float32, bitcast=True)
+        else:
+            y_s = tl.exp2(tl.ceil(tl.log2(raw)))
+        y_q = tl.clamp(tl.div_rn(y, y_s), int8_min, int8_max).to(y_q_ptr.dtype.element_ty)
+        tl.store(y_q_ptr + g_id * N + cols, y_q, mask=mask)
+        tl.store(y_s_ptr + g_id, y_s)
+
+
+def triton_ue8m0_form(bits):
+    def f(x, q, s):
+        whole_groups(x)
+        xt = cuda_x(x, "float32")
+        m, k = xt.shape
+        qt = torch.empty((m, k), dtype=torch.int8, device="cuda")
+        st = torch.empty((m, k // GROUP), dtype=torch.float32, device="cuda")
+        _group_quant_int8_ue8m0[(m * k // GROUP,)](xt, qt, st, GROUP, EPS, -128.0, 127.0,
+                                                   BLOCK=triton.next_power_of_2(GROUP), BITS=bits, num_warps=1)
+        to_outputs(qt, st, q, s)
+
+    f.__name__ = f"triton_ue8m0_{'bits' if bits else 'log2f'}"
+    return f
+
+
+def torch_ue8m0(x, q, s):
+    whole_groups(x)
+    xt = cuda_x(x, "float32")
+    m, k = xt.shape
+    xg = xt.view(m, k // GROUP, GROUP)
+    amax = xg.abs().amax(dim=-1, keepdim=True).clamp(min=EPS)
+    st = amax / torch.full_like(amax, 127.0)
+    st = torch.exp2(torch.ceil(torch.log2(st.clamp(min=1e-10))))
+    qt = (xg / st).clamp(-128, 127).to(torch.int8)
+    to_outputs(qt, st, q, s)
+
+
 def triton_form(dtype, rn, round_away=False):
     def f(x, q, s):
         whole_groups(x)
@@ -179,7 +243,8 @@ def main():
         verdict = "PASS" if r.ok else "FAIL"
         note = "" if expect is None or expect == r.ok else " (UNEXPECTED)"
         arms = f" (arms {kw['arms']})" if "arms" in kw else ""
-        declared = kw.get("rounding", "trunc") + ("/ue8m0" if kw.get("ue8m0") else "")
+        u = kw.get("ue8m0")
+        declared = kw.get("rounding", "trunc") + ("/ue8m0_exact" if u == "exact" else "/ue8m0" if u else "")
         line = f"{fn.__name__}: declared {declared}{arms}, {verdict}, {r.refused} refused{note}"
         findings.append(line)
         print(f"FINDING {line}", flush=True)
@@ -203,6 +268,15 @@ def main():
         plan.append((torch_form(dtype), True, {"dtype": dtype}))
     plan.append((torch_form("bfloat16", scalar=True), True, {"codes": "torch_divide"}))
 
+    # 7: UE8M0's two ceilings on POW2, float32 input, each form under both.
+    pow2 = {"dtype": "float32", "arms": ["POW2"]}
+    ceiling_forms = [(torch_ue8m0, True)]
+    if triton is not None:
+        ceiling_forms += [(triton_ue8m0_form(False), True), (triton_ue8m0_form(True), "exact")]
+    for fn, own in ceiling_forms:
+        for declared in (True, "exact"):
+            plan.append((fn, declared == own, {**pow2, "ue8m0": declared}))
+
     try:
         from vllm import _custom_ops  # noqa: F401 (loads vllm._C, which registers torch.ops._C)
         has_int8 = hasattr(torch.ops._C, "per_token_group_quant_int8")
@@ -217,6 +291,9 @@ def main():
             print("\n=== torch.ops._C.per_token_group_quant_int8: absent in this vLLM, SKIPPED")
         if has_fp8:
             plan.append((vllm_form("bfloat16", ue8m0=True), None, {"ue8m0": True}))
+            for declared in (True, "exact"):
+                plan.append((vllm_form("float32", ue8m0=True), None,
+                             {"dtype": "float32", "arms": ["POW2"], "ue8m0": declared}))
 
     for fn, expect, kw in plan:
         r = section(f"{fn.__name__} {kw}", 300, lambda f=fn, e=expect, k=kw: run(f, e, **k))

@@ -21,6 +21,7 @@ use kernel_oracle::int8_group_quant::{
 use kernel_oracle::int8_quant::Int8Verdict;
 use kernel_oracle::names::parse_named;
 use oracle::dtype::Dtype;
+use oracle::fp8_quant::Ue8m0Ceil;
 use oracle::int8_group_quant::{quantize_int8_groups, Int8GroupRule};
 use oracle::int8_quant::{Codes, Rounding};
 use pyo3::exceptions::PyValueError;
@@ -35,20 +36,62 @@ struct Declared {
     dtype: Dtype,
 }
 
+/// The `ue8m0` argument: `False` (or None, the default: no UE8M0),
+/// `True` or `"log2f"` (the ceiling of a correctly rounded `log2f`,
+/// vLLM's `scale_ue8m0`), `"exact"` (the exact ceiling, the bit forms).
+///
+/// # Errors
+/// `ValueError` for anything else.
+fn parse_ue8m0(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Ue8m0Ceil>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(b) = v.extract::<bool>() {
+        return Ok(b.then_some(Ue8m0Ceil::Log2f));
+    }
+    let s = v.extract::<String>().ok();
+    match s.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        Some("log2f") => Ok(Some(Ue8m0Ceil::Log2f)),
+        Some("exact") => Ok(Some(Ue8m0Ceil::Exact)),
+        _ => Err(PyValueError::new_err(format!(
+            "ue8m0 {}: expected False, True, \"log2f\" (the same as True) or \"exact\"",
+            v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))),
+    }
+}
+
+/// The `ue8m0` argument as a rerun line repeats it.
+fn ue8m0_py(u: Option<Ue8m0Ceil>) -> &'static str {
+    match u {
+        None => "False",
+        Some(Ue8m0Ceil::Log2f) => "True",
+        Some(Ue8m0Ceil::Exact) => "\"exact\"",
+    }
+}
+
 impl Declared {
     /// `rounding` (`"trunc"`, `"nearest_even"`, `"nearest_away"`),
-    /// `codes` (`"divide"`, `"reciprocal"`, `"torch_divide"`), `ue8m0`, `eps` and `dtype`,
-    /// checked (`eps` as Python gives it: one that float32 cannot hold, a
-    /// non-zero one rounding to 0 or one past its range, is refused).
-    fn new(rounding: &str, codes: &str, ue8m0: bool, eps: f64, dtype: &str) -> PyResult<Declared> {
+    /// `codes` (`"divide"`, `"reciprocal"`, `"torch_divide"`), `ue8m0`
+    /// ([`parse_ue8m0`]), `eps` and `dtype`, checked (`eps` as Python
+    /// gives it: one that float32 cannot hold, a non-zero one rounding to
+    /// 0 or one past its range, is refused).
+    fn new(
+        rounding: &str,
+        codes: &str,
+        ue8m0: Option<&Bound<'_, PyAny>>,
+        eps: f64,
+        dtype: &str,
+    ) -> PyResult<Declared> {
         let bad = |m: String| PyValueError::new_err(m);
         let rounding =
             parse_named("rounding", rounding, &Rounding::ALL, Rounding::name, true).map_err(bad)?;
         let codes = parse_named("codes", codes, &Codes::ALL, Codes::name, true).map_err(bad)?;
-        if ue8m0 && codes == Codes::Reciprocal {
-            return Err(bad(
-                "codes=\"reciprocal\" with ue8m0=True: a UE8M0 scale is a power of two, so x * (1/s) is x / s bit for bit; declare codes=\"divide\"".into(),
-            ));
+        let ue8m0 = parse_ue8m0(ue8m0)?;
+        if ue8m0.is_some() && codes == Codes::Reciprocal {
+            return Err(bad(format!(
+                "codes=\"reciprocal\" with ue8m0={}: a UE8M0 scale is a power of two, so x * (1/s) is x / s bit for bit; declare codes=\"divide\"",
+                ue8m0_py(ue8m0)
+            )));
         }
         if !(eps.is_finite() && eps >= 0.0) {
             return Err(bad(format!(
@@ -81,7 +124,7 @@ impl Declared {
             "group_size={group_size}, rounding=\"{}\", codes=\"{}\", ue8m0={}, eps={:e}, dtype=\"{}\"",
             r.rounding.name(),
             r.codes.name(),
-            if r.ue8m0 { "True" } else { "False" },
+            ue8m0_py(r.ue8m0),
             r.eps,
             self.dtype.name()
         )
@@ -103,8 +146,11 @@ type Pair<'py> = (
 /// `per_token_group_quant_int8` computes it: per group of `group_size`
 /// consecutive columns of a row (a short last group when it does not
 /// divide `k`), `absmax = max(eps, max |x|)` (`fmaxf` from `eps`: NaN
-/// skipped), `s = absmax / 127` (with `ue8m0`, `2^ceil(log2f(max(s,
-/// 1e-10)))`), codes `int8(clamp(x / s, -128, 127))` (`codes="reciprocal"`:
+/// skipped), `s = absmax / 127` (with `ue8m0=True` or `"log2f"`,
+/// `2^ceil(log2f(max(s, 1e-10)))`, `log2f` correctly rounded: vLLM's
+/// `scale_ue8m0`; with `ue8m0="exact"`, `2^ceil(log2(max(s, 1e-10)))`
+/// exactly: the bit forms; they part only 1 to 3 ulps above a power of
+/// two), codes `int8(clamp(x / s, -128, 127))` (`codes="reciprocal"`:
 /// `x * fl(127 / absmax)`; `codes="torch_divide"`: `s = absmax * fl(1 /
 /// 127)`, torch's `absmax / 127.0` on CUDA), the conversion by `rounding`: `"trunc"` (toward
 /// zero: the C++ cast of vLLM's CUDA kernel, Triton's `.to(tl.int8)`,
@@ -116,12 +162,16 @@ type Pair<'py> = (
 /// (`_per_token_group_quant_int8`).
 ///
 /// Errors: `TypeError` for an `x` of another dtype; `ValueError` for an
-/// unknown rounding, codes or dtype, `codes="reciprocal"` with
-/// `ue8m0=True`, an `eps` that is NaN, infinite or negative (or that
+/// unknown rounding, codes or dtype, a `ue8m0` other than False, True,
+/// `"log2f"` or `"exact"`, `codes="reciprocal"` with UE8M0, an `eps` that
+/// is NaN, infinite or negative (or that
 /// float32 cannot hold: a non-zero one rounding to 0, one past its range),
 /// a `group_size` below 1 or an `x` that is not 2-D.
 #[pyfunction]
-#[pyo3(signature = (x, group_size = 128, rounding = "trunc", codes = "divide", ue8m0 = false, eps = 1e-10, dtype = "float32"))]
+#[pyo3(
+    signature = (x, group_size = 128, rounding = "trunc", codes = "divide", ue8m0 = None, eps = 1e-10, dtype = "float32"),
+    text_signature = "(x, group_size=128, rounding=\"trunc\", codes=\"divide\", ue8m0=False, eps=1e-10, dtype=\"float32\")"
+)]
 #[allow(clippy::too_many_arguments)]
 fn quantize_int8_group<'py>(
     py: Python<'py>,
@@ -129,12 +179,12 @@ fn quantize_int8_group<'py>(
     group_size: i64,
     rounding: &str,
     codes: &str,
-    ue8m0: bool,
+    ue8m0: Option<Bound<'py, PyAny>>,
     eps: f64,
     dtype: &str,
 ) -> PyResult<Pair<'py>> {
     let group_size: usize = count("group_size", group_size, 1)?;
-    let decl = Declared::new(rounding, codes, ue8m0, eps, dtype)?;
+    let decl = Declared::new(rounding, codes, ue8m0.as_ref(), eps, dtype)?;
     let (xv, m, k) = read_x(&x, decl.dtype)?;
     let groups = k.div_ceil(group_size);
     let (mut q, mut s) = (vec![0i8; m * k], vec![0f32; m * groups]);
@@ -153,7 +203,10 @@ fn quantize_int8_group<'py>(
 /// Errors: `ValueError` for an unknown arm, rounding, codes or dtype, the
 /// arguments `check_int8_group_quant` refuses, or a zero dimension.
 #[pyfunction]
-#[pyo3(signature = (m, k, arm, group_size = 128, rounding = "trunc", codes = "divide", ue8m0 = false, eps = 1e-10, dtype = "bfloat16", seed = None))]
+#[pyo3(
+    signature = (m, k, arm, group_size = 128, rounding = "trunc", codes = "divide", ue8m0 = None, eps = 1e-10, dtype = "bfloat16", seed = None),
+    text_signature = "(m, k, arm, group_size=128, rounding=\"trunc\", codes=\"divide\", ue8m0=False, eps=1e-10, dtype=\"bfloat16\", seed=None)"
+)]
 #[allow(clippy::too_many_arguments)]
 fn int8_group_quant_case<'py>(
     py: Python<'py>,
@@ -163,14 +216,14 @@ fn int8_group_quant_case<'py>(
     group_size: i64,
     rounding: &str,
     codes: &str,
-    ue8m0: bool,
+    ue8m0: Option<Bound<'py, PyAny>>,
     eps: f64,
     dtype: &str,
     seed: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let group_size: usize = count("group_size", group_size, 1)?;
     let arm = Int8GroupArm::parse(arm).map_err(PyValueError::new_err)?;
-    let decl = Declared::new(rounding, codes, ue8m0, eps, dtype)?;
+    let decl = Declared::new(rounding, codes, ue8m0.as_ref(), eps, dtype)?;
     let sp = Int8GroupSpec {
         m,
         k,
@@ -200,9 +253,15 @@ fn int8_group_quant_case<'py>(
 /// reciprocal part), `ZERO` (all-zero groups and groups under `eps`: the
 /// floor decides the scale), `AMAX` (the amax at a group's first or last
 /// element, adjacent groups 2^8 and more apart, groups all negative: a
-/// boundary off by one, a neighbour's scale, a signed max) and `SAT`
+/// boundary off by one, a neighbour's scale, a signed max), `SAT`
 /// (`±absmax` and elements just inside: toward zero, the amax codes 126
-/// where `fl(absmax / s) < 127`; `absmax / 128` codes -128) and, only when
+/// where `fl(absmax / s) < 127`; `absmax / 128` codes -128) and `POW2`
+/// (in float32, `absmax / 127` bit for bit at a power of two, 1 to 3 ulps
+/// below one, or 1 to 3 ulps above one, half the groups where `log2f`
+/// rounds back to the power: the UE8M0 ceilings `ue8m0=True` and
+/// `ue8m0="exact"` part there and nowhere else; a 16-bit input cannot
+/// hold such an amax, so there POW2 draws `127 * 2^e` and a dtype step
+/// either side) and, only when
 /// named, `NAN` (NaN elements, skipped by `fmaxf` and coded -128 by the
 /// clamp: rule `I8G-NAN`), and judges its codes and scales bit for bit
 /// against `quantize_int8_group(x, group_size, rounding, codes, ue8m0,
@@ -221,8 +280,8 @@ fn int8_group_quant_case<'py>(
 ///
 /// Each row names the known rules the output matches bit for bit (`trunc`,
 /// `nearest_even`, `nearest_away`, each with `/reciprocal` or
-/// `/torch_divide`, and each dividing with `/ue8m0`, at the declared
-/// `eps`) and,
+/// `/torch_divide`, and each dividing with `/ue8m0` (the `log2f`
+/// ceiling) or `/ue8m0_exact`, at the declared `eps`) and,
 /// where it differs from the
 /// declared rule, how far: codes in integer steps, scales in f32 ulps.
 /// `rounding="trunc"`, `codes="divide"` is vLLM's and SGLang's (a Triton
@@ -232,13 +291,17 @@ fn int8_group_quant_case<'py>(
 /// by `fl(1 / 127)`, so the scale is `absmax * fl(1 / 127)`, then `x / s`.
 ///
 /// Errors: `ValueError`, before any call, for an unknown rounding, codes,
-/// dtype or arm, `codes="reciprocal"` with `ue8m0=True` (the same bits as
-/// divide), an `eps` that is NaN, infinite or negative (or that float32
+/// dtype or arm, a `ue8m0` other than False, True, `"log2f"` or
+/// `"exact"`, `codes="reciprocal"` with UE8M0 (the same bits as divide),
+/// an `eps` that is NaN, infinite or negative (or that float32
 /// cannot hold), a `group_size` below 1, a zero dimension or a case over 2^26 elements. Every check
 /// also raises `ValueError`, before any call, for `trials` below 1 or an
 /// empty `seeds` list.
 #[pyfunction]
-#[pyo3(signature = (quant, group_size = 128, rounding = "trunc", codes = "divide", ue8m0 = false, eps = 1e-10, dtype = "bfloat16", shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
+#[pyo3(
+    signature = (quant, group_size = 128, rounding = "trunc", codes = "divide", ue8m0 = None, eps = 1e-10, dtype = "bfloat16", shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None),
+    text_signature = "(quant, group_size=128, rounding=\"trunc\", codes=\"divide\", ue8m0=False, eps=1e-10, dtype=\"bfloat16\", shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None)"
+)]
 #[allow(clippy::too_many_arguments)]
 fn check_int8_group_quant<'py>(
     py: Python<'py>,
@@ -246,7 +309,7 @@ fn check_int8_group_quant<'py>(
     group_size: i64,
     rounding: &str,
     codes: &str,
-    ue8m0: bool,
+    ue8m0: Option<Bound<'py, PyAny>>,
     eps: f64,
     dtype: &str,
     shapes: Option<Vec<(usize, usize)>>,
@@ -258,7 +321,7 @@ fn check_int8_group_quant<'py>(
 ) -> PyResult<CheckReport> {
     let seeds = Seeds::new(seeds, trials)?;
     let gs: usize = count("group_size", group_size, 1)?;
-    let decl = Declared::new(rounding, codes, ue8m0, eps, dtype)?;
+    let decl = Declared::new(rounding, codes, ue8m0.as_ref(), eps, dtype)?;
     let shapes = shapes.unwrap_or_else(|| INT8_GROUP_SHAPES.to_vec());
     let arms = match arms {
         Some(_) => arms_or_all(arms, &Int8GroupArm::ALL, Int8GroupArm::parse)?,

@@ -13,12 +13,13 @@ use crate::check::{
     Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::fp8_quant::{
-    identify, nan_rule, reference, rule_label, scaled_identify, scaled_known, scaled_label,
-    scaled_reference, Arm, ScaledArm, ScaledSpec, Spec, Verdict, KNOWN, SCALED_SHAPES,
+    identify, nan_rule, reference, rule_label, rule_name, scaled_identify, scaled_known,
+    scaled_label, scaled_reference, Arm, ScaledArm, ScaledSpec, Spec, Verdict, KNOWN,
+    SCALED_SHAPES,
 };
 use numpy::PyReadonlyArrayDyn;
 use oracle::fp8_quant::{
-    quantize_groups, quantize_scaled, Granularity, GroupScale, ScaleSource, ScaledRule,
+    quantize_groups, quantize_scaled, Granularity, GroupScale, ScaleSource, ScaledRule, Ue8m0Ceil,
     MIN_SCALING_FACTOR,
 };
 use pyo3::exceptions::PyValueError;
@@ -27,8 +28,8 @@ use pyo3::types::PyDict;
 use std::fmt::Write;
 
 /// The rule named `rule` (`"v2"`, `"divide"`, `"reciprocal"`, `"ue8m0"`,
-/// any case) at
-/// floor `eps` (unused by v2).
+/// `"ue8m0_exact"`, any case; [`rule_name`]) at floor `eps` (unused by
+/// v2).
 fn parse_rule(rule: &str, eps: f32) -> PyResult<GroupScale> {
     let lower = rule.to_ascii_lowercase();
     if lower != "v2" && !(eps.is_finite() && eps >= 0.0) {
@@ -40,9 +41,16 @@ fn parse_rule(rule: &str, eps: f32) -> PyResult<GroupScale> {
         "v2" => Ok(GroupScale::V2),
         "divide" => Ok(GroupScale::Divide { eps }),
         "reciprocal" => Ok(GroupScale::Reciprocal { eps }),
-        "ue8m0" => Ok(GroupScale::Ue8m0 { eps }),
+        "ue8m0" => Ok(GroupScale::Ue8m0 {
+            eps,
+            ceil: Ue8m0Ceil::Log2f,
+        }),
+        "ue8m0_exact" => Ok(GroupScale::Ue8m0 {
+            eps,
+            ceil: Ue8m0Ceil::Exact,
+        }),
         _ => Err(PyValueError::new_err(format!(
-            "rule {rule:?}: expected \"v2\", \"divide\", \"reciprocal\" or \"ue8m0\""
+            "rule {rule:?}: expected \"v2\", \"divide\", \"reciprocal\", \"ue8m0\" or \"ue8m0_exact\""
         ))),
     }
 }
@@ -96,8 +104,14 @@ fn code_lines(r: &mut String, v: &Verdict, x: &[f32], k: usize) {
 ///   computes `amax / 448.0` on a CUDA tensor (a multiply by the divisor's
 ///   binary32 reciprocal): the pure-torch quantizers;
 /// - `"ue8m0"`: `s` floored at 1e-10 and rounded up to a power of two
-///   through a correctly rounded binary32 `log2` (vLLM's and DeepGEMM's
-///   `use_ue8m0`), codes as `"divide"`.
+///   through a correctly rounded binary32 `log2`, `2^ceil(log2f(s))`
+///   (vLLM's CUDA `scale_ue8m0`, DeepGEMM's torch `use_ue8m0`, Triton's
+///   `tl.log2`: a scale 1 to 3 ulps above `2^e` keeps `2^e` for `|e|`
+///   from 4, 8, 16 up), codes as `"divide"`;
+/// - `"ue8m0_exact"`: the same with the exact ceiling `2^ceil(log2(s))`
+///   (the bit forms that raise the exponent of any scale with a non-zero
+///   fraction: DeepEP's `fast_log2_ceil`, DeepSeek's reference
+///   `fast_round_scale`).
 ///
 /// Codes are e4m3 (OCP OFP8), round to nearest even, saturating.
 ///
@@ -175,9 +189,11 @@ fn fp8_group_quant_case<'py>(
 /// arms `RAND` (groups at magnitudes 1e-3 to 1e3), `ZERO` (all-zero,
 /// tiny, one-hot groups: the amax floor), `TIES` (scaled elements within
 /// an ulp of e4m3 rounding midpoints: a multiply by the reciprocal and a
-/// division part there) and `POW2` (`amax / 448` at and just past a power
-/// of two: UE8M0's ceiling), and judges its codes and scales bit for bit
-/// against `quantize_fp8_groups(x, group, rule, eps)`.
+/// division part there) and `POW2` (`amax / 448` bit for bit at a power
+/// of two, 1 to 3 ulps below one, or 1 to 3 ulps above one, half the
+/// groups where `log2f` rounds back to the power: `"ue8m0"` and
+/// `"ue8m0_exact"` part there and nowhere else), and judges its codes and
+/// scales bit for bit against `quantize_fp8_groups(x, group, rule, eps)`.
 ///
 /// The callable: `quant(x, q, s)`, with `x` float32 `[m, k]`, `q` uint8
 /// `[m, k]` (e4m3 codes; handed filled with 0x7F, the NaN code, which no
@@ -187,8 +203,9 @@ fn fp8_group_quant_case<'py>(
 /// needs `k % group == 0` raises `kernel_oracle.Refused` on the ragged
 /// shape.
 ///
-/// Each row names the known rules (`v2`, `divide` and `ue8m0` at floors
-/// 1e-10 and 1e-4, `reciprocal` at 1e-10) the output matches bit for bit,
+/// Each row names the known rules (`v2`, `divide`, `ue8m0` and
+/// `ue8m0_exact` at floors 1e-10 and 1e-4, `reciprocal` at 1e-10) the
+/// output matches bit for bit,
 /// and, where it differs from the declared one, how far: codes in e4m3
 /// steps, scales in f32 ulps (a division compiled with `--use_fast_math`,
 /// or Triton's `/`, which is PTX's approximate `div.full.f32`, shows as
@@ -217,8 +234,8 @@ fn check_fp8_group_quant<'py>(
 ) -> PyResult<CheckReport> {
     let seeds = Seeds::new(seeds, trials)?;
     let group: usize = count("group", group, 1)?;
-    let rule_name = rule.to_ascii_lowercase();
     let rule = parse_rule(rule, eps)?;
+    let rule_name = rule_name(&rule);
     let shapes = shapes.unwrap_or_else(|| QUANT_SHAPES.to_vec());
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
     for &(m, k) in &shapes {

@@ -444,3 +444,73 @@ def fused_moe_fp8_grouped(a, a_scale, w, w_scale, topk_weights, topk_ids, out, m
         out[...] = C.astype(np.float16).view(np.uint16)
     else:
         out[...] = ko.encode_bf16(C)
+
+
+# ---------------------------------------------------------------------------
+# UE8M0 scales under either ceiling (check_fp8_group_quant's rule="ue8m0" /
+# "ue8m0_exact", check_int8_group_quant's ue8m0=True / "exact").
+# ---------------------------------------------------------------------------
+
+def ue8m0_table():
+    """The H100 table's scales, float32: 2^e (1 + u 2^-23) for e in -40 ..
+    19 and u in 1, 2, 3, then the same u ulps below 2^e; and (e, u) of
+    each (u negative below)."""
+    pairs = [(e, u) for sign in (1, -1) for e in range(-40, 20) for u in (sign, 2 * sign, 3 * sign)]
+    p = np.array([2.0**e for e, _ in pairs], np.float32).view(np.uint32).astype(np.int64)
+    s = (p + np.array([u for _, u in pairs])).astype(np.uint32).view(np.float32)
+    return s, pairs
+
+
+def log2f_model(s):
+    """The correctly rounded float32 log2: the float64 log2 (within an ulp
+    of float64, far inside float32's rounding on these inputs) rounded to
+    float32. core's ceil_log2f is the ceiling of this."""
+    return np.log2(np.asarray(s, np.float32).astype(np.float64)).astype(np.float32)
+
+
+_T, _ = ue8m0_table()
+# numpy's float32 log2 (its own SIMD routine, not libm's) agrees with the
+# correctly rounded model on the table's ceilings: the log2f forms use it;
+# where a numpy build does not, they compute the model's way.
+NP_LOG2F_CEIL_IS_MODELS = bool(np.array_equal(np.ceil(np.log2(_T)), np.ceil(log2f_model(_T))))
+
+
+def log2f(s):
+    """float32 log2 as the numpy forms take it: numpy's own float32 log2
+    where its ceilings agree with the correctly rounded model on the H100
+    table (NP_LOG2F_CEIL_IS_MODELS), else the model."""
+    s = np.asarray(s, np.float32)
+    return np.log2(s) if NP_LOG2F_CEIL_IS_MODELS else log2f_model(s)
+
+
+def ue8m0_pow2(s, ceil="log2f"):
+    """A scale rounded up to a power of two with vLLM's 1e-10 floor under
+    it: ``ceil`` "log2f", 2^ceil(log2f(s)) (vLLM's CUDA
+    exp2f(ceilf(log2f(fmaxf(s, 1e-10)))), torch's and Triton's log2 in
+    float32); "exact", the bit form ((bits >> 23) & 0xFF) - 127 +
+    (mantissa != 0) (DeepEP's fast_log2_ceil): the exact ceiling of a
+    normal float32, which the floor keeps s."""
+    s = np.maximum(np.asarray(s, np.float32), np.float32(1e-10)).astype(np.float32)
+    if ceil == "log2f":
+        e = np.ceil(log2f(s)).astype(np.float64)
+    else:
+        b = s.view(np.uint32).astype(np.int64)
+        e = (((b >> 23) & 0xFF) - 127 + ((b & 0x7FFFFF) != 0)).astype(np.float64)
+    return np.exp2(e).astype(np.float32)
+
+
+def group_quant_ue8m0(x, q, s, ceil="log2f", eps=1e-10, group=128):
+    """Per-token-group e4m3 quantization with UE8M0 scales in float32 numpy
+    (vLLM's per_token_group_quant_8bit with scale_ue8m0): amax from eps,
+    the scale amax / 448 rounded up by ue8m0_pow2(., ceil), codes of
+    clip(x / s, -448, 448)."""
+    f32 = np.float32
+    m, k = x.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for g in range(-(-k // group)):
+            lo, hi = g * group, min((g + 1) * group, k)
+            amax = np.maximum(np.max(np.abs(x[:, lo:hi]), axis=1), f32(eps))
+            sc = ue8m0_pow2(amax / f32(448), ceil)
+            y = x[:, lo:hi] / sc[:, None]
+            q[:, lo:hi] = ko.encode_e4m3(np.clip(y, f32(-448), f32(448)).astype(f32))
+            s[:, g] = sc

@@ -1,7 +1,8 @@
 """check_int8_group_quant on numpy per-token-group INT8 quantizers written
 from the rules' definitions (vLLM's and SGLang's per_token_group_quant_int8:
 fmaxf from eps, absmax / 127, clamp, a cast toward zero; the patched forms
-that round to nearest; codes by the reciprocal; UE8M0 scales) and on
+that round to nearest; codes by the reciprocal; UE8M0 scales under either
+ceiling) and on
 planted bugs: each rule's implementation passes bit for bit under its own
 declaration, in float32, bfloat16 and float16 input, and is named; each bug
 is caught by the arm meant to catch it, with a rerun line that fails again
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 import kernel_oracle as ko
+from numpy_reference import ue8m0_pow2
 
 F = np.float32
 # One group; a ragged k (a short last group of 75); two groups; eight
@@ -45,11 +47,11 @@ def convert(y, rounding):
     return r.astype(np.int8)
 
 
-def ue8m0(s):
-    """2^ceil(log2f(max(s, 1e-10))), log2f correctly rounded (float64
-    log2 rounded to float32)."""
-    e = np.ceil(np.log2(np.maximum(s, F(1e-10)).astype(np.float64)).astype(F))
-    return np.exp2(e).astype(F)
+def ue8m0(s, ceil=True):
+    """2^ceil(log2f(max(s, 1e-10))) with numpy's float32 log2 (``ceil``
+    True or "log2f"; numpy_reference.log2f), or with the exact ceiling
+    (``ceil`` "exact": the bit form)."""
+    return ue8m0_pow2(s, "exact" if ceil == "exact" else "log2f")
 
 
 def group_quant(x, q, s, group_size=128, rounding="trunc", codes="divide", scale_ue8m0=False, eps=1e-10,
@@ -81,8 +83,12 @@ def group_quant(x, q, s, group_size=128, rounding="trunc", codes="divide", scale
                 sc = amax * (F(1) / F(127))  # torch's absmax / 127.0 on CUDA
             else:
                 sc = amax / (F(128) if bug == "scale-128" else F(127))
-            if scale_ue8m0 and bug != "no-ue8m0":
-                sc = ue8m0(sc)
+            if scale_ue8m0 and bug == "ue8m0-bumps-powers":
+                # 2^(floor(log2 s) + 1): a power of two itself doubled.
+                b = np.maximum(sc, F(1e-10)).astype(F).view(np.uint32).astype(np.int64)
+                sc = np.exp2(((b >> 23) & 0xFF) - 126.0).astype(F)
+            elif scale_ue8m0 and bug != "no-ue8m0":
+                sc = ue8m0(sc, scale_ue8m0)
             scales[:, g] = sc
             use = scales[:, g - 1] if (bug == "previous-scale" and g > 0) else sc
             if codes == "reciprocal" or bug == "reciprocal":
@@ -112,14 +118,14 @@ def label(form):
     if form.get("codes") in ("reciprocal", "torch_divide"):
         lab += "/" + form["codes"]
     if form.get("scale_ue8m0"):
-        lab += "/ue8m0"
+        lab += "/ue8m0_exact" if form["scale_ue8m0"] == "exact" else "/ue8m0"
     return lab
 
 
 def check_kwargs(form):
     kw = {k: v for k, v in form.items() if k != "scale_ue8m0"}
     if form.get("scale_ue8m0"):
-        kw["ue8m0"] = True
+        kw["ue8m0"] = form["scale_ue8m0"]
     return kw
 
 
@@ -132,7 +138,10 @@ FORMS = [
     dict(rounding="trunc", codes="torch_divide"),  # torch: x / (absmax / 127.0)
     dict(rounding="trunc", scale_ue8m0=True),  # scale_ue8m0=True
     dict(rounding="nearest_away", scale_ue8m0=True),
+    dict(rounding="trunc", scale_ue8m0="exact"),  # the exact ceiling (bit forms)
 ]
+# The check's default arms (POW2 among them).
+ARMS = 6
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -140,7 +149,7 @@ FORMS = [
 def test_each_rule_passes_bit_for_bit_and_is_named(form, dtype, capsys):
     r = ko.check_int8_group_quant(quantizer(dtype=dtype, **form), shapes=SHAPES, dtype=dtype,
                                   **check_kwargs(form))
-    assert r.ok and r.passed == r.cases == len(SHAPES) * 5, r.failures[:1]
+    assert r.ok and r.passed == r.cases == len(SHAPES) * ARMS, r.failures[:1]
     rows = [line for line in r.text.splitlines() if " PASS " in line]
     assert rows and all(re.search(rf"(  |, ){label(form)}(,|$)", line) for line in rows), rows[0]
     assert f"declared: {label(form)}" in r.text
@@ -149,7 +158,7 @@ def test_each_rule_passes_bit_for_bit_and_is_named(form, dtype, capsys):
 
 def test_the_default_shapes_pass_and_vllm_is_the_default_rule():
     r = ko.check_int8_group_quant(quantizer(), verbose=False)
-    assert r.ok and r.cases == len(ko.INT8_GROUP_QUANT_SHAPES) * 5, r.failures[:1]
+    assert r.ok and r.cases == len(ko.INT8_GROUP_QUANT_SHAPES) * ARMS, r.failures[:1]
     assert "declared: trunc" in r.text and "input bfloat16" in r.text
     assert [tuple(s) for s in ko.INT8_GROUP_QUANT_SHAPES][:2] == [(1, 128), (5, 203)]
 
@@ -196,6 +205,10 @@ BUGS = [
     ("drop-last", VLLM, "AMAX", MULTI),  # the amax over all but the group's last element
     ("reciprocal", VLLM, "SAT", MULTI),  # x * (127 / absmax) declared divide
     ("no-ue8m0", dict(rounding="trunc", scale_ue8m0=True), "RAND", SHAPES),  # UE8M0 declared, not done
+    # A ceiling that doubles an exact power of two: POW2's power groups
+    # (t % 8 == 1, so two groups or more), in float32 and bfloat16 alike.
+    ("ue8m0-bumps-powers", dict(rounding="trunc", scale_ue8m0=True), "POW2", MULTI),
+    ("ue8m0-bumps-powers", dict(rounding="trunc", scale_ue8m0="exact"), "POW2", MULTI),
 ]
 
 
@@ -262,7 +275,7 @@ def test_a_quantizer_that_needs_whole_groups_refuses_the_ragged_shape():
         group_quant(x, q, s)
 
     r = ko.check_int8_group_quant(whole_groups, shapes=SHAPES, verbose=False)
-    assert r.ok and r.refused == 2 * 5 and r.passed == 2 * 5
+    assert r.ok and r.refused == 2 * ARMS and r.passed == 2 * ARMS
 
     def short_tail_unwritten(x, q, s):
         # The last short group left as handed (a grid of k // 128 groups).
@@ -328,6 +341,9 @@ BAD = [
     dict(rounding="roundf"),
     dict(codes="multiply"),
     dict(codes="reciprocal", ue8m0=True),
+    dict(codes="reciprocal", ue8m0="exact"),
+    dict(ue8m0="floor"),
+    dict(ue8m0=1),
     dict(dtype="int8"),
     dict(eps=float("nan")),
     dict(eps=-1.0),
@@ -354,3 +370,46 @@ def test_bad_arguments_raise_before_any_call(kw):
     with pytest.raises(ValueError):
         ko.check_int8_group_quant(f, verbose=False, **kw)
     assert not calls
+
+
+# ---------------------------------------------------------------------------
+# UE8M0's two ceilings: ue8m0=True ("log2f": 2^ceil(log2f(s)), vLLM's CUDA
+# kernel) against ue8m0="exact" (the bit forms), parted by POW2 alone, and
+# only in float32.
+# ---------------------------------------------------------------------------
+
+def test_the_pow2_arm_parts_the_ceilings_on_half_its_groups_in_float32():
+    c = ko.int8_group_quant_case(64, 4096, "POW2", ue8m0=True, dtype="float32")
+    amax = np.abs(c["x"]).reshape(64, 32, 128).max(axis=2)
+    # One amax serves both scale formulas: divide's and torch_divide's.
+    assert np.array_equal(amax / F(127), amax * (F(1) / F(127)))
+    sc = amax / F(127)
+    parts = ue8m0(sc, "log2f") != ue8m0(sc, "exact")
+    # Row-major group t parts where t % 4 is 0 or 2: half the groups.
+    t = np.arange(64 * 32).reshape(64, 32)
+    assert np.array_equal(parts, t % 2 == 0) and parts.mean() == 0.5
+    assert np.array_equal(c["s"], ue8m0(amax / F(127), "log2f"))
+    for dtype in ["bfloat16", "float16"]:
+        c = ko.int8_group_quant_case(8, 1024, "POW2", ue8m0=True, dtype=dtype)
+        amax = np.abs(to_f32(c["x"], dtype)).reshape(8, 8, 128).max(axis=2)
+        sc = amax / F(127)
+        assert np.array_equal(ue8m0(sc, "log2f"), ue8m0(sc, "exact")), dtype
+
+
+@pytest.mark.parametrize("ceil,declared,named", [(True, "exact", "trunc/ue8m0"),
+                                                 ("exact", True, "trunc/ue8m0_exact")])
+def test_each_ceiling_fails_the_other_declaration_on_pow2_in_float32_alone(ceil, declared, named):
+    own = dict(rounding="trunc", scale_ue8m0=ceil)
+    for dtype in DTYPES:
+        fn = quantizer(name=f"numpy_ue8m0_{ceil}_{dtype}", dtype=dtype, **own)
+        assert ko.check_int8_group_quant(fn, shapes=SHAPES, dtype=dtype, verbose=False, **check_kwargs(own))
+        r = ko.check_int8_group_quant(fn, shapes=SHAPES, dtype=dtype, ue8m0=declared, verbose=False)
+        if dtype != "float32":
+            # A 16-bit amax cannot put a scale 1 to 3 ulps above a power.
+            assert r.ok, (dtype, r.failures[:1])
+            continue
+        assert r.failed == len(SHAPES) and failing_arms(r) == {"POW2"}, r.text
+        for x in r.failures:
+            assert f"the output matches: {named}\n" in x, x
+            assert f"ue8m0={declared!r}".replace("'", '"') in x, x
+        rerun_fails(r, fn)
