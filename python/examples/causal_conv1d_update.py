@@ -15,8 +15,10 @@ Both update the state in place, so each wrapper runs on a copy of it
 (`final_state`). The check compares the final state bit for bit (data
 moved, never computed) and every output within `2 B` of core's (`B` a
 first-order bound of any f32 evaluation), over ragged channel counts,
-`t > d_conv - 1` new inputs and inputs wide enough to reach SiLU's
-`exp` overflow.
+`t > d_conv - 1` new inputs, inputs wide enough to reach SiLU's
+`exp` overflow, and (LONG) states longer than the window needs
+(`state_len >= width - 1`, as causal-conv1d and vLLM allow: the window
+reads the trailing `d_conv - 1`; fla's fixed cache refuses those).
 
 Exit status 1 unless every available implementation passes. Run on a
 CUDA GPU with torch (and causal-conv1d, optionally):
@@ -48,6 +50,8 @@ def torch_update(x, conv_state, weight, out, final_state):
 def fla_update(x, conv_state, weight, out, final_state):
     from fla.modules.causal_conv1d import causal_conv1d_update
 
+    if conv_state.shape[-1] != weight.shape[1] - 1:
+        raise ko.Refused("fla's cache holds d_conv inputs: no longer state")
     b, dim, t = x.shape
     cache = torch.zeros(b, dim, weight.shape[1], device=DEV)
     cache[:, :, 1:] = torch.from_numpy(conv_state).to(DEV)

@@ -698,19 +698,19 @@ fn conv_spec(
 
 /// The array shapes of a conv case: `x`, `conv_state`, `weight`, `out`,
 /// `final_state` (`states`, a row more, with `Spec::per_row`; with a
-/// pool, the state input and output are `[N, dim, d_conv - 1]`).
+/// pool, the state input and output are `[N, dim, L]`).
 fn conv_shapes(s: &conv_update::Spec, d: &conv_update::Data) -> [Vec<usize>; 5] {
-    let (c, k, t, b) = (s.dim, s.d_conv, s.t, s.batch);
+    let (c, k, t, b, l) = (s.dim, s.d_conv, s.t, s.batch, d.state_len);
     let n = d.pool.as_ref().map_or(b, |p| p.slots);
     [
         vec![b, c, t],
-        vec![n, c, k - 1],
+        vec![n, c, l],
         vec![c, k],
         vec![b, c, t],
         if s.per_row {
-            vec![b, t, c, k - 1]
+            vec![b, t, c, l]
         } else {
-            vec![n, c, k - 1]
+            vec![n, c, l]
         },
     ]
 }
@@ -801,37 +801,40 @@ fn causal_conv1d_update_case<'py>(
 /// Runs `conv`, a causal depthwise conv1d update with SiLU and no bias
 /// (GDN decode's conv, seed 003; causal-conv1d's
 /// `causal_conv1d_update(x, conv_state, weight, None, "silu")`, vLLM's
-/// Triton port), through the arms `RAND` (normal data) and `WIDE` (inputs
-/// 60x wider: pre-activations past SiLU's f32 `exp` overflow) and judges
-/// it against core's conv.
+/// Triton port), through the arms `RAND` (normal data), `WIDE` (inputs
+/// 60x wider: pre-activations past SiLU's f32 `exp` overflow) and `LONG`
+/// (a state of `L = d_conv` to `d_conv + 2` inputs, longer than the
+/// window needs, as causal-conv1d's `state_len >= width - 1` allows: the
+/// window reads its trailing `d_conv - 1`, the whole state shifts) and
+/// judges it against core's conv.
 ///
 /// The callable: `conv(x, conv_state, weight, out, final_state)`, float32
 /// arrays (elements, causal-conv1d's layouts):
 /// - `x`: `[B, dim, t]`, `t` new inputs per channel, oldest first;
-/// - `conv_state`: `[B, dim, d_conv - 1]`, the previous inputs, oldest
-///   first;
+/// - `conv_state`: `[B, dim, L]`, the previous `L` inputs, oldest first
+///   (`L = d_conv - 1` except on `LONG`);
 /// - `weight`: `[dim, d_conv]`, tap `d_conv - 1` on the newest input
 ///   (cross-correlation);
-/// - `out`: `[B, dim, t]` and `final_state`: `[B, dim, d_conv - 1]`,
-///   filled with NaN;
+/// - `out`: `[B, dim, t]` and `final_state`: `[B, dim, L]`, filled with
+///   NaN;
 ///
 /// computing `out[b, c, r] = silu(sum_i weight[c, i] * win[i])` over the
 /// window of the `d_conv` inputs ending at `x[b, c, r]` (state then `x`),
-/// and `final_state`, the last `d_conv - 1` inputs; writing both and
+/// and `final_state`, the last `L` inputs; writing both and
 /// returning None, or returning both as a tuple. It must not write its
 /// inputs (an in-place kernel updates a copy: `final_state[...] =
 /// conv_state`, then the kernel on `final_state`). With `states=True` the
-/// last output is `states`: `[B, t, dim, d_conv - 1]`, the state after
+/// last output is `states`: `[B, t, dim, L]`, the state after
 /// every new input (what speculative verification rolls back to; the
 /// last is the final state).
 ///
 /// With `pool="decode"` (vLLM's `causal_conv1d_update` with
 /// `conv_state_indices`; `kernel_oracle` docs of `gdn::slots`) the
 /// callable is `conv(x, conv_state, weight, conv_state_indices, out,
-/// final_pool)`: `conv_state` is a pool `[N, dim, d_conv - 1]` of more
+/// final_pool)`: `conv_state` is a pool `[N, dim, L]` of more
 /// slots than sequences, `conv_state_indices` `[B]` int32 each sequence's
 /// slot (-1: padding, nothing read or written, its `out` not judged), and
-/// `final_pool` (NaN-filled, `[N, dim, d_conv - 1]`) the whole pool after
+/// `final_pool` (NaN-filled, `[N, dim, L]`) the whole pool after
 /// the call: each live sequence's final state in its slot, every other
 /// slot its bits.
 ///
@@ -843,7 +846,7 @@ fn causal_conv1d_update_case<'py>(
 /// bit-identical elements and the worst error-to-limit ratio.
 ///
 /// Arguments: `shapes` `(dim, d_conv, t, B)` tuples (default
-/// `CONV_SHAPES`), `arms` (`"RAND"`, `"WIDE"`; default both), `states`,
+/// `CONV_SHAPES`), `arms` (`"RAND"`, `"WIDE"`, `"LONG"`; default all), `states`,
 /// `pool` (`None` or `"decode"`; above), `seeds` / `trials` / `verbose` /
 /// `name` as `check_fp8_block_gemm`.
 ///
@@ -920,7 +923,7 @@ fn check_causal_conv1d_update<'py>(
                     )
                 };
                 let s_place = |i: usize| {
-                    let (p, rows) = (k - 1, s.state_rows());
+                    let (p, rows) = (d.state_len, s.state_rows());
                     let row = i / (c * p);
                     let (seq, r) = (row / rows, t - rows + row % rows);
                     let (ch, tap) = ((i / p) % c, i % p);

@@ -166,38 +166,51 @@ def gated_delta_rule_pool(q, k, v, alpha, beta_raw, a_log, dt_bias, state_pool, 
 
 def causal_conv1d_update(x, conv_state, weight, out, final_state, bug=None, states=None):
     """The causal depthwise conv1d update with SiLU and no bias, in
-    float32: x [B, dim, t] (oldest first), conv_state [B, dim, d_conv - 1],
-    weight [dim, d_conv] (tap d_conv - 1 on the newest input); writes out
-    [B, dim, t] and final_state [B, dim, d_conv - 1] (and, when given,
-    ``states`` [B, t, dim, d_conv - 1], the state after each new input).
+    float32: x [B, dim, t] (oldest first), conv_state [B, dim, L] with L >=
+    d_conv - 1 (the window reads its trailing d_conv - 1), weight [dim,
+    d_conv] (tap d_conv - 1 on the newest input); writes out [B, dim, t]
+    and final_state [B, dim, L], the last L inputs (and, when given,
+    ``states`` [B, t, dim, L], the state after each new input).
 
     ``bug`` plants one of the mistakes ``test_check_gdn.py`` expects the
     check to catch; None computes the contract."""
     f32 = np.float32
     k = weight.shape[1]
     p = k - 1
+    ln = conv_state.shape[2]
+    # The window's first input: the state's trailing p (its first p when
+    # planted, as SGLang's Triton port read an oversized state).
+    head = 0 if bug == "reads-state-head" else ln - p
     taps = weight[:, ::-1] if bug == "convolution" else weight
     win = np.concatenate([conv_state, x], axis=2)
     with np.errstate(over="ignore"):
         for r in range(x.shape[2]):
-            w = np.concatenate([conv_state, x[:, :, r:r + 1]], axis=2) if bug == "stale-window" else win[:, :, r:r + k]
+            if bug == "stale-window":
+                w = np.concatenate([conv_state[:, :, ln - p:], x[:, :, r:r + 1]], axis=2)
+            elif bug == "reads-state-head":
+                w = np.concatenate([conv_state[:, :, :p], x], axis=2)[:, :, r:r + k]
+            else:
+                w = win[:, :, head + r:head + r + k]
             a = np.sum(w * taps[None], axis=2, dtype=f32)
             y = a if bug == "no-silu" else a / (f32(1) + np.exp(-a))
             if states is not None:
-                # The window ending at input r is the state after it
-                # (after the one before it, planted).
+                # The last ln inputs after input r (after the one before
+                # it, planted).
                 at = r + 1 - (bug == "states-before-input")
-                states[:, r] = win[:, :, at:at + p]
+                states[:, r] = win[:, :, at:at + ln]
             if bug == "ragged-channels-unwritten":
                 full = (x.shape[1] // 128) * 128
                 out[:, :full, r] = y[:, :full]
             else:
                 out[:, :, r] = y
-    state = win[:, :, -p:]
+    state = win[:, :, -ln:]
     if bug == "state-shifted-once":
-        state = win[:, :, 1:1 + p]
+        state = win[:, :, 1:1 + ln]
     if bug == "state-newest-first":
         state = state[:, :, ::-1]
+    if bug == "shifts-only-the-window":
+        # An oversized state's head kept, only its last p entries moved.
+        state = np.concatenate([conv_state[:, :, :ln - p], win[:, :, -p:]], axis=2)
     final_state[...] = state
 
 

@@ -752,6 +752,17 @@ report(
     kw=dict(pool="decode"),
 )
 
+from numpy_reference import causal_conv1d_update  # noqa: E402
+
+report(
+    "sglang#38622", "https://github.com/sgl-project/sglang/issues/38622",
+    "causal_conv1d_update (Triton fallback): a conv_state longer than width - 1 read from its head, "
+    "not its trailing window",
+    ko.check_causal_conv1d_update,
+    named(lambda *a: causal_conv1d_update(*a), "conv_update"),
+    named(lambda *a: causal_conv1d_update(*a, bug="reads-state-head"), "sglang_triton_conv_update_oversized_state"),
+)
+
 # ---------------------------------------------------------------------------
 # RMSNorm odd hidden sizes (check_rms_norm, float16)
 # ---------------------------------------------------------------------------

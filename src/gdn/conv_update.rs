@@ -8,15 +8,17 @@
 //!
 //! A case, per sequence `b` of `B` (f32 elements, row-major):
 //! - `x`: `[B][dim][t]`, `t` new inputs per channel, oldest first;
-//! - `conv_state`: `[B][dim][P]`, `P = d_conv - 1`, the previous inputs,
-//!   oldest first;
+//! - `conv_state`: `[B][dim][L]`, the previous `L` inputs, oldest first,
+//!   `L = P = d_conv - 1` except on the `LONG` arm, where `L` is `P + 1` to
+//!   `P + 3` (causal-conv1d's and vLLM's `state_len >= width - 1`: the
+//!   window reads the state's trailing `P` entries);
 //! - `weight`: `[dim][d_conv]`, tap `d_conv - 1` on the newest input (a
 //!   cross-correlation, `Conv1d`'s weight without its middle axis).
 //!
 //! Outputs: `out [B][dim][t]`, `SiLU(sum_i weight[c][i] win[i])` over the
 //! window of the `d_conv` inputs ending at each new one, and the final
-//! state `[B][dim][P]`, the last `P` inputs (state then `x`); or, with
-//! [`Spec::per_row`], the state after every new input, `[B][t][dim][P]`
+//! state `[B][dim][L]`, the last `L` inputs (state then `x`); or, with
+//! [`Spec::per_row`], the state after every new input, `[B][t][dim][L]`
 //! (what speculative verification rolls back to; the last is the final
 //! state).
 //!
@@ -45,17 +47,23 @@ pub enum Arm {
     /// one output in seven, where SiLU's `exp` overflows or underflows in f32 and a
     /// naive `x / (1 + exp(-x))` must still give `x` or a signed zero.
     Wide,
+    /// RAND's data with a state longer than the window needs, `L = P + 1`
+    /// to `P + 3` (a third each): a kernel must read the state's trailing
+    /// `P` entries and shift all `L` (SGLang issue 38622: a Triton port
+    /// that read the first `P`).
+    Long,
 }
 
 impl Arm {
     /// Every arm, in the order a check runs them.
-    pub const ALL: [Arm; 2] = [Arm::Rand, Arm::Wide];
+    pub const ALL: [Arm; 3] = [Arm::Rand, Arm::Wide, Arm::Long];
 
     /// The arm's name in rows and reproductions.
     pub fn name(self) -> &'static str {
         match self {
             Arm::Rand => "RAND",
             Arm::Wide => "WIDE",
+            Arm::Long => "LONG",
         }
     }
 
@@ -67,7 +75,7 @@ impl Arm {
         Arm::ALL
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("arm {s:?}: expected \"RAND\" or \"WIDE\""))
+            .ok_or_else(|| format!("arm {s:?}: expected \"RAND\", \"WIDE\" or \"LONG\""))
     }
 }
 
@@ -114,7 +122,11 @@ impl Spec {
             ^ ((d_conv as u64) << 20)
             ^ ((t as u64) << 8)
             ^ ((batch as u64) << 1)
-            ^ u64::from(arm == Arm::Wide)
+            ^ match arm {
+                Arm::Rand => 0,
+                Arm::Wide => 1,
+                Arm::Long => 2 << 60,
+            }
     }
 
     /// The GDN shape whose channels cover `dim` (`num_k` 1, `num_v` the
@@ -164,18 +176,27 @@ impl Spec {
     /// As [`Spec::shape`].
     pub fn generate(&self) -> Result<Data, String> {
         self.shape()?;
-        let (c, p, t, b) = (self.dim, self.d_conv - 1, self.t, self.batch);
+        let (c, t, b) = (self.dim, self.t, self.batch);
         let mut rng = Rng(self.seed);
         let wide = if self.arm == Arm::Wide { 60.0 } else { 1.0 };
         let weight = (0..c * self.d_conv).map(|_| 0.5 * rng.normal()).collect();
         let x = (0..b * c * t).map(|_| wide * rng.normal()).collect();
-        let state: Vec<f32> = (0..b * c * p).map(|_| wide * rng.normal()).collect();
+        let state_len = self.d_conv - 1
+            + if self.arm == Arm::Long {
+                1 + Rng(self.seed ^ 0x10A6).below(3)
+            } else {
+                0
+            };
+        let state: Vec<f32> = (0..b * c * state_len)
+            .map(|_| wide * rng.normal())
+            .collect();
         let pool = self
             .pool
             .map(|mode| StatePool::draw(mode, self.seed, b, t, &state));
         Ok(Data {
             x,
             state,
+            state_len,
             weight,
             pool,
         })
@@ -187,12 +208,14 @@ impl Spec {
 pub struct Data {
     /// `[B][dim][t]`.
     pub x: Vec<f32>,
-    /// `[B][dim][P]`.
+    /// `[B][dim][L]`.
     pub state: Vec<f32>,
+    /// `L`, the state's inputs per channel: `d_conv - 1`, more on `LONG`.
+    pub state_len: usize,
     /// `[dim][d_conv]`.
     pub weight: Vec<f32>,
     /// The pool and its indices, with [`Spec::pool`] (the pool's slots
-    /// `[N][dim][P]`; `state` holds each sequence's read slot).
+    /// `[N][dim][L]`; `state` holds each sequence's read slot).
     pub pool: Option<StatePool>,
 }
 
@@ -201,8 +224,8 @@ pub struct Data {
 pub struct Want {
     /// `[B][dim][t]`: core's bits.
     pub out: Vec<f32>,
-    /// `[B][dim][P]`: the state after the last input; with
-    /// [`Spec::per_row`], `[B][t][dim][P]`, after each.
+    /// `[B][dim][L]`: the state after the last input; with
+    /// [`Spec::per_row`], `[B][t][dim][L]`, after each.
     pub state: Vec<f32>,
     /// Per element of `out`: `2 B + FLOOR`.
     pub out_limit: Vec<f64>,
@@ -242,10 +265,13 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
     }
     let s = spec.shape()?;
     let (c, k, t, b) = (spec.dim, spec.d_conv, spec.t, spec.batch);
-    let (p, cp) = (k - 1, s.conv_dim());
+    let (p, cp, l) = (k - 1, s.conv_dim(), d.state_len);
+    if l < p {
+        return Err(format!("state_len {l}: below d_conv - 1 = {p}"));
+    }
     for (what, got, want) in [
         ("x", d.x.len(), b * c * t),
-        ("state", d.state.len(), b * c * p),
+        ("state", d.state.len(), b * c * l),
         ("weight", d.weight.len(), c * k),
     ] {
         if got != want {
@@ -254,7 +280,7 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
     }
     let mut w = vec![0f32; cp * k];
     w[..c * k].copy_from_slice(&d.weight);
-    let sn = spec.state_rows() * c * p;
+    let sn = spec.state_rows() * c * l;
     let mut want = Want {
         out: vec![0.0; b * c * t],
         state: vec![0.0; b * sn],
@@ -265,7 +291,10 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
     let mut snap = vec![0f32; (t - 1) * cp * p];
     for seq in 0..b {
         let x = &d.x[seq * c * t..(seq + 1) * c * t];
-        let st = &d.state[seq * c * p..(seq + 1) * c * p];
+        let full = &d.state[seq * c * l..(seq + 1) * c * l];
+        // The window's state: each channel's trailing P inputs.
+        let st: Vec<f32> = full.chunks(l).flat_map(|ch| ch[l - p..].to_vec()).collect();
+        let st = &st[..];
         xs.fill(0.0);
         ring.fill(0.0);
         for ch in 0..c {
@@ -284,12 +313,30 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
             }
         }
         let states = &mut want.state[seq * sn..(seq + 1) * sn];
-        if spec.per_row {
-            for (r, row) in snap.chunks(cp * p).enumerate() {
-                states[r * c * p..(r + 1) * c * p].copy_from_slice(&row[..c * p]);
+        if l == p {
+            if spec.per_row {
+                for (r, row) in snap.chunks(cp * p).enumerate() {
+                    states[r * c * p..(r + 1) * c * p].copy_from_slice(&row[..c * p]);
+                }
+            }
+            states[sn - c * p..].copy_from_slice(&ring[..c * p]);
+        } else {
+            // A longer state moves as a whole: after input r it is the last
+            // L of the channel's state then x[..=r] (data moved, no
+            // arithmetic).
+            let rows = spec.state_rows();
+            for (i, r) in (t - rows..t).enumerate() {
+                for ch in 0..c {
+                    let hist: Vec<f32> = full[ch * l..(ch + 1) * l]
+                        .iter()
+                        .chain(&x[ch * t..ch * t + r + 1])
+                        .copied()
+                        .collect();
+                    let at = (i * c + ch) * l;
+                    states[at..at + l].copy_from_slice(&hist[r + 1..r + 1 + l]);
+                }
             }
         }
-        states[sn - c * p..].copy_from_slice(&ring[..c * p]);
     }
     Ok(want)
 }
@@ -381,6 +428,52 @@ mod tests {
         }
     }
 
+    /// LONG: the output is RAND's conv over the state's trailing `P`
+    /// inputs, and the state moves whole; `L` takes each of `P + 1..=P + 3`
+    /// in about a third of the seeds.
+    #[test]
+    fn a_long_state_keeps_its_length_and_the_window_its_tail() {
+        let (c, k, t, b) = (3, 3, 2, 2);
+        let p = k - 1;
+        let mut seen = [0usize; 3];
+        for seed in 0..300u64 {
+            let sp = Spec {
+                seed,
+                per_row: seed % 2 == 0,
+                ..spec(c, k, t, b, Arm::Long)
+            };
+            let d = sp.generate().unwrap();
+            let l = d.state_len;
+            seen[l - p - 1] += 1;
+            let w = reference(&sp, &d).unwrap();
+            // The same case cut to its trailing P: the outputs agree.
+            let cut = Data {
+                state: d
+                    .state
+                    .chunks(l)
+                    .flat_map(|ch| ch[l - p..].to_vec())
+                    .collect(),
+                state_len: p,
+                ..d.clone()
+            };
+            let short = reference(&sp, &cut).unwrap();
+            assert_eq!(w.out, short.out);
+            let rows = sp.state_rows();
+            assert_eq!(w.state.len(), b * rows * c * l);
+            // Every state's last P inputs are the short case's state.
+            for (long, short) in w.state.chunks(l).zip(short.state.chunks(p)) {
+                assert_eq!(&long[l - p..], short);
+            }
+            // The final state's first inputs: the initial state's inputs
+            // t places later (t < L here when L >= t + 1).
+            if l > t {
+                let at = (b - 1) * rows * c * l + (rows - 1) * c * l;
+                assert_eq!(w.state[at], d.state[(b - 1) * c * l + t]);
+            }
+        }
+        assert!(seen.iter().all(|&n| (70..130).contains(&n)), "{seen:?}");
+    }
+
     /// With a pool: each live sequence's final state in its slot, every
     /// other slot as it was, padding's `out` not judged; spec refused.
     #[test]
@@ -434,20 +527,23 @@ mod tests {
                 let sp = spec(dim, k, t, b, arm);
                 let d = sp.generate().unwrap();
                 let w = reference(&sp, &d).unwrap();
-                let p = k - 1;
+                let (p, l) = (k - 1, d.state_len);
                 for seq in 0..b {
                     let x = &d.x[seq * dim * t..(seq + 1) * dim * t];
-                    let st = &d.state[seq * dim * p..(seq + 1) * dim * p];
-                    let lim = bound(k, t, &d.weight, x, st);
+                    let full = &d.state[seq * dim * l..(seq + 1) * dim * l];
+                    let st: Vec<f32> = full.chunks(l).flat_map(|ch| ch[l - p..].to_vec()).collect();
+                    let lim = bound(k, t, &d.weight, x, &st);
                     for c in 0..dim {
-                        let hist: Vec<f32> = st[c * p..(c + 1) * p]
+                        let hist: Vec<f32> = full[c * l..(c + 1) * l]
                             .iter()
                             .chain(&x[c * t..(c + 1) * t])
                             .copied()
                             .collect();
                         for r in 0..t {
                             let a: f64 = (0..k)
-                                .map(|i| f64::from(d.weight[c * k + i]) * f64::from(hist[r + i]))
+                                .map(|i| {
+                                    f64::from(d.weight[c * k + i]) * f64::from(hist[l - p + r + i])
+                                })
                                 .sum();
                             let exact = a / (1.0 + (-a).exp());
                             let got = f64::from(w.out[seq * dim * t + c * t + r]);
@@ -456,8 +552,8 @@ mod tests {
                                 "{arm:?} {dim},{k},{t},{b} c={c} r={r}: {got:e} vs {exact:e}"
                             );
                         }
-                        let last = &hist[hist.len() - p..];
-                        assert_eq!(&w.state[(seq * dim + c) * p..(seq * dim + c + 1) * p], last);
+                        let last = &hist[hist.len() - l..];
+                        assert_eq!(&w.state[(seq * dim + c) * l..(seq * dim + c + 1) * l], last);
                     }
                 }
             }
