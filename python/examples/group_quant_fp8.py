@@ -94,13 +94,19 @@ def _group_quant(y_ptr, q_ptr, s_ptr, eps, fp8_min, fp8_max, GROUP: tl.constexpr
     tl.store(s_ptr + g, y_s)
 
 
-def triton_quant(x, q, s, eps, rn):
+def launch(kernel, x, q, s, eps, **flags):
+    """One program per group of `kernel` on `x`'s groups, its codes and
+    scales written into `q` and `s`."""
     xg = groups(x)
     m, n, group = xg.shape
     qt = torch.empty((m, n * group), dtype=FP8, device=DEV)
     st = torch.empty((m, n), dtype=torch.float32, device=DEV)
-    _group_quant[(m * n,)](xg.contiguous(), qt, st, eps, -448.0, 448.0, GROUP=group, RN=rn)
+    kernel[(m * n,)](xg.contiguous(), qt, st, eps, -448.0, 448.0, GROUP=group, **flags)
     to_outputs(qt, st, q, s)
+
+
+def triton_quant(x, q, s, eps, rn):
+    launch(_group_quant, x, q, s, eps, RN=rn)
 
 
 def triton_divide(x, q, s, eps=1e-10):
@@ -132,12 +138,7 @@ def _group_quant_ue8m0(y_ptr, q_ptr, s_ptr, eps, fp8_min, fp8_max, GROUP: tl.con
 
 
 def triton_ue8m0(x, q, s, eps, bits):
-    xg = groups(x)
-    m, n, group = xg.shape
-    qt = torch.empty((m, n * group), dtype=FP8, device=DEV)
-    st = torch.empty((m, n), dtype=torch.float32, device=DEV)
-    _group_quant_ue8m0[(m * n,)](xg.contiguous(), qt, st, eps, -448.0, 448.0, GROUP=group, BITS=bits)
-    to_outputs(qt, st, q, s)
+    launch(_group_quant_ue8m0, x, q, s, eps, BITS=bits)
 
 
 def triton_ue8m0_log2f(x, q, s, eps=1e-10):
