@@ -50,7 +50,8 @@ pub enum Arm {
     /// [`Pow2Kind`] by the group's index `t` in
     /// row-major order ([`Pow2Kind::of_group`]): half the groups (`t % 4`
     /// of 0 or 2) 1 to 3 ulps above a power of two `2^e` where a binary32
-    /// `log2` rounds back to `e` (`|e|` from 4, 8, 16 up; `log2f` keeps
+    /// `log2` rounds back to `e` (`|e|` from 4, 8, 16 up at 1, 2, 3 ulps,
+    /// but `e` = -4, -8, -16; `log2f` keeps
     /// `2^e`, the exact ceiling takes `2^(e+1)`), one in eight exactly a
     /// power, one in eight 1 to 3 ulps above one where both ceilings take
     /// `2^(e+1)`, and a quarter 1 to 3 ulps below one (both keep `2^e`);

@@ -48,7 +48,8 @@
 //!   scale is a power of two at least `absmax / 127` but, under
 //!   [`Ue8m0Ceil::Log2f`], where `log2f` rounds down onto a power (rule
 //!   `UE8M0-LOG2F` of [`crate::fp8_quant::ceil_log2f`]: a scale 1 to 3
-//!   ulps above `2^e` for `|e|` from 4, 8, 16 up); under
+//!   ulps above `2^e` for `|e|` from 4, 8, 16 up, but `e` = -4, -8,
+//!   -16); under
 //!   [`Ue8m0Ceil::Exact`] always at least `absmax / 127`; codes divide by
 //!   it exactly (but subnormal quotients).
 //! - `I8G-CVT`: the conversion of step 5. vLLM's CUDA kernel converts with

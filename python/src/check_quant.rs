@@ -106,8 +106,8 @@ fn code_lines(r: &mut String, v: &Verdict, x: &[f32], k: usize) {
 /// - `"ue8m0"`: `s` floored at 1e-10 and rounded up to a power of two
 ///   through a correctly rounded binary32 `log2`, `2^ceil(log2f(s))`
 ///   (vLLM's CUDA `scale_ue8m0`, DeepGEMM's torch `use_ue8m0`, Triton's
-///   `tl.log2`: a scale 1 to 3 ulps above `2^e` keeps `2^e` for `|e|`
-///   from 4, 8, 16 up), codes as `"divide"`;
+///   `tl.log2`: a scale 1, 2 or 3 ulps above `2^e` keeps `2^e` for `|e|`
+///   from 4, 8 or 16 up, but `e` = -4, -8, -16), codes as `"divide"`;
 /// - `"ue8m0_exact"`: the same with the exact ceiling `2^ceil(log2(s))`
 ///   (the bit forms that raise the exponent of any scale with a non-zero
 ///   fraction: DeepEP's `fast_log2_ceil`, DeepSeek's reference

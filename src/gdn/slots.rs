@@ -109,7 +109,9 @@ impl StatePool {
     ///   normal` and each live sequence's read slot holding its state;
     /// - the indices a random injection into the slots;
     /// - each sequence padding with odds 1 in 4 (every index
-    ///   [`PAD_SLOT_ID`]);
+    ///   [`PAD_SLOT_ID`]), but never every sequence of a case (a case of
+    ///   padding alone would judge nothing but the pool), so a batch of one
+    ///   is never padding;
     /// - in spec, `num_accepted_tokens` uniform in `1..=t`, and each other
     ///   row's index [`PAD_SLOT_ID`] with odds 1 in 8.
     pub fn draw(mode: PoolMode, seed: u64, batch: usize, t: usize, states: &[f32]) -> StatePool {
@@ -126,13 +128,17 @@ impl StatePool {
         let mut indices: Vec<i32> = perm[..named].iter().map(|&s| s as i32).collect();
         let mut accepted = vec![1i32; batch];
         let mut pool: Vec<f32> = (0..slots * n).map(|_| 0.1 * rng.normal()).collect();
+        let mut pad: Vec<bool> = (0..batch).map(|_| rng.below(4) == 0).collect();
+        if pad.iter().all(|&p| p) {
+            pad[0] = false;
+        }
         for b in 0..batch {
             let row = &mut indices[b * c..(b + 1) * c];
             if mode == PoolMode::Spec {
                 accepted[b] = 1 + rng.below(t) as i32;
             }
             let read = accepted[b] as usize - 1;
-            if rng.below(4) == 0 {
+            if pad[b] {
                 row.fill(PAD_SLOT_ID);
                 continue;
             }
@@ -264,7 +270,13 @@ mod tests {
             }
         }
         let share = |a: usize, b: usize| a as f64 / b as f64;
-        assert!((share(padded, seqs) - 0.25).abs() < 0.04, "{padded}/{seqs}");
+        // 1 in 4, less the cases where all three would be padding (1/64).
+        let want = 0.25 - 1.0 / 64.0;
+        assert!((share(padded, seqs) - want).abs() < 0.03, "{padded}/{seqs}");
+        for seed in 0..64u64 {
+            let one = StatePool::draw(PoolMode::Decode, seed, 1, 1, &states[..n]);
+            assert!(!one.padded(0), "a batch of one padded");
+        }
         assert!(
             (share(unstored, rows) - 0.125).abs() < 0.03,
             "{unstored}/{rows}"
