@@ -481,9 +481,22 @@ pub(crate) fn call_args<'py>(
             };
         match items {
             Some(v) if v.len() == outs.len() => v,
-            _ => {
+            Some(v) => {
                 return Ok((
-                    Called::Error(format!("returned {}: expected {expected}", describe(&ret))),
+                    Called::Error(format!(
+                        "returned a sequence of {} items: expected {expected}",
+                        v.len()
+                    )),
+                    ms,
+                ))
+            }
+            None => {
+                return Ok((
+                    Called::Error(format!(
+                        "returned {}, not a tuple of {}: expected {expected}",
+                        describe(&ret),
+                        outs.len()
+                    )),
                     ms,
                 ))
             }

@@ -885,9 +885,10 @@ fn check_causal_conv1d_update<'py>(
         contract: "causal_conv1d_update".into(),
         ..CheckReport::default()
     };
-    let declared = declared(bit_exact);
+    let declared = format!("{}; the state bit for bit", self::declared(bit_exact));
+    let declared = declared.as_str();
     out.row(&format!(
-        "check_causal_conv1d_update({fname}), declared: {declared}; the state bit for bit{}",
+        "check_causal_conv1d_update({fname}), declared: {declared}{}",
         if pool.is_some() {
             ", states in a pool of slots (decode)"
         } else {

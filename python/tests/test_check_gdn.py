@@ -245,7 +245,7 @@ def test_one_array_for_two_outputs_is_refused_not_split():
         return final_state
 
     r = ko.check_gated_delta_rule(returns_the_state_alone, shapes=[(1, 1, 1, 2)], arms=["RAND"], verbose=False)
-    assert not r.ok and "returned an array of dtype float32: expected None (the outputs written) or a tuple" in r.failures[0]
+    assert not r.ok and "returned an array of dtype float32, not a tuple of 2: expected None (the outputs written) or a tuple" in r.failures[0]
 
     def returns_an_int(*args):
         return 3
