@@ -481,24 +481,15 @@ pub(crate) fn call_args<'py>(
             };
         match items {
             Some(v) if v.len() == outs.len() => v,
-            Some(v) => {
+            other => {
+                let what = match other {
+                    Some(v) => format!("a sequence of {} items", v.len()),
+                    None => format!("{}, not a tuple of {}", describe(&ret), outs.len()),
+                };
                 return Ok((
-                    Called::Error(format!(
-                        "returned a sequence of {} items: expected {expected}",
-                        v.len()
-                    )),
+                    Called::Error(format!("returned {what}: expected {expected}")),
                     ms,
-                ))
-            }
-            None => {
-                return Ok((
-                    Called::Error(format!(
-                        "returned {}, not a tuple of {}: expected {expected}",
-                        describe(&ret),
-                        outs.len()
-                    )),
-                    ms,
-                ))
+                ));
             }
         }
     };

@@ -448,14 +448,9 @@ fn state_name(per_row: bool) -> &'static str {
 /// leaves there, `None` where no sequence writes.
 fn slot_writers(p: &kernel_oracle::gdn::slots::StatePool, t: usize) -> Vec<Option<(usize, usize)>> {
     let mut w = vec![None; p.slots];
-    let c = p.indices.len() / p.batch();
-    for b in (0..p.batch()).filter(|&b| !p.padded(b)) {
-        for (r, &i) in p.indices[b * c..(b + 1) * c].iter().enumerate() {
-            if let Ok(slot) = usize::try_from(i) {
-                let row = if p.mode == PoolMode::Spec { r } else { t - 1 };
-                w[slot] = Some((b, row));
-            }
-        }
+    for (b, col, slot) in p.writes() {
+        let row = if p.mode == PoolMode::Spec { col } else { t - 1 };
+        w[slot] = Some((b, row));
     }
     w
 }

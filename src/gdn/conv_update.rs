@@ -247,11 +247,7 @@ pub struct Want {
 pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
     if let Some(mode) = spec.pool {
         spec.shape()?;
-        let p = d
-            .pool
-            .as_ref()
-            .filter(|p| p.mode == mode && p.batch() == spec.batch)
-            .ok_or("the case's data hold no pool of the spec's mode and batch")?;
+        let p = StatePool::of(d.pool.as_ref(), mode, spec.batch)?;
         let mut w = reference(
             &Spec {
                 pool: None,
@@ -260,7 +256,7 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
             d,
         )?;
         (w.state, _) = p.scatter(&w.state, &vec![0.0; w.state.len()]);
-        w.padded = (0..spec.batch).map(|b| p.padded(b)).collect();
+        w.padded = p.padding();
         return Ok(w);
     }
     let s = spec.shape()?;

@@ -356,11 +356,7 @@ fn sequence<'d>(spec: &Spec, d: &'d Data, b: usize) -> [&'d [f32]; 6] {
 /// a pool missing from `d` when `spec` asks for one.
 pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
     if let Some(mode) = spec.pool {
-        let p = d
-            .pool
-            .as_ref()
-            .filter(|p| p.mode == mode && p.batch() == spec.batch)
-            .ok_or("the case's data hold no pool of the spec's mode and batch")?;
+        let p = StatePool::of(d.pool.as_ref(), mode, spec.batch)?;
         let per_sequence = Spec {
             per_row: mode == PoolMode::Spec,
             pool: None,
@@ -368,7 +364,7 @@ pub fn reference(spec: &Spec, d: &Data) -> Result<Want, String> {
         };
         let mut w = reference(&per_sequence, d)?;
         (w.state, w.state_limit) = p.scatter(&w.state, &w.state_limit);
-        w.padded = (0..spec.batch).map(|b| p.padded(b)).collect();
+        w.padded = p.padding();
         return Ok(w);
     }
     let s = spec.shape()?;

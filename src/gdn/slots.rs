@@ -159,6 +159,20 @@ impl StatePool {
         }
     }
 
+    /// `pool` when it is one of `mode` for `batch` sequences (a case's
+    /// data checked against its spec).
+    ///
+    /// # Errors
+    /// A sentence when `pool` is missing or of another mode or batch.
+    pub fn of(
+        pool: Option<&StatePool>,
+        mode: PoolMode,
+        batch: usize,
+    ) -> Result<&StatePool, String> {
+        pool.filter(|p| p.mode == mode && p.batch() == batch)
+            .ok_or_else(|| "the case's data hold no pool of the spec's mode and batch".into())
+    }
+
     /// Sequences per case.
     pub fn batch(&self) -> usize {
         self.accepted.len()
@@ -184,6 +198,27 @@ impl StatePool {
         self.read_slot(b).is_none()
     }
 
+    /// [`StatePool::padded`] for every sequence, `[B]`.
+    pub fn padding(&self) -> Vec<bool> {
+        (0..self.batch()).map(|b| self.padded(b)).collect()
+    }
+
+    /// Every store the call makes: `(b, column, slot)` for each live
+    /// sequence `b` and each column of its `ssm_state_indices` row that
+    /// names a slot (in spec the column is the row whose state is stored;
+    /// in decode the one column stores the final state).
+    pub fn writes(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let c = self.columns();
+        (0..self.batch())
+            .filter(|&b| !self.padded(b))
+            .flat_map(move |b| {
+                self.indices[b * c..(b + 1) * c]
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(r, &i)| usize::try_from(i).ok().map(|s| (b, r, s)))
+            })
+    }
+
     /// The pool after the call and each element's limit: every slot a
     /// live sequence writes holds its state (`states` `[B][rows][n]`,
     /// `rows` = `t` in spec, the state after every row; 1 in decode, the
@@ -191,19 +226,13 @@ impl StatePool {
     /// layout), and every other slot its bits before the call with limit
     /// 0 (its value exactly).
     pub fn scatter(&self, states: &[f32], limits: &[f64]) -> (Vec<f32>, Vec<f64>) {
-        let n = self.pool.len() / self.slots;
-        let (batch, c) = (self.batch(), self.columns());
+        let (n, c) = (self.pool.len() / self.slots, self.columns());
         let mut pool = self.pool.clone();
         let mut limit = vec![0.0; pool.len()];
-        for b in (0..batch).filter(|&b| !self.padded(b)) {
-            for (r, &idx) in self.indices[b * c..(b + 1) * c].iter().enumerate() {
-                let Ok(s) = usize::try_from(idx) else {
-                    continue;
-                };
-                let from = (b * c + r) * n;
-                pool[s * n..(s + 1) * n].copy_from_slice(&states[from..from + n]);
-                limit[s * n..(s + 1) * n].copy_from_slice(&limits[from..from + n]);
-            }
+        for (b, r, s) in self.writes() {
+            let from = (b * c + r) * n;
+            pool[s * n..(s + 1) * n].copy_from_slice(&states[from..from + n]);
+            limit[s * n..(s + 1) * n].copy_from_slice(&limits[from..from + n]);
         }
         (pool, limit)
     }
