@@ -156,3 +156,31 @@ fn the_stats_line_prints_each_arm_and_geometry_share() {
         assert!(line.contains(want), "{want:?} not in {line}");
     }
 }
+
+#[test]
+fn bounded_arms_refuse_a_k_where_gamma_k_is_undefined() {
+    use kernel_oracle::mul_mat::generate::MAX_BOUNDED_K;
+    use kernel_oracle::mul_mat::judge::gamma;
+    // The longest whole-block K below 2^24 is judged with a finite,
+    // positive gamma; 2^24 and past it (gamma infinite, then negative: a
+    // correct kernel failed RANDOM at K = 2^24 + 256) are refused.
+    let longest = MAX_BOUNDED_K / 256 * 256;
+    assert!(gamma(longest).is_finite() && gamma(longest) > 0.0);
+    for (k, ok) in [(longest, true), (1 << 24, false), ((1 << 24) + 256, false)] {
+        for arm in [Arm::Random, Arm::Balanced] {
+            let spec = CaseSpec {
+                dtype: Dtype::Q8_0,
+                m: 1,
+                n: 1,
+                k,
+                arm,
+                seed: 1,
+            };
+            let v = spec.valid();
+            assert_eq!(v.is_ok(), ok, "k = {k}, {arm:?}: {v:?}");
+            if let Err(e) = v {
+                assert!(e.contains("K u < 1"), "{e}");
+            }
+        }
+    }
+}

@@ -1148,8 +1148,10 @@ impl Matched {
 /// `"BAL"`; default all three),
 /// `seeds` / `trials` / `verbose` / `name` as `check_fp8_block_gemm`.
 ///
-/// Errors: `ValueError` on an unknown arm or a shape the generator refuses
-/// (a buffer beyond 2^32 elements, an EXACT k too long for exactness).
+/// Errors: `ValueError`, before any call, on an unknown arm or a shape the
+/// generator refuses (no output, a buffer beyond 2^32 elements, an EXACT k
+/// too long for exactness, a RAND or BAL k of 2^24 or more, where the
+/// bound's `gamma_k` is undefined).
 /// Every check also raises `ValueError`, before any call, for `trials`
 /// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
@@ -1185,6 +1187,28 @@ fn check_mul_mat<'py>(
             .collect::<PyResult<_>>()?,
         None => MArm::ALL.to_vec(),
     };
+    // Every case the arguments name is one the generator takes, checked
+    // before any call (the seed does not change what it refuses).
+    for &(m, k, n) in &shapes {
+        for &dt in dtypes
+            .iter()
+            .filter(|dt| k.is_multiple_of(dt.core().block_elems()))
+        {
+            for &arm in &arms {
+                let (dtype, seed) = (dt.core(), 0);
+                mul_mat::CaseSpec {
+                    dtype,
+                    m,
+                    n,
+                    k,
+                    arm,
+                    seed,
+                }
+                .valid()
+                .map_err(PyValueError::new_err)?;
+            }
+        }
+    }
     let fname = callable_name(&mul_mat, name);
     let mut out = Out::new(py, verbose)?;
     let mut rep = CheckReport {
@@ -1218,7 +1242,6 @@ fn check_mul_mat<'py>(
                         arm,
                         seed,
                     };
-                    spec.valid().map_err(PyValueError::new_err)?;
                     let data = spec.generate();
                     let want = mul_mat::reference(&data);
                     let row_bytes = dt.core().row_bytes(k).map_err(crate::arrays::value_error)?;

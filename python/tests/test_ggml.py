@@ -85,3 +85,20 @@ def test_check_mul_mat_judges_k_zero_and_refuses_a_case_without_outputs():
     for shape in [(0, 32, 2), (4, 32, 0)]:
         with pytest.raises(ValueError, match="at least one output"):
             ko.check_mul_mat(numpy_reference.mul_mat, dtypes=[GgmlType.F32], shapes=[shape])
+
+
+def test_check_mul_mat_refuses_a_bounded_k_past_2_24_before_any_call():
+    # RAND and BAL judge within 2 gamma_k sum|terms|, gamma_k = k u / (1 - k u):
+    # from k = 2^24 on it is infinite or negative (a correct GEMM failed
+    # RAND at k = 2^24 + 256), so such a shape is refused, and before the
+    # callable runs on the shapes listed before it.
+    calls = []
+
+    def records(dtype, src0, src1, dst):
+        calls.append(dtype)
+        numpy_reference.mul_mat(dtype, src0, src1, dst)
+
+    for arm in ["RAND", "BAL"]:
+        with pytest.raises(ValueError, match="K u < 1"):
+            ko.check_mul_mat(records, dtypes=[GgmlType.Q8_0], shapes=[(1, 32, 1), (1, (1 << 24) + 256, 1)], arms=[arm])
+    assert calls == []

@@ -64,6 +64,11 @@ impl Arm {
     }
 }
 
+/// The longest K the RANDOM and BALANCED arms judge: their bound
+/// `2 gamma_K S_i`, `gamma_K = K u / (1 - K u)` with `u = 2^-24`, is
+/// defined only while `K u < 1`, so K stays below `2^24` elements.
+pub const MAX_BOUNDED_K: usize = (1 << 24) - 1;
+
 /// The EXACT arm's data plan for one dtype and row length K.
 ///
 /// Every dequantized weight is a multiple of `g = 2^emin` (codes are
@@ -363,6 +368,17 @@ impl CaseSpec {
         }
         if self.arm == Arm::Exact && exact_plan(self.dtype, self.k).is_none() {
             return Err(format!("k = {} is too long for an EXACT arm", self.k));
+        }
+        // The bounded arms' limit `2 gamma_K S_i` (super::judge) holds only
+        // while `K u < 1`: from K = 2^24 on, gamma_K is infinite or
+        // negative, and a correct kernel would pass everything or fail.
+        if self.arm.bounded() && self.k > MAX_BOUNDED_K {
+            return Err(format!(
+                "k = {} is too long for the {} arm: its bound 2 gamma_K sum|w x| needs K u < 1 \
+                 (K at most {MAX_BOUNDED_K})",
+                self.k,
+                self.arm.name()
+            ));
         }
         Ok(())
     }
