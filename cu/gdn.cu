@@ -103,8 +103,10 @@
  *   clusters of 8, grid (num_k * 8, 1), 256 threads per CTA (exactly);
  *   each CTA's 32 columns split over four warps, the q/k, v and gate
  *   preparation pipelined beside them ("the fused step, one sequence,
- *   columns split" below). The shim launches it in place of
- *   gdn_step_fused where it applies; sm_90 and later.
+ *   columns split" below); at t = 1 each sum run by one warp from the
+ *   quarters' decayed columns ("the split entry at t = 1" below). The
+ *   shim launches it in place of gdn_step_fused where it applies; sm_90
+ *   and later.
  *
  * extern "C" __global__ void gdn_step_fused_persistent(...)  (optional)
  *   The same parameters and layout, then i32 batch (B): persistent CTAs
@@ -1244,10 +1246,9 @@ __device__ __forceinline__ void gdn_step_fused_split(
     const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
     const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o,
     f32 *__restrict__ snap_conv, f32 *__restrict__ snap_state, i32 num_k, i32 num_v, i32 t,
-    f32 eps, f32 scale, i32 hk, i32 rank, u64 b)
+    f32 eps, f32 scale, i32 hk, i32 rank, u64 b, GdnSplitSmem &sm)
 {
     constexpr i32 P = DC - 1;
-    __shared__ __align__(16) GdnSplitSmem sm;
     const i32 tid = threadIdx.x;
     const i32 ratio = num_v / num_k;
     const i32 key_dim = GDN_D * num_k;
@@ -1484,6 +1485,294 @@ __device__ __forceinline__ void gdn_step_fused_split(
     }
 }
 
+/* ---------------- the split entry at t = 1 (one row) ----------------------
+ *
+ * With one row there is nothing to pipeline, and the launch's time is its
+ * one chain: the loads (the table, then the ring), row 0's conv, the k
+ * norm's 128 additions, the kv sum's 128, delta, the o sum's 128. This
+ * form keeps the split entry's geometry (clusters of 8, 256 threads, 32
+ * columns a CTA, the cluster barrier only for rank 0's ring write) and
+ * cuts what lay beside that chain:
+ *   - every load (ring, taps, input, state, the gate's inputs) issued at
+ *     the first instructions, straight into registers (no cp.async, no
+ *     staging); the gate's exp(a_log) no longer ahead of a warp's copies;
+ *   - row 0's conv by all 256 threads (one q/k channel each; the chain
+ *     warp also convolves the CTA's 32 v channels, so v_j stays in the
+ *     register that forms delta), then one __syncthreads;
+ *   - the norms (threads 224, 225: q and k side by side) and the gate
+ *     (thread 192) in parallel; the quarters decay their 32 elements as
+ *     soon as exp(g) is known (mbarrier gbar), before the norms end;
+ *   - the norms' sums fully unrolled (the 32 16-byte reads issued ahead,
+ *     not a read latency every 8 of them);
+ *   - each sum run by ONE warp (warp 4, lane l = column l) from shared
+ *     memory, without handing a partial from quarter to quarter: kv over
+ *     the decayed column (written by the quarters, 132-float rows: no bank
+ *     conflict) times k_i * (1/|k|) formed on the fly, delta, then the o
+ *     sum whose terms (c_i' + k_i delta) q_i it forms itself from the same
+ *     decayed column and the normalised q and k (written by the quarters
+ *     while it ran kv), so nothing waits on delta but this warp; the
+ *     quarters form the final state from delta beside it.
+ *     Three mbarrier waits on the path instead of eleven handoffs.
+ * Every value's operations and order are the split form's (and so the
+ * contract's): k_i = xs_k[i] * inv_k, kv = (..((0 + c0' k0) + c1' k1)..),
+ * delta = (v - kv) * beta, c_i'' = c_i' + k_i delta, o = (sum of c_i'' q_i
+ * from 0, increasing i) * scale. */
+/* gdn_inv_norm with its loop fully unrolled (the same operations in the
+ * same order). */
+__device__ __forceinline__ f32 gdn_inv_norm_unrolled(const f32 *x, f32 eps)
+{
+    f32 ss = 0.0f;
+#pragma unroll
+    for (i32 q = 0; q < GDN_D / 4; ++q) {
+        const float4 v = gdn_ld4(x, q);
+        ss = __fadd_rn(ss, __fmul_rn(v.x, v.x));
+        ss = __fadd_rn(ss, __fmul_rn(v.y, v.y));
+        ss = __fadd_rn(ss, __fmul_rn(v.z, v.z));
+        ss = __fadd_rn(ss, __fmul_rn(v.w, v.w));
+    }
+    const f32 dd = __fadd_rn(ss, eps);
+    const f32 sq = __fsqrt_rn(dd);
+    return __fdiv_rn(1.0f, sq);
+}
+
+struct GdnT1Smem {
+    gdn_mbar_t gbar; /* beta, exp(g) written (thread 192): count 1 */
+    gdn_mbar_t nbar; /* 1/|q|, 1/|k| written (threads 224, 225): count 2 */
+    gdn_mbar_t cbar; /* the decayed columns written (the 128 quarter threads): count 128 */
+    gdn_mbar_t qbar; /* normalised q, k written (the 128 quarter threads): count 128 */
+    gdn_mbar_t dbar; /* delta written (the chain warp): count 32 */
+    __align__(16) f32 xs[2 * GDN_D];        /* row 0's q, k conv outputs */
+    __align__(16) f32 qn[2][GDN_D];         /* normalised q, k */
+    __align__(16) f32 cp[32][GDN_D + 4];    /* column l's decayed state, by i */
+    f32 inv[2];                             /* 1/|q|, 1/|k| */
+    f32 hbd[2];                             /* beta, exp(g) */
+    f32 dl[32];                             /* delta by column */
+    i32 cw;                                 /* the chain warp: 4 or 5 */
+};
+
+/* The t = 1 form's chain warp, 4 or 5, and with it the norms' warp (7 or
+ * 4): a warp's scheduler is its slot (%warpid) mod 4, and two CTAs of 8
+ * warps on one SM usually hold slots 0-7 and 8-15, so that warp 4 of
+ * both would share scheduler 0 and the two chain warps, each issuing
+ * about one instruction a cycle in the o sum, would halve each other's
+ * rate. The CTA whose warp 0 sits in an odd group of 8 slots takes warp 5
+ * (and its norms warp 4). On the host: by blockIdx, so that both forms
+ * run. */
+/* A warp converged (before the .aligned cluster barrier); nothing on the
+ * host emulator, whose threads have no warps. */
+__device__ __forceinline__ void gdn_t1_syncwarp()
+{
+#if defined(__CUDA_ARCH__)
+    __syncwarp();
+#endif
+}
+
+__device__ __forceinline__ i32 gdn_t1_chain_warp()
+{
+#if defined(__CUDA_ARCH__)
+    unsigned wid;
+    asm volatile("mov.u32 %0, %%warpid;" : "=r"(wid));
+    return 4 + (i32)((wid >> 3) & 1u);
+#else
+    return 4 + (i32)(blockIdx.x & 1u);
+#endif
+}
+
+/* The named barrier of the t = 1 form's quarters (128 threads). */
+#define GDN_BAR_T1Q 2
+
+template <i32 DC>
+__device__ __forceinline__ void gdn_step_fused_split_t1(
+    const f32 *__restrict__ x, const f32 *__restrict__ beta_raw, const f32 *__restrict__ alpha,
+    const u64 *__restrict__ tab, const f32 *__restrict__ w, const f32 *__restrict__ dt_bias,
+    const f32 *__restrict__ a_log, f32 *__restrict__ conv_out, f32 *__restrict__ o, i32 num_k,
+    i32 num_v, f32 eps, f32 scale, i32 hk, i32 rank, GdnT1Smem &sm)
+{
+    constexpr i32 P = DC - 1;
+    const i32 tid = threadIdx.x;
+    const i32 ratio = num_v / num_k;
+    const i32 key_dim = GDN_D * num_k;
+    const u64 cd = 2 * (u64)key_dim + (u64)GDN_D * num_v;
+    const u64 vd = (u64)GDN_D * num_v;
+    const u64 n = vd * GDN_D;
+    const GdnSeq sq = gdn_seq(tab, x, beta_raw, alpha, 0, 1, cd, cd * P, n, num_v);
+    const i32 c0 = rank * 32; /* the CTA's first column in its q/k head's group */
+    const i32 h = hk * ratio + c0 / GDN_D;
+    const u64 qoff = (u64)hk * GDN_D, koff = (u64)key_dim + (u64)hk * GDN_D;
+    const i32 qw = tid >> 5, l = tid & 31;
+    const bool quarter = tid < 128;
+    const bool vload = qw == 4 || qw == 5; /* the two warps the chain warp can be */
+    const i32 j = c0 % GDN_D + l; /* a quarter's or the chain warp's column */
+    const u64 base = (u64)h * GDN_D * GDN_D + j + (u64)(32 * (qw & 3)) * GDN_D;
+
+    /* Every load first. */
+    const u64 ch = tid < GDN_D ? qoff + tid : koff + (tid - GDN_D); /* q/k channel tid */
+    const u64 vch = 2 * (u64)key_dim + (u64)h * GDN_D + j;           /* the chain lane's v channel */
+    f32 hist[3], taps[4], hv[3], tv[4];
+    f32 xc, xv = 0.0f;
+#pragma unroll
+    for (i32 i = 0; i < P; ++i) hist[i] = sq.ring[ch * P + i];
+#pragma unroll
+    for (i32 i = 0; i < DC; ++i) taps[i] = w[ch * DC + i];
+    xc = sq.xb[ch];
+#pragma unroll
+    for (i32 i = 0; i < 3; ++i) hv[i] = 0.0f;
+#pragma unroll
+    for (i32 i = 0; i < 4; ++i) tv[i] = 0.0f;
+    if (vload) {
+#pragma unroll
+        for (i32 i = 0; i < P; ++i) hv[i] = sq.ring[vch * P + i];
+#pragma unroll
+        for (i32 i = 0; i < DC; ++i) tv[i] = w[vch * DC + i];
+        xv = sq.xb[vch];
+    }
+    f32 c[32];
+    if (quarter) {
+#pragma unroll
+        for (i32 e = 0; e < 32; ++e) c[e] = sq.canonical[base + (u64)e * GDN_D];
+    }
+    f32 al = 0.0f, dtb = 0.0f, br = 0.0f, alp = 0.0f;
+    if (tid == 192) {
+        al = a_log[h];
+        dtb = dt_bias[h];
+        br = sq.brb[h];
+        alp = sq.alb[h];
+    }
+    if (tid == 0) {
+        gdn_mbar_init(&sm.gbar, 1);
+        gdn_mbar_init(&sm.nbar, 2);
+        gdn_mbar_init(&sm.cbar, 128);
+        gdn_mbar_init(&sm.qbar, 128);
+        gdn_mbar_init(&sm.dbar, 32);
+        sm.cw = gdn_t1_chain_warp();
+    }
+
+    /* Row 0's conv: q/k channel tid by every thread (its output into xs,
+     * and into conv_out by rank 0), the v channel of column j by the chain
+     * warp (conv_out by every CTA: its own columns). */
+    {
+        const f32 y = gdn_conv_channel<true>(hist, xc, taps, DC);
+        sm.xs[tid] = y;
+        if (rank == 0) conv_out[ch] = y;
+    }
+    /* This CTA has read the q/k ring (the values stored above came from
+     * it, so the loads are complete). The cluster barrier is .aligned:
+     * each warp converged first. */
+    gdn_t1_syncwarp();
+    gdn_cluster_arrive<8>();
+    __syncthreads();
+    /* The roles of warps 4-7 (a timing choice only: every role is taken
+     * by exactly one warp whatever sm.cw says). */
+    const i32 cw = sm.cw;
+    const bool chain = qw == cw;
+    const i32 nw = cw == 4 ? 7 : 4; /* the norms' warp */
+
+    if (tid == 192) {
+        /* The gate: beta and exp(g). */
+        f32 beta, dd;
+        gdn_beta_decay(br, alp, dtb, gdn_exp(al), &beta, &dd);
+        sm.hbd[0] = beta;
+        sm.hbd[1] = dd;
+        gdn_mbar_arrive(&sm.gbar);
+    } else if (qw == nw && l < 2) {
+        /* The norms of q (lane 0) and k (lane 1), side by side in one warp. */
+        sm.inv[l] = gdn_inv_norm_unrolled(sm.xs + l * GDN_D, eps);
+        gdn_mbar_arrive(&sm.nbar);
+    } else if (quarter) {
+        /* Decay (column j, elements 32 qw .. 32 qw + 31) as soon as exp(g)
+         * is known; the decayed column into cp[l] for the chain warp. */
+        gdn_mbar_wait(&sm.gbar, 0);
+        const f32 d = sm.hbd[1];
+#pragma unroll
+        for (i32 q = 0; q < 8; ++q) {
+            float4 v;
+            c[4 * q] = __fmul_rn(c[4 * q], d);
+            c[4 * q + 1] = __fmul_rn(c[4 * q + 1], d);
+            c[4 * q + 2] = __fmul_rn(c[4 * q + 2], d);
+            c[4 * q + 3] = __fmul_rn(c[4 * q + 3], d);
+            v.x = c[4 * q];
+            v.y = c[4 * q + 1];
+            v.z = c[4 * q + 2];
+            v.w = c[4 * q + 3];
+            gdn_st4(sm.cp[l] + 32 * qw, q, v);
+        }
+        gdn_mbar_arrive(&sm.cbar);
+        /* q and k normalised (element tid of each) while the chain warp
+         * runs the kv sum. */
+        gdn_mbar_wait(&sm.nbar, 0);
+        sm.qn[0][tid] = __fmul_rn(sm.xs[tid], sm.inv[0]);
+        sm.qn[1][tid] = __fmul_rn(sm.xs[GDN_D + tid], sm.inv[1]);
+        gdn_mbar_arrive(&sm.qbar);
+        gdn_bar_sync(GDN_BAR_T1Q, 128);
+        /* The update, once delta is known (the chain warp forms the same
+         * values for the o sum). */
+        gdn_mbar_wait(&sm.dbar, 0);
+        const f32 delta = sm.dl[l];
+        const f32 *ks = sm.qn[1] + 32 * qw;
+#pragma unroll
+        for (i32 q = 0; q < 8; ++q) {
+            const float4 k4 = gdn_ld4(ks, q);
+            c[4 * q] = __fadd_rn(c[4 * q], __fmul_rn(k4.x, delta));
+            c[4 * q + 1] = __fadd_rn(c[4 * q + 1], __fmul_rn(k4.y, delta));
+            c[4 * q + 2] = __fadd_rn(c[4 * q + 2], __fmul_rn(k4.z, delta));
+            c[4 * q + 3] = __fadd_rn(c[4 * q + 3], __fmul_rn(k4.w, delta));
+        }
+        /* The final state (rule PARITY: t = 1 is odd, so alt). */
+#pragma unroll
+        for (i32 e = 0; e < 32; ++e) sq.alt[base + (u64)e * GDN_D] = c[e];
+    } else if (chain) {
+        /* Row 0's conv of column j's v channel (conv_out by every CTA: its
+         * own columns), while the norms run. */
+        const f32 yv = gdn_conv_channel<true>(hv, xv, tv, DC);
+        conv_out[vch] = yv;
+        /* kv of column j: i = 0..127 in increasing order, one warp. */
+        gdn_mbar_wait(&sm.gbar, 0);
+        gdn_mbar_wait(&sm.nbar, 0);
+        gdn_mbar_wait(&sm.cbar, 0);
+        const f32 ik = sm.inv[1];
+        const f32 *ksr = sm.xs + GDN_D;
+        f32 kv = 0.0f;
+#pragma unroll
+        for (i32 q = 0; q < GDN_D / 4; ++q) {
+            const float4 k4 = gdn_ld4(ksr, q), c4 = gdn_ld4(sm.cp[l], q);
+            kv = __fadd_rn(kv, __fmul_rn(c4.x, __fmul_rn(k4.x, ik)));
+            kv = __fadd_rn(kv, __fmul_rn(c4.y, __fmul_rn(k4.y, ik)));
+            kv = __fadd_rn(kv, __fmul_rn(c4.z, __fmul_rn(k4.z, ik)));
+            kv = __fadd_rn(kv, __fmul_rn(c4.w, __fmul_rn(k4.w, ik)));
+        }
+        const f32 delta = __fmul_rn(__fsub_rn(yv, kv), sm.hbd[0]);
+        sm.dl[l] = delta;
+        gdn_mbar_arrive(&sm.dbar);
+        /* o of column j: sum of ((c_i' + k_i delta) q_i), i = 0..127 in
+         * increasing order, one warp. */
+        gdn_mbar_wait(&sm.qbar, 0);
+        f32 acc = 0.0f;
+#pragma unroll
+        for (i32 q = 0; q < GDN_D / 4; ++q) {
+            const float4 c4 = gdn_ld4(sm.cp[l], q);
+            const float4 k4 = gdn_ld4(sm.qn[1], q), q4 = gdn_ld4(sm.qn[0], q);
+            acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.x, __fmul_rn(k4.x, delta)), q4.x));
+            acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.y, __fmul_rn(k4.y, delta)), q4.y));
+            acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.z, __fmul_rn(k4.z, delta)), q4.z));
+            acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.w, __fmul_rn(k4.w, delta)), q4.w));
+        }
+        o[(u64)h * GDN_D + j] = __fmul_rn(acc, scale);
+    }
+
+    /* Every CTA of the cluster has read the q/k ring: rank 0 writes it;
+     * each CTA writes its own v channels' ring. */
+    gdn_t1_syncwarp();
+    gdn_cluster_wait<8>();
+    if (rank == 0) {
+#pragma unroll
+        for (i32 i = 0; i < P; ++i) sq.ring[ch * P + i] = hist[i];
+    }
+    if (chain) {
+#pragma unroll
+        for (i32 i = 0; i < P; ++i) sq.ring[vch * P + i] = hv[i];
+    }
+}
+
 /* One CTA of a clustered entry: q/k head and rank from blockIdx.x, the
  * sequence from blockIdx.y, the conv width dispatched to the template. */
 template <i32 CS>
@@ -1542,15 +1831,33 @@ extern "C" __global__ void GDN_CLUSTER_DIMS(8) __launch_bounds__(256, 2) gdn_ste
     if (blockDim.x != 256 || gridDim.y != 1 || num_v != 2 * num_k || d_conv < 2 || d_conv > 4)
         __trap();
     const i32 hk = blockIdx.x / 8, rank = blockIdx.x % 8;
+    /* One shared block for every form (the split form's and the t = 1
+     * form's, each conv width): only one of them runs. */
+    __shared__ __align__(16) union {
+        GdnSplitSmem s;
+        GdnT1Smem t1;
+    } smu;
+    if (t == 1) {
+        if (d_conv == 4)
+            gdn_step_fused_split_t1<4>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, num_k,
+                                       num_v, eps, scale, hk, rank, smu.t1);
+        else if (d_conv == 3)
+            gdn_step_fused_split_t1<3>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, num_k,
+                                       num_v, eps, scale, hk, rank, smu.t1);
+        else
+            gdn_step_fused_split_t1<2>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, num_k,
+                                       num_v, eps, scale, hk, rank, smu.t1);
+        return;
+    }
     if (d_conv == 4)
         gdn_step_fused_split<4>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
-                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0);
+                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0, smu.s);
     else if (d_conv == 3)
         gdn_step_fused_split<3>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
-                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0);
+                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0, smu.s);
     else
         gdn_step_fused_split<2>(x, beta_raw, alpha, tab, w, dt_bias, a_log, conv_out, o, snap_conv,
-                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0);
+                                snap_state, num_k, num_v, t, eps, scale, hk, rank, 0, smu.s);
 }
 #endif
 

@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 12] = [
+pub const MUTANTS: [Mutant; 14] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -117,6 +117,20 @@ pub const MUTANTS: [Mutant; 12] = [
         what: "in the split form of the fused step every column's lanes read column 0's delta (the CTA's first column) instead of their own: the rank-1 update of columns 1..31 uses another column's delta",
         find: "const f32 delta = sm.dl[p][l];",
         replace: "const f32 delta = sm.dl[p][0];",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "split-t1-parity",
+        what: "the split form's one-row path (t = 1) stores the final state to canonical, not alt (rule PARITY: odd t ends in alt)",
+        find: "for (i32 e = 0; e < 32; ++e) sq.alt[base + (u64)e * GDN_D] = c[e];",
+        replace: "for (i32 e = 0; e < 32; ++e) sq.canonical[base + (u64)e * GDN_D] = c[e];",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "split-t1-o-stale-term",
+        what: "the split form's one-row path (t = 1) forms every fourth term of the o sum from the decayed state before the delta-rule update (c_i' q_i, not (c_i' + k_i delta) q_i)",
+        find: "acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.w, __fmul_rn(k4.w, delta)), q4.w));",
+        replace: "acc = __fadd_rn(acc, __fmul_rn(c4.w, q4.w));",
         caught_by: &[2],
     },
 ];
