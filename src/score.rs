@@ -57,8 +57,8 @@ pub fn fuzz_args() -> Vec<Arg> {
             .long("secs")
             .value_name("SECONDS")
             .default_value("60")
-            .value_parser(clap::value_parser!(u64))
-            .help("The time budget, seconds (after the engine is open)."),
+            .value_parser(clap::value_parser!(u64).range(1..))
+            .help("The time budget, seconds (after the engine is open; at least 1)."),
         Arg::new("seed")
             .long("seed")
             .value_name("SEED")
@@ -144,8 +144,11 @@ pub fn command(kinds: impl Iterator<Item = &'static str>) -> Command {
                 .long("secs")
                 .value_name("SECONDS")
                 .default_value("60")
-                .value_parser(clap::value_parser!(u64))
-                .help("Each fuzzer's time budget, seconds."),
+                .value_parser(clap::value_parser!(u64).range(1..))
+                .help(
+                    "Each fuzzer's time budget, seconds, at least 1 (libFuzzer reads \
+                     -max_total_time=0 as no limit).",
+                ),
         )
         .arg(
             Arg::new("gate-secs")

@@ -37,6 +37,22 @@ fn partial_shape_arguments_are_refused() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// A zero time budget is refused before anything runs: `fuzz` would
+/// report a survival after no execution, and libFuzzer, which `score`
+/// runs with `-max_total_time=SECS`, reads 0 as no limit.
+#[test]
+fn a_zero_fuzz_budget_is_refused() {
+    for args in [
+        &["fuzz", "mul-mat", "--secs", "0"][..],
+        &["score", "mul-mat", "--secs", "0"],
+    ] {
+        let out = kernel_oracle(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("'--secs <SECONDS>'"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn case_gdn_refuses_a_bad_shape_with_exit_2() {
     let out = kernel_oracle(&[
