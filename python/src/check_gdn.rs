@@ -262,7 +262,8 @@ fn pool_place(
 /// `fused_recurrent_gated_delta_rule(..., use_qk_l2norm_in_kernel=True,
 /// use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)`), through
 /// the arms `RAND` (normal data), `GATES` (softplus past f32 `exp`'s
-/// overflow, at its threshold 20 and deep below zero; saturating
+/// overflow, from 5 to 25 across its threshold 20, so a threshold of 8
+/// or less fails, and deep below zero; saturating
 /// sigmoids) and `NORM` (all-zero heads and sums of squares near eps), and
 /// judges it against core's oracle.
 ///
