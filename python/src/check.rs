@@ -525,10 +525,19 @@ pub(crate) fn call_args<'py>(
                 ))
             }
             None => {
+                let hint = match kind {
+                    OutKind::U16(_) if is_16_bit_float(item) => {
+                        " (a 16-bit float output goes back as its bits: `y.view(np.uint16)`)"
+                    }
+                    _ => "",
+                };
                 return Ok((
-                    Called::Error(format!("returned {}: expected {expected}", describe(item))),
+                    Called::Error(format!(
+                        "returned {}: expected {expected}{hint}",
+                        describe(item)
+                    )),
                     ms,
-                ))
+                ));
             }
         }
     }
@@ -546,6 +555,18 @@ pub(crate) fn call_args<'py>(
         }
     }
     Ok((Called::Output(got, written), ms))
+}
+
+/// Whether `x` is an array of a 16-bit float (numpy's float16, or
+/// ml_dtypes' and torch-through-numpy bfloat16, whose numpy kind is `V`):
+/// what a callable returns where the check takes uint16 bit patterns.
+fn is_16_bit_float(x: &Bound<'_, PyAny>) -> bool {
+    let Ok(d) = x.getattr("dtype") else {
+        return false;
+    };
+    let size = d.getattr("itemsize").and_then(|v| v.extract::<usize>());
+    let kind = d.getattr("kind").and_then(|v| v.extract::<String>());
+    matches!((size, kind), (Ok(2), Ok(k)) if k == "f" || k == "V")
 }
 
 /// What a returned object is, for a message: its dtype if it has one, else

@@ -323,6 +323,14 @@ def test_wrong_returns_writes_and_refusals():
     assert not r.ok and "wrote its input(s): x" in r.failures[0]
     r = ko.check_act_and_mul(wrong_dtype, **kw)
     assert not r.ok and "float32" in r.failures[0]
+
+    # float16 values where their bits are expected: told how to return them.
+    def float16_values(x, out):
+        oracle(x, out)
+        return out.view(np.float16)
+
+    r = ko.check_act_and_mul(float16_values, dtype="float16", **kw)
+    assert not r.ok and "array of dtype float16" in r.failures[0] and "y.view(np.uint16)" in r.failures[0]
     r = ko.check_act_and_mul(refuses, **kw)
     assert r.refused == 1 and not r.ok
     r = ko.check_act_and_mul(refuses, shapes=[(2, 64)], arms=["RAND"], verbose=False)
