@@ -66,3 +66,17 @@ pub fn array<'py, T: Element>(
 pub fn value_error<E: std::fmt::Display>(e: E) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
+
+/// A ValueError about an `eps` the check rounded to float32 first: where
+/// the rounding changed it (1e-50 becomes 0, 1e300 inf), the message names
+/// the value the caller gave too, not only the float32 it became.
+pub fn eps_error<E: std::fmt::Display>(eps: f64, e: E) -> PyErr {
+    let eps32 = eps as f32;
+    if f64::from(eps32) == eps || eps.is_nan() {
+        value_error(e)
+    } else {
+        PyValueError::new_err(format!(
+            "{e}; the declared eps {eps:e} rounds to {eps32:e} in float32"
+        ))
+    }
+}

@@ -61,7 +61,7 @@ fn declared(
     let a = parse_arithmetic(arithmetic).map_err(PyValueError::new_err)?;
     let s = parse_sum(sum_rounding).map_err(PyValueError::new_err)?;
     let d = kernel_oracle::dtype::parse_dtype(dtype).map_err(PyValueError::new_err)?;
-    Declared::new(a, s, d, eps as f32, rsqrt_ulps).map_err(value_error)
+    Declared::new(a, s, d, eps as f32, rsqrt_ulps).map_err(|e| crate::arrays::eps_error(eps, e))
 }
 
 /// rms_norm(x, weight, eps, residual=None, arithmetic="round_then_weight", dtype="bfloat16", sum_rounding="dtype", rsqrt_ulps=2) -> (out_lo, out_hi) or (out_lo, out_hi, residual_out)

@@ -82,7 +82,7 @@ impl Setup {
         let sum = parse_sum(sum_rounding).map_err(PyValueError::new_err)?;
         let d = kernel_oracle::dtype::parse_dtype(dtype).map_err(PyValueError::new_err)?;
         let norm = oracle::rms_norm::Declared::new(a, sum, d, eps as f32, rsqrt_ulps)
-            .map_err(value_error)?;
+            .map_err(|e| crate::arrays::eps_error(eps, e))?;
         let input = parse_input(quantize_input).map_err(PyValueError::new_err)?;
         let rule = parse_rule(rule).map_err(PyValueError::new_err)?;
         let g = match granularity.to_ascii_lowercase().as_str() {

@@ -383,6 +383,10 @@ def test_bad_arguments_raise_before_any_call():
         with pytest.raises(ValueError):
             ko.check_rms_norm(fn, verbose=False, **kw)
     assert not calls
+    # An eps float32 cannot hold is named as given, beside what it became.
+    for eps, said in [(1e-50, "1e-50 rounds to 0e0"), (1e300, "1e300 rounds to inf")]:
+        with pytest.raises(ValueError, match=f"the declared eps {said} in float32"):
+            ko.check_rms_norm(fn, eps=eps, verbose=False)
 
 
 def test_wrong_returns_writes_and_refusals():
