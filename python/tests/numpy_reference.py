@@ -90,7 +90,7 @@ def gated_delta_rule(q, k, v, alpha, beta_raw, a_log, dt_bias, state, o, final_s
                 x = alpha[b, r] + dt_bias
                 sp = np.log1p(np.exp(x))
                 if bug != "softplus-overflow":
-                    sp = np.where(x > f32(20), x, sp)
+                    sp = np.where(x > f32(5 if bug == "softplus-threshold-5" else 20), x, sp)
                 decay = np.exp(-np.exp(a_log) * sp)[:, None, None]
                 if bug == "decay-after-delta":
                     kv = np.einsum("hi,hij->hj", kh, S)

@@ -78,6 +78,7 @@ def test_the_case_function_gives_arrays_and_limits():
     "bug,arm,caught_by",
     [
         ("softplus-overflow", "GATES", "over their limit"),
+        ("softplus-threshold-5", "GATES", "over their limit"),
         ("eps-outside-sqrt", "NORM", "over their limit"),
         ("no-eps", "NORM", NON_FINITE),
         ("gqa-modulo", "RAND", "over their limit"),
