@@ -42,10 +42,13 @@ pub const BATCHED: [(usize, usize, usize, usize, usize); 12] = [
     (4, 8, 4, 5, 4),
 ];
 
-/// The edge cases (gate 1 and 2 rows each), with their labels.
-pub fn edge_cases() -> Vec<(&'static str, CaseSpec)> {
+/// The edge cases (gate 1 and 2 rows each), with their labels: each at
+/// its own row count, and again as one row (t = 1: the fused step's
+/// one-row path, which a lone sequence at num_v = 2 num_k takes in the
+/// split entry).
+pub fn edge_cases() -> Vec<(String, CaseSpec)> {
     let base = CaseSpec::seed_like(2, 4, 4, 5, 0xED6E);
-    vec![
+    let cases = vec![
         (
             "|alpha| up to 1e4",
             CaseSpec {
@@ -86,7 +89,15 @@ pub fn edge_cases() -> Vec<(&'static str, CaseSpec)> {
                 ..base
             },
         ),
-    ]
+    ];
+    let one_row = |(label, spec): &(&str, CaseSpec)| {
+        (format!("{label}, one row"), CaseSpec { t: 1, ..*spec })
+    };
+    cases
+        .iter()
+        .map(|(label, spec)| (label.to_string(), *spec))
+        .chain(cases.iter().map(one_row))
+        .collect()
 }
 
 /// The gate's result.
