@@ -79,10 +79,20 @@ pub fn use_spec_oracle() -> bool {
 /// `NAME=value ` (shell-quoted, with a trailing space) when the candidate
 /// variable `name` (e.g. `KERNEL_ORACLE_FP8_MMQ_CU`) is set and not empty,
 /// else the empty string. Without it, a rerun of a candidate's divergence
-/// would test the builtin kernel and pass.
+/// would test the builtin kernel and pass. A kind's candidate source
+/// variable (`Kind::env`) given as a relative path is printed absolute:
+/// the rerun line's `cargo run` runs in the repository, not where the
+/// gate was started, so a relative path would name no file there.
 pub fn candidate_env(name: &str) -> String {
     match std::env::var_os(name) {
-        Some(v) if !v.is_empty() => format!("{name}={} ", shell_quote(&v.to_string_lossy())),
+        Some(v) if !v.is_empty() => {
+            let source = kind::KINDS.iter().any(|k| k.env == name);
+            let value = match std::path::absolute(&v) {
+                Ok(p) if source => p.into_os_string(),
+                _ => v,
+            };
+            format!("{name}={} ", shell_quote(&value.to_string_lossy()))
+        }
         _ => String::new(),
     }
 }

@@ -285,6 +285,41 @@ fn a_candidates_rerun_line_reruns_the_candidate() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A candidate named by a relative path is printed absolute in the rerun
+/// line: the line's `cargo run` runs in the repository, where the path
+/// as given (relative to where the gate ran) names no file.
+#[test]
+fn a_relative_candidate_path_is_printed_absolute() {
+    let m = by_name("drop-f16-sign").unwrap();
+    let text = apply(m, BUILTIN_MUL_MAT_WGSL).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir();
+    let name = format!("kernel-oracle-relative-{}.wgsl", std::process::id());
+    std::fs::write(dir.join(&name), text).unwrap();
+    let bin = kernel_oracle::paths::kernel_oracle_exe(env!("CARGO_BIN_EXE_kernel-oracle"));
+    let out = std::process::Command::new(&bin)
+        .args([
+            "case", "mul-mat", "--dtype", "q4_0", "--m", "4", "--n", "4", "--k", "32", "--arm",
+            "exact", "--seed", "1",
+        ])
+        .current_dir(&dir)
+        .env(device::wgpu::ENV_MUL_MAT_WGSL, &name)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(dir.join(&name));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let rerun = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rerun: "))
+        .unwrap_or_else(|| panic!("no rerun line in\n{stdout}"));
+    let want = format!(
+        "{}={} ",
+        device::wgpu::ENV_MUL_MAT_WGSL,
+        std::fs::canonicalize(&dir).unwrap().join(&name).display()
+    );
+    assert!(rerun.starts_with(&want), "{rerun}");
+}
+
 /// Dropping the k tail: on the gate's one-output row (m = n = 1, K = 256)
 /// at TILE_K = 40 (16 products dropped) the RANDOM arm of q4_0 lets it
 /// through (its bound is dominated by one large block scale) and the BAL
