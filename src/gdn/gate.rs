@@ -48,7 +48,7 @@ pub const BATCHED: [(usize, usize, usize, usize, usize); 12] = [
 /// split entry).
 pub fn edge_cases() -> Vec<(String, CaseSpec)> {
     let base = CaseSpec::seed_like(2, 4, 4, 5, 0xED6E);
-    let cases = vec![
+    let cases = [
         (
             "|alpha| up to 1e4",
             CaseSpec {
