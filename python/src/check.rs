@@ -181,10 +181,20 @@ impl CheckReport {
     }
 
     /// Prints the summary line, `"<contract>: N cases, ... refused;
-    /// <extra>PASS"` (or `FAIL`), and keeps the printed text.
+    /// <extra>PASS"` (or `FAIL`), and keeps the printed text. A check
+    /// that compared no case says why before its FAIL: no case ran (every
+    /// case the arguments name was skipped, or none was named), or the
+    /// callable refused every one.
     pub(crate) fn finish(mut self, mut out: Out<'_>, extra: &str) -> PyResult<CheckReport> {
+        let why = if self.passed + self.failed > 0 {
+            ""
+        } else if self.cases == 0 {
+            "no case ran (every case the arguments name was skipped, or none was named), and a check that compares no case does not pass; "
+        } else {
+            "the callable refused every case, and a check that compares no case does not pass; "
+        };
         let summary = format!(
-            "{}: {} cases, {} passed, {} FAILED, {} refused; {extra}{}",
+            "{}: {} cases, {} passed, {} FAILED, {} refused; {extra}{why}{}",
             self.contract,
             self.cases,
             self.passed,
@@ -1244,6 +1254,13 @@ fn check_mul_mat<'py>(
     for &(m, k, n) in &shapes {
         for &dt in &dtypes {
             if !k.is_multiple_of(dt.core().block_elems()) {
+                out.row(&format!(
+                    "{:<6} {:<14} skipped: k = {k} is not a whole number of {}'s {}-element blocks",
+                    dt.core().name(),
+                    format!("{m},{k},{n}"),
+                    dt.core().name(),
+                    dt.core().block_elems()
+                ))?;
                 continue;
             }
             for &arm in &arms {

@@ -102,3 +102,13 @@ def test_check_mul_mat_refuses_a_bounded_k_past_2_24_before_any_call():
         with pytest.raises(ValueError, match="K u < 1"):
             ko.check_mul_mat(records, dtypes=[GgmlType.Q8_0], shapes=[(1, 32, 1), (1, (1 << 24) + 256, 1)], arms=[arm])
     assert calls == []
+
+
+def test_check_mul_mat_that_runs_no_case_says_why(capsys):
+    # q4_0 takes k in whole 32-element blocks: k = 100 names no case. The
+    # row says the shape was skipped and why, the summary why it fails.
+    r = ko.check_mul_mat(lambda *a: None, dtypes=[ko.GgmlType.Q4_0], shapes=[(1, 100, 1)])
+    assert r.cases == 0 and not r.ok
+    out = capsys.readouterr().out
+    assert "skipped: k = 100 is not a whole number of q4_0's 32-element blocks" in out
+    assert "no case ran" in out and out.rstrip().endswith("FAIL")
