@@ -34,6 +34,7 @@ pub mod names;
 pub mod paths;
 pub mod penalties;
 pub mod refcache;
+pub mod rejection_sample;
 pub mod rms_norm;
 pub mod rms_norm_fp8_quant;
 pub mod rng;

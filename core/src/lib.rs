@@ -88,6 +88,10 @@
 //! - [`penalties`]: the logits penalties before sampling (repetition,
 //!   frequency, presence: vLLM, Hugging Face, SGLang), bit for bit under
 //!   a declared order, scope and form.
+//! - [`rejection_sample`]: speculative decoding's rejection sampler
+//!   (vLLM v1's `rejection_sample`, FlashInfer's
+//!   `chain_speculative_sampling`), bit for bit with its random numbers
+//!   handed in, under a declared acceptance test and race form.
 //! - [`compare`]: how a kernel's output is compared with the oracle's.
 //!
 //! No allocation anywhere: every contract writes into caller-provided
@@ -121,6 +125,7 @@ pub mod moe_align;
 pub mod moe_routing;
 pub mod moe_tables;
 pub mod penalties;
+pub mod rejection_sample;
 pub mod rms_norm;
 pub mod rms_norm_fp8_quant;
 pub mod rope;

@@ -73,6 +73,12 @@
 //! - [`check_penalties`]: `penalties_case` and `check_penalties` (the
 //!   logits penalties, repetition, frequency and presence, every element
 //!   bit for bit; the order, repetition scope and forms named).
+//! - [`check_rejection_sample`]: `rejection_sample_case` and
+//!   `check_rejection_sample` (speculative decoding's rejection sampler,
+//!   vLLM v1's `rejection_sample` and FlashInfer's
+//!   `chain_speculative_sampling`: every emitted token bit for bit with
+//!   the random numbers handed in; the acceptance test and race form
+//!   named).
 //! - [`check_int8`]: `quantize_int8`, `int8_quant_case` and
 //!   `check_int8_quant` (INT8 activation quantization for W8A8 int8,
 //!   vLLM's `scaled_int8_quant`: codes, scales and zero points bit for
@@ -103,6 +109,7 @@ pub mod check_moe;
 pub mod check_moe_routing;
 pub mod check_penalties;
 pub mod check_quant;
+pub mod check_rejection_sample;
 pub mod check_rms_norm;
 pub mod check_rms_norm_fp8_quant;
 pub mod check_rope;
@@ -155,6 +162,7 @@ fn kernel_oracle_py(m: &Bound<'_, PyModule>) -> PyResult<()> {
     check_merge_attn_states::register(m)?;
     check_sampling::register(m)?;
     check_penalties::register(m)?;
+    check_rejection_sample::register(m)?;
     check_int8::register(m)?;
     check_int8_group::register(m)?;
     check_int8_mm::register(m)?;

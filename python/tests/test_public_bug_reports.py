@@ -797,6 +797,21 @@ report(
 
 
 # ---------------------------------------------------------------------------
+# Speculative decoding's rejection sampler (check_rejection_sample)
+# ---------------------------------------------------------------------------
+from test_check_rejection_sample import numpy_rejection_sample  # noqa: E402
+
+report(
+    "vllm-ascend#13766", "https://github.com/vllm-project/vllm-ascend/pull/13766",
+    "rejection sampler: uniform hardcoded to 0.0 (NPU lacks tl_rand64), every draft with p > 0 accepted",
+    ko.check_rejection_sample,
+    named(numpy_rejection_sample(), "vllm_rejection_sample"),
+    named(numpy_rejection_sample(bug="u-zero-log"), "ascend_v2_rejection_u_zero"),
+    note="the NPU kernel's `target_log_prob > log(u) + draft_log_prob` with u = 0: accept iff p > 0",
+)
+
+
+# ---------------------------------------------------------------------------
 # runner
 # ---------------------------------------------------------------------------
 def _ids():
