@@ -554,9 +554,10 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
 #define GDN_CLUSTER_DIMS(n)
 #endif
 
-/* A CTA arrives once it has read the q/k ring (the reads were asynchronous
- * copies it waited for, so they are complete: no memory ordering is
- * needed, and none is paid for); rank 0 waits before writing the ring.
+/* A CTA arrives once it has read the q/k ring (asynchronous copies it
+ * waited for, or plain loads whose values it has already used, so the
+ * reads are complete: no memory ordering is needed, and none is paid
+ * for); rank 0 waits before writing the ring.
  * Without a hardware cluster (CS = 1, or a target below sm_90) the wait
  * is the CTA's own barrier. */
 template <i32 CS> __device__ __forceinline__ void gdn_cluster_arrive()
@@ -1547,17 +1548,8 @@ struct GdnT1Smem {
     f32 inv[2];                             /* 1/|q|, 1/|k| */
     f32 hbd[2];                             /* beta, exp(g) */
     f32 dl[32];                             /* delta by column */
-    i32 cw;                                 /* the chain warp: 4 or 5 */
 };
 
-/* The t = 1 form's chain warp, 4 or 5, and with it the norms' warp (7 or
- * 4): a warp's scheduler is its slot (%warpid) mod 4, and two CTAs of 8
- * warps on one SM usually hold slots 0-7 and 8-15, so that warp 4 of
- * both would share scheduler 0 and the two chain warps, each issuing
- * about one instruction a cycle in the o sum, would halve each other's
- * rate. The CTA whose warp 0 sits in an odd group of 8 slots takes warp 5
- * (and its norms warp 4). On the host: by blockIdx, so that both forms
- * run. */
 /* A warp converged (before the .aligned cluster barrier); nothing on the
  * host emulator, whose threads have no warps. */
 __device__ __forceinline__ void gdn_t1_syncwarp()
@@ -1567,15 +1559,16 @@ __device__ __forceinline__ void gdn_t1_syncwarp()
 #endif
 }
 
+/* The t = 1 form's chain warp, 4 or 5 by the CTA's parity, and with it
+ * the norms' warp (7 or 4). Two CTAs of 8 warps on one SM put warp w on
+ * scheduler w mod 4 in both, so with one parity their two chain warps,
+ * each issuing about one instruction a cycle in the o sum, would share a
+ * scheduler; the ranks of a cluster alternate. By blockIdx alone (not the
+ * warp's slot), so every launch runs both assignments and the gate sees
+ * both. */
 __device__ __forceinline__ i32 gdn_t1_chain_warp()
 {
-#if defined(__CUDA_ARCH__)
-    unsigned wid;
-    asm volatile("mov.u32 %0, %%warpid;" : "=r"(wid));
-    return 4 + (i32)((wid >> 3) & 1u);
-#else
     return 4 + (i32)(blockIdx.x & 1u);
-#endif
 }
 
 /* The named barrier of the t = 1 form's quarters (128 threads). */
@@ -1601,7 +1594,9 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
     const u64 qoff = (u64)hk * GDN_D, koff = (u64)key_dim + (u64)hk * GDN_D;
     const i32 qw = tid >> 5, l = tid & 31;
     const bool quarter = tid < 128;
-    const bool vload = qw == 4 || qw == 5; /* the two warps the chain warp can be */
+    const i32 cw = gdn_t1_chain_warp();
+    const bool chain = qw == cw;
+    const i32 nw = cw == 4 ? 7 : 4; /* the norms' warp */
     const i32 j = c0 % GDN_D + l; /* a quarter's or the chain warp's column */
     const u64 base = (u64)h * GDN_D * GDN_D + j + (u64)(32 * (qw & 3)) * GDN_D;
 
@@ -1619,7 +1614,7 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
     for (i32 i = 0; i < 3; ++i) hv[i] = 0.0f;
 #pragma unroll
     for (i32 i = 0; i < 4; ++i) tv[i] = 0.0f;
-    if (vload) {
+    if (chain) {
 #pragma unroll
         for (i32 i = 0; i < P; ++i) hv[i] = sq.ring[vch * P + i];
 #pragma unroll
@@ -1644,7 +1639,6 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
         gdn_mbar_init(&sm.cbar, 128);
         gdn_mbar_init(&sm.qbar, 128);
         gdn_mbar_init(&sm.dbar, 32);
-        sm.cw = gdn_t1_chain_warp();
     }
 
     /* Row 0's conv: q/k channel tid by every thread (its output into xs,
@@ -1661,11 +1655,6 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
     gdn_t1_syncwarp();
     gdn_cluster_arrive<8>();
     __syncthreads();
-    /* The roles of warps 4-7 (a timing choice only: every role is taken
-     * by exactly one warp whatever sm.cw says). */
-    const i32 cw = sm.cw;
-    const bool chain = qw == cw;
-    const i32 nw = cw == 4 ? 7 : 4; /* the norms' warp */
 
     if (tid == 192) {
         /* The gate: beta and exp(g). */

@@ -9,7 +9,7 @@
 //!   captured in a CUDA graph replayed twice on rebound buffers, the second
 //!   time with canonical and alt swapped (and the capture-time buffers left
 //!   untouched).
-//! - Gate 2: the same runs against the oracle's `decode_rows` (t = 1..=8),
+//! - Gate 2: the same runs against the oracle's `decode_rows` (t = 1..=8, and t = 1 at d_conv 2 and 3),
 //!   each per-row kernel on its own against its oracle function (d_conv 2,
 //!   3, 4 and three head layouts), and edge cases: |alpha| up to 1e4, zero
 //!   q/k heads with eps = 0, states near f32's overflow, a subnormal eps.
@@ -143,20 +143,26 @@ pub fn run(e: &GdnEngine) -> GateResult {
         Bits::NanAny.describe()
     );
     println!("{}", report::table_header());
-    for (num_k, num_v) in SEED_HEADS {
-        for t in 1..=8usize {
-            let spec = CaseSpec::seed_like(num_k, num_v, 4, t, 100 * t as u64 + num_v as u64);
-            let data = spec.generate().expect("the gate's shapes are valid");
-            let want = reference(&data);
-            // The seed's check is t = 2..=8; t = 1 runs against the oracle only.
-            let rerun = report::repro_command(&CaseSpec {
-                graph: t >= 2,
-                ..spec
-            });
-            for row in judge_case(e, &spec, &data, &want, t >= 2) {
-                if t >= 2 || row.gate == 2 {
-                    g.add(&row, &rerun);
-                }
+    // The seed's rows at d_conv 4, t = 1..=8; and one row at d_conv 2 and
+    // 3 (the fused step's one-row path is compiled once per conv width).
+    let seed_rows = SEED_HEADS.iter().flat_map(|&(num_k, num_v)| {
+        (1..=8usize)
+            .map(move |t| (num_k, num_v, 4, t))
+            .chain([2, 3].map(|d_conv| (num_k, num_v, d_conv, 1)))
+    });
+    for (num_k, num_v, d_conv, t) in seed_rows {
+        let seed = 100 * t as u64 + num_v as u64 + 1000 * (4 - d_conv as u64);
+        let spec = CaseSpec::seed_like(num_k, num_v, d_conv, t, seed);
+        let data = spec.generate().expect("the gate's shapes are valid");
+        let want = reference(&data);
+        // The seed's check is t = 2..=8; t = 1 runs against the oracle only.
+        let rerun = report::repro_command(&CaseSpec {
+            graph: t >= 2,
+            ..spec
+        });
+        for row in judge_case(e, &spec, &data, &want, t >= 2) {
+            if t >= 2 || row.gate == 2 {
+                g.add(&row, &rerun);
             }
         }
     }
