@@ -67,12 +67,16 @@ pub fn value_error<E: std::fmt::Display>(e: E) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// A ValueError about an `eps` the check rounded to float32 first: where
-/// the rounding changed it (1e-50 becomes 0, 1e300 inf), the message names
-/// the value the caller gave too, not only the float32 it became.
-pub fn eps_error<E: std::fmt::Display>(eps: f64, e: E) -> PyErr {
+/// The ValueError of RMSNorm's declaration `e`, made from an `eps` the
+/// check rounded to float32 first: where `e` is about eps
+/// ([`oracle::rms_norm::RmsNormError::Eps`]) and the rounding changed it
+/// (1e-50 becomes 0, 1e300 inf), the message names the value the caller
+/// gave too, not only the float32 it became; any other error is left as
+/// it is.
+pub fn eps_error(eps: f64, e: oracle::rms_norm::RmsNormError) -> PyErr {
     let eps32 = eps as f32;
-    if f64::from(eps32) == eps || eps.is_nan() {
+    let about_eps = matches!(e, oracle::rms_norm::RmsNormError::Eps { .. });
+    if !about_eps || f64::from(eps32) == eps || eps.is_nan() {
         value_error(e)
     } else {
         PyValueError::new_err(format!(

@@ -387,6 +387,11 @@ def test_bad_arguments_raise_before_any_call():
     for eps, said in [(1e-50, "1e-50 rounds to 0e0"), (1e300, "1e300 rounds to inf")]:
         with pytest.raises(ValueError, match=f"the declared eps {said} in float32"):
             ko.check_rms_norm(fn, eps=eps, verbose=False)
+    # Only an error about eps names it: the default 1e-6 is not a float32
+    # either, and a bad rsqrt_ulps is not about eps.
+    with pytest.raises(ValueError) as bad_ulps:
+        ko.check_rms_norm(fn, rsqrt_ulps=0, verbose=False)
+    assert "eps" not in str(bad_ulps.value)
 
 
 def test_wrong_returns_writes_and_refusals():
