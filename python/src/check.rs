@@ -842,6 +842,27 @@ pub(crate) fn arms_or_all<A: Copy>(
     }
 }
 
+/// A check's `shapes` argument: the shapes given, each held to `caps`
+/// (the case library's `within_caps`), or `default` when none was given.
+///
+/// # Errors
+/// `ValueError` with `caps`' message for the first shape past a cap.
+pub(crate) fn shapes_or<D: Copy, T>(
+    given: Option<Vec<D>>,
+    default: &[D],
+    caps: impl Fn(D) -> Result<T, String>,
+) -> PyResult<Vec<D>> {
+    match given {
+        Some(s) => {
+            for &dims in &s {
+                caps(dims).map_err(PyValueError::new_err)?;
+            }
+            Ok(s)
+        }
+        None => Ok(default.to_vec()),
+    }
+}
+
 /// A count argument of a check (`trials`, `samples`, `group`, `top_k`,
 /// `exp_ulps`, ...) as Python gives it: every check takes its counts as
 /// `i64` and converts them here, so that a negative count is a

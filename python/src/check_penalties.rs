@@ -8,8 +8,8 @@
 
 use crate::arrays::array;
 use crate::check::{
-    arms_or_all, call_typed, callable_name, count, failure_head, CheckReport, Input, Out, OutKind,
-    Seeds,
+    arms_or_all, call_typed, callable_name, count, failure_head, shapes_or, CheckReport, Input,
+    Out, OutKind, Seeds,
 };
 use kernel_oracle::penalties::{
     describe, describe_miss, identify, judge, label, list, parse_frequency, parse_order,
@@ -376,15 +376,7 @@ fn check_penalties<'py>(
     )?;
     let form = Inputs::parse(inputs).map_err(PyValueError::new_err)?;
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
-    let shapes = match shapes {
-        Some(s) => {
-            for &dims in &s {
-                within_caps(dims).map_err(PyValueError::new_err)?;
-            }
-            s
-        }
-        None => PENALTIES_SHAPES.to_vec(),
-    };
+    let shapes = shapes_or(shapes, &PENALTIES_SHAPES, within_caps)?;
     let fname = callable_name(&penalize, name);
     let mut o = Out::new(py, verbose)?;
     let mut rep = CheckReport {

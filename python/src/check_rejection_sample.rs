@@ -8,8 +8,8 @@
 
 use crate::arrays::array;
 use crate::check::{
-    arms_or_all, call_typed, callable_name, failure_head, CheckReport, Every, Input, Out, OutKind,
-    Seeds,
+    arms_or_all, call_typed, callable_name, failure_head, shapes_or, CheckReport, Every, Input,
+    Out, OutKind, Seeds,
 };
 use kernel_oracle::rejection_sample::{
     describe, identify, judge, label, list, parse_accept, parse_race, reference, within_caps, Arm,
@@ -230,15 +230,7 @@ fn check_rejection_sample<'py>(
     let seeds = Seeds::new(seeds, trials)?;
     let decl = declared_of(accept, race)?;
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
-    let shapes = match shapes {
-        Some(s) => {
-            for &dims in &s {
-                within_caps(dims).map_err(PyValueError::new_err)?;
-            }
-            s
-        }
-        None => REJECTION_SAMPLE_SHAPES.to_vec(),
-    };
+    let shapes = shapes_or(shapes, &REJECTION_SAMPLE_SHAPES, within_caps)?;
     let fname = callable_name(&sample, name);
     let mut o = Out::new(py, verbose)?;
     let mut rep = CheckReport {

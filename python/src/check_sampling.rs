@@ -11,7 +11,7 @@
 use crate::arrays::array;
 use crate::check::{
     arms_or_all, call_typed, callable_name, count, failure_head, names_or, parse_out_dtype,
-    CheckReport, Held, Input, Out, OutKind, Seeds,
+    shapes_or, CheckReport, Held, Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::sampling::{
     describe, identify, judge, label, order_name, parse_order, parse_topk_ties, parse_topp_ties,
@@ -237,15 +237,7 @@ fn check_sampling<'py>(
     let od = parse_out_dtype(out_dtype)?;
     let od = if fm == Form::Renorm { od } else { Dtype::F32 };
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
-    let shapes = match shapes {
-        Some(s) => {
-            for &dims in &s {
-                within_caps(dims).map_err(PyValueError::new_err)?;
-            }
-            s
-        }
-        None => SAMPLING_SHAPES.to_vec(),
-    };
+    let shapes = shapes_or(shapes, &SAMPLING_SHAPES, within_caps)?;
     let fname = callable_name(&r#fn, name);
     let mut o = Out::new(py, verbose)?;
     let mut rep = CheckReport {
