@@ -37,6 +37,7 @@ MINIMAL = {
     "check_moe_routing": {"top_k": 2},
     "check_mul_mat": {},
     "check_penalties": {},
+    "check_rejection_sample": {},
     "check_reshape_and_cache": {},
     "check_rms_norm": {},
     "check_rms_norm_fp8_quant": {},
