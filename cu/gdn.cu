@@ -642,11 +642,11 @@ __device__ __forceinline__ f32 gdn_dot_seq(f32 acc, const f32 a[GDN_D], const f3
 
 /* 1 / sqrt(sum of x[i]^2 for i = 0..127 in increasing order + eps), as
  * gdn_prep_head (l2_normalize steps 1-2; x 16-byte aligned in shared
- * memory). */
-__device__ __forceinline__ f32 gdn_inv_norm(const f32 *x, f32 eps)
+ * memory). U: the loop's unroll (a timing choice only). */
+template <i32 U = 8> __device__ __forceinline__ f32 gdn_inv_norm(const f32 *x, f32 eps)
 {
     f32 ss = 0.0f;
-#pragma unroll 8
+#pragma unroll U
     for (i32 q = 0; q < GDN_D / 4; ++q) {
         const float4 v = gdn_ld4(x, q);
         ss = __fadd_rn(ss, __fmul_rn(v.x, v.x));
@@ -1518,24 +1518,6 @@ __device__ __forceinline__ void gdn_step_fused_split(
  * contract's): k_i = xs_k[i] * inv_k, kv = (..((0 + c0' k0) + c1' k1)..),
  * delta = (v - kv) * beta, c_i'' = c_i' + k_i delta, o = (sum of c_i'' q_i
  * from 0, increasing i) * scale. */
-/* gdn_inv_norm with its loop fully unrolled (the same operations in the
- * same order). */
-__device__ __forceinline__ f32 gdn_inv_norm_unrolled(const f32 *x, f32 eps)
-{
-    f32 ss = 0.0f;
-#pragma unroll
-    for (i32 q = 0; q < GDN_D / 4; ++q) {
-        const float4 v = gdn_ld4(x, q);
-        ss = __fadd_rn(ss, __fmul_rn(v.x, v.x));
-        ss = __fadd_rn(ss, __fmul_rn(v.y, v.y));
-        ss = __fadd_rn(ss, __fmul_rn(v.z, v.z));
-        ss = __fadd_rn(ss, __fmul_rn(v.w, v.w));
-    }
-    const f32 dd = __fadd_rn(ss, eps);
-    const f32 sq = __fsqrt_rn(dd);
-    return __fdiv_rn(1.0f, sq);
-}
-
 struct GdnT1Smem {
     gdn_mbar_t gbar; /* beta, exp(g) written (thread 192): count 1 */
     gdn_mbar_t nbar; /* 1/|q|, 1/|k| written (threads 224, 225): count 2 */
@@ -1665,7 +1647,7 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
         gdn_mbar_arrive(&sm.gbar);
     } else if (qw == nw && l < 2) {
         /* The norms of q (lane 0) and k (lane 1), side by side in one warp. */
-        sm.inv[l] = gdn_inv_norm_unrolled(sm.xs + l * GDN_D, eps);
+        sm.inv[l] = gdn_inv_norm<GDN_D / 4>(sm.xs + l * GDN_D, eps); /* fully unrolled */
         gdn_mbar_arrive(&sm.nbar);
     } else if (quarter) {
         /* Decay (column j, elements 32 qw .. 32 qw + 31) as soon as exp(g)
