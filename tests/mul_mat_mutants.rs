@@ -243,6 +243,22 @@ fn missing_barrier_catch_rate() {
     }
 }
 
+/// The one case the rerun-line tests run: an EXACT q4_0 case that
+/// `drop-f16-sign` fails.
+const RERUN_CASE: [&str; 14] = [
+    "case", "mul-mat", "--dtype", "q4_0", "--m", "4", "--n", "4", "--k", "32", "--arm", "exact",
+    "--seed", "1",
+];
+
+/// The command of the `rerun: ` line in `stdout` (a failing case prints
+/// one).
+fn rerun_line(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rerun: "))
+        .unwrap_or_else(|| panic!("no rerun line in\n{stdout}"))
+}
+
 /// A candidate's divergence prints a rerun line that names the candidate
 /// (`KERNEL_ORACLE_MUL_MAT_WGSL=...`): without it the rerun would check the
 /// builtin shader and pass. The line, run as printed, fails again.
@@ -254,21 +270,14 @@ fn a_candidates_rerun_line_reruns_the_candidate() {
         std::env::temp_dir().join(format!("kernel-oracle-rerun-{}.wgsl", std::process::id()));
     std::fs::write(&path, text).unwrap();
     let bin = kernel_oracle::paths::kernel_oracle_exe(env!("CARGO_BIN_EXE_kernel-oracle"));
-    let case = [
-        "case", "mul-mat", "--dtype", "q4_0", "--m", "4", "--n", "4", "--k", "32", "--arm",
-        "exact", "--seed", "1",
-    ];
     let out = std::process::Command::new(&bin)
-        .args(case)
+        .args(RERUN_CASE)
         .env(device::wgpu::ENV_MUL_MAT_WGSL, &path)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let rerun = stdout
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("rerun: "))
-        .unwrap_or_else(|| panic!("no rerun line in\n{stdout}"));
+    let rerun = rerun_line(&stdout);
     let want = format!("{}={} ", device::wgpu::ENV_MUL_MAT_WGSL, path.display());
     assert!(rerun.starts_with(&want), "{rerun}");
     // Run it as printed (the environment from the line, the rest as args).
@@ -297,10 +306,7 @@ fn a_relative_candidate_path_is_printed_absolute() {
     std::fs::write(dir.join(&name), text).unwrap();
     let bin = kernel_oracle::paths::kernel_oracle_exe(env!("CARGO_BIN_EXE_kernel-oracle"));
     let out = std::process::Command::new(&bin)
-        .args([
-            "case", "mul-mat", "--dtype", "q4_0", "--m", "4", "--n", "4", "--k", "32", "--arm",
-            "exact", "--seed", "1",
-        ])
+        .args(RERUN_CASE)
         .current_dir(&dir)
         .env(device::wgpu::ENV_MUL_MAT_WGSL, &name)
         .output()
@@ -308,10 +314,7 @@ fn a_relative_candidate_path_is_printed_absolute() {
     let _ = std::fs::remove_file(dir.join(&name));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let rerun = stdout
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("rerun: "))
-        .unwrap_or_else(|| panic!("no rerun line in\n{stdout}"));
+    let rerun = rerun_line(&stdout);
     let want = format!(
         "{}={} ",
         device::wgpu::ENV_MUL_MAT_WGSL,
