@@ -9,10 +9,14 @@ Timing: CUDA events around `iters` back-to-back calls after warm-up,
 median of 5 repetitions, us per call; eagerly, and replayed from a CUDA
 graph (torch.cuda.CUDAGraph) where capture works.
 
-Output, one line each: "peer fla-<version> torch-<version> <device>",
-then "case <batch> <t> <eager us> <graph us or ->" per point.
+Also `steps` calls captured in one graph (as a layer's call sits among
+the kernels of a model's decode graph): that replay's time / steps.
 
-usage: gdn_peer.py [--case batch,t ...]
+Output, one line each: "peer fla-<version> torch-<version> <device>",
+then "case <batch> <t> <eager us> <graph us or -> <us a call, steps in a
+graph, or ->" per point.
+
+usage: gdn_peer.py [--case batch,t ...] [--steps N]
 """
 import argparse
 import statistics
@@ -40,6 +44,7 @@ def timed(fn, iters):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", action="append", default=None)
+    ap.add_argument("--steps", type=int, default=16)
     a = ap.parse_args()
     import fla
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as frgdr
@@ -62,7 +67,7 @@ def main():
 
         iters = max(20, 2000 // (b * t))
         eager = timed(call, iters)
-        graph = "-"
+        graph = steps = "-"
         try:
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
@@ -74,9 +79,14 @@ def main():
             with torch.cuda.graph(gr):
                 call()
             graph = f"{timed(gr.replay, iters):.3f}"
+            gs = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gs):
+                for _ in range(a.steps):
+                    call()
+            steps = f"{timed(gs.replay, max(2, iters // a.steps)) / a.steps:.3f}"
         except Exception as ex:  # capture is optional: report eager only
             print(f"note: graph capture failed for {spec}: {ex}", flush=True)
-        print(f"case {b} {t} {eager:.3f} {graph}", flush=True)
+        print(f"case {b} {t} {eager:.3f} {graph} {steps}", flush=True)
 
 
 if __name__ == "__main__":

@@ -121,8 +121,23 @@ fn rows(e: &GdnEngine, l: &Layer) -> Result<Rows> {
     Ok(r)
 }
 
-/// fla's figures by `(batch, t)`: `(eager us, graph us)`.
-type Peer = HashMap<(usize, usize), (f64, Option<f64>)>;
+/// How a row was timed, and so which of the peer's figures sits beside it.
+#[derive(Clone, Copy)]
+enum Timed {
+    /// Launched from the host, back to back.
+    Eager,
+    /// One replay of a one-call graph per call.
+    Graph,
+    /// [`STEPS`] calls in one graph, the replay's time / [`STEPS`].
+    GraphSteps,
+}
+
+/// Calls a graph in the `GraphSteps` rows (here and in the peer).
+const STEPS: usize = 16;
+
+/// fla's figures by `(batch, t)`: eager us, graph us, and us a call with
+/// [`STEPS`] calls in one graph (graph capture is optional).
+type Peer = HashMap<(usize, usize), (f64, Option<f64>, Option<f64>)>;
 
 /// Runs `gdn_peer.py` (beside this binary, else `scripts/` of the working
 /// directory): its header line and its figures.
@@ -147,6 +162,7 @@ fn run_peer() -> (String, Peer) {
     let o = match Command::new("python3")
         .arg(&script)
         .args(["--case", "1,1", "--case", "64,1", "--case", "1,8"])
+        .args(["--steps", &STEPS.to_string()])
         .output()
     {
         Ok(o) => o,
@@ -164,9 +180,9 @@ fn run_peer() -> (String, Peer) {
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.as_slice() {
             ["peer", rest @ ..] => header = format!("peer: {}", rest.join(" ")),
-            ["case", b, t, eager, graph] => {
+            ["case", b, t, eager, graph, steps] => {
                 if let (Ok(b), Ok(t), Ok(eager)) = (b.parse(), t.parse(), eager.parse()) {
-                    out.insert((b, t), (eager, graph.parse().ok()));
+                    out.insert((b, t), (eager, graph.parse().ok(), steps.parse().ok()));
                 }
             }
             _ => println!("{line}"),
@@ -238,14 +254,16 @@ fn main() -> Result<()> {
         );
     }
     let row =
-        |mode: &str, batch: usize, t: usize, launches: usize, bytes: f64, ms: f64, graph: bool| {
+        |mode: &str, batch: usize, t: usize, launches: usize, bytes: f64, ms: f64, how: Timed| {
             let gbs = bytes / (ms * 1e-3) / 1e9;
             let us = ms * 1e3;
             let fla = match peer.get(&(batch, t)) {
-                Some(&(eager, g)) => {
-                    let p = if graph { g.unwrap_or(eager) } else { eager };
-                    format!("{p:.2} ({:.2}x)", p / us)
+                Some(&(eager, g, gs)) => match how {
+                    Timed::Eager => Some(eager),
+                    Timed::Graph => g,
+                    Timed::GraphSteps => gs,
                 }
+                .map_or("-".into(), |p| format!("{p:.2} ({:.2}x)", p / us)),
                 None => "-".into(),
             };
             println!(
@@ -328,7 +346,7 @@ fn main() -> Result<()> {
             3 * t,
             bytes,
             e.time_ms(iters, || chain(&mut cst, &mut o))?,
-            false,
+            Timed::Eager,
         );
         row(
             "packed twins",
@@ -337,7 +355,7 @@ fn main() -> Result<()> {
             3,
             bytes,
             e.time_ms(iters, || e.run_step_twins(&mut tw).map(|_| ()))?,
-            false,
+            Timed::Eager,
         );
         let g = e.capture_step_twins(tw)?;
         g.launch()?;
@@ -349,7 +367,7 @@ fn main() -> Result<()> {
             3,
             bytes,
             e.time_ms(iters, || g.launch().map(|_| ()))?,
-            true,
+            Timed::Graph,
         );
         row(
             "fused step",
@@ -358,7 +376,7 @@ fn main() -> Result<()> {
             1,
             bytes,
             e.time_ms(iters, || e.run_step(&mut st).map(|_| ()))?,
-            false,
+            Timed::Eager,
         );
         let g = e.capture_step(st)?;
         g.launch()?;
@@ -370,7 +388,23 @@ fn main() -> Result<()> {
             1,
             bytes,
             e.time_ms(iters, || g.launch().map(|_| ()))?,
-            true,
+            Timed::Graph,
+        );
+        // The step among other kernels of one graph (a model's decode
+        // graph runs many a launch): STEPS launches a replay, time / STEPS.
+        let (_, st) = step(&e, t)?;
+        let g = e.capture_steps(st, STEPS)?;
+        g.launch()?;
+        e.synchronize()?;
+        let ms = e.time_ms(iters / STEPS, || g.launch().map(|_| ()))?;
+        row(
+            &format!("fused step, {STEPS} a graph"),
+            1,
+            t,
+            1,
+            bytes,
+            ms / STEPS as f64,
+            Timed::GraphSteps,
         );
     }
     // Batched decode: 64 sequences, one row each, in one launch, through
@@ -398,7 +432,7 @@ fn main() -> Result<()> {
             1,
             state_bytes,
             e.time_ms(100, || e.run_step(&mut st).map(|_| ()))?,
-            false,
+            Timed::Eager,
         );
         let g = e.capture_step(st)?;
         g.launch()?;
@@ -410,7 +444,7 @@ fn main() -> Result<()> {
             1,
             state_bytes,
             e.time_ms(100, || g.launch().map(|_| ()))?,
-            true,
+            Timed::Graph,
         );
     }
     println!("GB/s = the packed program's useful bytes per call / time per call (batched rows: the state read and written, 2 B N 4 bytes); % of copy: of the 256 MiB device-to-device copy's GB/s (bytes read + written) measured above; fla us: the peer's time at the same (B, t), eager for eager rows and graph-replayed for graph rows, (fla/ours) > 1 when ours is faster");

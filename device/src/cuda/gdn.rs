@@ -2000,7 +2000,22 @@ impl GdnEngine {
     /// [`DeviceError::Driver`] (capture, instantiation);
     /// [`DeviceError::GraphEmpty`].
     pub fn capture_step(&self, step: GdnStep) -> Result<GdnGraph> {
-        self.capture(step, true)
+        self.capture(step, true, 1)
+    }
+
+    /// Captures `n` launches of [`GdnEngine::run_step`] one after another
+    /// into one CUDA graph, each from the step's same inputs and state
+    /// buffers (a replay computes what one launch does, `n` times over).
+    /// For timing a step as it sits among the kernels of a model's decode
+    /// graph, without one graph launch a step: the replay's time / `n`.
+    ///
+    /// # Errors
+    /// As [`GdnEngine::capture_step`]; [`DeviceError::Gdn`] for `n` = 0.
+    pub fn capture_steps(&self, step: GdnStep, n: usize) -> Result<GdnGraph> {
+        if n == 0 {
+            return Err(DeviceError::Gdn(GdnError::Zero { dim: "launches" }));
+        }
+        self.capture(step, true, n)
     }
 
     /// Captures the three launches of [`GdnEngine::run_step_twins`].
@@ -2009,10 +2024,10 @@ impl GdnEngine {
     /// As [`GdnEngine::capture_step`]; [`DeviceError::Gdn`] for a batched
     /// step.
     pub fn capture_step_twins(&self, step: GdnStep) -> Result<GdnGraph> {
-        self.capture(step, false)
+        self.capture(step, false, 1)
     }
 
-    fn capture(&self, mut step: GdnStep, fused: bool) -> Result<GdnGraph> {
+    fn capture(&self, mut step: GdnStep, fused: bool, n: usize) -> Result<GdnGraph> {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         self.synchronize()?;
         drv(
@@ -2021,7 +2036,7 @@ impl GdnEngine {
                 .stream
                 .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
         )?;
-        let launched = self.launch_step(&mut step, fused);
+        let launched = (0..n).try_for_each(|_| self.launch_step(&mut step, fused).map(|_| ()));
         // End the capture whatever happened, so the stream is usable again.
         let ended = self.shim.stream.end_capture(CUgraphInstantiate_flags(0));
         launched?;
