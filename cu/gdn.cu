@@ -624,6 +624,16 @@ __device__ __forceinline__ void gdn_st4(f32 *a, i32 q, float4 v)
 #endif
     reinterpret_cast<float4 *>(a)[q] = v;
 }
+/* Four floats as one float4. */
+__device__ __forceinline__ float4 gdn_f4(const f32 r[4])
+{
+    float4 v;
+    v.x = r[0];
+    v.y = r[1];
+    v.z = r[2];
+    v.w = r[3];
+    return v;
+}
 
 /* acc + a[i] * b[i] for i = 0..127 in increasing order, one rounding each
  * (b 16-byte aligned in shared memory). */
@@ -685,18 +695,25 @@ __device__ __forceinline__ f32 gdn_scan_update_read(f32 col[GDN_D], const f32 *q
     return __fmul_rn(acc, scale);
 }
 
-/* beta = sigmoid(beta_raw) and d = exp(g), g = -(e * softplus(alpha +
- * dt_bias)) with e = exp(a_log) computed by the caller, as gdn_prep_head
- * and gdn_scan_s128. */
+/* d = exp(g), g = -(e * softplus(alpha + dt_bias)) with e = exp(a_log)
+ * computed by the caller (gdn_decay; gdn_decay_of from e and the
+ * softplus); with it beta = sigmoid(beta_raw) (gdn_beta_decay), as
+ * gdn_prep_head and gdn_scan_s128. */
+__device__ __forceinline__ f32 gdn_decay_of(f32 e, f32 sp)
+{
+    const f32 pr = __fmul_rn(e, sp);
+    const f32 g = -pr;
+    return gdn_exp(g);
+}
+__device__ __forceinline__ f32 gdn_decay(f32 alpha, f32 dt_bias, f32 e)
+{
+    return gdn_decay_of(e, gdn_softplus(__fadd_rn(alpha, dt_bias)));
+}
 __device__ __forceinline__ void gdn_beta_decay(f32 beta_raw, f32 alpha, f32 dt_bias, f32 e,
                                                f32 *beta, f32 *d)
 {
     *beta = gdn_sigmoid(beta_raw);
-    const f32 a = __fadd_rn(alpha, dt_bias);
-    const f32 sp = gdn_softplus(a);
-    const f32 pr = __fmul_rn(e, sp);
-    const f32 g = -pr;
-    *d = gdn_exp(g);
+    *d = gdn_decay(alpha, dt_bias, e);
 }
 
 /* q/k conv channel c (0..255) of q/k head hk: q channels first. */
@@ -1493,45 +1510,42 @@ __device__ __forceinline__ void gdn_step_fused_split(
  * norm's 128 additions, the kv sum's 128, delta, the o sum's 128. This
  * form keeps the split entry's geometry (clusters of 8, 256 threads, 32
  * columns a CTA, the cluster barrier only for rank 0's ring write) and
- * cuts what lay beside that chain:
+ * takes everything else off that chain:
  *   - every load (ring, taps, input, state, the gate's inputs) issued at
  *     the first instructions, straight into registers (no cp.async, no
- *     staging); the gate's exp(a_log) no longer ahead of a warp's copies;
+ *     staging);
+ *   - the gate's two halves that need no conv output, exp(a_log) (warp
+ *     6) and softplus(alpha + dt_bias) (the spare warp), while the ring
+ *     is still in flight, before their conv; after the __syncthreads,
+ *     exp(g) from them (warp 6) and beta (the spare warp; needed only for
+ *     delta);
  *   - row 0's conv by all 256 threads (one q/k channel each; the chain
- *     warp also convolves the CTA's 32 v channels, so v_j stays in the
- *     register that forms delta), then one __syncthreads;
- *   - the norms (threads 224, 225: q and k side by side) and the gate
- *     (thread 192) in parallel; the quarters decay their 32 elements as
- *     soon as exp(g) is known (mbarrier gbar), before the norms end;
- *   - the norms' sums fully unrolled (the 32 16-byte reads issued ahead,
- *     not a read latency every 8 of them);
- *   - each sum run by ONE warp (warp 4, lane l = column l) from shared
- *     memory, without handing a partial from quarter to quarter: kv over
- *     the decayed column (written by the quarters, 132-float rows: no bank
- *     conflict) times k_i * (1/|k|) formed on the fly, delta, then the o
- *     sum whose terms (c_i' + k_i delta) q_i it forms itself from the same
- *     decayed column and the normalised q and k (written by the quarters
- *     while it ran kv), so nothing waits on delta but this warp; the
- *     quarters form the final state from delta beside it.
- *     Three mbarrier waits on the path instead of eleven handoffs.
+ *     warp also convolves the CTA's 32 v channels after the barrier, so
+ *     v_j stays in the register that forms delta), then one
+ *     __syncthreads;
+ *   - the norms (one warp: q in lanes 0-15, k in lanes 16-31, fully
+ *     unrolled) while the quarters decay their 32 elements of column j;
+ *     each single value (exp(g), beta, a norm) by whole warps, every lane
+ *     computing the same, so that no lane waits on a diverged one;
+ *   - every term of both sums formed by the quarters (the 128 threads that
+ *     hold the state, 32 elements each) into shared memory: the kv terms
+ *     c_i' (k_i (1/|k|)) once 1/|k| is known, the o terms
+ *     (c_i' + k_i delta) (q_i (1/|q|)) once delta is; so that the chain
+ *     warp (lane l = column l) runs only the two chains of 128 additions,
+ *     with delta between them, each term one read (132-float rows: no
+ *     bank conflict). The quarters store the final state (the same
+ *     c_i' + k_i delta) after the o terms.
  * Every value's operations and order are the split form's (and so the
  * contract's): k_i = xs_k[i] * inv_k, kv = (..((0 + c0' k0) + c1' k1)..),
  * delta = (v - kv) * beta, c_i'' = c_i' + k_i delta, o = (sum of c_i'' q_i
- * from 0, increasing i) * scale. */
-struct GdnT1Smem {
-    gdn_mbar_t gbar; /* beta, exp(g) written (thread 192): count 1 */
-    gdn_mbar_t nbar; /* 1/|q|, 1/|k| written (threads 224, 225): count 2 */
-    gdn_mbar_t cbar; /* the decayed columns written (the 128 quarter threads): count 128 */
-    gdn_mbar_t qbar; /* normalised q, k written (the 128 quarter threads): count 128 */
-    gdn_mbar_t dbar; /* delta written (the chain warp): count 32 */
-    __align__(16) f32 xs[2 * GDN_D];        /* row 0's q, k conv outputs */
-    __align__(16) f32 qn[2][GDN_D];         /* normalised q, k */
-    __align__(16) f32 cp[32][GDN_D + 4];    /* column l's decayed state, by i */
-    f32 inv[2];                             /* 1/|q|, 1/|k| */
-    f32 hbd[2];                             /* beta, exp(g) */
-    f32 dl[32];                             /* delta by column */
-};
-
+ * from 0, increasing i) * scale.
+ *
+ * Timing (H100, graph replay of one launch, the seed's layer): 5.1-5.3 us,
+ * of which 1.8-1.9 us is the launch. Measured with clock64 stamps: the
+ * sums run near the FADD latency (about 550 cycles each, 4.3 a term)
+ * once their terms are in shared memory; a k-sum formed on the fly ran at
+ * 8, the o sum at 12-15. The fully unrolled norm beat 2-, 4- and 8-fold
+ * unrolls; rolled sums ran 1.6-3x slower. */
 /* A warp converged (before the .aligned cluster barrier); nothing on the
  * host emulator, whose threads have no warps. */
 __device__ __forceinline__ void gdn_t1_syncwarp()
@@ -1541,20 +1555,55 @@ __device__ __forceinline__ void gdn_t1_syncwarp()
 #endif
 }
 
+/* The t = 1 form's hand-offs, one mbarrier each: the producing threads
+ * arrive, the consuming ones wait. (Named barriers, bar.arrive by the
+ * producers and bar.sync by the consumers, ran no faster, and
+ * compute-sanitizer's racecheck does not follow their ordering.) */
+enum GdnT1Hand {
+    GDN_T1_DECAY,  /* exp(g): warp 6 -> the quarters */
+    GDN_T1_NORM,   /* 1/|q|, 1/|k|: the norms' warp -> the quarters */
+    GDN_T1_TERMS,  /* the kv terms: the quarters -> the chain warp */
+    GDN_T1_BETA,   /* beta: the spare warp -> the chain warp */
+    GDN_T1_DELTA,  /* delta: the chain warp -> the quarters */
+    GDN_T1_OTERMS, /* the o terms: the quarters -> the chain warp */
+    GDN_T1_HANDS
+};
+struct GdnT1Smem {
+    gdn_mbar_t bar[GDN_T1_HANDS];       /* one a hand-off */
+    __align__(16) f32 xs[2 * GDN_D];     /* row 0's q, k conv outputs */
+    __align__(16) f32 tm[32][GDN_D + 4]; /* column l's terms by i: kv's, then o's */
+    f32 inv[2];                          /* 1/|q|, 1/|k| */
+    f32 gate[4];                         /* beta, exp(g), exp(a_log), softplus(alpha + dt_bias) */
+    f32 dl[32];                          /* delta by column */
+};
+
 /* The t = 1 form's chain warp, 4 or 5 by the CTA's parity, and with it
- * the norms' warp (7 or 4). Two CTAs of 8 warps on one SM put warp w on
- * scheduler w mod 4 in both, so with one parity their two chain warps,
- * each issuing about one instruction a cycle in the o sum, would share a
- * scheduler; the ranks of a cluster alternate. By blockIdx alone (not the
- * warp's slot), so every launch runs both assignments and the gate sees
- * both. */
+ * the norms' warp (7 or 4) and the spare warp (5 or 7). Two CTAs of 8
+ * warps on one SM put warp w on scheduler w mod 4 in both, so with one
+ * parity their two chain warps, each issuing about one instruction a
+ * cycle, would share a scheduler; the ranks of a cluster alternate. By
+ * blockIdx alone (not the warp's slot), so every launch runs both
+ * assignments and the gate sees both. */
 __device__ __forceinline__ i32 gdn_t1_chain_warp()
 {
     return 4 + (i32)(blockIdx.x & 1u);
 }
 
-/* The named barrier of the t = 1 form's quarters (128 threads). */
-#define GDN_BAR_T1Q 2
+/* 128 terms of one column, summed from +0 in increasing i: the contract's
+ * order (gdn_dot_seq's), one read of 16 bytes a 4 terms. */
+__device__ __forceinline__ f32 gdn_t1_chain(const f32 *tm)
+{
+    f32 acc = 0.0f;
+#pragma unroll
+    for (i32 q = 0; q < GDN_D / 4; ++q) {
+        const float4 v = gdn_ld4(tm, q);
+        acc = __fadd_rn(acc, v.x);
+        acc = __fadd_rn(acc, v.y);
+        acc = __fadd_rn(acc, v.z);
+        acc = __fadd_rn(acc, v.w);
+    }
+    return acc;
+}
 
 template <i32 DC>
 __device__ __forceinline__ void gdn_step_fused_split_t1(
@@ -1579,7 +1628,8 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
     const i32 cw = gdn_t1_chain_warp();
     const bool chain = qw == cw;
     const i32 nw = cw == 4 ? 7 : 4; /* the norms' warp */
-    const i32 j = c0 % GDN_D + l; /* a quarter's or the chain warp's column */
+    const i32 sw = cw == 4 ? 5 : 7; /* the spare warp: beta */
+    const i32 j = c0 % GDN_D + l;  /* a quarter's or the chain warp's column */
     const u64 base = (u64)h * GDN_D * GDN_D + j + (u64)(32 * (qw & 3)) * GDN_D;
 
     /* Every load first. */
@@ -1608,24 +1658,28 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
 #pragma unroll
         for (i32 e = 0; e < 32; ++e) c[e] = sq.canonical[base + (u64)e * GDN_D];
     }
-    f32 al = 0.0f, dtb = 0.0f, br = 0.0f, alp = 0.0f;
-    if (tid == 192) {
-        al = a_log[h];
-        dtb = dt_bias[h];
-        br = sq.brb[h];
-        alp = sq.alb[h];
-    }
     if (tid == 0) {
-        gdn_mbar_init(&sm.gbar, 1);
-        gdn_mbar_init(&sm.nbar, 2);
-        gdn_mbar_init(&sm.cbar, 128);
-        gdn_mbar_init(&sm.qbar, 128);
-        gdn_mbar_init(&sm.dbar, 32);
+        gdn_mbar_init(&sm.bar[GDN_T1_DECAY], 1);
+        gdn_mbar_init(&sm.bar[GDN_T1_NORM], 2);
+        gdn_mbar_init(&sm.bar[GDN_T1_TERMS], 128);
+        gdn_mbar_init(&sm.bar[GDN_T1_BETA], 1);
+        gdn_mbar_init(&sm.bar[GDN_T1_DELTA], 32);
+        gdn_mbar_init(&sm.bar[GDN_T1_OTERMS], 128);
+    }
+    /* The gate's two halves that need no conv output, while the ring is
+     * in flight (their inputs are not behind the table): exp(a_log) by
+     * warp 6, the softplus by the spare warp; published by the
+     * __syncthreads below. */
+    if (qw == 6) {
+        const f32 e = gdn_exp(a_log[h]);
+        if (l == 0) sm.gate[2] = e;
+    } else if (qw == sw) {
+        const f32 sp = gdn_softplus(__fadd_rn(sq.alb[h], dt_bias[h]));
+        if (l == 0) sm.gate[3] = sp;
     }
 
     /* Row 0's conv: q/k channel tid by every thread (its output into xs,
-     * and into conv_out by rank 0), the v channel of column j by the chain
-     * warp (conv_out by every CTA: its own columns). */
+     * and into conv_out by rank 0). */
     {
         const f32 y = gdn_conv_channel<true>(hist, xc, taps, DC);
         sm.xs[tid] = y;
@@ -1638,57 +1692,78 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
     gdn_cluster_arrive<8>();
     __syncthreads();
 
-    if (tid == 192) {
-        /* The gate: beta and exp(g). */
-        f32 beta, dd;
-        gdn_beta_decay(br, alp, dtb, gdn_exp(al), &beta, &dd);
-        sm.hbd[0] = beta;
-        sm.hbd[1] = dd;
-        gdn_mbar_arrive(&sm.gbar);
-    } else if (qw == nw && l < 2) {
-        /* The norms of q (lane 0) and k (lane 1), side by side in one warp. */
-        sm.inv[l] = gdn_inv_norm<GDN_D / 4>(sm.xs + l * GDN_D, eps); /* fully unrolled */
-        gdn_mbar_arrive(&sm.nbar);
+    /* The single values (the decay, beta, the two norms) each by a whole
+     * warp, every lane computing the same (no lane waits on a diverged
+     * one); one lane stores and arrives. */
+    if (qw == 6) {
+        const f32 d = gdn_decay_of(sm.gate[2], sm.gate[3]);
+        if (l == 0) {
+            sm.gate[1] = d;
+            gdn_mbar_arrive(&sm.bar[GDN_T1_DECAY]);
+        }
+    } else if (qw == sw) {
+        const f32 beta = gdn_sigmoid(sq.brb[h]);
+        if (l == 0) {
+            sm.gate[0] = beta;
+            gdn_mbar_arrive(&sm.bar[GDN_T1_BETA]);
+        }
+    } else if (qw == nw) {
+        /* The norms of q (lanes 0-15) and k (lanes 16-31), fully unrolled. */
+        const i32 qk = l >> 4;
+        const f32 inv = gdn_inv_norm<GDN_D / 4>(sm.xs + qk * GDN_D, eps);
+        if ((l & 15) == 0) {
+            sm.inv[qk] = inv;
+            gdn_mbar_arrive(&sm.bar[GDN_T1_NORM]);
+        }
     } else if (quarter) {
-        /* Decay (column j, elements 32 qw .. 32 qw + 31) as soon as exp(g)
-         * is known; the decayed column into cp[l] for the chain warp. */
-        gdn_mbar_wait(&sm.gbar, 0);
-        const f32 d = sm.hbd[1];
+        /* Column j, elements i = 32 qw + e: decayed, the kv terms once
+         * 1/|k| is known, the o terms once delta is, then the final state
+         * (rule PARITY: t = 1 is odd, so alt). */
+        gdn_mbar_wait(&sm.bar[GDN_T1_DECAY], 0);
+        const f32 d = sm.gate[1];
 #pragma unroll
-        for (i32 q = 0; q < 8; ++q) {
-            float4 v;
-            c[4 * q] = __fmul_rn(c[4 * q], d);
-            c[4 * q + 1] = __fmul_rn(c[4 * q + 1], d);
-            c[4 * q + 2] = __fmul_rn(c[4 * q + 2], d);
-            c[4 * q + 3] = __fmul_rn(c[4 * q + 3], d);
-            v.x = c[4 * q];
-            v.y = c[4 * q + 1];
-            v.z = c[4 * q + 2];
-            v.w = c[4 * q + 3];
-            gdn_st4(sm.cp[l] + 32 * qw, q, v);
-        }
-        gdn_mbar_arrive(&sm.cbar);
-        /* q and k normalised (element tid of each) while the chain warp
-         * runs the kv sum. */
-        gdn_mbar_wait(&sm.nbar, 0);
-        sm.qn[0][tid] = __fmul_rn(sm.xs[tid], sm.inv[0]);
-        sm.qn[1][tid] = __fmul_rn(sm.xs[GDN_D + tid], sm.inv[1]);
-        gdn_mbar_arrive(&sm.qbar);
-        gdn_bar_sync(GDN_BAR_T1Q, 128);
-        /* The update, once delta is known (the chain warp forms the same
-         * values for the o sum). */
-        gdn_mbar_wait(&sm.dbar, 0);
-        const f32 delta = sm.dl[l];
-        const f32 *ks = sm.qn[1] + 32 * qw;
+        for (i32 e = 0; e < 32; ++e) c[e] = __fmul_rn(c[e], d);
+        f32 kn[32];
+        gdn_mbar_wait(&sm.bar[GDN_T1_NORM], 0);
+        {
+            const f32 ik = sm.inv[1];
+            const f32 *ks = sm.xs + GDN_D + 32 * qw;
 #pragma unroll
-        for (i32 q = 0; q < 8; ++q) {
-            const float4 k4 = gdn_ld4(ks, q);
-            c[4 * q] = __fadd_rn(c[4 * q], __fmul_rn(k4.x, delta));
-            c[4 * q + 1] = __fadd_rn(c[4 * q + 1], __fmul_rn(k4.y, delta));
-            c[4 * q + 2] = __fadd_rn(c[4 * q + 2], __fmul_rn(k4.z, delta));
-            c[4 * q + 3] = __fadd_rn(c[4 * q + 3], __fmul_rn(k4.w, delta));
+            for (i32 q = 0; q < 8; ++q) {
+                const float4 k4 = gdn_ld4(ks, q);
+                const f32 kr[4] = {k4.x, k4.y, k4.z, k4.w};
+                f32 tr[4];
+#pragma unroll
+                for (i32 r = 0; r < 4; ++r) {
+                    const i32 e = 4 * q + r;
+                    kn[e] = __fmul_rn(kr[r], ik);
+                    tr[r] = __fmul_rn(c[e], kn[e]);
+                }
+                gdn_st4(sm.tm[l] + 32 * qw, q, gdn_f4(tr));
+            }
         }
-        /* The final state (rule PARITY: t = 1 is odd, so alt). */
+        gdn_mbar_arrive(&sm.bar[GDN_T1_TERMS]);
+        /* The chain warp has read every kv term before it posts delta. */
+        gdn_mbar_wait(&sm.bar[GDN_T1_DELTA], 0);
+        {
+            const f32 delta = sm.dl[l], iq = sm.inv[0];
+            const f32 *qs = sm.xs + 32 * qw;
+#pragma unroll
+            for (i32 q = 0; q < 8; ++q) {
+                const float4 q4 = gdn_ld4(qs, q);
+                const f32 qr[4] = {q4.x, q4.y, q4.z, q4.w};
+                f32 tr[4];
+#pragma unroll
+                for (i32 r = 0; r < 4; ++r) {
+                    const i32 e = 4 * q + r;
+                    const f32 cu = __fadd_rn(c[e], __fmul_rn(kn[e], delta)); /* c_i'' */
+                    tr[r] = __fmul_rn(cu, __fmul_rn(qr[r], iq));
+                    c[e] = cu;
+                }
+                gdn_st4(sm.tm[l] + 32 * qw, q, gdn_f4(tr));
+            }
+        }
+        gdn_mbar_arrive(&sm.bar[GDN_T1_OTERMS]);
 #pragma unroll
         for (i32 e = 0; e < 32; ++e) sq.alt[base + (u64)e * GDN_D] = c[e];
     } else if (chain) {
@@ -1696,38 +1771,15 @@ __device__ __forceinline__ void gdn_step_fused_split_t1(
          * own columns), while the norms run. */
         const f32 yv = gdn_conv_channel<true>(hv, xv, tv, DC);
         conv_out[vch] = yv;
-        /* kv of column j: i = 0..127 in increasing order, one warp. */
-        gdn_mbar_wait(&sm.gbar, 0);
-        gdn_mbar_wait(&sm.nbar, 0);
-        gdn_mbar_wait(&sm.cbar, 0);
-        const f32 ik = sm.inv[1];
-        const f32 *ksr = sm.xs + GDN_D;
-        f32 kv = 0.0f;
-#pragma unroll
-        for (i32 q = 0; q < GDN_D / 4; ++q) {
-            const float4 k4 = gdn_ld4(ksr, q), c4 = gdn_ld4(sm.cp[l], q);
-            kv = __fadd_rn(kv, __fmul_rn(c4.x, __fmul_rn(k4.x, ik)));
-            kv = __fadd_rn(kv, __fmul_rn(c4.y, __fmul_rn(k4.y, ik)));
-            kv = __fadd_rn(kv, __fmul_rn(c4.z, __fmul_rn(k4.z, ik)));
-            kv = __fadd_rn(kv, __fmul_rn(c4.w, __fmul_rn(k4.w, ik)));
-        }
-        const f32 delta = __fmul_rn(__fsub_rn(yv, kv), sm.hbd[0]);
-        sm.dl[l] = delta;
-        gdn_mbar_arrive(&sm.dbar);
-        /* o of column j: sum of ((c_i' + k_i delta) q_i), i = 0..127 in
-         * increasing order, one warp. */
-        gdn_mbar_wait(&sm.qbar, 0);
-        f32 acc = 0.0f;
-#pragma unroll
-        for (i32 q = 0; q < GDN_D / 4; ++q) {
-            const float4 c4 = gdn_ld4(sm.cp[l], q);
-            const float4 k4 = gdn_ld4(sm.qn[1], q), q4 = gdn_ld4(sm.qn[0], q);
-            acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.x, __fmul_rn(k4.x, delta)), q4.x));
-            acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.y, __fmul_rn(k4.y, delta)), q4.y));
-            acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.z, __fmul_rn(k4.z, delta)), q4.z));
-            acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.w, __fmul_rn(k4.w, delta)), q4.w));
-        }
-        o[(u64)h * GDN_D + j] = __fmul_rn(acc, scale);
+        /* kv of column j, then delta. */
+        gdn_mbar_wait(&sm.bar[GDN_T1_TERMS], 0);
+        const f32 kv = gdn_t1_chain(sm.tm[l]);
+        gdn_mbar_wait(&sm.bar[GDN_T1_BETA], 0);
+        sm.dl[l] = __fmul_rn(__fsub_rn(yv, kv), sm.gate[0]);
+        gdn_mbar_arrive(&sm.bar[GDN_T1_DELTA]);
+        /* o of column j. */
+        gdn_mbar_wait(&sm.bar[GDN_T1_OTERMS], 0);
+        o[(u64)h * GDN_D + j] = __fmul_rn(gdn_t1_chain(sm.tm[l]), scale);
     }
 
     /* Every CTA of the cluster has read the q/k ring: rank 0 writes it;

@@ -129,8 +129,8 @@ pub const MUTANTS: [Mutant; 14] = [
     Mutant {
         name: "split-t1-o-stale-term",
         what: "the split form's one-row path (t = 1) forms every fourth term of the o sum from the decayed state before the delta-rule update (c_i' q_i, not (c_i' + k_i delta) q_i)",
-        find: "acc = __fadd_rn(acc, __fmul_rn(__fadd_rn(c4.w, __fmul_rn(k4.w, delta)), q4.w));",
-        replace: "acc = __fadd_rn(acc, __fmul_rn(c4.w, q4.w));",
+        find: "tr[r] = __fmul_rn(cu, __fmul_rn(qr[r], iq));",
+        replace: "tr[r] = __fmul_rn(r == 3 ? c[e] : cu, __fmul_rn(qr[r], iq));",
         caught_by: &[2],
     },
 ];
