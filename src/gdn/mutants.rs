@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 14] = [
+pub const MUTANTS: [Mutant; 15] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -131,6 +131,13 @@ pub const MUTANTS: [Mutant; 14] = [
         what: "the split form's one-row path (t = 1) forms every fourth term of the o sum from the decayed state before the delta-rule update (c_i' q_i, not (c_i' + k_i delta) q_i)",
         find: "tr[r] = __fmul_rn(cu, __fmul_rn(qr[r], iq));",
         replace: "tr[r] = __fmul_rn(r == 3 ? c[e] : cu, __fmul_rn(qr[r], iq));",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "split-t1-vring-low-ranks",
+        what: "the split form's one-row path (t = 1) writes the v channels' conv ring back on ranks 0-3 of each cluster only: the second v head of every q/k head keeps its old ring (its o, state and conv outputs are right)",
+        find: "for (i32 i = 0; i < P; ++i) sq.ring[vch * P + i] = hv[i];",
+        replace: "for (i32 i = 0; i < P && rank < 4; ++i) sq.ring[vch * P + i] = hv[i];",
         caught_by: &[2],
     },
 ];
