@@ -105,6 +105,7 @@ fn case_gdn_accepts_the_printed_reproduction() {
         eps: 0.0,
         alpha_spread: 1e4,
         state_spread: 3e38,
+        negative_state: true,
         zero_qk: 3,
         specials: false,
         graph: true,

@@ -6,7 +6,7 @@
 //! panics with a reproduction; see `kernel_oracle::gdn::check`.
 //!
 //! `scripts/gpu-bundle` builds it with `--no-trace-compares` (ASan and edge
-//! coverage kept): the input is 4 selector bytes and a data seed, so no
+//! coverage kept): the input is 5 selector bytes and a data seed, so no
 //! comparison needs solving, and the comparison hooks in the oracle's loops
 //! took 40-55% of a case's host time.
 #![no_main]

@@ -58,6 +58,9 @@ struct CaseArgs {
     /// The initial state is uniform in [-s, s).
     #[arg(long, default_value_t = 0.3)]
     state_spread: f32,
+    /// Draw the initial state as -|x| (every element negative, the same spread).
+    #[arg(long)]
+    negative_state: bool,
     /// Bit 0: a zero q head; bit 1: a zero k head.
     #[arg(long, default_value_t = 0)]
     zero_qk: u8,
@@ -98,6 +101,7 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
         eps: a.eps,
         alpha_spread: a.alpha_spread,
         state_spread: a.state_spread,
+        negative_state: a.negative_state,
         zero_qk: a.zero_qk,
         specials: !a.no_specials,
         graph: a.graph,

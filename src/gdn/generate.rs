@@ -2,8 +2,8 @@
 //! [`CaseSpec`] biased to the edges (t = 1 and 16, every d_conv, eps = 0
 //! and subnormal, |alpha| up to 10^4 so softplus takes its linear branch
 //! and the decay underflows, zero q or k heads, states near the top of f32,
-//! transcendental specials in the inputs) and the [`CaseData`] it expands
-//! to.
+//! all-negative states, transcendental specials in the inputs) and the
+//! [`CaseData`] it expands to.
 //!
 //! Every field of a [`CaseSpec`] is printed in a reproduction; the data
 //! are drawn from `seed` with splitmix64, so the same spec regenerates the
@@ -51,6 +51,18 @@ pub struct CaseSpec {
     /// The initial state is uniform in `[-state_spread, state_spread)` (0.3
     /// in the seed; up to 3e38 here, near f32's overflow).
     pub state_spread: f32,
+    /// The initial state is drawn as `-|x|` instead (every element
+    /// negative, the same spread; 1/4 of the fuzzer's cases, off in the
+    /// seed). With a zero q head whose state column stays negative (the k
+    /// head zero too, so the update adds `+0`), every term `c''_i q_i` of
+    /// that head's o sum is `-0`: the contract's sum from `+0`
+    /// (`READ-AFTER`, `oracle::gdn::scan`) gives `+0`, a sum seeded with
+    /// its first term gives `-0`. A uniform state has such a column with
+    /// odds 2^-128; the fuzzer's one-row split-entry case of it (num_k 1,
+    /// ratio 2, t = 1, `zero_qk` 3, this, eps > 0) comes once in about
+    /// 1036 cases (1/4 * 1/4 * 9/32 * 1/4 * 1/4 * 225/256, the
+    /// selector bytes being independent).
+    pub negative_state: bool,
     /// Bit 0: q head `num_k - 1` is all zeros after the conv (its conv
     /// weights are zero, so every tap is `0 * finite`); bit 1: the same
     /// for k head 0.
@@ -82,6 +94,7 @@ impl CaseSpec {
             eps: 1e-6,
             alpha_spread: 2.0,
             state_spread: 0.3,
+            negative_state: false,
             zero_qk: 0,
             specials: true,
             graph: false,
@@ -112,7 +125,7 @@ impl CaseSpec {
 
 /// The number of leading bytes [`CaseSpec`]'s `Arbitrary` reads as path
 /// selectors (see there).
-pub const SELECTOR_BYTES: usize = 4;
+pub const SELECTOR_BYTES: usize = 5;
 
 impl<'a> Arbitrary<'a> for CaseSpec {
     /// Every choice that selects a path comes from the first
@@ -136,14 +149,17 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     ///   16-31 give `b - 15`, every t from 1 to 16 (1/32 each); bits 5-7
     ///   the batch: 0-5 give 1 (3/4), 6 gives 2, 7 gives
     ///   [`config::MAX_BATCH`] (1/8 each; the gate runs larger batches);
+    /// - byte 4: bits 0-1 all set: `negative_state` (1/4); bits 2-7 spare
+    ///   (an input of 4 bytes or fewer draws it off);
     /// - then the seed.
     ///
     /// (The shape and t used to come from the bytes after the knobs, as
-    /// ranges; inputs of an older fuzz corpus decode to other shapes. A
-    /// printed reproduction names its case and is unaffected.)
+    /// ranges, and the seed used to start at byte 4; inputs of an older
+    /// fuzz corpus decode to other shapes and seeds. A printed reproduction
+    /// names its case and is unaffected.)
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<CaseSpec> {
         use config::{MAX_BATCH, MAX_NUM_K, MAX_NUM_V, MAX_RATIO, MAX_T};
-        let [k0, k1, k2, k3]: [u8; SELECTOR_BYTES] = u.arbitrary()?;
+        let [k0, k1, k2, k3, k4]: [u8; SELECTOR_BYTES] = u.arbitrary()?;
         let graph = k0 & 3 == 3;
         let zero_qk = (k0 >> 2) & 3;
         let specials = (k0 >> 4) & 1 == 1;
@@ -181,6 +197,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             6 => 2,
             _ => MAX_BATCH,
         };
+        let negative_state = k4 & 3 == 3;
         Ok(CaseSpec {
             num_k,
             num_v: num_k * ratio,
@@ -189,6 +206,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             eps,
             alpha_spread,
             state_spread,
+            negative_state,
             zero_qk,
             specials,
             graph,
@@ -197,7 +215,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
         })
     }
 
-    /// 4 selector bytes and 8 of seed; bounded, so bolero's driver hands
+    /// 5 selector bytes and 8 of seed; bounded, so bolero's driver hands
     /// over enough.
     fn size_hint(_depth: usize) -> (usize, Option<usize>) {
         (SELECTOR_BYTES, Some(SELECTOR_BYTES + 8))
@@ -321,7 +339,13 @@ impl CaseSpec {
         let dt_bias = uniform(&mut r, nv, 0.5);
         let a_log = uniform(&mut r, nv, 1.0);
         let mut ring0 = uniform(&mut r, shape.ring_len(), 1.0);
-        let state0 = uniform(&mut r, shape.state_len(), self.state_spread);
+        let mut state0 = uniform(&mut r, shape.state_len(), self.state_spread);
+        if self.negative_state {
+            // The same draws, so the spec's other data are unchanged.
+            for x in &mut state0 {
+                *x = -x.abs();
+            }
+        }
         let mut qkv = uniform(&mut r, self.t * c, 1.0);
         let mut beta_raw = uniform(&mut r, self.t * nv, 2.0);
         let mut alpha = uniform(&mut r, self.t * nv, self.alpha_spread);

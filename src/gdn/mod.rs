@@ -68,6 +68,8 @@ pub struct Stats {
     pub zero_qk: AtomicU64,
     /// ... with a state near overflow (designed: 2/5).
     pub big_state: AtomicU64,
+    /// ... with an all-negative initial state (designed: 1/4).
+    pub negative_state: AtomicU64,
     /// ... with eps = 0 (designed: 1/8).
     pub eps_zero: AtomicU64,
     /// ... with t = 1 (designed: 9/32).
@@ -163,6 +165,7 @@ pub static STATS: Stats = Stats {
     specials: AtomicU64::new(0),
     zero_qk: AtomicU64::new(0),
     big_state: AtomicU64::new(0),
+    negative_state: AtomicU64::new(0),
     eps_zero: AtomicU64::new(0),
     t1: AtomicU64::new(0),
     t_max: AtomicU64::new(0),
@@ -203,7 +206,7 @@ pub fn minor_faults() -> u64 {
 pub fn stats_line() -> String {
     let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}, batched {}, audited {}; drawn: specials {}, zero q/k head {}, state near overflow {}, eps = 0 {}, t = 1 {}, t = {} {}{}",
+        "gdn stats: {n} cases, non-finite outputs {}, graph-replayed {}, batched {}, audited {}; drawn: specials {}, zero q/k head {}, state near overflow {}, negative state {}, eps = 0 {}, t = 1 {}, t = {} {}{}",
         pct(&STATS.nonfinite, n),
         pct(&STATS.graph, n),
         pct(&STATS.batched, n),
@@ -211,6 +214,7 @@ pub fn stats_line() -> String {
         pct(&STATS.specials, n),
         pct(&STATS.zero_qk, n),
         pct(&STATS.big_state, n),
+        pct(&STATS.negative_state, n),
         pct(&STATS.eps_zero, n),
         pct(&STATS.t1, n),
         generate::config::MAX_T,
@@ -262,6 +266,7 @@ pub fn count_drawn(spec: &CaseSpec) {
         (spec.specials, &STATS.specials),
         (spec.zero_qk != 0, &STATS.zero_qk),
         (spec.state_spread > 1.0, &STATS.big_state),
+        (spec.negative_state, &STATS.negative_state),
         (spec.eps == 0.0, &STATS.eps_zero),
         (spec.t == 1, &STATS.t1),
         (spec.t == generate::config::MAX_T, &STATS.t_max),

@@ -168,6 +168,9 @@ pub fn repro_command(spec: &CaseSpec) -> String {
     if spec.state_spread != def.state_spread {
         let _ = write!(s, " --state-spread {:e}", spec.state_spread);
     }
+    if spec.negative_state {
+        s.push_str(" --negative-state");
+    }
     if spec.zero_qk != 0 {
         let _ = write!(s, " --zero-qk {}", spec.zero_qk);
     }
@@ -186,7 +189,7 @@ pub fn repro_command(spec: &CaseSpec) -> String {
 /// The `CaseSpec` as a Rust literal, for a regression test.
 pub fn spec_literal(spec: &CaseSpec) -> String {
     format!(
-        "CaseSpec {{ num_k: {}, num_v: {}, d_conv: {}, t: {}, eps: f32::from_bits(0x{:08X}), alpha_spread: {:?}, state_spread: {:?}, zero_qk: {}, specials: {}, graph: {}, seed: 0x{:016x}, batch: {} }}",
+        "CaseSpec {{ num_k: {}, num_v: {}, d_conv: {}, t: {}, eps: f32::from_bits(0x{:08X}), alpha_spread: {:?}, state_spread: {:?}, negative_state: {}, zero_qk: {}, specials: {}, graph: {}, seed: 0x{:016x}, batch: {} }}",
         spec.num_k,
         spec.num_v,
         spec.d_conv,
@@ -194,6 +197,7 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
         spec.eps.to_bits(),
         spec.alpha_spread,
         spec.state_spread,
+        spec.negative_state,
         spec.zero_qk,
         spec.specials,
         spec.graph,
