@@ -82,7 +82,8 @@ fn gdn_gate_is_all_green() {
 
 /// The edge cases reach their edges in the oracle (CPU): non-finite
 /// outputs near overflow and with eps = 0 on a zero head, finite ones
-/// elsewhere, a zero q head giving exact zeros.
+/// elsewhere, a zero q head giving exact zeros; over a negative state,
+/// every o term `-0` on every row (below).
 #[test]
 fn edge_cases_reach_what_their_labels_claim() {
     let finite = |s: &CaseSpec| {
@@ -94,6 +95,29 @@ fn edge_cases_reach_what_their_labels_claim() {
     for (label, spec) in edge_cases() {
         let want_finite = !(label.contains("overflow") || label.contains("eps = 0"));
         assert_eq!(finite(&spec), want_finite, "{label}");
+    }
+    // The negative-state rows: every state after every row (snapshots and
+    // final) negative in every element, and the q head zero, so every term
+    // c''_i q_i of every o sum is -0; the contract's sum from +0 gives +0
+    // (a sum seeded with its first term would give -0).
+    let negative: Vec<_> = edge_cases()
+        .into_iter()
+        .filter(|(_, s)| s.negative_state)
+        .collect();
+    assert_eq!(
+        negative.iter().map(|(_, s)| s.t).collect::<Vec<_>>(),
+        [3, 1],
+        "at t > 1 and as one row"
+    );
+    for (label, spec) in negative {
+        assert_eq!((spec.num_k, spec.num_v, spec.zero_qk), (1, 2, 3), "{label}");
+        let want = reference(&spec.generate().unwrap());
+        assert_eq!(want.o.len(), spec.t * 2 * 128, "{label}");
+        assert!(want.o.iter().all(|x| x.to_bits() == 0), "{label}: o is +0");
+        assert_eq!(want.snap_state.len(), (spec.t - 1) * 2 * 128 * 128);
+        for x in want.state.iter().chain(&want.snap_state) {
+            assert!(x.is_sign_negative(), "{label}: a state element {x:e}");
+        }
     }
     // A zero k head with eps > 0: k is exactly zero, so that head's state
     // only decays (checked through the oracle's own prep, row 0).

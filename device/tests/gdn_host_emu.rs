@@ -452,6 +452,36 @@ fn rows_case(bin: &PathBuf, num_k: usize, num_v: usize, d_conv: usize, t: usize)
     rows_case_modes(bin, num_k, num_v, d_conv, t, &[0, 1]);
 }
 
+/// A rows case's inputs, in the order the emulator reads them after
+/// `eps` and `scale`.
+struct RowsInputs {
+    w: Vec<f32>,
+    dt: Vec<f32>,
+    al: Vec<f32>,
+    qkv: Vec<f32>,
+    beta_raw: Vec<f32>,
+    alpha: Vec<f32>,
+    ring0: Vec<f32>,
+    state0: Vec<f32>,
+}
+
+/// The inputs of `rows_case_modes` at this shape (reproducible, specials
+/// mixed in; state 0.3).
+fn rows_inputs(num_k: usize, num_v: usize, d_conv: usize, t: usize) -> RowsInputs {
+    let s = GdnShape::new(num_k, num_v, 128, d_conv, t).unwrap();
+    let seed = 100 * t as u64 + num_v as u64 + d_conv as u64;
+    RowsInputs {
+        w: varied(s.conv_w_len(), seed + 1, 0.5),
+        dt: varied(num_v, seed + 2, 0.5),
+        al: varied(num_v, seed + 3, 1.0),
+        ring0: with_specials(s.ring_len(), seed + 10, 1.0),
+        state0: varied(s.state_len(), seed + 20, 0.3),
+        qkv: with_specials(t * s.conv_dim(), seed + 30, 1.0),
+        beta_raw: with_specials(t * num_v, seed + 40, 2.0),
+        alpha: with_specials(t * num_v, seed + 50, 2.0),
+    }
+}
+
 fn rows_case_modes(
     bin: &PathBuf,
     num_k: usize,
@@ -460,21 +490,36 @@ fn rows_case_modes(
     t: usize,
     modes: &[usize],
 ) {
+    let x = rows_inputs(num_k, num_v, d_conv, t);
+    rows_check(bin, (num_k, num_v, d_conv, t), &x, modes);
+}
+
+/// Runs `x` through the emulator in each of `modes` and compares all six
+/// outputs with the oracle's `decode_rows`, bit for bit; returns the
+/// oracle's outputs (conv_out, o, snap_conv, snap_state, ring, final
+/// state, concatenated).
+fn rows_check(
+    bin: &PathBuf,
+    (num_k, num_v, d_conv, t): (usize, usize, usize, usize),
+    x: &RowsInputs,
+    modes: &[usize],
+) -> Vec<f32> {
     let s = GdnShape::new(num_k, num_v, 128, d_conv, t).unwrap();
-    let seed = 100 * t as u64 + num_v as u64 + d_conv as u64;
-    let w = varied(s.conv_w_len(), seed + 1, 0.5);
-    let dt = varied(num_v, seed + 2, 0.5);
-    let al = varied(num_v, seed + 3, 1.0);
-    let ring0 = with_specials(s.ring_len(), seed + 10, 1.0);
-    let state0 = varied(s.state_len(), seed + 20, 0.3);
-    let qkv = with_specials(t * s.conv_dim(), seed + 30, 1.0);
-    let beta_raw = with_specials(t * num_v, seed + 40, 2.0);
-    let alpha = with_specials(t * num_v, seed + 50, 2.0);
+    let RowsInputs {
+        w,
+        dt,
+        al,
+        qkv,
+        beta_raw,
+        alpha,
+        ring0,
+        state0,
+    } = x;
     let (eps, scale) = (1e-6f32, default_scale());
     let params = GdnParams {
-        conv_w: &w,
-        dt_bias: &dt,
-        a_log: &al,
+        conv_w: w,
+        dt_bias: dt,
+        a_log: al,
         eps,
         scale,
     };
@@ -488,9 +533,9 @@ fn rows_case_modes(
     let (sc, ss) = rest.split_at_mut((t - 1) * rl);
     let mut scratch = vec![0f32; s.scratch_len()];
     let input = RowInputs {
-        qkv: &qkv,
-        beta_raw: &beta_raw,
-        alpha: &alpha,
+        qkv,
+        beta_raw,
+        alpha,
     };
     let states = StatePair {
         canonical: &mut canonical,
@@ -510,7 +555,7 @@ fn rows_case_modes(
         &canonical
     });
     let mut input = vec![eps, scale];
-    for v in [&w, &dt, &al, &qkv, &beta_raw, &alpha, &ring0, &state0] {
+    for v in [w, dt, al, qkv, beta_raw, alpha, ring0, state0] {
         input.extend(v.iter());
     }
     for &packed in modes {
@@ -535,6 +580,7 @@ fn rows_case_modes(
         );
         assert_bits(&what, &got, &want);
     }
+    want
 }
 
 /// The per-row trio chained and the packed twins, each equal to the
@@ -582,6 +628,48 @@ fn host_emulated_fused_step_matches_the_oracle_rows() {
         rows_case_modes(&bin, 1, 16, 2, 2, modes);
         rows_case_modes(&bin, 1, 24, 4, 2, modes);
         rows_case_modes(&bin, 1, 2, 4, 34, modes);
+        remove(&bin);
+    }
+}
+
+/// A zero q/k head over an initial state negative in every element, at
+/// (num_k, num_v) = (1, 2), t = 1 and 3, eps = 1e-6, every mode (the split
+/// entry, and its one-row path at t = 1, in the clusters-of-8 binary). The
+/// head's conv weights are zero, so q = k = +0 after the norm; the update
+/// adds `k_i delta = +0`, the decay keeps the sign, so every state stays
+/// negative and every term `c''_i q_i` of every o sum is `-0`. The
+/// contract sums from `+0` (rule `READ-AFTER`): o is `+0`, where a sum
+/// seeded with its first term gives `-0` (planted as
+/// `split-t1-sum-seeded`). The inputs elsewhere are `rows_case_modes`'.
+#[test]
+fn host_emulated_zero_head_over_a_negative_state_sums_from_plus_zero() {
+    let (num_k, num_v, d_conv) = (1, 2, 4);
+    for (name, extra, modes) in [
+        ("negzero1", &[][..], &[0, 1, 2, 3, 4, 5, 6, 7][..]),
+        ("negzero8", &["-DGDN_CS=8"][..], &[2, 3][..]),
+    ] {
+        let bin = emulator_with(name, extra);
+        for t in [1, 3] {
+            let mut x = rows_inputs(num_k, num_v, d_conv, t);
+            // q head 0 (channels 0..127) and k head 0 (128..255), every tap.
+            x.w[..2 * 128 * d_conv].fill(0.0);
+            for v in &mut x.state0 {
+                *v = -v.abs();
+            }
+            let want = rows_check(&bin, (num_k, num_v, d_conv, t), &x, modes);
+            // The case reaches the gap: o is +0, every state after every
+            // row (snapshots, final) negative in every element.
+            let s = GdnShape::new(num_k, num_v, 128, d_conv, t).unwrap();
+            let (c, vd, rl, n) = (s.conv_dim(), s.value_dim(), s.ring_len(), s.state_len());
+            let o = &want[t * c..t * c + t * vd];
+            assert!(o.iter().all(|x| x.to_bits() == 0), "t = {t}: o is +0");
+            let snap_state = &want[t * c + t * vd + (t - 1) * rl..][..(t - 1) * n];
+            let fin = &want[want.len() - n..];
+            assert!(
+                snap_state.iter().chain(fin).all(|x| x.is_sign_negative()),
+                "t = {t}: every state negative"
+            );
+        }
         remove(&bin);
     }
 }

@@ -12,7 +12,9 @@
 //! - Gate 2: the same runs against the oracle's `decode_rows` (t = 1..=8, and t = 1 at d_conv 2 and 3),
 //!   each per-row kernel on its own against its oracle function (d_conv 2,
 //!   3, 4 and three head layouts), and edge cases: |alpha| up to 1e4, zero
-//!   q/k heads with eps = 0, states near f32's overflow, a subnormal eps.
+//!   q/k heads with eps = 0, states near f32's overflow, a subnormal eps,
+//!   and a zero q/k head over an all-negative state (every o term `-0`,
+//!   the sum from `+0` gives `+0`).
 //!   The batched fused step over ragged batches and rows against each
 //!   sequence's oracle. Bit for bit, any NaN equal to any NaN.
 
@@ -85,6 +87,23 @@ pub fn edge_cases() -> Vec<(String, CaseSpec)> {
             CaseSpec {
                 eps: f32::from_bits(1),
                 d_conv: 2,
+                t: 3,
+                ..base
+            },
+        ),
+        // One q/k head, both zero, over a state negative in every element
+        // (eps = 1e-6, so q is +0, not NaN): the update adds +0, the state
+        // stays negative, and every term of the o sum is -0. The contract
+        // sums from +0 (READ-AFTER): o = +0; a sum seeded with its first
+        // term gives -0. Ratio 2: a lone sequence takes the split entry
+        // (its one-row path as one row).
+        (
+            "zero q/k head over a negative state, (1, 2)",
+            CaseSpec {
+                num_k: 1,
+                num_v: 2,
+                zero_qk: 3,
+                negative_state: true,
                 t: 3,
                 ..base
             },

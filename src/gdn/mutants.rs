@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 15] = [
+pub const MUTANTS: [Mutant; 16] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -138,6 +138,13 @@ pub const MUTANTS: [Mutant; 15] = [
         what: "the split form's one-row path (t = 1) writes the v channels' conv ring back on ranks 0-3 of each cluster only: the second v head of every q/k head keeps its old ring (its o, state and conv outputs are right)",
         find: "for (i32 i = 0; i < P; ++i) sq.ring[vch * P + i] = hv[i];",
         replace: "for (i32 i = 0; i < P && rank < 4; ++i) sq.ring[vch * P + i] = hv[i];",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "split-t1-sum-seeded",
+        what: "the split form's one-row path (t = 1) seeds its kv and o sums with their first term instead of +0 (acc = t_0 + t_1 + ..., not ((+0 + t_0) + t_1) + ...): equal unless every term is -0, as with a zero q/k head over an all-negative state, where o is -0 instead of +0 (rule READ-AFTER); only the gate's negative-state edge case and the fuzzer's negative states reach it",
+        find: "        acc = __fadd_rn(acc, v.x);",
+        replace: "        acc = q == 0 ? v.x : __fadd_rn(acc, v.x);",
         caught_by: &[2],
     },
 ];
