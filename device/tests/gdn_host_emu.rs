@@ -10,7 +10,11 @@
 //! even, subnormals kept). This checks the kernels' arithmetic order,
 //! indexing, pointer tables, snapshots and parity; what it cannot check is
 //! the GPU itself (NVRTC's code generation, real concurrency, memory
-//! faults): `gdn_gpu.rs` does, on a device.
+//! faults): `gdn_gpu.rs` does, on a device. A barrier wait that is never
+//! released fails the run after 30 s, naming the barrier (a deadlock,
+//! not a hang), and a CTA that ends with an mbarrier part-way through a
+//! phase (more or fewer arrivals than its count) fails; a warp's
+//! convergence and the memory model's orderings are beyond it.
 //!
 //! They need `g++` with C++20 `<barrier>` (GCC 11 or later; Debian's `g++`
 //! package): without it they fail, saying so, rather than pass unrun.
@@ -36,6 +40,7 @@ const HARNESS: &str = r#"#include <cstring>
 #include <cstdint>
 #include <cmath>
 #include <thread>
+#include <chrono>
 #include <barrier>
 #include <vector>
 #include <functional>
@@ -91,10 +96,18 @@ inline void gdn_mbar_arrive(gdn_mbar_t *b) {
     std::lock_guard<std::mutex> lk(m.mu);
     if (--m.pending == 0) { m.pending = m.count; ++m.phase; m.cv.notify_all(); }
 }
+/* A wait that the kernel's other threads never release (a count above
+ * the arrivals, a role no thread takes) fails the run with the barrier's
+ * state, rather than hanging it. */
+static const auto g_wait_limit = std::chrono::seconds(30);
 inline void gdn_mbar_wait(gdn_mbar_t *b, int parity) {
     HostMbar &m = host_mbar(b);
     std::unique_lock<std::mutex> lk(m.mu);
-    m.cv.wait(lk, [&] { return (int)(m.phase & 1u) != parity; });
+    if (!m.cv.wait_for(lk, g_wait_limit, [&] { return (int)(m.phase & 1u) != parity; })) {
+        fprintf(stderr, "CTA %u thread %u: mbarrier %p (count %d) never completed the phase of parity %d (%d arrivals missing): a deadlock\n",
+                blockIdx.x, threadIdx.x, (const void *)b, m.count, parity, m.pending);
+        std::exit(4);
+    }
 }
 inline void gdn_host_wait();
 inline void gdn_cp_commit() {}
@@ -102,7 +115,14 @@ template <int N> inline void gdn_cp_wait_prior() { gdn_host_wait(); }
 inline void gdn_bar_sync(int id, int n) {
     HostNamedBar &b = g_nbar[id]; std::unique_lock<std::mutex> lk(b.mu);
     const unsigned long g = b.gen;
-    if (++b.count < n) { b.cv.wait(lk, [&] { return b.gen != g; }); return; }
+    if (++b.count < n) {
+        if (!b.cv.wait_for(lk, g_wait_limit, [&] { return b.gen != g; })) {
+            fprintf(stderr, "CTA %u thread %u: named barrier %d waited for %d threads, %d came: a deadlock\n",
+                    blockIdx.x, threadIdx.x, id, n, b.count);
+            std::exit(4);
+        }
+        return;
+    }
     b.count = 0; ++b.gen; b.cv.notify_all();
 }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
@@ -152,6 +172,11 @@ static void launch(unsigned gx, unsigned gy, unsigned threads, std::function<voi
         });
         for (auto &th : ts) th.join();
         for (int id = 0; id < 16; ++id) if (g_nbar[id].count) { fprintf(stderr, "CTA %u ends with %d arrivals at named barrier %d\n", bx, g_nbar[id].count, id); std::exit(3); }
+        /* Every mbarrier the CTA used ends on a phase boundary: an arrival
+         * more or fewer than its count a phase is a bug the waits may not
+         * show. Forgotten, so the next CTA's init starts afresh. */
+        for (auto &[addr, m] : g_mbars) if (m->pending != m->count) { fprintf(stderr, "CTA %u ends with mbarrier %p part-way through a phase (%d of %d arrivals)\n", bx, addr, m->count - m->pending, m->count); std::exit(3); }
+        g_mbars.clear();
     }
 }
 

@@ -2004,10 +2004,13 @@ impl GdnEngine {
     }
 
     /// Captures `n` launches of [`GdnEngine::run_step`] one after another
-    /// into one CUDA graph, each from the step's same inputs and state
-    /// buffers (a replay computes what one launch does, `n` times over).
-    /// For timing a step as it sits among the kernels of a model's decode
-    /// graph, without one graph launch a step: the replay's time / `n`.
+    /// into one CUDA graph, each on the step's same inputs and buffers: a
+    /// launch reads the conv ring the launch before it wrote (the ring is
+    /// updated in place), and at even t the state it left, so the outputs
+    /// differ from launch to launch, as in a decode loop fed the same
+    /// tokens. For timing a step as it sits among the kernels of a model's
+    /// decode graph, without one graph launch a step: the replay's time /
+    /// `n`.
     ///
     /// # Errors
     /// As [`GdnEngine::capture_step`]; [`DeviceError::Gdn`] for `n` = 0.
