@@ -13,8 +13,12 @@
 //! faults): `gdn_gpu.rs` does, on a device. A barrier wait that is never
 //! released fails the run after 30 s, naming the barrier (a deadlock,
 //! not a hang), and a CTA that ends with an mbarrier part-way through a
-//! phase (more or fewer arrivals than its count) fails; a warp's
-//! convergence and the memory model's orderings are beyond it.
+//! phase (more or fewer arrivals than its count) fails. The arrival that
+//! completes an mbarrier's phase pauses its thread 200 us, so that a store
+//! posted after its arrival is seen missing by the waiters (the one-row
+//! path with delta stored after its hand-off failed 3 runs of 3, 2 of 3
+//! before). A warp's convergence and the memory model's orderings are
+//! beyond it.
 //!
 //! They need `g++` with C++20 `<barrier>` (GCC 11 or later; Debian's `g++`
 //! package): without it they fail, saying so, rather than pass unrun.
@@ -91,10 +95,17 @@ inline void gdn_mbar_init(gdn_mbar_t *b, int count) {
     HostMbar &m = host_mbar(b);
     std::lock_guard<std::mutex> lk(m.mu); m.count = count; m.pending = count; m.phase = 0;
 }
+/* The arrival that completes a phase pauses its thread briefly, so that
+ * the waiters run first: a store the kernel makes after its arrival (a
+ * hand-off posted too early) is then seen missing. */
 inline void gdn_mbar_arrive(gdn_mbar_t *b) {
     HostMbar &m = host_mbar(b);
-    std::lock_guard<std::mutex> lk(m.mu);
-    if (--m.pending == 0) { m.pending = m.count; ++m.phase; m.cv.notify_all(); }
+    bool completed = false;
+    {
+        std::lock_guard<std::mutex> lk(m.mu);
+        if (--m.pending == 0) { m.pending = m.count; ++m.phase; m.cv.notify_all(); completed = true; }
+    }
+    if (completed) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 /* A wait that the kernel's other threads never release (a count above
  * the arrivals, a role no thread takes) fails the run with the barrier's
