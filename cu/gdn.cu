@@ -696,24 +696,20 @@ __device__ __forceinline__ f32 gdn_scan_update_read(f32 col[GDN_D], const f32 *q
 }
 
 /* d = exp(g), g = -(e * softplus(alpha + dt_bias)) with e = exp(a_log)
- * computed by the caller (gdn_decay; gdn_decay_of from e and the
- * softplus); with it beta = sigmoid(beta_raw) (gdn_beta_decay), as
- * gdn_prep_head and gdn_scan_s128. */
+ * computed by the caller, from e and the softplus (gdn_decay_of); with
+ * it beta = sigmoid(beta_raw) (gdn_beta_decay), as gdn_prep_head and
+ * gdn_scan_s128. */
 __device__ __forceinline__ f32 gdn_decay_of(f32 e, f32 sp)
 {
     const f32 pr = __fmul_rn(e, sp);
     const f32 g = -pr;
     return gdn_exp(g);
 }
-__device__ __forceinline__ f32 gdn_decay(f32 alpha, f32 dt_bias, f32 e)
-{
-    return gdn_decay_of(e, gdn_softplus(__fadd_rn(alpha, dt_bias)));
-}
 __device__ __forceinline__ void gdn_beta_decay(f32 beta_raw, f32 alpha, f32 dt_bias, f32 e,
                                                f32 *beta, f32 *d)
 {
     *beta = gdn_sigmoid(beta_raw);
-    *d = gdn_decay(alpha, dt_bias, e);
+    *d = gdn_decay_of(e, gdn_softplus(__fadd_rn(alpha, dt_bias)));
 }
 
 /* q/k conv channel c (0..255) of q/k head hk: q channels first. */
