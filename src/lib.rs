@@ -82,8 +82,9 @@ pub fn use_spec_oracle() -> bool {
 /// else the empty string. Without it, a rerun of a candidate's divergence
 /// would test the builtin kernel and pass. A kind's candidate source
 /// variable (`Kind::env`) given as a relative path is printed absolute:
-/// the rerun line's `cargo run` runs in the repository, not where the
-/// gate was started, so a relative path would name no file there.
+/// the rerun line may be run from another directory than the one the gate
+/// was started in (a log read later, the line pasted elsewhere), where a
+/// relative path would name no file.
 pub fn candidate_env(name: &str) -> String {
     match std::env::var_os(name) {
         Some(v) if !v.is_empty() => {
@@ -100,7 +101,7 @@ pub fn candidate_env(name: &str) -> String {
 
 /// `s` as one POSIX shell word: unchanged when it is made of letters,
 /// digits and `_./:=+,-` only, else in single quotes.
-fn shell_quote(s: &str) -> String {
+pub fn shell_quote(s: &str) -> String {
     if s.chars()
         .all(|c| c.is_ascii_alphanumeric() || "_./:=+,-".contains(c))
     {
@@ -117,8 +118,9 @@ fn shell_quote(s: &str) -> String {
 /// run kernels at all exits 2 instead).
 pub fn source_fault_report(gate: &str, env: &str, message: &str) -> String {
     format!(
-        "{gate}: the kernel source cannot be loaded: {message}  FAIL\n  rerun: {}kernel-oracle check {gate}\n\n=== {gate}-check 1 FAILURES (the kernel source) ===\n",
-        candidate_env(env)
+        "{gate}: the kernel source cannot be loaded: {message}  FAIL\n  rerun: {}{} check {gate}\n\n=== {gate}-check 1 FAILURES (the kernel source) ===\n",
+        candidate_env(env),
+        paths::rerun_prefix()
     )
 }
 

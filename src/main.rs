@@ -17,6 +17,11 @@
 //! kernel-oracle score [KIND] [--secs 60]         every planted bug through its gate and its fuzzer
 //! kernel-oracle kinds                            the kind registry, tab-separated, for scripts
 //! ```
+//! Every reproduction a failure prints (`rerun: ...`, and `mutant`'s
+//! `run: ...`) names this program as `kernel_oracle::paths::rerun_prefix`
+//! prints it: `cargo run --release --` in the source tree, the binary
+//! elsewhere, `$KERNEL_ORACLE_RERUN` when set.
+//!
 //! Exit status: 0 all green, 1 any failure (for `score`: a planted bug
 //! survived), 2 cannot run (no CUDA device, no wgpu adapter, bad
 //! arguments).
@@ -167,7 +172,12 @@ fn mutant(k: &Kind, m: &ArgMatches) -> ExitCode {
                 return ExitCode::from(2);
             }
             println!("{name}: {}", p.what);
-            println!("run: {var}={value} kernel-oracle check {}", k.name);
+            println!(
+                "run: {var}={} {} check {}",
+                kernel_oracle::shell_quote(value),
+                kernel_oracle::paths::rerun_prefix(),
+                k.name
+            );
             return ExitCode::SUCCESS;
         }
         Plant::Source(Err(e)) => {
@@ -197,10 +207,13 @@ fn mutant(k: &Kind, m: &ArgMatches) -> ExitCode {
         return ExitCode::from(2);
     }
     println!("{}: {}", path.display(), p.what);
+    // Absolute: the line may be run from another directory.
+    let abs = std::path::absolute(&path).unwrap_or(path);
     println!(
-        "run: {}={} kernel-oracle check {}",
+        "run: {}={} {} check {}",
         k.env,
-        path.display(),
+        kernel_oracle::shell_quote(&abs.to_string_lossy()),
+        kernel_oracle::paths::rerun_prefix(),
         k.name
     );
     ExitCode::SUCCESS

@@ -219,10 +219,16 @@ impl CaseSpec {
         t
     }
 
-    /// The command line that reruns this case.
+    /// The command line that reruns this case: `kernel-oracle case
+    /// tensor-core ...` with the candidate's variable
+    /// (`KERNEL_ORACLE_TENSOR_CORE_CU`, when set: without it the rerun
+    /// would probe the builtin kernel), the program as
+    /// [`crate::paths::rerun_prefix`] prints it.
     pub fn command(&self) -> String {
         format!(
-            "kernel-oracle case tensor-core --instruction {} --a {} --b {} --class {} --seed {:#x} --tiles {}{}",
+            "{}{} case tensor-core --instruction {} --a {} --b {} --class {} --seed {:#x} --tiles {}{}",
+            crate::candidate_env(device::cuda::ENV_TENSOR_CORE_CU),
+            crate::paths::rerun_prefix(),
             instruction_name(self.instruction),
             self.fa.name(),
             self.fb.name(),
@@ -685,6 +691,18 @@ pub fn check(spec: &CaseSpec) {
     }
 }
 
+/// The command that reruns the whole gate (a targeted row's fixed vectors
+/// run only there): `kernel-oracle check tensor-core` with the
+/// candidate's variable, the program as [`crate::paths::rerun_prefix`]
+/// prints it.
+fn gate_rerun() -> String {
+    format!(
+        "{}{} check tensor-core",
+        crate::candidate_env(device::cuda::ENV_TENSOR_CORE_CU),
+        crate::paths::rerun_prefix()
+    )
+}
+
 /// The gate's random arm: tiles per (pair, class, accumulator setting).
 pub const GATE_TILES: usize = 256;
 
@@ -730,10 +748,7 @@ pub fn gate(engine: &TensorCoreEngine) -> usize {
                 if let Some(d) = v.first {
                     failures += 1;
                     println!("{}", d.report(fa, fb, &Model { instruction: inst }));
-                    println!(
-                        "  rerun: {}",
-                        rerun.unwrap_or_else(|| "kernel-oracle check tensor-core".to_string())
-                    );
+                    println!("  rerun: {}", rerun.unwrap_or_else(gate_rerun));
                 }
             }
             Err(e) => {
@@ -747,10 +762,7 @@ pub fn gate(engine: &TensorCoreEngine) -> usize {
                     "-"
                 );
                 // Targeted rows are fixed vectors: the gate reruns them.
-                println!(
-                    "  rerun: {}",
-                    rerun.unwrap_or_else(|| "kernel-oracle check tensor-core".to_string())
-                );
+                println!("  rerun: {}", rerun.unwrap_or_else(gate_rerun));
             }
         }
     };

@@ -74,8 +74,13 @@ fn the_peer_mutant_is_listed_and_explained() {
     );
     let out = kernel_oracle(&["mutant", "fp8-mmq", "cublaslt-unpadded"], None);
     assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stdout)
-        .contains("run: KERNEL_ORACLE_FP8_MMQ=cublaslt-unpadded kernel-oracle check fp8-mmq"));
+    // The binary runs where this test does: its program prefix is ours.
+    let run = format!(
+        "run: KERNEL_ORACLE_FP8_MMQ=cublaslt-unpadded {} check fp8-mmq",
+        kernel_oracle::paths::rerun_prefix()
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&run), "{stdout}");
     let out = kernel_oracle(
         &["mutant", "fp8-mmq", "cublaslt-unpadded", "-o", "/tmp/x.cu"],
         None,
@@ -92,12 +97,11 @@ fn reproductions_carry_the_switch() {
     std::env::set_var("KERNEL_ORACLE_FP8_MMQ", "cublaslt-unpadded");
     let spec = CaseSpec::battery(256, 256, 64, Arm::Exact);
     let cmd = report::repro_command(&spec);
-    assert!(
-        cmd.starts_with(
-            "KERNEL_ORACLE_FP8_MMQ=cublaslt-unpadded cargo run --release -- case fp8-mmq"
-        ),
-        "{cmd}"
+    let want = format!(
+        "KERNEL_ORACLE_FP8_MMQ=cublaslt-unpadded {} case fp8-mmq",
+        kernel_oracle::paths::rerun_prefix()
     );
+    assert!(cmd.starts_with(&want), "{cmd}");
     assert!(report::repro_env().contains("KERNEL_ORACLE_FP8_MMQ=cublaslt-unpadded"));
     // A forced MMQ variant and a requested schedule travel too.
     std::env::set_var("KERNEL_ORACLE_FP8_MMQ_VARIANT", "15");

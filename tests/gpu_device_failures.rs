@@ -133,7 +133,11 @@ fn planted_candidates_compile_and_the_broken_one_is_the_sources_fault() {
     assert!(e.is_source_fault(), "{e}");
     assert!(e.to_string().contains("planted"), "{e}");
     let row = kernel_oracle::source_fault_report("fp8-mmq", "NO_SUCH_VARIABLE_SET", &e.to_string());
-    assert!(row.contains("FAIL") && row.contains("  rerun: kernel-oracle check fp8-mmq"));
+    let rerun = format!(
+        "  rerun: {} check fp8-mmq",
+        kernel_oracle::paths::rerun_prefix()
+    );
+    assert!(row.contains("FAIL") && row.contains(&rerun), "{row}");
     assert!(row.contains("=== fp8-mmq-check 1 FAILURES"));
 }
 

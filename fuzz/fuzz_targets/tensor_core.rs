@@ -3,7 +3,8 @@
 //! choose class, format pair, instruction, accumulator input and tile
 //! count
 //! (`kernel_oracle::tensor_core::CaseSpec::from_bytes`); a divergence
-//! panics with `kernel-oracle case tensor-core ...`.
+//! panics with the `case tensor-core ...` line that reruns it
+//! (`kernel_oracle::paths::rerun_prefix` names the program).
 #![no_main]
 use kernel_oracle::tensor_core::{check, CaseSpec};
 

@@ -162,8 +162,9 @@ fn nan_row(engine: &Engine, row: &NanRow, variant: Option<u32>) -> bool {
     if verdict == "FAIL" {
         // The one-shape gate runs every NaN row (each variant's too).
         println!(
-            "  rerun: {}kernel-oracle check fp8-mmq {in_f} {out_f} {m} (its NaN row {:?}{})",
+            "  rerun: {}{} check fp8-mmq {in_f} {out_f} {m}  # its NaN row {:?}{}",
             report::repro_env(),
+            crate::paths::rerun_prefix(),
             row.label,
             variant.map_or(String::new(), |v| format!(", variant {v} forced"))
         );

@@ -129,11 +129,14 @@ pub fn failure(spec: &CaseSpec, message: &str) -> String {
     )
 }
 
-/// The command that reruns one case.
+/// The command that reruns one case: `kernel-oracle case fp8-mmq ...`
+/// with its environment ([`repro_env`]) and the program as
+/// [`crate::paths::rerun_prefix`] prints it.
 pub fn repro_command(spec: &CaseSpec) -> String {
     format!(
-        "{}cargo run --release -- case fp8-mmq --in-f {} --out-f {} --m {} --arm {} --seed 0x{:016x}{}",
+        "{}{} case fp8-mmq --in-f {} --out-f {} --m {} --arm {} --seed 0x{:016x}{}",
         repro_env(),
+        crate::paths::rerun_prefix(),
         spec.in_f,
         spec.out_f,
         spec.m,

@@ -203,8 +203,9 @@ pub fn run(e: &GdnEngine) -> GateResult {
         }
         // The per-row kernels alone run only in the gate.
         let rerun = format!(
-            "{}kernel-oracle check gdn (the row \"per-row kernels alone == oracle\" of ({num_k}, {num_v}), d_conv {d_conv})",
-            crate::candidate_env(device::cuda::ENV_GDN_CU)
+            "{}{} check gdn  # the row \"per-row kernels alone == oracle\" of ({num_k}, {num_v}), d_conv {d_conv}",
+            crate::candidate_env(device::cuda::ENV_GDN_CU),
+            crate::paths::rerun_prefix()
         );
         g.add(&row, &rerun);
     }

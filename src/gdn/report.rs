@@ -147,11 +147,14 @@ pub fn mismatch_lines(row: &Row, shape: &GdnShape) -> String {
     s
 }
 
-/// The command that reruns one case.
+/// The command that reruns one case: `kernel-oracle case gdn ...` with
+/// the candidate's variable, the program as
+/// [`crate::paths::rerun_prefix`] prints it.
 pub fn repro_command(spec: &CaseSpec) -> String {
     let mut s = format!(
-        "{}cargo run --release -- case gdn --num-k {} --num-v {} --d-conv {} --t {} --seed 0x{:016x}",
+        "{}{} case gdn --num-k {} --num-v {} --d-conv {} --t {} --seed 0x{:016x}",
         crate::candidate_env(device::cuda::ENV_GDN_CU),
+        crate::paths::rerun_prefix(),
         spec.num_k,
         spec.num_v,
         spec.d_conv,

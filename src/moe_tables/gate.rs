@@ -244,8 +244,9 @@ pub fn run(engine: &MoeEngine, cases: &[GateCase]) -> GateResult {
             // Gate rows are fixed data, not generated cases: the gate
             // (about a second) reruns them.
             println!(
-                "  rerun: {}kernel-oracle check moe-tables (row {})",
+                "  rerun: {}{} check moe-tables  # row {}",
                 crate::candidate_env(device::cuda::ENV_MOE_TABLES_CU),
+                crate::paths::rerun_prefix(),
                 c.label
             );
         }

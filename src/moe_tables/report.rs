@@ -96,11 +96,14 @@ fn slab_list(spec: &CaseSpec, f: impl Fn(&oracle::moe_tables::Slab) -> u64) -> S
         .join(",")
 }
 
-/// The command that reruns one case.
+/// The command that reruns one case: `kernel-oracle case moe-tables ...`
+/// with the candidate's variable, the program as
+/// [`crate::paths::rerun_prefix`] prints it.
 pub fn repro_command(spec: &CaseSpec) -> String {
     let mut s = format!(
-        "{}cargo run --release -- case moe-tables --n-expert {} --n-pairs {} --bases {} --strides {} --layer {} --seed 0x{:016x}",
+        "{}{} case moe-tables --n-expert {} --n-pairs {} --bases {} --strides {} --layer {} --seed 0x{:016x}",
         crate::candidate_env(device::cuda::ENV_MOE_TABLES_CU),
+        crate::paths::rerun_prefix(),
         spec.n_expert,
         spec.n_pairs,
         slab_list(spec, |s| s.base),

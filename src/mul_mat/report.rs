@@ -81,7 +81,9 @@ pub fn form_env(form: Form) -> String {
 }
 
 /// The lines that rerun one case in `form`: the fuzz artifact's (when
-/// there is one), then the `case` command, each `  rerun: ...\n`.
+/// there is one), then the `case` command (`kernel-oracle case mul-mat
+/// ...`, the program as [`crate::paths::rerun_prefix`] prints it), each
+/// `  rerun: ...\n`.
 pub fn rerun_lines(spec: &CaseSpec, geom: &Geometry, form: Form, artifact: Option<&str>) -> String {
     let env = crate::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL) + &form_env(form);
     let mut s = String::new();
@@ -89,7 +91,8 @@ pub fn rerun_lines(spec: &CaseSpec, geom: &Geometry, form: Form, artifact: Optio
         s += &format!("  rerun: {env}cargo +nightly fuzz run mul_mat {a}\n");
     }
     s += &format!(
-        "  rerun: {env}cargo run --release -- case mul-mat --dtype {} --m {} --n {} --k {} --arm {} --seed {:#x} --wg {},{},{}\n",
+        "  rerun: {env}{} case mul-mat --dtype {} --m {} --n {} --k {} --arm {} --seed {:#x} --wg {},{},{}\n",
+        crate::paths::rerun_prefix(),
         spec.dtype.name(),
         spec.m,
         spec.n,
