@@ -23,6 +23,7 @@ use device::wgpu::{Dtype, Form, Geometry, ShaderSource, WgpuEngine, BUILTIN_MUL_
 use kernel_oracle::mul_mat::gate::{self, run_one_form, spec, GateResult, Shape};
 use kernel_oracle::mul_mat::mutants::{apply, by_name, MUTANTS};
 use kernel_oracle::mul_mat::Arm;
+use kernel_oracle::paths::ENV_RERUN;
 
 fn engine_for(name: &str) -> WgpuEngine {
     let m = by_name(name).unwrap();
@@ -295,8 +296,8 @@ fn a_candidates_rerun_line_reruns_the_candidate() {
 }
 
 /// A candidate named by a relative path is printed absolute in the rerun
-/// line: the line's `cargo run` runs in the repository, where the path
-/// as given (relative to where the gate ran) names no file.
+/// line: the line may be run from another directory, where the path as
+/// given (relative to where the gate ran) names no file.
 #[test]
 fn a_relative_candidate_path_is_printed_absolute() {
     let m = by_name("drop-f16-sign").unwrap();
@@ -321,6 +322,162 @@ fn a_relative_candidate_path_is_printed_absolute() {
         std::fs::canonicalize(&dir).unwrap().join(&name).display()
     );
     assert!(rerun.starts_with(&want), "{rerun}");
+}
+
+/// A scratch directory whose name has a space (so a printed path must be
+/// quoted to run), holding the `drop-f16-sign` candidate as `cand.wgsl`.
+fn scratch_with_candidate(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kernel-oracle {what} {}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = std::fs::canonicalize(&dir).unwrap();
+    let m = by_name("drop-f16-sign").unwrap();
+    let text = apply(m, BUILTIN_MUL_MAT_WGSL).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join("cand.wgsl"), text).unwrap();
+    dir
+}
+
+/// Runs `bin` on [`RERUN_CASE`] in `dir` with the candidate `cand.wgsl`
+/// (relative) and no [`ENV_RERUN`]: it fails, and its rerun line is
+/// returned exactly as printed.
+fn printed_rerun_line(bin: &std::path::Path, dir: &std::path::Path) -> (String, String) {
+    let out = std::process::Command::new(bin)
+        .args(RERUN_CASE)
+        .current_dir(dir)
+        .env(device::wgpu::ENV_MUL_MAT_WGSL, "cand.wgsl")
+        .env_remove(ENV_RERUN)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    (rerun_line(&stdout).to_string(), stdout)
+}
+
+/// Runs `line` through `sh -c` in `dir` with neither [`ENV_RERUN`] nor
+/// the candidate variable set (the line must carry what it needs), and
+/// asserts it reproduces `first`: exit 1, the same first failing table
+/// row and first mismatch, and the same rerun line again.
+fn assert_reproduces(line: &str, dir: &std::path::Path, first: &str) {
+    let again = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(line)
+        .current_dir(dir)
+        .env_remove(ENV_RERUN)
+        .env_remove(device::wgpu::ENV_MUL_MAT_WGSL)
+        .env_remove(device::wgpu::ENV_MUL_MAT_SUBGROUPS)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{line}\n{stdout}\n{stderr}");
+    // The first failing row and its first mismatch (the line reruns that
+    // row's form alone).
+    let verdict = |s: &str| {
+        let row = s.lines().find(|l| l.ends_with("FAIL")).map(str::to_string);
+        let at = s
+            .lines()
+            .find(|l| l.trim_start().starts_with("first at "))
+            .map(str::to_string);
+        (row, at)
+    };
+    assert!(
+        verdict(first).0.is_some() && verdict(first).1.is_some(),
+        "{first}"
+    );
+    assert_eq!(verdict(&stdout), verdict(first), "{line}\n{stdout}");
+    assert_eq!(rerun_line(&stdout), line, "{stdout}");
+}
+
+/// A failing case's rerun line, taken exactly as the tool printed it in a
+/// directory other than the repository's root and run there through
+/// `sh -c`, fails again the same way and prints the same line. In the
+/// source tree the line is `cargo run --release --manifest-path ...`
+/// (cargo builds nothing if the tree is built); in the bundle it is the
+/// bundle's binary by its path.
+#[test]
+fn a_printed_rerun_line_runs_as_printed_from_another_directory() {
+    let dir = scratch_with_candidate("rerun sh");
+    let bin = kernel_oracle::paths::kernel_oracle_exe(env!("CARGO_BIN_EXE_kernel-oracle"));
+    let (line, first) = printed_rerun_line(&bin, &dir);
+    println!("{line}");
+    assert!(line.contains(" case mul-mat "), "{line}");
+    // The build machine's tree, when this runs in it (not in the bundle).
+    let tree = std::fs::canonicalize(env!("CARGO_MANIFEST_DIR")).ok();
+    let bin_real = std::fs::canonicalize(&bin).unwrap();
+    if let Some(tree) = tree.filter(|t| bin_real.starts_with(t.join("target"))) {
+        let cargo = format!(
+            "=off cargo run --release --manifest-path {} -- case mul-mat ",
+            tree.join("Cargo.toml").display()
+        );
+        assert!(line.contains(&cargo), "{line}");
+    }
+    assert_reproduces(&line, &dir, &first);
+    // `mutant`'s line for the file it writes (given relative): the file by
+    // its absolute path, quoted, then the same program as the case line.
+    let out = std::process::Command::new(&bin)
+        .args(["mutant", "mul-mat", "drop-f16-sign", "-o", "m.wgsl"])
+        .current_dir(&dir)
+        .env_remove(ENV_RERUN)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let run = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("run: "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let var = format!(
+        "{}='{}' ",
+        device::wgpu::ENV_MUL_MAT_WGSL,
+        dir.join("m.wgsl").display()
+    );
+    assert!(
+        run.starts_with(&var) && run.ends_with(" check mul-mat"),
+        "{run}"
+    );
+    // The case line's program: after its last variable, before `case`.
+    let (vars, _) = line.split_once(" case mul-mat ").unwrap();
+    let program = vars.split_once("_SUBGROUPS=off ").unwrap().1;
+    assert_eq!(
+        &run[var.len()..run.len() - " check mul-mat".len()],
+        program,
+        "{run}\n{line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Outside the source tree (a copy of the binary, as in the bundle or an
+/// install, not on PATH) the line names the binary by its absolute path,
+/// quoted where the path needs it, and runs as printed.
+#[test]
+fn outside_the_tree_the_rerun_line_names_the_binary_by_its_path() {
+    let dir = scratch_with_candidate("rerun copy");
+    let bin = kernel_oracle::paths::kernel_oracle_exe(env!("CARGO_BIN_EXE_kernel-oracle"));
+    std::fs::create_dir_all(dir.join("bundle")).unwrap();
+    let copy = dir.join("bundle/kernel-oracle");
+    std::fs::copy(&bin, &copy).unwrap();
+    // The copy is the binary it names, not one KERNEL_ORACLE_BIN names.
+    let out = std::process::Command::new(&copy)
+        .args(RERUN_CASE)
+        .current_dir(&dir)
+        .env(device::wgpu::ENV_MUL_MAT_WGSL, "cand.wgsl")
+        .env_remove(ENV_RERUN)
+        .env_remove(kernel_oracle::paths::ENV_BIN)
+        .output()
+        .unwrap();
+    let first = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{first}");
+    let line = rerun_line(&first).to_string();
+    println!("{line}");
+    let want = format!(
+        "{}='{}' {}=off '{}' case mul-mat ",
+        device::wgpu::ENV_MUL_MAT_WGSL,
+        dir.join("cand.wgsl").display(),
+        device::wgpu::ENV_MUL_MAT_SUBGROUPS,
+        copy.display()
+    );
+    assert!(line.starts_with(&want), "{line}\nwant {want}");
+    assert_reproduces(&line, &dir, &first);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Dropping the k tail: on the gate's one-output row (m = n = 1, K = 256)
