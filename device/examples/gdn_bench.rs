@@ -5,7 +5,8 @@
 //! graphs; then 64 sequences of one row in one batched fused launch,
 //! through each fused entry the source exports (the default pick first,
 //! the ABI's `gdn_step_fused` and `gdn_step_fused_c2`). Timed
-//! back to back with CUDA events, next to peers measured in the same run:
+//! back to back with CUDA events (the median of 5 windows after a warm-up,
+//! as the peer script times its own), next to peers measured in the same run:
 //! a device-to-device copy, and flash-linear-attention's
 //! `fused_recurrent_gated_delta_rule` (Triton) through `gdn_peer.py`,
 //! looked for beside this binary (and in `scripts/` of the working
@@ -139,6 +140,22 @@ const STEPS: usize = 16;
 /// [`STEPS`] calls in one graph (graph capture is optional).
 type Peer = HashMap<(usize, usize), (f64, Option<f64>, Option<f64>)>;
 
+/// Milliseconds per call of `f`: three warm-up calls, then the median of
+/// 5 windows of `iters` calls, each timed with CUDA events
+/// (`GdnEngine::time_ms`). `gdn_peer.py` times fla the same way, so a row
+/// and its peer figure are taken alike.
+fn median_ms(e: &GdnEngine, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..3 {
+        f()?;
+    }
+    let mut reps = [0.0f64; 5];
+    for r in &mut reps {
+        *r = e.time_ms(iters, &mut f)?;
+    }
+    reps.sort_by(f64::total_cmp);
+    Ok(reps[2])
+}
+
 /// Runs `gdn_peer.py` (beside this binary, else `scripts/` of the working
 /// directory): its header line and its figures.
 fn run_peer() -> (String, Peer) {
@@ -222,7 +239,7 @@ fn main() -> Result<()> {
         let mut dst = e.upload(&vec![0f32; len])?;
         e.copy(&src, &mut dst)?;
         let iters = if len > 1 << 20 { 50 } else { 2000 };
-        let ms = e.time_ms(iters, || e.copy(&src, &mut dst))?;
+        let ms = median_ms(&e, iters, || e.copy(&src, &mut dst))?;
         copy_gbs.push((label, ms * 1e3, 2.0 * 4.0 * len as f64 / (ms * 1e-3) / 1e9));
     }
     let peak = copy_gbs[1].2;
@@ -345,7 +362,7 @@ fn main() -> Result<()> {
             t,
             3 * t,
             bytes,
-            e.time_ms(iters, || chain(&mut cst, &mut o))?,
+            median_ms(&e, iters, || chain(&mut cst, &mut o))?,
             Timed::Eager,
         );
         row(
@@ -354,7 +371,7 @@ fn main() -> Result<()> {
             t,
             3,
             bytes,
-            e.time_ms(iters, || e.run_step_twins(&mut tw).map(|_| ()))?,
+            median_ms(&e, iters, || e.run_step_twins(&mut tw).map(|_| ()))?,
             Timed::Eager,
         );
         let g = e.capture_step_twins(tw)?;
@@ -366,7 +383,7 @@ fn main() -> Result<()> {
             t,
             3,
             bytes,
-            e.time_ms(iters, || g.launch().map(|_| ()))?,
+            median_ms(&e, iters, || g.launch().map(|_| ()))?,
             Timed::Graph,
         );
         row(
@@ -375,7 +392,7 @@ fn main() -> Result<()> {
             t,
             1,
             bytes,
-            e.time_ms(iters, || e.run_step(&mut st).map(|_| ()))?,
+            median_ms(&e, iters, || e.run_step(&mut st).map(|_| ()))?,
             Timed::Eager,
         );
         let g = e.capture_step(st)?;
@@ -387,7 +404,7 @@ fn main() -> Result<()> {
             t,
             1,
             bytes,
-            e.time_ms(iters, || g.launch().map(|_| ()))?,
+            median_ms(&e, iters, || g.launch().map(|_| ()))?,
             Timed::Graph,
         );
         // The step among other kernels of one graph (a model's decode
@@ -396,7 +413,7 @@ fn main() -> Result<()> {
         let g = e.capture_steps(st, STEPS)?;
         g.launch()?;
         e.synchronize()?;
-        let ms = e.time_ms((iters / STEPS).max(2), || g.launch().map(|_| ()))?;
+        let ms = median_ms(&e, (iters / STEPS).max(2), || g.launch().map(|_| ()))?;
         row(
             &format!("fused step, {STEPS} a graph"),
             1,
@@ -431,7 +448,7 @@ fn main() -> Result<()> {
             1,
             1,
             state_bytes,
-            e.time_ms(100, || e.run_step(&mut st).map(|_| ()))?,
+            median_ms(&e, 100, || e.run_step(&mut st).map(|_| ()))?,
             Timed::Eager,
         );
         let g = e.capture_step(st)?;
@@ -443,7 +460,7 @@ fn main() -> Result<()> {
             1,
             1,
             state_bytes,
-            e.time_ms(100, || g.launch().map(|_| ()))?,
+            median_ms(&e, 100, || g.launch().map(|_| ()))?,
             Timed::Graph,
         );
     }
