@@ -100,10 +100,11 @@ pub fn candidate_env(name: &str) -> String {
 }
 
 /// `s` as one POSIX shell word: unchanged when it is made of letters,
-/// digits and `_./:=+,-` only, else in single quotes.
+/// digits and `_./:=+,-` only (and not empty), else in single quotes.
 pub fn shell_quote(s: &str) -> String {
-    if s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "_./:=+,-".contains(c))
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./:=+,-".contains(c))
     {
         s.to_string()
     } else {
@@ -136,4 +137,18 @@ pub fn lost_context_line() -> Option<String> {
             l.what
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quote_keeps_plain_words_and_quotes_the_rest_and_the_empty_word() {
+        assert_eq!(shell_quote("a/b.wgsl"), "a/b.wgsl");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote("<x>"), "'<x>'");
+    }
 }

@@ -19,8 +19,10 @@
 //! ```
 //! Every reproduction a failure prints (`rerun: ...`, and `mutant`'s
 //! `run: ...`) names this program as `kernel_oracle::paths::rerun_prefix`
-//! prints it: `cargo run --release --` in the source tree, the binary
-//! elsewhere, `$KERNEL_ORACLE_RERUN` when set.
+//! prints it: `cargo run --release --` at the source tree's root, the
+//! tree's runner and this binary elsewhere in the tree, this binary (by
+//! its own path, whatever its name) outside it, `$KERNEL_ORACLE_RERUN`
+//! when set.
 //!
 //! Exit status: 0 all green, 1 any failure (for `score`: a planted bug
 //! survived), 2 cannot run (no CUDA device, no wgpu adapter, bad
@@ -223,6 +225,8 @@ fn mutant(k: &Kind, m: &ArgMatches) -> ExitCode {
 /// passed), ends the process without waiting on the device
 /// (`device::cuda::exit_process`).
 fn main() -> ExitCode {
+    // Printed reproductions name this very executable outside the tree.
+    kernel_oracle::paths::set_main();
     let code = run_cli();
     if let Some(lost) = device::cuda::context_lost() {
         if lost.running {

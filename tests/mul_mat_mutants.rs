@@ -390,9 +390,10 @@ fn assert_reproduces(line: &str, dir: &std::path::Path, first: &str) {
 /// A failing case's rerun line, taken exactly as the tool printed it in a
 /// directory other than the repository's root and run there through
 /// `sh -c`, fails again the same way and prints the same line. In the
-/// source tree the line is `cargo run --release --manifest-path ...`
-/// (cargo builds nothing if the tree is built); in the bundle it is the
-/// bundle's binary by its path.
+/// source tree the line is the tree's cargo runner and the binary by
+/// their paths (no cargo: a nested build would relink the binary other
+/// tests run, and cargo outside the root loses the runner); in the bundle
+/// it is the bundle's binary by its path.
 #[test]
 fn a_printed_rerun_line_runs_as_printed_from_another_directory() {
     let dir = scratch_with_candidate("rerun sh");
@@ -400,15 +401,18 @@ fn a_printed_rerun_line_runs_as_printed_from_another_directory() {
     let (line, first) = printed_rerun_line(&bin, &dir);
     println!("{line}");
     assert!(line.contains(" case mul-mat "), "{line}");
+    assert!(!line.contains("cargo run"), "{line}");
     // The build machine's tree, when this runs in it (not in the bundle).
     let tree = std::fs::canonicalize(env!("CARGO_MANIFEST_DIR")).ok();
     let bin_real = std::fs::canonicalize(&bin).unwrap();
     if let Some(tree) = tree.filter(|t| bin_real.starts_with(t.join("target"))) {
-        let cargo = format!(
-            "=off cargo run --release --manifest-path {} -- case mul-mat ",
-            tree.join("Cargo.toml").display()
+        let q = |p: &std::path::Path| kernel_oracle::shell_quote(&p.to_string_lossy());
+        let program = format!(
+            "=off {} {} case mul-mat ",
+            q(&tree.join(kernel_oracle::paths::CARGO_RUNNER)),
+            q(&bin_real)
         );
-        assert!(line.contains(&cargo), "{line}");
+        assert!(line.contains(&program), "{line}");
     }
     assert_reproduces(&line, &dir, &first);
     // `mutant`'s line for the file it writes (given relative): the file by
@@ -477,6 +481,59 @@ fn outside_the_tree_the_rerun_line_names_the_binary_by_its_path() {
     );
     assert!(line.starts_with(&want), "{line}\nwant {want}");
     assert_reproduces(&line, &dir, &first);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A renamed copy of the binary outside the tree names itself, by its
+/// path: not `kernel-oracle` (which PATH may not find, or find another
+/// of), not a directory called `kernel-oracle` beside it or where it runs,
+/// not `$KERNEL_ORACLE_BIN` (`/bin/true` there would make the rerun pass).
+/// Its case line runs as printed and fails again; `mutant`'s run line
+/// names the same program.
+#[test]
+fn a_renamed_copy_outside_the_tree_names_itself() {
+    let dir = scratch_with_candidate("rerun renamed");
+    let bin = kernel_oracle::paths::kernel_oracle_exe(env!("CARGO_BIN_EXE_kernel-oracle"));
+    for d in ["bin dir/kernel-oracle", "kernel-oracle"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let copy = dir.join("bin dir/ko");
+    std::fs::copy(&bin, &copy).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&copy)
+            .args(args)
+            .current_dir(&dir)
+            .env(device::wgpu::ENV_MUL_MAT_WGSL, "cand.wgsl")
+            .env(kernel_oracle::paths::ENV_BIN, "/bin/true")
+            .env_remove(ENV_RERUN)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, first) = run(&RERUN_CASE);
+    assert_eq!(code, Some(1), "{first}");
+    let line = rerun_line(&first).to_string();
+    println!("{line}");
+    let program = format!("'{}'", copy.display());
+    let want = format!(
+        "{}='{}' {}=off {program} case mul-mat ",
+        device::wgpu::ENV_MUL_MAT_WGSL,
+        dir.join("cand.wgsl").display(),
+        device::wgpu::ENV_MUL_MAT_SUBGROUPS,
+    );
+    assert!(line.starts_with(&want), "{line}\nwant {want}");
+    assert_reproduces(&line, &dir, &first);
+    let (code, out) = run(&["mutant", "mul-mat", "drop-k-tail", "-o", "a.wgsl"]);
+    assert_eq!(code, Some(0), "{out}");
+    let want = format!(
+        "run: {}='{}' {program} check mul-mat",
+        device::wgpu::ENV_MUL_MAT_WGSL,
+        dir.join("a.wgsl").display()
+    );
+    assert!(out.lines().any(|l| l == want), "{out}\nwant {want}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
