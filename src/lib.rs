@@ -125,6 +125,29 @@ pub fn source_fault_report(gate: &str, env: &str, message: &str) -> String {
     )
 }
 
+/// What a fuzz target passes as its artifact (`check_with_artifact`): the
+/// input's file is the `crash-*` artifact libFuzzer writes and names
+/// after the panic, not known when the report is made.
+pub const LIBFUZZER_ARTIFACT: &str = "<the crash-* artifact libFuzzer names below>";
+
+/// The line that reruns fuzz target `target` (`mul_mat`) on the input
+/// `artifact`: `{indent}rerun: {env}PROGRAM ARTIFACT`, the program from
+/// [`paths::fuzz_rerun_prefix`] and `env` the variables the case line
+/// carries (the candidate's, so the rerun tests the same kernel). When
+/// `artifact` is [`LIBFUZZER_ARTIFACT`] the path is not known: the line
+/// is the command alone, after a line of its own saying what to add (no
+/// placeholder on the command line, where `<` would be a redirection).
+pub fn fuzz_rerun_lines(indent: &str, env: &str, target: &str, artifact: &str) -> String {
+    let program = paths::fuzz_rerun_prefix(target);
+    if artifact == LIBFUZZER_ARTIFACT {
+        format!(
+            "{indent}(the fuzz input: add the path of the crash-* artifact libFuzzer names below to the next line)\n{indent}rerun: {env}{program}\n"
+        )
+    } else {
+        format!("{indent}rerun: {env}{program} {}\n", shell_quote(artifact))
+    }
+}
+
 /// The line a gate prints after its rows when a failure lost the process's
 /// CUDA context (`device::cuda::context_lost`: a sticky fault, a launch
 /// past its deadline): every row after it failed as not run, and each
@@ -150,5 +173,21 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote("<x>"), "'<x>'");
+    }
+
+    /// An artifact's line is a `rerun:` line with the env and the fuzz
+    /// program; libFuzzer's unknown artifact is a note of its own, never a
+    /// placeholder on the command line.
+    #[test]
+    fn a_fuzz_artifacts_line_carries_the_env_and_no_placeholder() {
+        let program = paths::fuzz_rerun_prefix("mul_mat");
+        let known = fuzz_rerun_lines("  ", "V='a b' ", "mul_mat", "crash-1 x");
+        assert_eq!(known, format!("  rerun: V='a b' {program} 'crash-1 x'\n"));
+        let unknown = fuzz_rerun_lines("", "V=1 ", "mul_mat", LIBFUZZER_ARTIFACT);
+        let lines: Vec<&str> = unknown.lines().collect();
+        assert_eq!(lines.len(), 2, "{unknown}");
+        assert!(lines[0].starts_with("(the fuzz input: "), "{unknown}");
+        assert_eq!(lines[1], format!("rerun: V=1 {program}"));
+        assert!(!lines[1].contains(['<', '>', '#']), "{unknown}");
     }
 }

@@ -654,10 +654,13 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
     .expect_err("a guard-band hit must fail the fuzz case");
     let msg = panic.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("wrote past dst"), "{msg}");
-    assert!(
-        msg.contains("rerun: ") && msg.contains("fuzz run mul_mat crash-planted"),
-        "{msg}"
+    let fuzz = format!(
+        "  rerun: {}{}{} crash-planted\n",
+        kernel_oracle::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL),
+        kernel_oracle::mul_mat::report::form_env(kernel_oracle::mul_mat::form_for(&e, &sp)),
+        kernel_oracle::paths::fuzz_rerun_prefix("mul_mat")
     );
+    assert!(msg.contains(&fuzz), "{msg}\nwant {fuzz}");
     assert!(msg.contains(&case), "{msg}");
 }
 

@@ -98,5 +98,5 @@ libfuzzer_sys::fuzz_target!(|spec: CaseSpec| {
             k.0.reserve_exact(256);
         }
     }
-    check_with_artifact(&spec, Some("<the crash-* artifact libFuzzer names below>"));
+    check_with_artifact(&spec, Some(kernel_oracle::LIBFUZZER_ARTIFACT));
 });

@@ -8,5 +8,5 @@ use kernel_oracle::moe_tables::{check_with_artifact, CaseSpec};
 kernel_oracle_fuzz::asan_options!();
 
 libfuzzer_sys::fuzz_target!(|spec: CaseSpec| {
-    check_with_artifact(&spec, Some("<the crash-* artifact libFuzzer names below>"));
+    check_with_artifact(&spec, Some(kernel_oracle::LIBFUZZER_ARTIFACT));
 });

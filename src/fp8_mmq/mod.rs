@@ -166,7 +166,9 @@ pub fn check(spec: &CaseSpec) {
     check_with_artifact(spec, None)
 }
 
-/// [`check`], naming the fuzz artifact in the reproduction.
+/// [`check`], with a line that reruns the fuzz input `artifact` (its path,
+/// or [`crate::LIBFUZZER_ARTIFACT`] from a fuzz target) in the
+/// reproduction ([`crate::fuzz_rerun_lines`]).
 pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);
     count_drawn(spec);
@@ -221,7 +223,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
         Outcome::Failed { message } => {
             let mut r = report::failure(spec, &message);
             if let Some(a) = artifact {
-                r += &format!("  {}cargo fuzz run fp8_mmq {a}\n", report::repro_env());
+                r += &crate::fuzz_rerun_lines("", &report::repro_env(), "fp8_mmq", a);
             }
             panic!("{r}");
         }

@@ -230,7 +230,7 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
     }
     let _ = writeln!(r, "rerun: {}", repro_command(spec));
     if let Some(a) = artifact {
-        let _ = writeln!(r, "  {}cargo fuzz run fp8_mmq {a}", repro_env());
+        r += &crate::fuzz_rerun_lines("", &repro_env(), "fp8_mmq", a);
     }
     let _ = writeln!(
         r,

@@ -765,7 +765,9 @@ pub fn check(spec: &CaseSpec) {
     check_with_artifact(spec, None)
 }
 
-/// [`check`], naming the fuzz artifact in the reproduction.
+/// [`check`], with a line that reruns the fuzz input `artifact` (its path,
+/// or [`crate::LIBFUZZER_ARTIFACT`] from a fuzz target) in the
+/// reproduction ([`crate::fuzz_rerun_lines`]).
 pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);
     count_drawn(spec);

@@ -220,7 +220,12 @@ pub fn divergence(spec: &CaseSpec, rows: &[Row], source: &str, artifact: Option<
     }
     let _ = writeln!(r, "rerun: {}", repro_command(spec));
     if let Some(a) = artifact {
-        let _ = writeln!(r, "  cargo fuzz run gdn_packed {a}");
+        r += &crate::fuzz_rerun_lines(
+            "",
+            &crate::candidate_env(device::cuda::ENV_GDN_CU),
+            "gdn_packed",
+            a,
+        );
     }
     let _ = writeln!(
         r,

@@ -170,7 +170,12 @@ pub fn divergence(spec: &CaseSpec, v: &Verdict, source: &str, artifact: Option<&
     }
     let _ = writeln!(r, "rerun: {}", repro_command(spec));
     if let Some(a) = artifact {
-        let _ = writeln!(r, "  cargo fuzz run moe_tables {a}");
+        r += &crate::fuzz_rerun_lines(
+            "",
+            &crate::candidate_env(device::cuda::ENV_MOE_TABLES_CU),
+            "moe_tables",
+            a,
+        );
     }
     let _ = writeln!(
         r,

@@ -81,14 +81,14 @@ pub fn form_env(form: Form) -> String {
 }
 
 /// The lines that rerun one case in `form`: the fuzz artifact's (when
-/// there is one), then the `case` command (`kernel-oracle case mul-mat
+/// there is one, [`crate::fuzz_rerun_lines`]), then the `case` command (`kernel-oracle case mul-mat
 /// ...`, the program as [`crate::paths::rerun_prefix`] prints it), each
 /// `  rerun: ...\n`.
 pub fn rerun_lines(spec: &CaseSpec, geom: &Geometry, form: Form, artifact: Option<&str>) -> String {
     let env = crate::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL) + &form_env(form);
     let mut s = String::new();
     if let Some(a) = artifact {
-        s += &format!("  rerun: {env}cargo +nightly fuzz run mul_mat {a}\n");
+        s += &crate::fuzz_rerun_lines("  ", &env, "mul_mat", a);
     }
     s += &format!(
         "  rerun: {env}{} case mul-mat --dtype {} --m {} --n {} --k {} --arm {} --seed {:#x} --wg {},{},{}\n",
