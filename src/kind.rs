@@ -85,6 +85,12 @@ pub struct Kind {
     /// The environment variable that names a candidate source file
     /// (`KERNEL_ORACLE_MUL_MAT_WGSL`).
     pub env: &'static str,
+    /// The environment every printed rerun of the kind carries
+    /// (`VAR=value ` words, [`crate::candidate_env`] of each variable that
+    /// selects the kernel under test: the candidate source's, and for
+    /// fp8-mmq the peer, the forced variant and the schedule too), so that
+    /// the rerun tests the same kernel.
+    pub repro_env: fn() -> String,
     /// The cargo-fuzz target that fuzzes the kind on the device
     /// (`fuzz/fuzz_targets/<fuzz_target>.rs`; the GPU bundle's
     /// `fuzz_<fuzz_target>`).
@@ -235,12 +241,12 @@ pub fn args<T: clap::FromArgMatches>(m: &clap::ArgMatches) -> T {
 
 /// Why `kind`'s engine could not be made, printed: a kernel source that
 /// does not compile or load (`source_fault`) is a failing gate row, exit 1,
-/// with its rerun line naming the kind's gate and candidate variable
+/// with its rerun line naming the kind's gate and environment
 /// ([`crate::source_fault_report`]); a machine that cannot run kernels
 /// prints the message and exits 2.
 pub fn engine_failure(kind: &Kind, source_fault: bool, msg: &str) -> ExitCode {
     if source_fault {
-        print!("{}", crate::source_fault_report(kind.name, kind.env, msg));
+        print!("{}", crate::source_fault_report(kind, msg));
         ExitCode::from(1)
     } else {
         eprintln!("kernel-oracle: cannot run the CUDA kernels: {msg}");

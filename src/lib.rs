@@ -112,15 +112,17 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
-/// The gate's row for a kernel source the engine cannot load (it does not
-/// compile, lacks a kernel the ABI requires, or plans a launch the shim
-/// refuses): the message, the rerun line and the gate's failure line. The
-/// gate exits 1 with it, as for any failing row (a machine that cannot
-/// run kernels at all exits 2 instead).
-pub fn source_fault_report(gate: &str, env: &str, message: &str) -> String {
+/// The gate's row for a kernel source the engine of `kind` cannot load
+/// (it does not compile, lacks a kernel the ABI requires, or plans a
+/// launch the shim refuses): the message, the rerun line (with the kind's
+/// whole environment, [`kind::Kind::repro_env`]) and the gate's failure
+/// line. The gate exits 1 with it, as for any failing row (a machine that
+/// cannot run kernels at all exits 2 instead).
+pub fn source_fault_report(kind: &kind::Kind, message: &str) -> String {
+    let gate = kind.name;
     format!(
         "{gate}: the kernel source cannot be loaded: {message}  FAIL\n  rerun: {}{} check {gate}\n\n=== {gate}-check 1 FAILURES (the kernel source) ===\n",
-        candidate_env(env),
+        (kind.repro_env)(),
         paths::rerun_prefix()
     )
 }

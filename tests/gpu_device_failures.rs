@@ -132,9 +132,11 @@ fn planted_candidates_compile_and_the_broken_one_is_the_sources_fault() {
     let e = compile(&src, "sm_90a").expect_err("the planted #error");
     assert!(e.is_source_fault(), "{e}");
     assert!(e.to_string().contains("planted"), "{e}");
-    let row = kernel_oracle::source_fault_report("fp8-mmq", "NO_SUCH_VARIABLE_SET", &e.to_string());
+    let fp8 = kernel_oracle::kind::by_name("fp8-mmq").unwrap();
+    let row = kernel_oracle::source_fault_report(fp8, &e.to_string());
     let rerun = format!(
-        "  rerun: {} check fp8-mmq",
+        "  rerun: {}{} check fp8-mmq",
+        kernel_oracle::fp8_mmq::report::repro_env(),
         kernel_oracle::paths::rerun_prefix()
     );
     assert!(row.contains("FAIL") && row.contains(&rerun), "{row}");

@@ -2,9 +2,10 @@
 //! input's line (`kernel_oracle::fuzz_rerun_lines`) carries the same
 //! environment as the case's line, takes its program from
 //! `paths::fuzz_rerun_prefix`, and never holds libFuzzer's placeholder
-//! (its `<` is a redirection under `sh -c`). Every `rerun:` line is a
-//! command alone: no `#` note (interactive zsh takes its words as
-//! arguments), no `<` or `>`.
+//! (its `<` is a redirection under `sh -c`); a kernel source that cannot
+//! load prints a rerun line with the kind's whole environment. Every
+//! `rerun:` line is a command alone: no `#` note (interactive zsh takes
+//! its words as arguments), no `<` or `>`.
 //!
 //! One test: it sets the candidate variables of this process.
 
@@ -31,11 +32,12 @@ fn absolute(rel: &str) -> String {
 }
 
 #[test]
-fn fuzz_input_lines_carry_the_case_lines_environment() {
+fn fuzz_and_source_fault_lines_carry_the_kinds_environment() {
     std::env::set_var(device::cuda::ENV_MOE_TABLES_CU, "cand moe.cu");
     std::env::set_var(device::cuda::ENV_GDN_CU, "cand_gdn.cu");
     std::env::set_var(device::wgpu::ENV_MUL_MAT_WGSL, "cand.wgsl");
     std::env::set_var(device::cuda::ENV_FP8_MMQ_CU, "cand_fp8.cu");
+    std::env::set_var(device::cuda::ENV_TENSOR_CORE_CU, "cand_tc.cu");
     std::env::set_var("KERNEL_ORACLE_FP8_MMQ", "cublaslt");
     std::env::set_var("KERNEL_ORACLE_FP8_MMQ_VARIANT", "3");
     std::env::set_var("KERNEL_ORACLE_FP8_MMQ_SCHEDULE", "1");
@@ -117,8 +119,8 @@ fn fuzz_input_lines_carry_the_case_lines_environment() {
         "{r}"
     );
 
-    // fp8-mmq: the fuzz input's line carries the candidate, the peer
-    // switch, the forced variant and the schedule.
+    // fp8-mmq: the fuzz input's line and a source that cannot load carry
+    // the candidate, the peer switch, the forced variant and the schedule.
     let env = kernel_oracle::fp8_mmq::report::repro_env();
     for var in [
         "KERNEL_ORACLE_FP8_MMQ_CU=",
@@ -133,4 +135,18 @@ fn fuzz_input_lines_carry_the_case_lines_environment() {
         line,
         format!("rerun: {env}{} crash-1\n", fuzz_rerun_prefix("fp8_mmq"))
     );
+    let fp8 = kernel_oracle::kind::by_name("fp8-mmq").unwrap();
+    let r = kernel_oracle::source_fault_report(fp8, "planted #error");
+    assert_eq!(
+        rerun_commands(&r),
+        [format!("{env}{} check fp8-mmq", rerun_prefix())],
+        "{r}"
+    );
+    // Every kind's source fault: its own environment.
+    for k in kernel_oracle::kind::KINDS {
+        let r = kernel_oracle::source_fault_report(k, "planted");
+        let want = format!("{}{} check {}", (k.repro_env)(), rerun_prefix(), k.name);
+        assert_eq!(rerun_commands(&r), [want], "{r}");
+        assert!(r.contains(&format!("{}=", k.env)), "{r}");
+    }
 }

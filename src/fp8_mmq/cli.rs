@@ -18,6 +18,7 @@ pub const KIND: Kind = Kind {
     builtin: "cu/fp8_mmq.cu",
     ext: "cu",
     env: device::cuda::ENV_FP8_MMQ_CU,
+    repro_env: report::repro_env,
     fuzz_target: "fp8_mmq",
     backend: "cuda",
     runner,

@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     builtin: "cu/gdn.cu",
     ext: "cu",
     env: device::cuda::ENV_GDN_CU,
+    repro_env: || crate::candidate_env(device::cuda::ENV_GDN_CU),
     fuzz_target: "gdn_packed",
     backend: "cuda",
     runner,

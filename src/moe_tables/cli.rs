@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     builtin: "cu/moe_tables.cu",
     ext: "cu",
     env: device::cuda::ENV_MOE_TABLES_CU,
+    repro_env: || crate::candidate_env(device::cuda::ENV_MOE_TABLES_CU),
     fuzz_target: "moe_tables",
     backend: "cuda",
     runner,

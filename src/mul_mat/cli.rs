@@ -13,6 +13,7 @@ pub const KIND: Kind = Kind {
     builtin: "shaders/mul_mat_reg_tile.wgsl",
     ext: "wgsl",
     env: device::wgpu::ENV_MUL_MAT_WGSL,
+    repro_env: || crate::candidate_env(device::wgpu::ENV_MUL_MAT_WGSL),
     fuzz_target: "mul_mat",
     backend: "wgpu",
     runner,

@@ -15,6 +15,7 @@ pub const KIND: Kind = Kind {
     builtin: "cu/tensor_core.cu",
     ext: "cu",
     env: device::cuda::ENV_TENSOR_CORE_CU,
+    repro_env: || crate::candidate_env(device::cuda::ENV_TENSOR_CORE_CU),
     fuzz_target: "tensor_core",
     backend: "cuda",
     runner,
