@@ -127,6 +127,19 @@ pub fn source_fault_report(kind: &kind::Kind, message: &str) -> String {
     )
 }
 
+/// A failing gate row's reproduction, as the gates print it: `note` (what
+/// the command reruns, when it reruns more than the row) on a line of its
+/// own, `  (note)`, then `  rerun: COMMAND`, the command alone. A note
+/// after the command, even as a `# ...` comment, would become arguments
+/// where the line is pasted into a shell that takes no comments
+/// (interactive zsh by default).
+pub fn rerun_row(note: Option<&str>, command: &str) -> String {
+    match note {
+        Some(n) => format!("  ({n})\n  rerun: {command}"),
+        None => format!("  rerun: {command}"),
+    }
+}
+
 /// What a fuzz target passes as its artifact (`check_with_artifact`): the
 /// input's file is the `crash-*` artifact libFuzzer writes and names
 /// after the panic, not known when the report is made.
@@ -175,6 +188,18 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote("<x>"), "'<x>'");
+    }
+
+    #[test]
+    fn a_gate_rows_note_is_a_line_of_its_own_and_the_rerun_line_the_command_alone() {
+        let cmd = "V='a b' kernel-oracle check moe-tables";
+        assert_eq!(rerun_row(None, cmd), format!("  rerun: {cmd}"));
+        let noted = rerun_row(Some("row \"65,536 pairs\""), cmd);
+        let lines: Vec<&str> = noted.lines().collect();
+        assert_eq!(
+            lines,
+            ["  (row \"65,536 pairs\")", &format!("  rerun: {cmd}")]
+        );
     }
 
     /// An artifact's line is a `rerun:` line with the env and the fuzz

@@ -226,6 +226,13 @@ fn assert_failing_gate(r: &Ran, gate: &str, min_fail: usize) -> String {
         .collect();
     assert!(fails.len() >= min_fail, "{} FAIL rows\n{all}", fails.len());
     assert!(r.stdout.contains("  rerun: "), "{all}");
+    // Each rerun line is the command alone (a row's note on the line
+    // before): pasted into a shell without comments it runs as printed.
+    for l in r.stdout.lines() {
+        if let Some(cmd) = l.trim_start().strip_prefix("rerun: ") {
+            assert!(!cmd.contains('#'), "{cmd}\n{all}");
+        }
+    }
     assert!(
         r.stdout.contains(&format!("=== {gate}-check ")) && r.stdout.contains(" FAILURES"),
         "{all}"

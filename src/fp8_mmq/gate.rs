@@ -161,13 +161,17 @@ fn nan_row(engine: &Engine, row: &NanRow, variant: Option<u32>) -> bool {
     );
     if verdict == "FAIL" {
         // The one-shape gate runs every NaN row (each variant's too).
-        println!(
-            "  rerun: {}{} check fp8-mmq {in_f} {out_f} {m}  # its NaN row {:?}{}",
-            report::repro_env(),
-            crate::paths::rerun_prefix(),
+        let note = format!(
+            "its NaN row {:?}{}",
             row.label,
             variant.map_or(String::new(), |v| format!(", variant {v} forced"))
         );
+        let cmd = format!(
+            "{}{} check fp8-mmq {in_f} {out_f} {m}",
+            report::repro_env(),
+            crate::paths::rerun_prefix()
+        );
+        println!("{}", crate::rerun_row(Some(&note), &cmd));
     }
     verdict == "PASS"
 }

@@ -137,10 +137,16 @@ impl GateResult {
     /// command that reruns it (a device failure is a failing row with its
     /// message, [`Row::error`]).
     fn add(&mut self, row: &Row, rerun: &str) {
+        self.add_noted(row, None, rerun);
+    }
+
+    /// [`Self::add`], with `note` on its own line before the rerun line
+    /// of a failing row ([`crate::rerun_row`]).
+    fn add_noted(&mut self, row: &Row, note: Option<&str>, rerun: &str) {
         println!("{}", report::table_row(row));
         self.rows += 1;
         if !row.pass() {
-            println!("  rerun: {rerun}");
+            println!("{}", crate::rerun_row(note, rerun));
             self.failures += 1;
             self.failures_by_gate[usize::from(row.gate - 1)] += 1;
             self.failed.push(format!(
@@ -201,13 +207,17 @@ pub fn run(e: &GdnEngine) -> GateResult {
             Ok(d) => row.diffs = d,
             Err(err) => row.error = Some(err.to_string()),
         }
-        // The per-row kernels alone run only in the gate.
+        // The per-row kernels alone run only in the gate: its rerun line
+        // is the gate's, after a note naming the row.
         let rerun = format!(
-            "{}{} check gdn  # the row \"per-row kernels alone == oracle\" of ({num_k}, {num_v}), d_conv {d_conv}",
+            "{}{} check gdn",
             crate::candidate_env(device::cuda::ENV_GDN_CU),
             crate::paths::rerun_prefix()
         );
-        g.add(&row, &rerun);
+        let note = format!(
+            "the row \"per-row kernels alone == oracle\" of ({num_k}, {num_v}), d_conv {d_conv}"
+        );
+        g.add_noted(&row, Some(&note), &rerun);
     }
     // The batched fused step through each entry the engine launches:
     // ragged batches and rows, head layouts whose columns per CTA are 16,

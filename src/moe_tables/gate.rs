@@ -243,11 +243,14 @@ pub fn run(engine: &MoeEngine, cases: &[GateCase]) -> GateResult {
             g.failed.push(c.label);
             // Gate rows are fixed data, not generated cases: the gate
             // (about a second) reruns them.
-            println!(
-                "  rerun: {}{} check moe-tables  # row {}",
+            let cmd = format!(
+                "{}{} check moe-tables",
                 crate::candidate_env(device::cuda::ENV_MOE_TABLES_CU),
-                crate::paths::rerun_prefix(),
-                c.label
+                crate::paths::rerun_prefix()
+            );
+            println!(
+                "{}",
+                crate::rerun_row(Some(&format!("row {}", c.label)), &cmd)
             );
         }
     }
