@@ -7,7 +7,8 @@
 //! `rerun:` line is a command alone: no `#` note (interactive zsh takes
 //! its words as arguments), no `<` or `>`.
 //!
-//! One test: it sets the candidate variables of this process.
+//! The first test sets the candidate variables of this process; the
+//! second matches its lines whatever they hold.
 
 use kernel_oracle::paths::{fuzz_rerun_prefix, rerun_prefix};
 use kernel_oracle::{fuzz_rerun_lines, LIBFUZZER_ARTIFACT};
@@ -148,5 +149,55 @@ fn fuzz_and_source_fault_lines_carry_the_kinds_environment() {
         let want = format!("{}{} check {}", (k.repro_env)(), rerun_prefix(), k.name);
         assert_eq!(rerun_commands(&r), [want], "{r}");
         assert!(r.contains(&format!("{}=", k.env)), "{r}");
+    }
+}
+
+/// `scripts/gpu-check collect` picks each fuzz log's reproduction by its
+/// `grep -E` pattern: it must match a case's rerun line in every form the
+/// program takes (the bundle's binary by its quoted path, by name, cargo
+/// in the tree), after the candidate's quoted variable. It matched
+/// `kernel-oracle case` before, which a quoted path (`'.../kernel-oracle'
+/// case`) does not contain.
+#[test]
+fn gpu_checks_log_summary_matches_every_form_of_a_case_line() {
+    // In the bundle, gpu-check lies at its root.
+    let script =
+        kernel_oracle::paths::project_file("scripts/gpu-check", env!("CARGO_MANIFEST_DIR"))
+            .or_else(|_| {
+                kernel_oracle::paths::project_file("gpu-check", env!("CARGO_MANIFEST_DIR"))
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+    let text = std::fs::read_to_string(&script).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("grep -E \"INITED|"))
+        .unwrap_or_else(|| panic!("no log summary grep in {}", script.display()));
+    let pattern = line.split('"').nth(1).unwrap();
+    let spec = kernel_oracle::gdn::CaseSpec::seed_like(2, 4, 4, 3, 1);
+    let printed = kernel_oracle::gdn::report::repro_command(&spec);
+    let lines = [
+        "rerun: KERNEL_ORACLE_GDN_CU='/tmp/a b/g.cu' '/tmp/kernel oracle/kernel-oracle' case gdn --num-k 2".to_string(),
+        "  rerun: KERNEL_ORACLE_MUL_MAT_SUBGROUPS=off kernel-oracle case mul-mat --dtype q4_0".to_string(),
+        "rerun: /x/scripts/cargo-runner /x/target/release/kernel-oracle case moe-tables --n-expert 1".to_string(),
+        "rerun: cargo run --release -- case fp8-mmq --in-f 256".to_string(),
+        format!("rerun: {printed}"),
+    ];
+    for l in &lines {
+        let out = std::process::Command::new("grep")
+            .args(["-E", "-c", pattern])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin
+                    .take()
+                    .unwrap()
+                    .write_all(format!("{l}\n").as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        let n = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(n.trim(), "1", "{pattern:?} does not match {l:?}");
     }
 }
