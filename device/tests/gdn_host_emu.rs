@@ -17,8 +17,13 @@
 //! completes an mbarrier's phase pauses its thread 200 us, so that a store
 //! posted after its arrival is seen missing by the waiters (the one-row
 //! path with delta stored after its hand-off failed 3 runs of 3, 2 of 3
-//! before). A warp's convergence and the memory model's orderings are
-//! beyond it.
+//! before). Asynchronous copies (`cp.async`) are poisoned at issue and
+//! filled at the issuing thread's wait, in PTX's commit groups (a
+//! `wait_group N` completes every group but the newest `N`), so that a
+//! read before its copy's wait, or a wait that leaves its copy's group
+//! pending, is seen. The batched entries are checked sequence by sequence
+//! against each sequence run alone. A warp's convergence and the memory
+//! model's orderings are beyond it.
 //!
 //! They need `g++` with C++20 `<barrier>` (GCC 11 or later; Debian's `g++`
 //! package): without it they fail, saying so, rather than pass unrun.
@@ -121,8 +126,9 @@ inline void gdn_mbar_wait(gdn_mbar_t *b, int parity) {
     }
 }
 inline void gdn_host_wait();
-inline void gdn_cp_commit() {}
-template <int N> inline void gdn_cp_wait_prior() { gdn_host_wait(); }
+inline void gdn_host_wait_prior(int n);
+inline void gdn_cp_commit();
+template <int N> inline void gdn_cp_wait_prior() { gdn_host_wait_prior(N); }
 inline void gdn_bar_sync(int id, int n) {
     HostNamedBar &b = g_nbar[id]; std::unique_lock<std::mutex> lk(b.mu);
     const unsigned long g = b.gen;
@@ -148,10 +154,15 @@ inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); retu
 /* Asynchronous copies (cp.async) as the device may complete them: the
  * source read when issued, the destination poisoned then and written at
  * the issuing thread's wait; a thread that ends with copies pending is an
- * error. */
+ * error. Commit groups as PTX's: a copy belongs to the group the thread's
+ * next commit closes; wait_group N (gdn_cp_wait_prior<N>) completes the
+ * copies of every group but the newest N committed (not those of the
+ * newest N, nor copies not yet committed); wait_all (gdn_cp_wait) every
+ * copy. */
 #define GDN_HOST_ASYNC 1
-struct HostCopy { float *dst; float v[4]; int n; };
+struct HostCopy { float *dst; float v[4]; int n; long group; };
 thread_local std::vector<HostCopy> g_pending;
+thread_local long g_groups = 0; /* the groups this thread has committed */
 static const unsigned HOST_POISON = 0x7F80BEEFu; /* a signalling NaN */
 /* What the device requires of a 16-byte access or an mbarrier's 8 bytes
  * (the host would not fault). */
@@ -160,7 +171,7 @@ inline void gdn_host_aligned(const void *p, unsigned long a) {
 }
 inline void gdn_host_cp(float *dst, const float *src, int n) {
     if (n == 4) { gdn_host_aligned(dst, 16); gdn_host_aligned(src, 16); }
-    HostCopy c{dst, {}, n};
+    HostCopy c{dst, {}, n, g_groups};
     float pz; std::memcpy(&pz, &HOST_POISON, 4);
     for (int i = 0; i < n; ++i) { c.v[i] = src[i]; dst[i] = pz; }
     g_pending.push_back(c);
@@ -168,6 +179,15 @@ inline void gdn_host_cp(float *dst, const float *src, int n) {
 inline void gdn_host_wait() {
     for (auto &c : g_pending) for (int i = 0; i < c.n; ++i) c.dst[i] = c.v[i];
     g_pending.clear();
+}
+inline void gdn_cp_commit() { ++g_groups; }
+inline void gdn_host_wait_prior(int n) {
+    std::vector<HostCopy> keep;
+    for (auto &c : g_pending) {
+        if (c.group < g_groups - n) { for (int i = 0; i < c.n; ++i) c.dst[i] = c.v[i]; }
+        else keep.push_back(c);
+    }
+    g_pending.swap(keep);
 }
 #include "gdn.cu"
 
@@ -252,8 +272,13 @@ extern "C" void emu_rows(int packed, int nk, int nv, int dc, int t,
 
 /* batch: B sequences of one layer (inputs from a xorshift seeded by seed)
  * through gdn_step_fused (one CTA per q/k head and sequence, the threads
- * of a batch) and through gdn_step_fused_persistent on G CTAs; exit 0 when
- * all seven outputs (both state pools) are bit-identical, else 1. */
+ * of a batch), gdn_step_fused_c2 (clusters of 2, likewise) and
+ * gdn_step_fused_persistent on G CTAs, each against every sequence run
+ * alone through the chained per-row kernels (emu_rows mode 0, which the
+ * rows tests check against the oracle): conv outputs, o, both snapshots,
+ * the ring and the final state (the parity slot) of every sequence, and
+ * nothing written past the snapshots' end; exit 0 when every word is
+ * bit-identical, else 1. */
 static uint64_t g_rs;
 static float rnd() { g_rs ^= g_rs << 13; g_rs ^= g_rs >> 7; g_rs ^= g_rs << 17; return (float)((g_rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f; }
 static int emu_batch(int nk, int nv, int dc, int t, int B, int G, uint64_t seed) {
@@ -269,32 +294,53 @@ static int emu_batch(int nk, int nv, int dc, int t, int B, int G, uint64_t seed)
     for (auto &x : ring0) x = rnd();
     for (auto &x : s0) x = rnd() * 0.1f;
     const float eps = 1e-6f, scale = 1.0f / std::sqrt(128.0f);
-    struct Out { std::vector<float> ring, can, alt, co, o, sc, ss; };
-    auto go = [&](bool pst) {
-        Out r{ring0, s0, std::vector<float>(B * N, 0.0f), std::vector<float>(B * t * C, -1), std::vector<float>(B * t * V, -1),
-              std::vector<float>(B * (t - 1) * RL + 1, -1), std::vector<float>(B * (t - 1) * N + 1, -1)};
+    /* fin: the final state's pool (alt for odd t, rule PARITY). */
+    struct Out { std::vector<float> ring, can, alt, co, o, sc, ss; const std::vector<float> &fin(int t) const { return t % 2 ? alt : can; } };
+    auto fresh = [&] {
+        return Out{ring0, s0, std::vector<float>(B * N, 0.0f), std::vector<float>(B * t * C, -1), std::vector<float>(B * t * V, -1),
+                   std::vector<float>(B * (t - 1) * RL + 1, -1), std::vector<float>(B * (t - 1) * N + 1, -1)};
+    };
+    /* entry 0: gdn_step_fused, 1: gdn_step_fused_c2, 2: gdn_step_fused_persistent. */
+    auto go = [&](int entry) {
+        Out r = fresh();
         unsigned long long tab[3] = {(unsigned long long)r.ring.data(), (unsigned long long)r.can.data(), (unsigned long long)r.alt.data()};
         float *sc = t > 1 ? r.sc.data() : nullptr, *ss = t > 1 ? r.ss.data() : nullptr;
-        if (pst) {
+        if (entry == 2) {
             launch(G, 1, 128, [&] { gdn_step_fused_persistent(qkv.data(), br.data(), alpha.data(), tab, w.data(), dt.data(), al.data(), r.co.data(), r.o.data(), sc, ss, nk, nv, dc, t, eps, scale, B); });
         } else {
-            const int cs = GDN_CS, cpc = (nv / nk) * 128 / cs;
+            const int cs = entry ? 2 : GDN_CS, cpc = (nv / nk) * 128 / cs;
+            auto fused = entry ? gdn_step_fused_c2 : gdn_step_fused;
             g_reverse = true;
-            launch(nk * cs, B, cpc < 128 ? cpc : 128, [&] { gdn_step_fused(qkv.data(), br.data(), alpha.data(), tab, w.data(), dt.data(), al.data(), r.co.data(), r.o.data(), sc, ss, nk, nv, dc, t, eps, scale); });
+            launch(nk * cs, B, cpc < 128 ? cpc : 128, [&] { fused(qkv.data(), br.data(), alpha.data(), tab, w.data(), dt.data(), al.data(), r.co.data(), r.o.data(), sc, ss, nk, nv, dc, t, eps, scale); });
             g_reverse = false;
         }
         return r;
     };
-    Out a = go(false), b = go(true);
+    /* The reference: each sequence alone through the chained per-row kernels. */
+    Out ref = fresh();
+    for (int b = 0; b < B; ++b) {
+        std::vector<float> fin(N);
+        emu_rows(0, nk, nv, dc, t, w.data(), dt.data(), al.data(), eps, scale, qkv.data() + b * t * C, br.data() + b * t * nv,
+                 alpha.data() + b * t * nv, ref.ring.data() + b * RL, s0.data() + b * N, ref.co.data() + b * t * C,
+                 ref.o.data() + b * t * V, ref.sc.data() + b * (t - 1) * RL, ref.ss.data() + b * (t - 1) * N, fin.data());
+        std::copy(fin.begin(), fin.end(), (t % 2 ? ref.alt : ref.can).begin() + b * N);
+    }
     int bad = 0;
-    auto cmp = [&](const char *name, const std::vector<float> &x, const std::vector<float> &y) {
-        size_t nd = 0, first = 0;
-        for (size_t i = 0; i < x.size(); ++i) if (std::memcmp(&x[i], &y[i], 4)) { if (!nd) first = i; ++nd; }
-        if (nd) { ++bad; fprintf(stderr, "  %s: %zu words differ, first at %zu\n", name, nd, first); }
-    };
-    cmp("ring", a.ring, b.ring); cmp("canonical", a.can, b.can); cmp("alt", a.alt, b.alt);
-    cmp("conv_out", a.co, b.co); cmp("o", a.o, b.o); cmp("snap_conv", a.sc, b.sc); cmp("snap_state", a.ss, b.ss);
-    printf("batch nk %d nv %d dc %d t %d B %d G %d: %s\n", nk, nv, dc, t, B, G, bad ? "DIFF" : "ok");
+    const char *names[3] = {"gdn_step_fused", "gdn_step_fused_c2", "gdn_step_fused_persistent"};
+    for (int entry = 0; entry < 3; ++entry) {
+        const Out a = go(entry);
+        int ebad = 0;
+        auto cmp = [&](const char *name, const std::vector<float> &x, const std::vector<float> &y, size_t per) {
+            size_t nd = 0, first = 0;
+            for (size_t i = 0; i < x.size(); ++i) if (std::memcmp(&x[i], &y[i], 4)) { if (!nd) first = i; ++nd; }
+            if (nd) { ++ebad; fprintf(stderr, "  %s: %s: %zu words differ, first at %zu (sequence %zu)\n", names[entry], name, nd, first, per ? first / per : 0); }
+        };
+        cmp("ring", a.ring, ref.ring, RL); cmp("final state", a.fin(t), ref.fin(t), N);
+        cmp("conv_out", a.co, ref.co, t * C); cmp("o", a.o, ref.o, t * V);
+        cmp("snap_conv", a.sc, ref.sc, (t - 1) * RL); cmp("snap_state", a.ss, ref.ss, (t - 1) * N);
+        printf("batch nk %d nv %d dc %d t %d B %d G %d, %s: %s\n", nk, nv, dc, t, B, G, names[entry], ebad ? "DIFF" : "ok");
+        bad += ebad;
+    }
     return bad ? 1 : 0;
 }
 
@@ -710,44 +756,56 @@ fn host_emulated_zero_head_over_a_negative_state_sums_from_plus_zero() {
     }
 }
 
-/// The persistent entry over batches (several sequences, items of two or
-/// more sequences on one CTA, several chunks per item at ratio 2 and
-/// more, 1 to 4 CTAs) bit-identical to `gdn_step_fused` on the same batch
-/// (itself checked against the oracle above and by the GPU gate), both
-/// run with the emulator's asynchronous copies: a read of a stage before
-/// its wait, or a prefetch into memory still being read, differs.
+/// The batched entries over batches (several sequences, items of two or
+/// more sequences on one CTA of the persistent entry, several chunks per
+/// item at ratio 2 and more, 1 to 4 CTAs, one more CTA than items):
+/// `gdn_step_fused`, `gdn_step_fused_c2` and `gdn_step_fused_persistent`
+/// each bit-identical, sequence by sequence, to every sequence run alone
+/// through the chained per-row kernels (themselves checked against the
+/// oracle above): conv outputs, o, both snapshots, the ring and the final
+/// state, and nothing written past the snapshots. A sequence offset the
+/// entries share (`gdn_seq`, the body's output blocks) is wrong in all of
+/// them alike, so the entries are not compared with one another. Run in
+/// both binaries (`gdn_step_fused` with one CTA per q/k head, and with
+/// sm_90's clusters of 8), with the emulator's asynchronous copies: a read
+/// of a stage before its wait, or a prefetch into memory still being read,
+/// differs.
 #[test]
-fn host_emulated_persistent_batches_match_the_main_entry() {
-    let bin = emulator_with("batch", &[]);
+fn host_emulated_batches_match_each_sequence_alone() {
     let mut cases = 0;
-    for &(nk, nv, dc, t, b, g) in &[
-        (2, 4, 4, 1, 3, 1),
-        (2, 4, 4, 1, 3, 2),
-        (2, 4, 4, 3, 3, 2),
-        (2, 4, 3, 2, 2, 4),
-        (1, 3, 3, 2, 3, 2),
-        (1, 1, 2, 4, 3, 2),
-        (1, 4, 4, 5, 2, 1),
-        (1, 4, 3, 1, 3, 2),
-        (1, 3, 3, 1, 3, 2),
-        (4, 4, 4, 1, 2, 3),
-        (2, 2, 2, 3, 4, 3),
-    ] {
-        let args: Vec<String> = ["batch".to_string()]
-            .into_iter()
-            .chain([nk, nv, dc, t, b, g].iter().map(|v| v.to_string()))
-            .chain(["0x5a17".to_string()])
-            .collect();
-        let out = Command::new(&bin).args(&args).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains(": ok"),
-            "persistent batch {args:?}: {:?}\n{text}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        cases += 1;
+    for (name, extra) in [("batch1", &[][..]), ("batch8", &["-DGDN_CS=8"][..])] {
+        let bin = emulator_with(name, extra);
+        for &(nk, nv, dc, t, b, g) in &[
+            (2, 4, 4, 1, 3, 1),
+            (2, 4, 4, 1, 3, 2),
+            (2, 4, 4, 3, 3, 2),
+            (2, 4, 3, 2, 2, 4),
+            (1, 3, 3, 2, 3, 2),
+            (1, 1, 2, 4, 3, 2),
+            (1, 4, 4, 5, 2, 1),
+            (1, 4, 3, 1, 3, 2),
+            (1, 3, 3, 1, 3, 2),
+            (4, 4, 4, 1, 2, 3),
+            (2, 2, 2, 3, 4, 3),
+            (2, 8, 3, 2, 2, 3),
+            (1, 2, 4, 1, 2, 3),
+        ] {
+            let args: Vec<String> = ["batch".to_string()]
+                .into_iter()
+                .chain([nk, nv, dc, t, b, g].iter().map(|v| v.to_string()))
+                .chain(["0x5a17".to_string()])
+                .collect();
+            let out = Command::new(&bin).args(&args).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.matches(": ok").count() == 3,
+                "{name}: batch {args:?}: {:?}\n{text}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            cases += 1;
+        }
+        remove(&bin);
     }
-    assert_eq!(cases, 11);
-    remove(&bin);
+    assert_eq!(cases, 26);
 }
