@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 16] = [
+pub const MUTANTS: [Mutant; 17] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -82,6 +82,13 @@ pub const MUTANTS: [Mutant; 16] = [
         what: "the fused step writes sequence b's final state into the block of sequence b - 1 of the other pool (a sequence index slip; sequence 0 keeps its own)",
         find: "f32 *const fin = (t & 1) ? alt : canonical; /* rule PARITY */",
         replace: "f32 *const fin = ((t & 1) ? (f32 *)tab[2] : (f32 *)tab[1]) + (b > 0 ? b - 1 : 0) * n;",
+        caught_by: &[2],
+    },
+    Mutant {
+        name: "fused-seq-alpha-slip",
+        what: "the batched entries find sequence b's alpha rows at b * num_v instead of b * t * num_v (the batch stride forgets t, in gdn_seq, which every batched entry shares): every sequence but the first decays with another row's gate when t > 1; every entry reads the same wrong rows, so comparing the entries with one another cannot see it (the host emulator compared them so until it checked each sequence against the sequence run alone)",
+        find: "s.alb = alpha + b * (u64)t * num_v;",
+        replace: "s.alb = alpha + b * (u64)num_v;",
         caught_by: &[2],
     },
     Mutant {
