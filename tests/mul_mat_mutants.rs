@@ -628,8 +628,9 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
         lines.contains("  rerun: ") && lines.contains(&case),
         "{lines}"
     );
-    // The whole gate on that shape: every row run (at `geom` and the
-    // shader's declared geometry, and the quantized ones again on the
+    // The whole gate on that shape: every row run (at `geom`, the
+    // shader's declared geometry and, the shape being small, the small
+    // geometries the adapter holds, and the quantized ones again on the
     // dequantize-then-GEMM path), the failing ones counted.
     let g = gate::run(&e, &[sh], &[geom]);
     let dtypes = Dtype::ALL
@@ -637,7 +638,13 @@ fn a_guard_band_hit_is_a_failing_row_and_a_fuzz_failure_with_its_rerun_line() {
         .filter(|d| sh.k % d.block_elems() == 0)
         .count();
     assert!(e.decl().dequant);
-    let geoms = gate::geometries(&e, &[geom]).len();
+    let named = gate::geometries(&e, &[geom]);
+    assert!(sh.m * sh.n * sh.k <= gate::SMALL_MAX_MACS);
+    let small = gate::SMALL_GEOMETRIES
+        .iter()
+        .filter(|g| !named.contains(g) && g.validate(e.decl(), e.limits()).is_ok())
+        .count();
+    let geoms = named.len() + small;
     // The exchange canary adds a row a geometry in the subgroup form.
     let canary = if e.forms().contains(&Form::Subgroup) {
         geoms

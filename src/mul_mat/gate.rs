@@ -9,7 +9,9 @@
 //!   and M of `ffn_down` and `attn_out` with N cut from 512 to 64 (the
 //!   longest K, 4608, is where the EXACT bound is tightest), and ragged
 //!   shapes (m and n off the 64-wide workgroup block, m = n = 1, f32 k
-//!   not a multiple of TILE_K), and two with n > m (few columns, many
+//!   not a multiple of TILE_K, whose last partial tile is not a multiple of
+//!   4 k either at any gate geometry: K = 101, so the products' one-k-at-a-
+//!   time tail runs), and two with n > m (few columns, many
 //!   rows: a store that skips the column check writes from the last row's
 //!   partial workgroup block into the guard band after `dst`).
 //!
@@ -63,7 +65,7 @@ pub const CI_SHAPES: [Shape; 8] = [
     shape("ragged", 197, 512, 67),
     shape("m1n1", 1, 256, 1),
     shape("m-edge", 65, 768, 63),
-    shape("k-tail", 70, 100, 9),
+    shape("k-tail", 70, 101, 9),
     shape("n>m", 3, 256, 70),
     shape("n>>m", 17, 512, 131),
 ];
@@ -82,6 +84,37 @@ pub const GEOMETRIES: [Geometry; 2] = [
         tile_k: 40,
     },
 ];
+
+/// The geometry whose TILE_K is not a multiple of 4: quantized src0 is
+/// then staged one element per call of the one-element loaders
+/// (`load_q4_0` .. `load_q6_k`, which no other geometry runs) and the
+/// products go one k at a time.
+pub const ELEMENT_GEOMETRY: Geometry = Geometry {
+    wg_m: 4,
+    wg_n: 4,
+    tile_k: 6,
+};
+
+/// Two staged scale groups a step (TILE_K 32, what
+/// `WgpuEngine::default_geometry` takes on grids of few workgroups on a
+/// GPU, but which the gate's 16 x 16 threads do not fit in lavapipe's
+/// 32 KiB of workgroup memory): at 8 x 8 threads, so that the gate meets a
+/// kernel that indexes its staged scales by row as if each row had one
+/// group on every adapter.
+pub const GROUPS2_GEOMETRY: Geometry = Geometry {
+    wg_m: 8,
+    wg_n: 8,
+    tile_k: 32,
+};
+
+/// The geometries [`run`] also runs on every shape of at most
+/// [`SMALL_MAX_MACS`] multiply-adds (on the CI shapes, all but the two
+/// long ones), each a code path none of [`GEOMETRIES`] runs, so that a bug
+/// there fails the gate, not only the fuzzer.
+pub const SMALL_GEOMETRIES: [Geometry; 2] = [ELEMENT_GEOMETRY, GROUPS2_GEOMETRY];
+
+/// The largest shape (`m n k`) [`run`] also runs at [`SMALL_GEOMETRIES`].
+pub const SMALL_MAX_MACS: usize = 8 << 20;
 
 /// The gate's result.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -383,7 +416,9 @@ pub fn dequant_spec(spec: &CaseSpec) -> CaseSpec {
 /// the shader's declared one; shapes whose k is not whole blocks of a
 /// dtype skip that dtype), the quantized dtypes on the fused path; then
 /// each shape whose own geometry ([`WgpuEngine::default_geometry`], what
-/// the bench times) is none of those at that geometry too; then,
+/// the bench times) is none of those at that geometry too; then the
+/// shapes of at most [`SMALL_MAX_MACS`] at each of [`SMALL_GEOMETRIES`]
+/// where they have not run at it; then,
 /// when the shader declares a `dequant` entry, every quantized dtype x
 /// shape x arm on the dequantize-then-GEMM path ([`dequant_spec`]) at the
 /// shader's declared geometry (that path's GEMM is the f32 pipeline, which
@@ -418,6 +453,28 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
         match runs.iter_mut().find(|(g, d, _)| *g == own && !d) {
             Some((_, _, list)) => list.push(sh),
             None => runs.push((own, false, vec![sh])),
+        }
+    }
+    for geom in SMALL_GEOMETRIES {
+        // A geometry the adapter cannot hold for this shader's thread tile
+        // (a candidate whose tile makes TILE_K 32 at 8 x 8 threads pass
+        // lavapipe's 32 KiB) is one the shim refuses everywhere on that
+        // adapter: said, not run.
+        if let Err(e) = geom.validate(decl, engine.limits()) {
+            println!("not run at {}: {e}", report::geometry(&geom));
+            continue;
+        }
+        let small: Vec<&Shape> = shapes
+            .iter()
+            .filter(|sh| sh.m * sh.n * sh.k <= SMALL_MAX_MACS)
+            .filter(|sh| {
+                !runs
+                    .iter()
+                    .any(|(g, d, l)| *g == geom && !d && l.contains(sh))
+            })
+            .collect();
+        if !small.is_empty() {
+            runs.push((geom, false, small));
         }
     }
     if decl.dequant {

@@ -427,8 +427,9 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     /// - byte 2: the size classes of `edge_size`, bits 0-1 m and bits 2-3
     ///   n (1: 1/4, a multiple of 64 plus or minus 2: 1/4, any: 1/2), bits
     ///   4-5 k (one block: 1/4, [`config::K_MAX`]: 1/4, any: 1/2);
-    /// - byte 3: the geometry, bits 0-1 (seed bits 61-62, which
-    ///   [`super::geometry_for`] reads: 1/4 each), bit 6 the shader form
+    /// - byte 3: the geometry, bits 0-2 (seed bits 61-62 and 59, which
+    ///   [`super::geometry_for`] reads: 1/8 each of the eight
+    ///   [`super::FUZZ_GEOMETRIES`]), bit 6 the shader form
     ///   (seed bit 60, which [`super::form_for`] reads: the subgroup form,
     ///   where the adapter has one, 1/2), and bit 7 the path of a
     ///   quantized src0 (seed bit 63, which [`super::path_for`] reads:
@@ -436,9 +437,11 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     /// - then m, n, k within their classes, and the seed.
     ///
     /// (The arm and dtype used to share byte 0, with m, n, k and the seed
-    /// after it and the geometry from the seed; inputs of an older fuzz
-    /// corpus decode to other cases. A printed reproduction names its case
-    /// and is unaffected.)
+    /// after it and the geometry from the seed; until the odd geometries
+    /// came, the geometry was bits 0-1 of byte 3 and seed bit 59 was data.
+    /// Inputs of an older fuzz corpus decode to other cases. A printed
+    /// reproduction names its case and geometry (`--wg`) and is
+    /// unaffected.)
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
         let sel: [u8; SELECTOR_BYTES] = [
             u.arbitrary()?,
@@ -458,12 +461,13 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             1 => config::K_MAX / be,
             _ => u.int_in_range(1..=config::K_MAX / be)?,
         };
-        let geometry = u64::from(sel[3] & 3);
+        let geometry = u64::from(sel[3] & 7);
         let subgroup = u64::from((sel[3] >> 6) & 1);
         let dequant = u64::from(sel[3] >> 7);
-        let seed = (u64::arbitrary(u)? & !(15 << 60))
+        let seed = (u64::arbitrary(u)? & !(15 << 60) & !(1 << 59))
+            | (geometry >> 2) << 59
             | (subgroup << 60)
-            | (geometry << 61)
+            | ((geometry & 3) << 61)
             | (dequant << 63);
         Ok(CaseSpec {
             dtype,

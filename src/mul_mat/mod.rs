@@ -43,8 +43,8 @@ pub struct Stats {
     /// Cases drawn per dtype, in `Dtype::ALL` order (designed: 1/5 each).
     pub dtype: [AtomicU64; 5],
     /// Cases drawn per geometry, in [`FUZZ_GEOMETRIES`] order (designed:
-    /// 1/4 each).
-    pub geometry: [AtomicU64; 4],
+    /// 1/8 each).
+    pub geometry: [AtomicU64; 8],
     /// Cases with m = 1 (designed: at least 1/4).
     pub m1: AtomicU64,
     /// Cases with n = 1 (designed: at least 1/4).
@@ -62,7 +62,7 @@ pub static STATS: Stats = Stats {
     invalid: AtomicU64::new(0),
     arm: [const { AtomicU64::new(0) }; 3],
     dtype: [const { AtomicU64::new(0) }; 5],
-    geometry: [const { AtomicU64::new(0) }; 4],
+    geometry: [const { AtomicU64::new(0) }; 8],
     m1: AtomicU64::new(0),
     n1: AtomicU64::new(0),
     dequant: AtomicU64::new(0),
@@ -101,8 +101,16 @@ pub fn stats_line() -> String {
 /// of 8 (more k tiles), and one with the TILE_K of 32 that
 /// `WgpuEngine::default_geometry` takes on grids of few workgroups (two
 /// staged scale groups a step), at 8 x 8 threads so that every thread
-/// tile's workgroup fits every adapter (lavapipe's 32 KiB).
-pub const FUZZ_GEOMETRIES: [Geometry; 4] = [
+/// tile's workgroup fits every adapter (lavapipe's 32 KiB); then the odd
+/// geometries `tests/mul_mat_gate.rs`'s `builtin_odd_geometries` pins for
+/// the production shader, so that a candidate meets them too: TILE_K 6
+/// ([`gate::ELEMENT_GEOMETRY`]: not a multiple of 4, so quantized rows go
+/// through the one-element loaders, which no other geometry runs, and
+/// the products one k at a time), TILE_K 48 at 3 x 4 threads (three staged
+/// scale groups a step, a row-group count that is not a multiple of 4),
+/// and TILE_K 64 and 72 at 4 x 4 (the longest tile whose products are
+/// written out, and the loop over whole tiles past it).
+pub const FUZZ_GEOMETRIES: [Geometry; 8] = [
     gate::GEOMETRIES[0],
     gate::GEOMETRIES[1],
     Geometry {
@@ -110,17 +118,30 @@ pub const FUZZ_GEOMETRIES: [Geometry; 4] = [
         wg_n: 8,
         tile_k: 8,
     },
+    gate::GROUPS2_GEOMETRY,
+    gate::ELEMENT_GEOMETRY,
     Geometry {
-        wg_m: 8,
-        wg_n: 8,
-        tile_k: 32,
+        wg_m: 3,
+        wg_n: 4,
+        tile_k: 48,
+    },
+    Geometry {
+        wg_m: 4,
+        wg_n: 4,
+        tile_k: 64,
+    },
+    Geometry {
+        wg_m: 4,
+        wg_n: 4,
+        tile_k: 72,
     },
 ];
 
 /// The index in [`FUZZ_GEOMETRIES`] a fuzz case runs with: bits 61-62 of
-/// its seed (which `CaseSpec`'s `Arbitrary` sets from a leading byte).
+/// its seed, and bit 59 as the index's bit 2 (which `CaseSpec`'s
+/// `Arbitrary` sets from a leading byte: 1/8 each).
 pub fn geometry_index(spec: &CaseSpec) -> usize {
-    ((spec.seed >> 61) & 3) as usize
+    (((spec.seed >> 61) & 3) | (((spec.seed >> 59) & 1) << 2)) as usize
 }
 
 /// Whether a fuzz case asks for the subgroup form ([`form_for`]): bit 60
