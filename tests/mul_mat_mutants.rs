@@ -207,6 +207,40 @@ fn dequant_last_unit_dropped_is_caught_on_the_dequant_path() {
     }
 }
 
+/// q6_K's one-element loader with the high code at the wrong shift fails
+/// q6_K at the gate's element geometry (TILE_K 6: the only one that runs
+/// the one-element loaders) and passes every other dtype there, and q6_K
+/// itself at the declared geometry and on the dequant path, which decode
+/// through other code; in each form.
+#[test]
+fn q6k_element_hi_shift_is_caught_at_the_element_geometry() {
+    use kernel_oracle::mul_mat::gate::{dequant_spec, ELEMENT_GEOMETRY};
+    let e = engine_for("q6k-element-hi-shift");
+    for form in e.forms() {
+        for d in Dtype::ALL {
+            let s = spec(&SMALL, d, Arm::Exact);
+            let v = run_one_form(&e, &s, &ELEMENT_GEOMETRY, form).unwrap();
+            assert_eq!(
+                v.pass(),
+                d != Dtype::Q6K,
+                "q6k-element-hi-shift on {} at {:?} ({} form)",
+                d.name(),
+                ELEMENT_GEOMETRY,
+                form.name()
+            );
+        }
+        let s = spec(&SMALL, Dtype::Q6K, Arm::Exact);
+        assert!(run_one_form(&e, &s, &Geometry::default(), form)
+            .unwrap()
+            .pass());
+        assert!(
+            run_one_form(&e, &dequant_spec(&s), &Geometry::default(), form)
+                .unwrap()
+                .pass()
+        );
+    }
+}
+
 /// The missing barrier: asserted on lavapipe, where it is deterministic
 /// (module doc), reported elsewhere.
 #[test]

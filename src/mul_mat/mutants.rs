@@ -30,7 +30,7 @@ pub struct Mutant {
 }
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 7] = [
+pub const MUTANTS: [Mutant; 8] = [
     Mutant {
         name: "drop-f16-sign",
         what: "the f16 scale decode drops the sign bit: every negative scale reads as positive (seed 004's masked-sign generator let this pass)",
@@ -71,6 +71,13 @@ pub const MUTANTS: [Mutant; 7] = [
         what: "the dequantize-then-GEMM pre-pass stops one invocation short: the last four elements of src0's last row stay zero in the scratch, so every output of that row misses its last four products (the fused path never runs the pre-pass)",
         find: "if (i >= params.m * kq) {",
         replace: "if (i + 1u >= params.m * kq) {",
+        subgroup_only: false,
+    },
+    Mutant {
+        name: "q6k-element-hi-shift",
+        what: "q6_K's one-element loader takes the 2-bit high code at shift 2h (the half) instead of 2t (the quarter): quantized rows at a TILE_K that is not a multiple of 4 (the only geometry that runs the one-element loaders) decode three of every four quarters wrong (the gate and the fuzzer never ran such a TILE_K until gate::ELEMENT_GEOMETRY)",
+        find: "let hi = (src0_byte(blk + 128u + 32u * h + l) >> (2u * t)) & 3u;",
+        replace: "let hi = (src0_byte(blk + 128u + 32u * h + l) >> (2u * h)) & 3u;",
         subgroup_only: false,
     },
     Mutant {
