@@ -559,11 +559,14 @@ extern "C" __global__ void gdn_scan_s128_tsnap(
  * reads are complete: no memory ordering is needed, and none is paid
  * for); rank 0 waits before writing the ring.
  * Without a hardware cluster (CS = 1, or a target below sm_90) the wait
- * is the CTA's own barrier. */
+ * is the CTA's own barrier; the host emulator (GDN_HOST_ASYNC) checks
+ * each thread's pairing of the two at CS > 1 as well. */
 template <i32 CS> __device__ __forceinline__ void gdn_cluster_arrive()
 {
 #if GDN_HW_CLUSTERS
     if (CS > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#elif defined(GDN_HOST_ASYNC)
+    if (CS > 1) gdn_host_cluster_arrive();
 #endif
 }
 template <i32 CS> __device__ __forceinline__ void gdn_cluster_wait()
@@ -573,6 +576,8 @@ template <i32 CS> __device__ __forceinline__ void gdn_cluster_wait()
         asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
         return;
     }
+#elif defined(GDN_HOST_ASYNC)
+    if (CS > 1) gdn_host_cluster_wait();
 #endif
     __syncthreads();
 }

@@ -21,7 +21,12 @@
 //! filled at the issuing thread's wait, in PTX's commit groups (a
 //! `wait_group N` completes every group but the newest `N`), so that a
 //! read before its copy's wait, or a wait that leaves its copy's group
-//! pending, is seen. The batched entries are checked sequence by sequence
+//! pending, is seen. Cluster barriers are checked thread by thread: a
+//! `barrier.cluster.wait` without the thread's own arrival before it, or a
+//! second arrival before the wait, fails the run (the CTAs of a cluster
+//! run one after another, so a wait cannot block on another CTA here; on
+//! an H100, a fused step that skipped every arrival still passed the
+//! device gate). The batched entries are checked sequence by sequence
 //! against each sequence run alone. A warp's convergence and the memory
 //! model's orderings are beyond it.
 //!
@@ -188,6 +193,22 @@ inline void gdn_host_wait_prior(int n) {
         else keep.push_back(c);
     }
     g_pending.swap(keep);
+}
+/* Cluster barriers (barrier.cluster.arrive, then barrier.cluster.wait):
+ * the CTAs of a cluster run one after another here, so a wait is the
+ * CTA's own barrier, and what the emulator checks is each thread's side
+ * of the protocol (PTX ISA, "barrier.cluster": a thread arrives, then
+ * waits, once each phase). A wait with no arrival of its own before it
+ * (on the device the cluster's waits hang, or pass with this CTA still
+ * reading) and a second arrival before the wait fail the run. */
+thread_local bool g_cluster_arrived = false;
+inline void gdn_host_cluster_arrive() {
+    if (g_cluster_arrived) { fprintf(stderr, "CTA %u thread %u: a second barrier.cluster.arrive before its barrier.cluster.wait\n", blockIdx.x, threadIdx.x); std::exit(3); }
+    g_cluster_arrived = true;
+}
+inline void gdn_host_cluster_wait() {
+    if (!g_cluster_arrived) { fprintf(stderr, "CTA %u thread %u: barrier.cluster.wait without its barrier.cluster.arrive (the device's cluster barrier would never complete, or complete without this thread)\n", blockIdx.x, threadIdx.x); std::exit(3); }
+    g_cluster_arrived = false;
 }
 #include "gdn.cu"
 
