@@ -140,27 +140,49 @@ pub fn rerun_row(note: Option<&str>, command: &str) -> String {
     }
 }
 
-/// What a fuzz target passes as its artifact (`check_with_artifact`): the
-/// input's file is the `crash-*` artifact libFuzzer writes and names
-/// after the panic, not known when the report is made.
-pub const LIBFUZZER_ARTIFACT: &str = "<the crash-* artifact libFuzzer names below>";
+/// The file libFuzzer writes this process's crashing input `data` to,
+/// which a fuzz target passes as its artifact (`check_with_artifact`):
+/// the last `-exact_artifact_path=PATH` among the process's arguments if
+/// any, else the last `-artifact_prefix=PREFIX` (none: the empty prefix,
+/// the working directory) followed by `crash-` and the input's SHA-1 in
+/// lower-case hex (libFuzzer's `Fuzzer::DumpCurrentUnit` in
+/// `FuzzerLoop.cpp` with `Hash`, `FuzzerSHA1.cpp`; cargo-fuzz passes
+/// `-artifact_prefix=<fuzz dir>/artifacts/<target>/`). A relative path is
+/// made absolute against the working directory, so the rerun line runs
+/// from anywhere. The report is printed before the panic that makes
+/// libFuzzer write the file.
+pub fn libfuzzer_crash_artifact(data: &[u8]) -> String {
+    libfuzzer_crash_artifact_in(std::env::args().skip(1), data)
+}
+
+/// [`libfuzzer_crash_artifact`] for the arguments `args` (without the
+/// program's name).
+pub fn libfuzzer_crash_artifact_in(args: impl Iterator<Item = String>, data: &[u8]) -> String {
+    let (mut exact, mut prefix) = (None, String::new());
+    for a in args {
+        if let Some(p) = a.strip_prefix("-exact_artifact_path=") {
+            exact = Some(p.to_string());
+        } else if let Some(p) = a.strip_prefix("-artifact_prefix=") {
+            prefix = p.to_string();
+        }
+    }
+    let path =
+        exact.unwrap_or_else(|| format!("{prefix}crash-{}", sha1_smol::Sha1::from(data).digest()));
+    match std::env::current_dir() {
+        Ok(cwd) if !std::path::Path::new(&path).is_absolute() => {
+            cwd.join(&path).to_string_lossy().into_owned()
+        }
+        _ => path,
+    }
+}
 
 /// The line that reruns fuzz target `target` (`mul_mat`) on the input
 /// `artifact`: `{indent}rerun: {env}PROGRAM ARTIFACT`, the program from
 /// [`paths::fuzz_rerun_prefix`] and `env` the variables the case line
-/// carries (the candidate's, so the rerun tests the same kernel). When
-/// `artifact` is [`LIBFUZZER_ARTIFACT`] the path is not known: the line
-/// is the command alone, after a line of its own saying what to add (no
-/// placeholder on the command line, where `<` would be a redirection).
+/// carries (the candidate's, so the rerun tests the same kernel).
 pub fn fuzz_rerun_lines(indent: &str, env: &str, target: &str, artifact: &str) -> String {
     let program = paths::fuzz_rerun_prefix(target);
-    if artifact == LIBFUZZER_ARTIFACT {
-        format!(
-            "{indent}(the fuzz input: add the path of the crash-* artifact libFuzzer names below to the next line)\n{indent}rerun: {env}{program}\n"
-        )
-    } else {
-        format!("{indent}rerun: {env}{program} {}\n", shell_quote(artifact))
-    }
+    format!("{indent}rerun: {env}{program} {}\n", shell_quote(artifact))
 }
 
 /// The line a gate prints after its rows when a failure lost the process's
@@ -202,19 +224,41 @@ mod tests {
         );
     }
 
-    /// An artifact's line is a `rerun:` line with the env and the fuzz
-    /// program; libFuzzer's unknown artifact is a note of its own, never a
-    /// placeholder on the command line.
+    /// An artifact's line is a `rerun:` line with the env, the fuzz
+    /// program and the artifact's path, quoted.
     #[test]
-    fn a_fuzz_artifacts_line_carries_the_env_and_no_placeholder() {
+    fn a_fuzz_artifacts_line_carries_the_env_and_the_quoted_path() {
         let program = paths::fuzz_rerun_prefix("mul_mat");
         let known = fuzz_rerun_lines("  ", "V='a b' ", "mul_mat", "crash-1 x");
         assert_eq!(known, format!("  rerun: V='a b' {program} 'crash-1 x'\n"));
-        let unknown = fuzz_rerun_lines("", "V=1 ", "mul_mat", LIBFUZZER_ARTIFACT);
-        let lines: Vec<&str> = unknown.lines().collect();
-        assert_eq!(lines.len(), 2, "{unknown}");
-        assert!(lines[0].starts_with("(the fuzz input: "), "{unknown}");
-        assert_eq!(lines[1], format!("rerun: V=1 {program}"));
-        assert!(!lines[1].contains(['<', '>', '#']), "{unknown}");
+    }
+
+    /// libFuzzer's name for a crashing input: the prefix, `crash-` and the
+    /// SHA-1 (FIPS 180-4's test vector "abc"), absolute; the exact path
+    /// wins over the prefix; the last of each flag counts.
+    #[test]
+    fn the_libfuzzer_artifact_is_the_prefix_then_crash_and_the_sha1() {
+        let abc = "crash-a9993e364706816aba3e25717850c26c9cd0d89d";
+        let args = |a: &[&str]| {
+            a.iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        let got = libfuzzer_crash_artifact_in(
+            args(&["-artifact_prefix=/a/", "-artifact_prefix=/f/art/"]),
+            b"abc",
+        );
+        assert_eq!(got, format!("/f/art/{abc}"));
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            libfuzzer_crash_artifact_in(args(&["corpus"]), b"abc"),
+            cwd.join(abc).to_string_lossy()
+        );
+        let exact = libfuzzer_crash_artifact_in(
+            args(&["-exact_artifact_path=/x/y", "-artifact_prefix=/f/"]),
+            b"abc",
+        );
+        assert_eq!(exact, "/x/y");
     }
 }

@@ -11,7 +11,7 @@
 //! second matches its lines whatever they hold.
 
 use kernel_oracle::paths::{fuzz_rerun_prefix, rerun_prefix};
-use kernel_oracle::{fuzz_rerun_lines, LIBFUZZER_ARTIFACT};
+use kernel_oracle::{fuzz_rerun_lines, libfuzzer_crash_artifact, shell_quote};
 
 /// The commands of `report`'s `rerun:` lines, each asserted to be a
 /// command alone.
@@ -44,6 +44,9 @@ fn fuzz_and_source_fault_lines_carry_the_kinds_environment() {
     std::env::set_var("KERNEL_ORACLE_FP8_MMQ_SCHEDULE", "1");
     let bytes = [0x5au8; 512];
     let u = || arbitrary::Unstructured::new(&bytes);
+    // What a fuzz target passes: the file libFuzzer writes the input to.
+    let art = libfuzzer_crash_artifact(&bytes);
+    let quoted = shell_quote(&art);
 
     // moe-tables: the case line, then the fuzz input's, both with the
     // candidate (before, the fuzz input's line had none: its rerun tested
@@ -65,17 +68,16 @@ fn fuzz_and_source_fault_lines_carry_the_kinds_environment() {
         device::cuda::ENV_MOE_TABLES_CU,
         absolute("cand moe.cu")
     );
-    let r = moe::divergence(&spec, &v, "cand moe.cu", Some(LIBFUZZER_ARTIFACT));
+    let r = moe::divergence(&spec, &v, "cand moe.cu", Some(&art));
     let lines = rerun_commands(&r);
     assert_eq!(lines.len(), 2, "{r}");
     assert_eq!(lines[0], moe::repro_command(&spec), "{r}");
     assert!(lines[0].starts_with(&env), "{r}");
     assert_eq!(
         lines[1],
-        format!("{env}{}", fuzz_rerun_prefix("moe_tables")),
+        format!("{env}{} {quoted}", fuzz_rerun_prefix("moe_tables")),
         "{r}"
     );
-    assert!(r.contains("\n(the fuzz input: "), "{r}");
     // A known artifact is the line's last word, quoted.
     let r = moe::divergence(&spec, &v, "cand moe.cu", Some("a dir/crash-1"));
     let lines = rerun_commands(&r);
@@ -89,13 +91,13 @@ fn fuzz_and_source_fault_lines_carry_the_kinds_environment() {
     use kernel_oracle::gdn::{self, report as gdn_report};
     let spec = gdn::CaseSpec::seed_like(2, 4, 4, 3, 1);
     let env = format!("{}={} ", device::cuda::ENV_GDN_CU, absolute("cand_gdn.cu"));
-    let r = gdn_report::divergence(&spec, &[], "cand_gdn.cu", Some(LIBFUZZER_ARTIFACT));
+    let r = gdn_report::divergence(&spec, &[], "cand_gdn.cu", Some(&art));
     let lines = rerun_commands(&r);
     assert_eq!(lines.len(), 2, "{r}");
     assert!(lines[0].starts_with(&env), "{r}");
     assert_eq!(
         lines[1],
-        format!("{env}{}", fuzz_rerun_prefix("gdn_packed")),
+        format!("{env}{} {quoted}", fuzz_rerun_prefix("gdn_packed")),
         "{r}"
     );
 
@@ -111,10 +113,13 @@ fn fuzz_and_source_fault_lines_carry_the_kinds_environment() {
         absolute("cand.wgsl"),
         mm::form_env(form)
     );
-    let r = mm::rerun_lines(&spec, &geom, form, Some(LIBFUZZER_ARTIFACT));
+    let r = mm::rerun_lines(&spec, &geom, form, Some(&art));
     let lines = rerun_commands(&r);
     assert_eq!(lines.len(), 2, "{r}");
-    assert_eq!(lines[0], format!("{env}{}", fuzz_rerun_prefix("mul_mat")));
+    assert_eq!(
+        lines[0],
+        format!("{env}{} {quoted}", fuzz_rerun_prefix("mul_mat"))
+    );
     assert!(
         lines[1].starts_with(&format!("{env}{} case mul-mat ", rerun_prefix())),
         "{r}"

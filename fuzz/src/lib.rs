@@ -20,3 +20,38 @@ macro_rules! asan_options {
         }
     };
 }
+
+/// Runs `check` on the input `data` decoded as libfuzzer-sys's typed
+/// `fuzz_target!(|spec: T| ..)` decodes it (`T::arbitrary_take_rest`; too
+/// short for `T::size_hint` or undecodable: rejected; under cargo-fuzz's
+/// `RUST_LIBFUZZER_DEBUG_PATH`, `cargo fuzz fmt`, the value's `{:#?}`
+/// written there instead), with the path libFuzzer writes `data` to when
+/// `check` panics ([`kernel_oracle::libfuzzer_crash_artifact`]), so that
+/// the report's rerun line names the file. The raw bytes are what the
+/// path's SHA-1 needs, and the typed macro does not pass them on.
+pub fn run_typed<T>(data: &[u8], check: impl FnOnce(&T, &str)) -> libfuzzer_sys::Corpus
+where
+    T: for<'a> arbitrary::Arbitrary<'a> + std::fmt::Debug,
+{
+    use arbitrary::{Arbitrary, Unstructured};
+    use libfuzzer_sys::Corpus;
+    if data.len() < <T as Arbitrary>::size_hint(0).0 {
+        return Corpus::Reject;
+    }
+    let value = T::arbitrary_take_rest(Unstructured::new(data));
+    if let Some(path) = libfuzzer_sys::rust_libfuzzer_debug_path() {
+        let text = match &value {
+            Ok(v) => format!("{v:#?}\n"),
+            Err(e) => format!("Arbitrary Error: {e}\n"),
+        };
+        std::fs::write(path, text).expect("failed to write to `RUST_LIBFUZZER_DEBUG_PATH` file");
+        return Corpus::Reject;
+    }
+    match value {
+        Ok(v) => {
+            check(&v, &kernel_oracle::libfuzzer_crash_artifact(data));
+            Corpus::Keep
+        }
+        Err(_) => Corpus::Reject,
+    }
+}

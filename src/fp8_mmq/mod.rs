@@ -167,7 +167,7 @@ pub fn check(spec: &CaseSpec) {
 }
 
 /// [`check`], with a line that reruns the fuzz input `artifact` (its path,
-/// or [`crate::LIBFUZZER_ARTIFACT`] from a fuzz target) in the
+/// or [`crate::libfuzzer_crash_artifact`] from a fuzz target) in the
 /// reproduction ([`crate::fuzz_rerun_lines`]).
 pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     let n = count(&STATS.cases);

@@ -216,7 +216,7 @@ pub fn check_geometry_form(spec: &CaseSpec, geom: &Geometry, form: Form) {
 }
 
 /// [`check`], with a line that reruns the fuzz input `artifact` (its path,
-/// or [`crate::LIBFUZZER_ARTIFACT`] from a fuzz target) in the
+/// or [`crate::libfuzzer_crash_artifact`] from a fuzz target) in the
 /// reproduction ([`crate::fuzz_rerun_lines`]).
 pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     check_inner(spec, &geometry_for(spec), artifact, None)
