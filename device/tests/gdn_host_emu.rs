@@ -3,7 +3,10 @@
 //!
 //! The kernel source (the builtin, or the candidate named by
 //! `KERNEL_ORACLE_GDN_CU`) is compiled with the host C++ compiler (`g++
-//! -std=c++20 -ffp-contract=off`, no fast math) inside a small emulator:
+//! -std=c++20 -ffp-contract=off`, no fast math, AddressSanitizer and
+//! UndefinedBehaviorSanitizer, any report fatal: an index past a state
+//! column's 128 registers or past a buffer fails the run) inside a small
+//! emulator:
 //! every CUDA thread of a CTA is a host thread, `__syncthreads` a
 //! `std::barrier`, `__shared__` a static, and `__fadd_rn`, `__fmul_rn`, ...
 //! the host's IEEE binary32 operations (SSE on x86-64: round to nearest
@@ -432,6 +435,9 @@ fn emulator_with(test: &str, extra: &[&str]) -> PathBuf {
             "-fno-fast-math",
             "-w",
             "-pthread",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
         ])
         .args(extra)
         .arg(dir.join("emu.cpp"))
