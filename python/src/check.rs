@@ -1178,10 +1178,12 @@ impl Matched {
 /// with the case library's generator (`mul_mat::CaseSpec`: EXACT data
 /// make every order and fusion exact, RAND data keep every f16 scale
 /// finite with its sign, BAL data make every product about the same
-/// magnitude, so the bound sees one dropped product), oracle (`mul_mat::judge::reference`, the fast
+/// magnitude, so the bound sees one dropped product; ORDER data make every
+/// product exact and nearly every partial sum round, so only the
+/// contract's k order gives its bits), oracle (`mul_mat::judge::reference`, the fast
 /// path of `oracle::ggml::mul_mat::mul_mat`) and verdict
-/// (`mul_mat::judge::Verdict`: EXACT bit for bit; RAND and BAL within
-/// `2 gamma_k sum|terms|` per output and an NMSE bound).
+/// (`mul_mat::judge::Verdict`: EXACT and ORDER bit for bit; RAND and BAL
+/// within `2 gamma_k sum|terms|` per output and an NMSE bound).
 ///
 /// The callable: `mul_mat(dtype, src0, src1, dst)` with (elements)
 /// - `dtype`: a `GgmlType` (`str(dtype)` is ggml's name);
@@ -1197,7 +1199,10 @@ impl Matched {
 /// Arguments: `dtypes` (default every `GgmlType`), `shapes` `(m, k, n)`
 /// tuples (default `MUL_MAT_SHAPES`, ragged first; a dtype runs only the
 /// shapes whose k is a multiple of its block), `arms` (`"EXACT"`, `"RAND"`,
-/// `"BAL"`; default all three),
+/// `"BAL"`, `"ORDER"`; default the first three: ORDER asks for the
+/// contract's summation order, k = 0 .. K - 1 one product at a time (rule
+/// `MM-ORDER`), which a BLAS matmul does not follow, so it is asked for by
+/// name),
 /// `seeds` / `trials` / `verbose` / `name` as `check_fp8_block_gemm`.
 ///
 /// Errors: `ValueError`, before any call, on an unknown arm or a shape the
@@ -1232,12 +1237,14 @@ fn check_mul_mat<'py>(
                 "EXACT" => Ok(MArm::Exact),
                 "RAND" | "RANDOM" => Ok(MArm::Random),
                 "BAL" | "BALANCED" => Ok(MArm::Balanced),
+                "ORDER" => Ok(MArm::Order),
                 _ => Err(PyValueError::new_err(format!(
-                    "arm {s:?}: expected \"EXACT\", \"RAND\" or \"BAL\""
+                    "arm {s:?}: expected \"EXACT\", \"RAND\", \"BAL\" or \"ORDER\""
                 ))),
             })
             .collect::<PyResult<_>>()?,
-        None => MArm::ALL.to_vec(),
+        // ORDER only by name (see the docstring).
+        None => vec![MArm::Exact, MArm::Random, MArm::Balanced],
     };
     // Every case the arguments name is one the generator takes, checked
     // before any call (the seed does not change what it refuses).
@@ -1320,6 +1327,7 @@ fn check_mul_mat<'py>(
                         MArm::Exact => "EXACT",
                         MArm::Random => "RAND",
                         MArm::Balanced => "BAL",
+                        MArm::Order => "ORDER",
                     };
                     let dname = dt.core().name();
                     let shape_s = format!("{m},{k},{n}");
@@ -1356,7 +1364,7 @@ fn check_mul_mat<'py>(
                         let mut r = failure_head(&head, &written);
                         if !v.pass() {
                             let bound = match arm {
-                                MArm::Exact => "bit-identical required (0 differing bits allowed)".to_string(),
+                                MArm::Exact | MArm::Order => "bit-identical required (0 differing bits allowed)".to_string(),
                                 MArm::Random | MArm::Balanced => format!(
                                     "every |got - want| <= 2 gamma_k sum|terms|, nmse <= {:e}; {} outputs over",
                                     v.nmse_bound, v.over_bound

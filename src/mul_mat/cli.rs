@@ -48,6 +48,8 @@ enum ArmArg {
     /// The BAL arm (its reproductions print `bal`).
     #[value(name = "bal", alias = "balanced")]
     Balanced,
+    /// The ORDER arm (exact products, rounded partial sums: k in order).
+    Order,
 }
 
 /// `case mul-mat`'s arguments.
@@ -65,8 +67,8 @@ struct CaseArgs {
     /// The reduction length, a multiple of the dtype's block (32 or 256).
     #[arg(long)]
     k: usize,
-    /// The gate's arm (data that make every order exact, random, or
-    /// random with balanced products).
+    /// The gate's arm (data that make every order exact, random, random
+    /// with balanced products, or exact products whose sums round).
     #[arg(long, value_enum, ignore_case = true)]
     arm: ArmArg,
     /// The data seed, decimal or 0x-hex.
@@ -116,6 +118,7 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
             ArmArg::Exact => Arm::Exact,
             ArmArg::Random => Arm::Random,
             ArmArg::Balanced => Arm::Balanced,
+            ArmArg::Order => Arm::Order,
         },
         seed: a.seed,
     };

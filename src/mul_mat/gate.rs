@@ -1,5 +1,5 @@
-//! The mul-mat gate: every dtype on every shape, EXACT and RANDOM arms,
-//! against the core oracle.
+//! The mul-mat gate: every dtype on every shape, EXACT, RANDOM, BAL and
+//! ORDER arms, against the core oracle.
 //!
 //! Two batteries:
 //! - [`LFM_SHAPES`]: seed 004's LFM2.5-350M 512-token prefill projections,
@@ -15,9 +15,11 @@
 //!   rows: a store that skips the column check writes from the last row's
 //!   partial workgroup block into the guard band after `dst`).
 //!
-//! Every shape runs three arms: EXACT, RANDOM, and BAL (RANDOM data with
+//! Every shape runs four arms: EXACT, RANDOM, BAL (RANDOM data with
 //! balanced products, so the one-output row fails a kernel that drops any
-//! product; see `super::judge`).
+//! product) and ORDER (exact products whose partial sums round, bit for
+//! bit, so a kernel that adds in another k order fails; see
+//! `super::judge`).
 //!
 //! Every row runs in each form the engine has (`WgpuEngine::forms`: the
 //! plain source, and its subgroup form where the adapter has subgroups),
@@ -126,7 +128,8 @@ pub struct GateResult {
 }
 
 /// The spec the gate runs for `shape`, `dtype`, `arm`: a fixed seed per
-/// (shape, dtype, arm).
+/// (shape, dtype, arm) (EXACT sets seed bit 59, BAL bit 58, ORDER bit 57;
+/// the seeds of the first three arms are as before ORDER came).
 pub fn spec(shape: &Shape, dtype: Dtype, arm: Arm) -> CaseSpec {
     let seed = 0x5EED_0004_0000_0000
         ^ ((shape.m as u64) << 32)
@@ -134,7 +137,8 @@ pub fn spec(shape: &Shape, dtype: Dtype, arm: Arm) -> CaseSpec {
         ^ (shape.n as u64)
         ^ ((device::wgpu::dtype_code(dtype) as u64) << 60)
         ^ ((arm == Arm::Exact) as u64) << 59
-        ^ ((arm == Arm::Balanced) as u64) << 58;
+        ^ ((arm == Arm::Balanced) as u64) << 58
+        ^ ((arm == Arm::Order) as u64) << 57;
     CaseSpec {
         dtype,
         m: shape.m,
@@ -527,7 +531,7 @@ pub fn run(engine: &WgpuEngine, shapes: &[Shape], geoms: &[Geometry]) -> GateRes
     println!();
     if g.failures == 0 {
         println!(
-            "=== mul-mat-check ALL GREEN ({} rows: EXACT bit-identical, RANDOM and BAL within 2 gamma_K sum|w x| per output{}; forms {}) ===",
+            "=== mul-mat-check ALL GREEN ({} rows: EXACT and ORDER bit-identical, RANDOM and BAL within 2 gamma_K sum|w x| per output{}; forms {}) ===",
             g.rows,
             if subgroup {
                 ", the subgroup exchange shown to run by its canary"

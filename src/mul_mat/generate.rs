@@ -1,5 +1,5 @@
-//! Case generation for `mul_mat`: the EXACT, RANDOM and BALANCED arms'
-//! data and an `Arbitrary` case spec biased to the edges, every choice
+//! Case generation for `mul_mat`: the EXACT, RANDOM, BALANCED and ORDER
+//! arms' data and an `Arbitrary` case spec biased to the edges, every choice
 //! that selects a path drawn from the leading bytes (see
 //! [`CaseSpec`]'s `Arbitrary`).
 //!
@@ -42,11 +42,21 @@ pub enum Arm {
     /// holds to K = 332); on longer rows a dropped block or tile still
     /// fails unless its products cancel.
     Balanced,
+    /// Data whose every product is exact in binary32 but whose partial
+    /// sums round ([`order_activation`]), so that the kernel must add the
+    /// products in the contract's k order (rule `MM-ORDER`) to match the
+    /// oracle bit for bit: the EXACT arm's weights, activations with
+    /// full-width odd significands. Any fusion of a multiply with its add
+    /// gives the same bits (the product is exact), and so does any
+    /// association of the dequantized weight's factors with the
+    /// activation; an addition out of order does not, for most outputs
+    /// (`tests/mul_mat_generate.rs` measures it on the gate's rows).
+    Order,
 }
 
 impl Arm {
     /// Every arm, in the gate's order.
-    pub const ALL: [Arm; 3] = [Arm::Exact, Arm::Random, Arm::Balanced];
+    pub const ALL: [Arm; 4] = [Arm::Exact, Arm::Random, Arm::Balanced, Arm::Order];
 
     /// The name printed in tables and reproductions.
     pub fn name(self) -> &'static str {
@@ -54,13 +64,14 @@ impl Arm {
             Arm::Exact => "EXACT",
             Arm::Random => "RANDOM",
             Arm::Balanced => "BAL",
+            Arm::Order => "ORDER",
         }
     }
 
     /// Whether the arm is judged by the rounding-error bound (RANDOM and
-    /// BALANCED) rather than bit for bit (EXACT).
+    /// BALANCED) rather than bit for bit (EXACT and ORDER).
     pub fn bounded(self) -> bool {
-        self != Arm::Exact
+        matches!(self, Arm::Random | Arm::Balanced)
     }
 }
 
@@ -97,13 +108,7 @@ pub struct ExactPlan {
 /// K is too long for any integer activation range (the bound above fails
 /// even for `x_max = 1`).
 pub fn exact_plan(dtype: Dtype, k: usize) -> Option<ExactPlan> {
-    let (emin, emax, codes) = match dtype {
-        Dtype::F32 => (-2, 1, 8.0),
-        Dtype::Q4_0 => (-2, 1, 8.0),
-        Dtype::Q8_0 => (-2, 1, 128.0),
-        Dtype::Q4K => (-1, 0, 63.0 * 15.0 + 63.0),
-        Dtype::Q6K => (-1, 0, 32.0 * 32.0),
-    };
+    let (emin, emax, codes) = exact_weight_range(dtype);
     let w_max = codes * f64::from(emax).exp2();
     let g = f64::from(emin).exp2();
     let x = ((1u64 << 24) as f64 * g / (k.max(1) as f64 * w_max)).floor();
@@ -116,6 +121,75 @@ pub fn exact_plan(dtype: Dtype, k: usize) -> Option<ExactPlan> {
         w_max,
         x_max: x.min(8.0) as i32,
     })
+}
+
+/// The EXACT arm's weights for `dtype`: the exponents `emin..=emax` of
+/// its power-of-two f16 scales (f32: of the weight itself) and the
+/// largest code magnitude times sub-block scale ([`ExactPlan::w_max`]
+/// over `2^emax`). Shared by the EXACT and ORDER arms.
+fn exact_weight_range(dtype: Dtype) -> (i32, i32, f64) {
+    match dtype {
+        Dtype::F32 => (-2, 1, 8.0),
+        Dtype::Q4_0 => (-2, 1, 8.0),
+        Dtype::Q8_0 => (-2, 1, 128.0),
+        Dtype::Q4K => (-1, 0, 63.0 * 15.0 + 63.0),
+        Dtype::Q6K => (-1, 0, 32.0 * 32.0),
+    }
+}
+
+/// The most significant bits an EXACT-arm weight of `dtype` can have (the
+/// odd part of `|w| / 2^emin`, an integer, is below `2^bits`):
+/// - f32 and q4_0: 3 (`|i| <= 8` times `2^e`: 7 is `0b111`);
+/// - q8_0: 7 (codes `-128..=127`: 127);
+/// - q4_K: 11 (`d sc q - dmin mn` with `d`, `dmin` each `±2^-1` or `±2^0`,
+///   6-bit `sc`, `mn` and 4-bit `q`: at most `2 (63 * 15 + 63) = 2016` in
+///   units of `2^-1`);
+/// - q6_K: 10 (`d sc (q - 32)` with `sc`, `q - 32` in `-32..=31`: an odd
+///   part at most `31 * 31 = 961`).
+pub fn exact_weight_bits(dtype: Dtype) -> u32 {
+    match dtype {
+        Dtype::F32 | Dtype::Q4_0 => 3,
+        Dtype::Q8_0 => 7,
+        Dtype::Q4K => 11,
+        Dtype::Q6K => 10,
+    }
+}
+
+/// The ORDER arm's activation exponents: `x = ±o * 2^(e - b)` with `e` in
+/// `ORDER_EXP.0..=ORDER_EXP.1` (see [`order_activation`]).
+pub const ORDER_EXP: (i32, i32) = (-2, 2);
+
+/// The ORDER arm's activation for `dtype`, drawn from `r` (three draws):
+/// `x = ±o * 2^(e - b)`, `o` a uniform odd integer below `2^b` with
+/// `b = 24 - exact_weight_bits(dtype)`, `e` uniform in [`ORDER_EXP`], the
+/// sign uniform. So `|x|` lies in `[2^(-2 - b), 4)`, units of f32 values.
+///
+/// Why these data (rule `MM-ORDER`):
+/// - every product `w x` of an EXACT-arm weight ([`exact_weight_bits`])
+///   has at most 24 significant bits: exact in binary32, so a fused
+///   multiply-add, `d * (q * x)`, `(d q) x` or `d sc q x - dmin mn x` all
+///   give the contract's product, and only the additions round;
+/// - the products have full-width significands (about 24 bits), so nearly
+///   every addition to a running sum of like magnitude rounds;
+/// - within one binade two rounded additions commute (`s + a + b` and
+///   `s + b + a` round to the same grid), so an order change shows only
+///   where a partial sum changes binade or a tie breaks to another even
+///   neighbour; products within a factor of about `2^6` of one another
+///   (the narrow exponent range; the weights add `2^3`, or a small code)
+///   keep the running sum comparable to them, so its binade changes often;
+/// - no output is subnormal, infinite or NaN: every partial sum, rounded
+///   or not, is a multiple of `2^(emin - 2 - b) >= 2^-25` or zero, and
+///   at most `K * 2^11 * 4`, far below `2^60` for any K the shim takes.
+pub fn order_activation(dtype: Dtype, r: &mut Rng) -> f32 {
+    let b = 24 - exact_weight_bits(dtype);
+    let e = ORDER_EXP.0 + r.below((ORDER_EXP.1 - ORDER_EXP.0 + 1) as usize) as i32;
+    let o = (2 * r.below(1 << (b - 1)) + 1) as f32;
+    let v = o * ((e - b as i32) as f32).exp2();
+    if r.u8() & 1 == 0 {
+        v
+    } else {
+        -v
+    }
 }
 
 /// One `mul_mat` case: dtype, shape, arm and the seed of all its data.
@@ -263,8 +337,45 @@ pub fn balanced_block(dtype: Dtype, blk: &mut [u8], r: &mut Rng) {
     }
 }
 
+/// Rewrites `src0` (whole blocks of `dtype`, already random) into the
+/// EXACT arm's weights: every f16 scale `±2^e` with `e` in
+/// [`exact_weight_range`] and a random sign (q6_K: i8 sub-block scales in
+/// `-32..=31`); f32 weights `i * 2^e` with `i` in `-8..=8`.
+fn exact_weights(dtype: Dtype, src0: &mut [u8], r: &mut Rng) {
+    let (emin, emax, _) = exact_weight_range(dtype);
+    let exp = |r: &mut Rng| emin + r.below((emax - emin + 1) as usize) as i32;
+    let scale = |r: &mut Rng| {
+        let e = exp(r);
+        f16_pow2(e, r.u8() & 1 == 1)
+    };
+    for blk in src0.chunks_exact_mut(dtype.block_bytes()) {
+        match dtype {
+            Dtype::F32 => {
+                let e = exp(r);
+                let i = r.below(17) as f32 - 8.0;
+                blk.copy_from_slice(&(i * (e as f32).exp2()).to_le_bytes());
+            }
+            Dtype::Q6K => {
+                put_f16(blk, q6_k::D_OFFSET, scale(r));
+                for s in &mut blk[q6_k::SCALES_OFFSET..q6_k::D_OFFSET] {
+                    *s = (r.below(64) as i32 - 32) as i8 as u8;
+                }
+            }
+            _ => {
+                for &off in f16_fields(dtype) {
+                    put_f16(blk, off, scale(r));
+                }
+            }
+        }
+    }
+}
+
 impl CaseSpec {
     /// The case's data.
+    ///
+    /// The ORDER arm's weights are the EXACT arm's for any K (only their
+    /// exponents and codes, [`exact_weight_range`], not the EXACT plan's
+    /// limit on K), its activations [`order_activation`].
     ///
     /// # Panics
     /// If `k` is not a multiple of the block size, or (EXACT arm) K is too
@@ -292,34 +403,16 @@ impl CaseSpec {
             }
             Arm::Exact => {
                 let p = exact_plan(self.dtype, self.k).expect("K within the EXACT bound");
-                let scale = |r: &mut Rng| {
-                    let e = p.emin + r.below((p.emax - p.emin + 1) as usize) as i32;
-                    f16_pow2(e, r.u8() & 1 == 1)
-                };
-                let bb = self.dtype.block_bytes();
-                for blk in src0.chunks_exact_mut(bb) {
-                    match self.dtype {
-                        Dtype::F32 => {
-                            let e = p.emin + r.below((p.emax - p.emin + 1) as usize) as i32;
-                            let i = r.below(17) as f32 - 8.0;
-                            blk.copy_from_slice(&(i * (e as f32).exp2()).to_le_bytes());
-                        }
-                        Dtype::Q6K => {
-                            put_f16(blk, q6_k::D_OFFSET, scale(&mut r));
-                            for s in &mut blk[q6_k::SCALES_OFFSET..q6_k::D_OFFSET] {
-                                *s = (r.below(64) as i32 - 32) as i8 as u8;
-                            }
-                        }
-                        _ => {
-                            for &off in f16_fields(self.dtype) {
-                                put_f16(blk, off, scale(&mut r));
-                            }
-                        }
-                    }
-                }
+                exact_weights(self.dtype, &mut src0, &mut r);
                 let span = 2 * p.x_max as usize + 1;
                 (0..self.n * self.k)
                     .map(|_| (r.below(span) as i32 - p.x_max) as f32)
+                    .collect()
+            }
+            Arm::Order => {
+                exact_weights(self.dtype, &mut src0, &mut r);
+                (0..self.n * self.k)
+                    .map(|_| order_activation(self.dtype, &mut r))
                     .collect()
             }
         };
@@ -422,7 +515,8 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     /// at its designed rate; the later bytes only pick values within the
     /// chosen class:
     ///
-    /// - byte 0: the arm, `b % 3` ([`Arm::ALL`]: 1/3 each);
+    /// - byte 0: the arm, `b % 4` ([`Arm::ALL`]: 1/4 each, exactly: 64
+    ///   of the 256 values);
     /// - byte 1: the dtype, `b % 5` (`Dtype::ALL`: 1/5 each);
     /// - byte 2: the size classes of `edge_size`, bits 0-1 m and bits 2-3
     ///   n (1: 1/4, a multiple of 64 plus or minus 2: 1/4, any: 1/2), bits
@@ -436,7 +530,8 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     ///   dequantize-then-GEMM 1/2);
     /// - then m, n, k within their classes, and the seed.
     ///
-    /// (The arm and dtype used to share byte 0, with m, n, k and the seed
+    /// (Until the ORDER arm came, byte 0 drew the arm by `b % 3`. The arm
+    /// and dtype used to share byte 0, with m, n, k and the seed
     /// after it and the geometry from the seed; until the odd geometries
     /// came, the geometry was bits 0-1 of byte 3 and seed bit 59 was data.
     /// Inputs of an older fuzz corpus decode to other cases. A printed

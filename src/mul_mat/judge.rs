@@ -1,6 +1,18 @@
 //! The oracle's answer for a case and the verdict on a kernel's.
 //!
-//! EXACT arm: every bit equal and every value finite.
+//! EXACT and ORDER arms: every bit equal and every value finite. EXACT's
+//! data make every partial sum exact, so any summation order passes; the
+//! ORDER arm's make every product exact but nearly every partial sum
+//! round (`super::generate::order_activation`), so only the contract's k
+//! order (rule `MM-ORDER`: `acc = +0.0`, then `acc + w[m, k] x[n, k]` for
+//! k = 0 .. K - 1) gives the oracle's bits, with or without a fused
+//! multiply-add (the product is exact either way). A kernel that adds two
+//! k rows in swapped order, sums a tile in reverse or on its own before
+//! adding it, or adds tiles out of order fails it on most outputs of a
+//! gate row (`tests/mul_mat_generate.rs`,
+//! `order_rows_change_under_every_other_schedule`). Outside these data
+//! (RANDOM, on a driver that fuses multiply-adds) the order cannot be
+//! judged bit for bit, which is why it is an arm of its own.
 //!
 //! RANDOM and BALANCED arms: every value finite and, for every output i,
 //! `|got_i - want_i| <= 2 * gamma_K * S_i`, where
@@ -190,7 +202,7 @@ impl Verdict {
     /// Whether the kernel passes.
     pub fn pass(&self) -> bool {
         match self.arm {
-            Arm::Exact => self.cmp.bit_identical(),
+            Arm::Exact | Arm::Order => self.cmp.bit_identical(),
             Arm::Random | Arm::Balanced => {
                 self.cmp.non_finite == 0 && self.over_bound == 0 && self.cmp.nmse <= self.nmse_bound
             }

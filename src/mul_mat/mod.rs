@@ -38,8 +38,8 @@ pub struct Stats {
     pub cases: AtomicU64,
     /// Cases the spec refused (`CaseSpec::valid`), never run.
     pub invalid: AtomicU64,
-    /// Cases drawn per arm, in [`Arm::ALL`] order (designed: 1/3 each).
-    pub arm: [AtomicU64; 3],
+    /// Cases drawn per arm, in [`Arm::ALL`] order (designed: 1/4 each).
+    pub arm: [AtomicU64; 4],
     /// Cases drawn per dtype, in `Dtype::ALL` order (designed: 1/5 each).
     pub dtype: [AtomicU64; 5],
     /// Cases drawn per geometry, in [`FUZZ_GEOMETRIES`] order (designed:
@@ -60,7 +60,7 @@ pub struct Stats {
 pub static STATS: Stats = Stats {
     cases: AtomicU64::new(0),
     invalid: AtomicU64::new(0),
-    arm: [const { AtomicU64::new(0) }; 3],
+    arm: [const { AtomicU64::new(0) }; 4],
     dtype: [const { AtomicU64::new(0) }; 5],
     geometry: [const { AtomicU64::new(0) }; 8],
     m1: AtomicU64::new(0),

@@ -33,7 +33,7 @@ pub fn geometry(g: &Geometry) -> String {
 /// the shader form the row ran (`WgpuEngine::form_label`: `plain`, `sg8`).
 pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, form: &str, v: &Verdict) -> String {
     let bound = match v.arm {
-        Arm::Exact => "0 bits".to_string(),
+        Arm::Exact | Arm::Order => "0 bits".to_string(),
         Arm::Random | Arm::Balanced => format!("{:.2e}", v.nmse_bound),
     };
     format!(
@@ -154,6 +154,9 @@ pub fn divergence(
     );
     match v.arm {
         Arm::Exact => s += "  bound: bit-identical (EXACT arm)\n",
+        Arm::Order => {
+            s += "  bound: bit-identical (ORDER arm: exact products, rounded sums; k in order, rule MM-ORDER)\n"
+        }
         Arm::Random | Arm::Balanced => {
             s += &format!(
                 "  bound: |got - want| <= 2 gamma_K sum|w x| per output ({} over), NMSE {:.3e} <= {:.3e}\n",

@@ -36,15 +36,27 @@ use super::{dequantize, Dtype, GgmlError};
 /// - `MM-NONFINITE`: a NaN or infinity in `w` (from `NONFINITE-SCALE`) or
 ///   in `src1` propagates by IEEE 754: any NaN product makes the sum NaN,
 ///   `inf + -inf` is NaN.
-/// - `MM-ORDER`: the order above is this contract's. The seed's shader
+/// - `MM-ORDER`: the order above is this contract's: one accumulator from
+///   `+0.0`, k = 0, 1, .., K - 1, one product added at a time (no k split
+///   into partial sums, reversed or reordered). The seed's shader
 ///   accumulates each output in one f32 register per thread over TILE_K
 ///   chunks of k staged through shared memory; its source is not in the
 ///   seed, so whether its k order within a chunk is also sequential, and
 ///   whether the WGSL compiler fuses the multiply-add (WGSL permits it),
-///   cannot be read from here. A gate therefore needs an EXACT arm (data
-///   whose every product and partial sum is exact in binary32, such as
-///   small integers times power-of-two scales, where any order and any
-///   fusion give these bits) and a RANDOM arm with an error bound.
+///   cannot be read from here. Fusion and order are told apart by the
+///   data: where every product is exact in binary32 (at most 24
+///   significant bits), a fused multiply-add gives the bits of the product
+///   rounded and then the sum rounded, so only the order is left to judge.
+///   A gate therefore needs an EXACT arm (data whose every product and
+///   partial sum is exact in binary32, such as small integers times
+///   power-of-two scales, where any order and any fusion give these bits),
+///   a RANDOM arm with an error bound (any order, any fusion), and an
+///   ORDER arm (every product exact, nearly every partial sum rounded:
+///   only this order gives these bits, with or without fusion); on data
+///   whose products round, a driver that fuses (NVIDIA's Vulkan does)
+///   differs from this contract in most outputs' last bits, so the order
+///   is checked bit for bit only on the ORDER arm's data (the
+///   `kernel-oracle` crate's `mul_mat::generate::Arm::Order`).
 ///
 /// # Errors
 /// - [`GgmlError::RowNotBlocks`] if K is not a multiple of
