@@ -10,7 +10,10 @@
 //! ([`Mutant::subgroup_only`]) is in the subgroup form's exchange, which
 //! the plain form never runs: only the subgroup form can catch it, and on
 //! an adapter without subgroups it survives (the gate's header says why
-//! that form was skipped).
+//! that form was skipped). One (`k-pair-swap`) only changes the order of
+//! two additions: every arm but ORDER passes it (rule `MM-ORDER`; see
+//! `super::judge`). Bugs whose anchor only the production shader has
+//! ([`Mutant::production_only`]) do not carry over to the candidates.
 
 /// One planted bug.
 #[derive(Clone, Copy, Debug)]
@@ -27,16 +30,21 @@ pub struct Mutant {
     /// the production shader's "The subgroup form" section, which the
     /// candidates in `shaders/candidates/` do not have).
     pub subgroup_only: bool,
+    /// The anchor is in code only the production shader has (its subgroup
+    /// form's exchange, its `step4`), not in the candidates in
+    /// `shaders/candidates/`, so the bug does not carry over to them.
+    pub production_only: bool,
 }
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 8] = [
+pub const MUTANTS: [Mutant; 9] = [
     Mutant {
         name: "drop-f16-sign",
         what: "the f16 scale decode drops the sign bit: every negative scale reads as positive (seed 004's masked-sign generator let this pass)",
         find: "let sign = (h & 0x8000u) << 16u;",
         replace: "let sign = 0u;",
         subgroup_only: false,
+        production_only: false,
     },
     Mutant {
         name: "missing-barrier",
@@ -44,6 +52,7 @@ pub const MUTANTS: [Mutant; 8] = [
         find: "workgroupBarrier(); // staged tiles complete before anyone reads them",
         replace: "// (barrier removed)",
         subgroup_only: false,
+        production_only: false,
     },
     Mutant {
         name: "q4k-min-added",
@@ -51,6 +60,7 @@ pub const MUTANTS: [Mutant; 8] = [
         find: "return dj * f32(q) - mj;",
         replace: "return dj * f32(q) + mj;",
         subgroup_only: false,
+        production_only: false,
     },
     Mutant {
         name: "drop-k-tail",
@@ -58,6 +68,7 @@ pub const MUTANTS: [Mutant; 8] = [
         find: "for (var k0 = 0u; k0 < kdim; k0 += TILE_K) {",
         replace: "for (var k0 = 0u; k0 + TILE_K <= kdim; k0 += TILE_K) {",
         subgroup_only: false,
+        production_only: false,
     },
     Mutant {
         name: "unguarded-column",
@@ -65,6 +76,7 @@ pub const MUTANTS: [Mutant; 8] = [
         find: "if (gm < m && gn < n) {",
         replace: "if (gn < n) {",
         subgroup_only: false,
+        production_only: false,
     },
     Mutant {
         name: "dequant-last-unit-dropped",
@@ -72,6 +84,7 @@ pub const MUTANTS: [Mutant; 8] = [
         find: "if (i >= params.m * kq) {",
         replace: "if (i + 1u >= params.m * kq) {",
         subgroup_only: false,
+        production_only: false,
     },
     Mutant {
         name: "q6k-element-hi-shift",
@@ -79,6 +92,7 @@ pub const MUTANTS: [Mutant; 8] = [
         find: "let hi = (src0_byte(blk + 128u + 32u * h + l) >> (2u * t)) & 3u;",
         replace: "let hi = (src0_byte(blk + 128u + 32u * h + l) >> (2u * h)) & 3u;",
         subgroup_only: false,
+        production_only: false,
     },
     Mutant {
         name: "sg-shuffle-wrong-lane",
@@ -86,6 +100,15 @@ pub const MUTANTS: [Mutant; 8] = [
         find: "    let src = plan.g0 + j % SG_C;",
         replace: "    let src = plan.g0 + (j + 1u) % SG_C;",
         subgroup_only: true,
+        production_only: true,
+    },
+    Mutant {
+        name: "k-pair-swap",
+        what: "step4 adds staged k rows 1 and 2 of every four in swapped order: each product is right and each is added once, only the order of two additions changes (rule MM-ORDER), which the EXACT arm (exact sums), RANDOM and BAL (any order within the bound) all pass; the ORDER arm's rounded sums fail it. The subgroup form's whole steps of eight k take their own path and keep the order there",
+        find: "    step_at(acc, a + SM, b + SN);\n    step_at(acc, a + 2u * SM, b + 2u * SN);",
+        replace: "    step_at(acc, a + 2u * SM, b + 2u * SN);\n    step_at(acc, a + SM, b + SN);",
+        subgroup_only: false,
+        production_only: true,
     },
 ];
 
