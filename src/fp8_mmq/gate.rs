@@ -179,10 +179,18 @@ fn nan_row(engine: &Engine, row: &NanRow, variant: Option<u32>) -> bool {
 /// The shapes every exported MMQ variant runs forced, `(in_f, out_f, m)`
 /// (the battery runs only the variant the plan picks per shape): the
 /// unaligned weight rows, k tail and partial scale row of the battery's
-/// own shape, a small m off every tile, and several tiles each way with
-/// both axes ragged.
-pub const VARIANT_SHAPES: [(usize, usize, usize); 3] =
-    [(1000, 130, 7), (272, 200, 17), (384, 320, 96)];
+/// own shape, a small m off every tile, several tiles each way with both
+/// axes ragged, and in_f an exact multiple of the activations' row
+/// padding (512: `in_f_pad = in_f`, the ABI's row stride of `q` and
+/// `act_blocks` with no padding; a variant rounding it up one pad too far
+/// read every token's codes and scales but the first at the wrong row and
+/// passed the other three shapes, whose in_f are not multiples of 512).
+pub const VARIANT_SHAPES: [(usize, usize, usize); 4] = [
+    (1000, 130, 7),
+    (272, 200, 17),
+    (384, 320, 96),
+    (512, 136, 24),
+];
 
 /// The k extent of [`tile_covering_shape`]: two 128-k scale blocks and a
 /// 16-k tail.
