@@ -38,12 +38,31 @@ fn gate_cases_reach_what_their_labels_claim() {
         "refuse-expert-range",
         "refuse-64-bit-overflow",
         "refuse-lengths",
+        "refuse-past-first-pass-3-ctas",
     ] {
         assert!(
             kernel_oracle::moe_tables::reference(&by(label).data).is_err(),
             "{label} is not refused by the oracle"
         );
     }
+    // The grid-stride rows: a grid of fewer threads than pairs (the loop
+    // runs past its first pass), and the refused one's bad pairs past the
+    // first pass, the lowest one the error names.
+    let threads = |c: &gate::GateCase| {
+        u64::from(c.max_ctas.expect("a capped grid")) * u64::from(device::cuda::MOE_THREADS)
+    };
+    for label in [
+        "65536-pairs-grid-stride-3-ctas",
+        "refuse-past-first-pass-3-ctas",
+    ] {
+        let c = by(label);
+        assert!(threads(c) * 80 < c.data.experts.len() as u64, "{label}");
+    }
+    let refused = by("refuse-past-first-pass-3-ctas");
+    let err = kernel_oracle::moe_tables::reference(&refused.data).unwrap_err();
+    assert!(format!("{err:?}").contains("40000"), "{err:?}");
+    assert!(40_000 > threads(refused));
+    assert!(cases.iter().filter(|c| c.max_ctas.is_some()).count() == 2);
     for c in cases.iter().filter(|c| !c.label.starts_with("refuse")) {
         assert!(
             kernel_oracle::moe_tables::reference(&c.data).is_ok(),

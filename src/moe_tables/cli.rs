@@ -18,7 +18,7 @@ pub const KIND: Kind = Kind {
     backend: "cuda",
     runner,
     check: kind::Command {
-        about: "The MoE verify-rows tables gate (seed 002): the seed's four cases (small strides, serving strides past 4 GiB, no macros, spread selection), the stale macro cache, offsets past 2^40 bytes, special weights, 65,536 pairs, and three refusals.",
+        about: "The MoE verify-rows tables gate (seed 002): the seed's four cases (small strides, serving strides past 4 GiB, no macros, spread selection), the stale macro cache, offsets past 2^40 bytes, special weights, 65,536 pairs (on the shim's grid and on 3 CTAs: the grid-stride loop), a refusal past the first pass, and three refusals.",
         args: CheckArgs::augment_args,
         run: check,
     },

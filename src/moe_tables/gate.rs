@@ -1,7 +1,8 @@
 //! The moe-tables gate (seed 002's `dev_built_vrows_tables_match_the_host_arithmetic`):
 //! the seed's four cases, then ours: the stale macro-plane cache, offsets
-//! past 2^40 bytes, special weights, 65,536 pairs across many CTAs, and the
-//! three refusals (the device must refuse exactly where the oracle does).
+//! past 2^40 bytes, special weights, 65,536 pairs across many CTAs and on
+//! 3 CTAs (the kernel's grid-stride loop), a refusal past that grid's first
+//! pass, and the three refusals (the device must refuse exactly where the oracle does).
 
 use super::generate::CaseData;
 use super::judge::{reference, Verdict};
@@ -35,7 +36,15 @@ pub struct GateCase {
     pub prime: Option<CaseData>,
     /// The case.
     pub data: CaseData,
+    /// The most CTAs the launch uses ([`MoeEngine::set_max_ctas`]), when
+    /// lower than the shim's one thread a pair: the kernel's grid-stride
+    /// loop then runs past its first pass.
+    pub max_ctas: Option<u32>,
 }
+
+/// The CTAs of the gate's grid-stride rows: 768 threads for 65,536 pairs,
+/// 85 or 86 passes of the kernel's loop each.
+pub const GRID_STRIDE_CTAS: u32 = 3;
 
 fn slabs(bases: [u64; 3], strides: [u64; 3]) -> [Slab; 3] {
     [0, 1, 2].map(|i| Slab {
@@ -84,6 +93,13 @@ pub fn cases() -> Vec<GateCase> {
         label,
         prime: None,
         data,
+        max_ctas: None,
+    };
+    let strided = |label, data| GateCase {
+        label,
+        prime: None,
+        data,
+        max_ctas: Some(GRID_STRIDE_CTAS),
     };
     let spread: Vec<i32> = (0..8).map(|j| j * 32 + 31).collect();
     let spread_w: Vec<f32> = (0..8).map(|j| 1.0 / (j as f32 + 3.0)).collect();
@@ -107,6 +123,12 @@ pub fn cases() -> Vec<GateCase> {
     let mut r = crate::rng::Rng(0x5EED_0002);
     let many: Vec<i32> = (0..65_536).map(|_| r.below(256) as i32).collect();
     let many_w: Vec<f32> = (0..65_536).map(|_| r.f01()).collect();
+    // Two bad pairs past the first pass of a 3-CTA grid (768 threads), the
+    // later one in a lower thread's later pass: the status must name the
+    // lowest, 40,000.
+    let mut many_bad = many.clone();
+    many_bad[50_001] = 256;
+    many_bad[40_000] = -7;
     let mut bad = sel.clone();
     bad[3] = 256;
     bad[5] = -1;
@@ -130,6 +152,7 @@ pub fn cases() -> Vec<GateCase> {
             case(256, SERVING_STRIDES, spread, spread_w, a(), 7),
         ),
         GateCase {
+            max_ctas: None,
             label: "stale-cache-same-layer",
             prime: Some(case(
                 256,
@@ -172,7 +195,15 @@ pub fn cases() -> Vec<GateCase> {
         ),
         g(
             "65536-pairs",
-            case(256, SERVING_STRIDES, many, many_w, a(), 7),
+            case(256, SERVING_STRIDES, many.clone(), many_w.clone(), a(), 7),
+        ),
+        strided(
+            "65536-pairs-grid-stride-3-ctas",
+            case(256, SERVING_STRIDES, many.clone(), many_w.clone(), a(), 7),
+        ),
+        strided(
+            "refuse-past-first-pass-3-ctas",
+            case(256, SERVING_STRIDES, many_bad, many_w.clone(), a(), 7),
         ),
         g(
             "refuse-expert-range",
@@ -236,7 +267,11 @@ pub fn run(engine: &MoeEngine, cases: &[GateCase]) -> GateResult {
         if let Some(p) = &c.prime {
             ok &= run_one(engine, "  (prime: first planes)", p).pass();
         }
+        let before = c.max_ctas.map(|n| engine.set_max_ctas(n));
         ok &= run_one(engine, c.label, &c.data).pass();
+        if let Some(b) = before {
+            engine.set_max_ctas(b);
+        }
         g.rows += 1;
         if !ok {
             g.failures += 1;

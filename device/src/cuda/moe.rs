@@ -49,7 +49,7 @@ use super::{driver_available, drv, Engine, I32_LIMIT};
 use cudarc::driver::{CudaFunction, DeviceRepr, PushKernelArg};
 use oracle::moe_tables::{check_lengths, Bank, Plane, TablesError, PLANES};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Environment variable naming a candidate `.cu` file with the ABI of
@@ -203,6 +203,7 @@ pub struct MoeEngine {
     f_tables: CudaFunction,
     planes: Mutex<HashMap<u32, LayerPlanes>>,
     uploads: AtomicU64,
+    max_ctas: AtomicU32,
 }
 
 shim_methods!(MoeEngine);
@@ -257,7 +258,25 @@ impl MoeEngine {
             shim,
             planes: Mutex::new(HashMap::new()),
             uploads: AtomicU64::new(0),
+            max_ctas: AtomicU32::new(MOE_MAX_CTAS),
         })
+    }
+
+    /// The most CTAs a launch of this engine uses ([`MOE_MAX_CTAS`] unless
+    /// [`MoeEngine::set_max_ctas`] lowered it).
+    pub fn max_ctas(&self) -> u32 {
+        self.max_ctas.load(Ordering::Relaxed)
+    }
+
+    /// Caps the CTAs of this engine's launches at `ctas` (clamped to
+    /// 1 ..= [`MOE_MAX_CTAS`]); returns the cap before. The ABI's launch is
+    /// "any 1-D grid (grid-stride loop)": a grid smaller than
+    /// `n_pairs / 256` runs the loop past its first pass, which the
+    /// shim's own grid (one thread a pair up to 2^24 pairs) never does.
+    /// The gate lowers it for its grid-stride rows.
+    pub fn set_max_ctas(&self, ctas: u32) -> u32 {
+        self.max_ctas
+            .swap(ctas.clamp(1, MOE_MAX_CTAS), Ordering::Relaxed)
     }
 
     /// The kernel source itself.
@@ -385,7 +404,7 @@ impl MoeEngine {
             .arg(&mut st);
         let ctas = (n_pairs as u64)
             .div_ceil(u64::from(MOE_THREADS))
-            .min(u64::from(MOE_MAX_CTAS)) as u32;
+            .min(u64::from(self.max_ctas())) as u32;
         let cfg = launch_config((ctas, 1, 1), MOE_THREADS, 0);
         // SAFETY: argument types and order are the ABI's; lengths checked
         // above; the macro planes hold n_expert elements each (checked), and
