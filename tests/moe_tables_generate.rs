@@ -7,7 +7,7 @@ use kernel_oracle::moe_tables::CaseSpec;
 /// Every path selector comes from the first five bytes (see `CaseSpec`'s
 /// `Arbitrary`), at its designed rate over all 2^16 values of two of them
 /// (the others zero, nothing after them): bad ids 1/4, macro planes 1/2,
-/// special weights 1/2, each layer 1/4, n_expert 1 / 256 / 1024 1/4 each
+/// special weights 1/2, one CTA 1/2, each layer 1/4, n_expert 1 / 256 / 1024 1/4 each
 /// (bytes 0 and 1), each bad-id period 1 to 16 1/16 of the bad-id cases,
 /// n_pairs 0, 1, 8, 256, 257 1/8 each (bytes 0 and 1), and each slab's
 /// stride and base classes 1/8 each (zero stride 1/4; bytes 2 to 4).
@@ -19,6 +19,7 @@ fn every_knob_is_reached_at_its_designed_rate_from_five_bytes() {
     assert_eq!(SELECTOR_BYTES, 5);
     let draw = |b: [u8; 5]| CaseSpec::arbitrary(&mut Unstructured::new(&b)).unwrap();
     let (mut bad, mut macros, mut special, mut layer) = (0u32, 0u32, 0u32, [0u32; 4]);
+    let mut one_cta = 0u32;
     let (mut experts, mut pairs, mut period) = ([0u32; 3], [0u32; 5], [0u32; 16]);
     for x in 0..=u16::MAX {
         let s = draw([x as u8, (x >> 8) as u8, 0, 0, 0]);
@@ -28,6 +29,7 @@ fn every_knob_is_reached_at_its_designed_rate_from_five_bytes() {
         }
         macros += u32::from(s.macros);
         special += u32::from(s.weights == WeightMix::Special);
+        one_cta += u32::from(s.one_cta);
         layer[s.layer as usize] += 1;
         if let Some(i) = [1, 256, 1024].iter().position(|&e| e == s.n_expert) {
             experts[i] += 1;
@@ -36,7 +38,10 @@ fn every_knob_is_reached_at_its_designed_rate_from_five_bytes() {
             pairs[i] += 1;
         }
     }
-    assert_eq!((bad, macros, special), (16384, 32768, 32768));
+    assert_eq!(
+        (bad, macros, special, one_cta),
+        (16384, 32768, 32768, 32768)
+    );
     assert_eq!(layer, [16384; 4]);
     assert_eq!(period, [1024; 16]);
     // The "anything" class reads exhausted bytes: 1 expert, 0 pairs.
@@ -76,6 +81,7 @@ fn the_stats_line_prints_each_knobs_share() {
         "bad ids 16384 (25.0%)",
         "macro planes 32768 (50.0%)",
         "special weights 32768 (50.0%)",
+        "one CTA 32768 (50.0%)",
     ] {
         assert!(line.contains(want), "{want:?} not in {line}");
     }

@@ -60,13 +60,13 @@ fn every_mutant_is_caught_by_the_gate() {
         println!("mutant {}: {}", m.name, m.what);
         for &label in m.caught_by {
             let c = cases.iter().find(|c| c.label == label).unwrap();
-            let v = run_one(&engine, label, &c.data);
+            let v = run_one(&engine, label, &c.data, c.max_ctas);
             assert!(!v.pass(), "mutant {} passed gate case {label}", m.name);
         }
         if m.name == "stride-product-32bit" {
             let c = cases.iter().find(|c| c.label == "small-strides").unwrap();
             assert!(
-                run_one(&engine, "small-strides", &c.data).pass(),
+                run_one(&engine, "small-strides", &c.data, None).pass(),
                 "the 32-bit product should pass the fixture-scale control"
             );
         }

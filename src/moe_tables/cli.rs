@@ -61,6 +61,9 @@ struct CaseArgs {
     /// Draw special weights (NaN, subnormal, negative, zero, infinity).
     #[arg(long)]
     special_weights: bool,
+    /// Launch on one CTA (the kernel's grid-stride loop past 256 pairs).
+    #[arg(long)]
+    one_cta: bool,
     /// splitmix64 seed, decimal or 0x-hex.
     #[arg(long, value_parser = kind::parse_u64)]
     seed: u64,
@@ -107,6 +110,7 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
         } else {
             WeightMix::Routing
         },
+        one_cta: a.one_cta,
         seed: a.seed,
     };
     let engine = match engine_or_exit() {
@@ -116,7 +120,7 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
     println!("kernel source: {}", engine.kernel_source());
     println!("{}", report::table_header());
     let data = spec.generate();
-    let v = gate::run_one(engine, "case", &data);
+    let v = gate::run_one(engine, "case", &data, spec.one_cta.then_some(1));
     if v.pass() {
         ExitCode::SUCCESS
     } else {

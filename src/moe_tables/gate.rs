@@ -245,9 +245,14 @@ pub struct GateResult {
 }
 
 /// Runs one case and prints its row (and mismatch lines on failure).
-pub fn run_one(engine: &MoeEngine, label: &'static str, data: &CaseData) -> Verdict {
+pub fn run_one(
+    engine: &MoeEngine,
+    label: &'static str,
+    data: &CaseData,
+    max_ctas: Option<u32>,
+) -> Verdict {
     let want = reference(data);
-    let got = device_tables(engine, data);
+    let got = device_tables(engine, data, max_ctas);
     let v = Verdict::judge(data, &got, &want);
     println!("{}", report::table_row(label, data, &v));
     if !v.pass() {
@@ -265,13 +270,9 @@ pub fn run(engine: &MoeEngine, cases: &[GateCase]) -> GateResult {
     for c in cases {
         let mut ok = true;
         if let Some(p) = &c.prime {
-            ok &= run_one(engine, "  (prime: first planes)", p).pass();
+            ok &= run_one(engine, "  (prime: first planes)", p, None).pass();
         }
-        let before = c.max_ctas.map(|n| engine.set_max_ctas(n));
-        ok &= run_one(engine, c.label, &c.data).pass();
-        if let Some(b) = before {
-            engine.set_max_ctas(b);
-        }
+        ok &= run_one(engine, c.label, &c.data, c.max_ctas).pass();
         g.rows += 1;
         if !ok {
             g.failures += 1;

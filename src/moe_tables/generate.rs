@@ -57,6 +57,11 @@ pub struct CaseSpec {
     pub bad_ids: u8,
     /// How weights and macro planes are drawn.
     pub weights: WeightMix,
+    /// Whether the launch runs on one CTA of 256 threads
+    /// (`MoeEngine::set_max_ctas`): past 256 pairs the kernel's
+    /// grid-stride loop then makes more than one pass, which the shim's
+    /// grid of one thread a pair never does.
+    pub one_cta: bool,
     /// splitmix64 seed of the ids, weights and planes.
     pub seed: u64,
 }
@@ -140,6 +145,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
     ///   1024, from later bytes: 1/4 each);
     /// - byte 1: bits 0-2: n_pairs (0, 1, 8, 256, 257: 1/8 each; anything
     ///   up to 1200: 3/8); bits 3-6: one pair in `1 + b` gets a bad id;
+    ///   bit 7: the launch on one CTA (1/2);
     /// - bytes 2, 3, 4: the gate, up and down slabs' stride and base
     ///   classes (see `slab`);
     /// - then the values within the classes, and the seed.
@@ -181,6 +187,7 @@ impl<'a> Arbitrary<'a> for CaseSpec {
             } else {
                 WeightMix::Routing
             },
+            one_cta: sel[1] & 0x80 != 0,
             seed: u.arbitrary()?,
         })
     }

@@ -48,6 +48,8 @@ pub struct Stats {
     pub macros: AtomicU64,
     /// ... with special weights (designed: 1/2).
     pub special: AtomicU64,
+    /// ... on one CTA (designed: 1/2).
+    pub one_cta: AtomicU64,
     /// ... with no pairs (designed: at least 1/8).
     pub no_pairs: AtomicU64,
     /// ... with one expert (designed: at least 1/4).
@@ -66,6 +68,7 @@ pub static STATS: Stats = Stats {
     bad_ids: AtomicU64::new(0),
     macros: AtomicU64::new(0),
     special: AtomicU64::new(0),
+    one_cta: AtomicU64::new(0),
     no_pairs: AtomicU64::new(0),
     one_expert: AtomicU64::new(0),
     zero_stride: AtomicU64::new(0),
@@ -76,13 +79,14 @@ pub static STATS: Stats = Stats {
 pub fn stats_line() -> String {
     let n = STATS.cases.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "moe_tables stats: {n} cases, {} compared, refused alike: {} id out of range, {} pointer past 64 bits; drawn: bad ids {}, macro planes {}, special weights {}, no pairs {}, one expert {}, a zero stride {}",
+        "moe_tables stats: {n} cases, {} compared, refused alike: {} id out of range, {} pointer past 64 bits; drawn: bad ids {}, macro planes {}, special weights {}, one CTA {}, no pairs {}, one expert {}, a zero stride {}",
         pct(&STATS.compared, n),
         pct(&STATS.refused_range, n),
         pct(&STATS.refused_overflow, n),
         pct(&STATS.bad_ids, n),
         pct(&STATS.macros, n),
         pct(&STATS.special, n),
+        pct(&STATS.one_cta, n),
         pct(&STATS.no_pairs, n),
         pct(&STATS.one_expert, n),
         pct(&STATS.zero_stride, n)
@@ -95,6 +99,7 @@ pub fn count_drawn(spec: &CaseSpec) {
         (spec.bad_ids > 0, &STATS.bad_ids),
         (spec.macros, &STATS.macros),
         (spec.weights == WeightMix::Special, &STATS.special),
+        (spec.one_cta, &STATS.one_cta),
         (spec.n_pairs == 0, &STATS.no_pairs),
         (spec.n_expert == 1, &STATS.one_expert),
         (spec.slabs.iter().any(|s| s.stride == 0), &STATS.zero_stride),
@@ -135,7 +140,7 @@ pub fn check_with_artifact(spec: &CaseSpec, artifact: Option<&str>) {
     };
     let data = spec.generate();
     let want = reference(&data);
-    let got = device_tables(engine, &data);
+    let got = device_tables(engine, &data, spec.one_cta.then_some(1));
     let v = Verdict::judge(&data, &got, &want);
     if !v.pass() {
         panic!(

@@ -120,6 +120,9 @@ pub fn repro_command(spec: &CaseSpec) -> String {
     if spec.weights == WeightMix::Special {
         s.push_str(" --special-weights");
     }
+    if spec.one_cta {
+        s.push_str(" --one-cta");
+    }
     s
 }
 
@@ -132,8 +135,8 @@ pub fn spec_literal(spec: &CaseSpec) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     format!(
-        "CaseSpec {{ n_expert: {}, n_pairs: {}, slabs: [{slabs}], macros: {}, layer: {}, bad_ids: {}, weights: WeightMix::{:?}, seed: 0x{:016x} }}",
-        spec.n_expert, spec.n_pairs, spec.macros, spec.layer, spec.bad_ids, spec.weights, spec.seed
+        "CaseSpec {{ n_expert: {}, n_pairs: {}, slabs: [{slabs}], macros: {}, layer: {}, bad_ids: {}, weights: WeightMix::{:?}, one_cta: {}, seed: 0x{:016x} }}",
+        spec.n_expert, spec.n_pairs, spec.macros, spec.layer, spec.bad_ids, spec.weights, spec.one_cta, spec.seed
     )
 }
 

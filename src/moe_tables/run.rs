@@ -33,14 +33,27 @@ fn engine_cell() -> &'static Result<MoeEngine, (String, bool)> {
 }
 
 /// Uploads the selections, builds the tables on the device and downloads
-/// them; the shim's refusal (before or by the launch) is the `Err`.
+/// them; the shim's refusal (before or by the launch) is the `Err`. With
+/// `max_ctas`, the launch uses at most that many CTAs
+/// ([`MoeEngine::set_max_ctas`], restored after; the cap is the engine's,
+/// and since any grid gives the same tables, a concurrent caller's cap
+/// changes only how many passes the kernel's loop makes).
 ///
 /// # Errors
 /// Every [`DeviceError`]; the judge decides which are agreements.
-pub fn device_tables(engine: &MoeEngine, data: &CaseData) -> Result<Tables, DeviceError> {
+pub fn device_tables(
+    engine: &MoeEngine,
+    data: &CaseData,
+    max_ctas: Option<u32>,
+) -> Result<Tables, DeviceError> {
     let sel = engine.upload(&data.experts)?;
     let selw = engine.upload(&data.weights)?;
-    let (p, s) = engine.vrows_tables(&sel, &selw, data.layer, &data.bank())?;
+    let before = max_ctas.map(|n| engine.set_max_ctas(n));
+    let built = engine.vrows_tables(&sel, &selw, data.layer, &data.bank());
+    if let Some(b) = before {
+        engine.set_max_ctas(b);
+    }
+    let (p, s) = built?;
     Ok(Tables {
         ptrs: engine.download(&p)?,
         scales: engine.download(&s)?,
