@@ -60,8 +60,13 @@ fn gate_cases_reach_what_their_labels_claim() {
     }
     let refused = by("refuse-past-first-pass-3-ctas");
     let err = kernel_oracle::moe_tables::reference(&refused.data).unwrap_err();
-    assert!(format!("{err:?}").contains("40000"), "{err:?}");
-    assert!(40_000 > threads(refused));
+    let [lo, hi] = gate::REFUSED_PAIRS;
+    assert!(format!("{err:?}").contains(&lo.to_string()), "{err:?}");
+    // Both past the first pass; the higher pair in a later pass, a lower
+    // thread and a lower CTA than the lower pair.
+    let t = threads(refused) as usize;
+    let cta = |p: usize| (p % t) / device::cuda::MOE_THREADS as usize;
+    assert!(lo > t && hi / t > lo / t && hi % t < lo % t && cta(hi) < cta(lo));
     assert!(cases.iter().filter(|c| c.max_ctas.is_some()).count() == 2);
     for c in cases.iter().filter(|c| !c.label.starts_with("refuse")) {
         assert!(

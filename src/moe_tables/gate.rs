@@ -36,7 +36,7 @@ pub struct GateCase {
     pub prime: Option<CaseData>,
     /// The case.
     pub data: CaseData,
-    /// The most CTAs the launch uses ([`MoeEngine::set_max_ctas`]), when
+    /// The most CTAs the launch uses ([`MoeEngine::vrows_tables_capped`]), when
     /// lower than the shim's one thread a pair: the kernel's grid-stride
     /// loop then runs past its first pass.
     pub max_ctas: Option<u32>,
@@ -45,6 +45,10 @@ pub struct GateCase {
 /// The CTAs of the gate's grid-stride rows: 768 threads for 65,536 pairs,
 /// 85 or 86 passes of the kernel's loop each.
 pub const GRID_STRIDE_CTAS: u32 = 3;
+
+/// The bad pairs of the gate's grid-stride refusal, lowest first (see
+/// there).
+pub const REFUSED_PAIRS: [usize; 2] = [40_636, 49_930];
 
 fn slabs(bases: [u64; 3], strides: [u64; 3]) -> [Slab; 3] {
     [0, 1, 2].map(|i| Slab {
@@ -123,12 +127,14 @@ pub fn cases() -> Vec<GateCase> {
     let mut r = crate::rng::Rng(0x5EED_0002);
     let many: Vec<i32> = (0..65_536).map(|_| r.below(256) as i32).collect();
     let many_w: Vec<f32> = (0..65_536).map(|_| r.f01()).collect();
-    // Two bad pairs past the first pass of a 3-CTA grid (768 threads), the
-    // later one in a lower thread's later pass: the status must name the
-    // lowest, 40,000.
+    // Two bad pairs past the first pass of a 3-CTA grid (768 threads): the
+    // lower, 40,636, in pass 52 of CTA 2's thread 188 (40,636 = 52 * 768 +
+    // 700); the higher, 49,930, in a later pass (65) of a lower CTA and
+    // thread (CTA 0, thread 10). The status must name the lowest pair,
+    // not the first CTA's, the lowest thread's or the last pass's.
     let mut many_bad = many.clone();
-    many_bad[50_001] = 256;
-    many_bad[40_000] = -7;
+    many_bad[REFUSED_PAIRS[1]] = 256;
+    many_bad[REFUSED_PAIRS[0]] = -7;
     let mut bad = sel.clone();
     bad[3] = 256;
     bad[5] = -1;

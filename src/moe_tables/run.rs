@@ -35,9 +35,7 @@ fn engine_cell() -> &'static Result<MoeEngine, (String, bool)> {
 /// Uploads the selections, builds the tables on the device and downloads
 /// them; the shim's refusal (before or by the launch) is the `Err`. With
 /// `max_ctas`, the launch uses at most that many CTAs
-/// ([`MoeEngine::set_max_ctas`], restored after; the cap is the engine's,
-/// and since any grid gives the same tables, a concurrent caller's cap
-/// changes only how many passes the kernel's loop makes).
+/// ([`MoeEngine::vrows_tables_capped`]).
 ///
 /// # Errors
 /// Every [`DeviceError`]; the judge decides which are agreements.
@@ -48,12 +46,8 @@ pub fn device_tables(
 ) -> Result<Tables, DeviceError> {
     let sel = engine.upload(&data.experts)?;
     let selw = engine.upload(&data.weights)?;
-    let before = max_ctas.map(|n| engine.set_max_ctas(n));
-    let built = engine.vrows_tables(&sel, &selw, data.layer, &data.bank());
-    if let Some(b) = before {
-        engine.set_max_ctas(b);
-    }
-    let (p, s) = built?;
+    let cap = max_ctas.unwrap_or(device::cuda::MOE_MAX_CTAS);
+    let (p, s) = engine.vrows_tables_capped(&sel, &selw, data.layer, &data.bank(), cap)?;
     Ok(Tables {
         ptrs: engine.download(&p)?,
         scales: engine.download(&s)?,

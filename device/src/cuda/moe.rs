@@ -49,7 +49,7 @@ use super::{driver_available, drv, Engine, I32_LIMIT};
 use cudarc::driver::{CudaFunction, DeviceRepr, PushKernelArg};
 use oracle::moe_tables::{check_lengths, Bank, Plane, TablesError, PLANES};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Environment variable naming a candidate `.cu` file with the ABI of
@@ -203,7 +203,6 @@ pub struct MoeEngine {
     f_tables: CudaFunction,
     planes: Mutex<HashMap<u32, LayerPlanes>>,
     uploads: AtomicU64,
-    max_ctas: AtomicU32,
 }
 
 shim_methods!(MoeEngine);
@@ -258,25 +257,7 @@ impl MoeEngine {
             shim,
             planes: Mutex::new(HashMap::new()),
             uploads: AtomicU64::new(0),
-            max_ctas: AtomicU32::new(MOE_MAX_CTAS),
         })
-    }
-
-    /// The most CTAs a launch of this engine uses ([`MOE_MAX_CTAS`] unless
-    /// [`MoeEngine::set_max_ctas`] lowered it).
-    pub fn max_ctas(&self) -> u32 {
-        self.max_ctas.load(Ordering::Relaxed)
-    }
-
-    /// Caps the CTAs of this engine's launches at `ctas` (clamped to
-    /// 1 ..= [`MOE_MAX_CTAS`]); returns the cap before. The ABI's launch is
-    /// "any 1-D grid (grid-stride loop)": a grid smaller than
-    /// `n_pairs / 256` runs the loop past its first pass, which the
-    /// shim's own grid (one thread a pair up to 2^24 pairs) never does.
-    /// The gate lowers it for its grid-stride rows.
-    pub fn set_max_ctas(&self, ctas: u32) -> u32 {
-        self.max_ctas
-            .swap(ctas.clamp(1, MOE_MAX_CTAS), Ordering::Relaxed)
     }
 
     /// The kernel source itself.
@@ -326,12 +307,33 @@ impl MoeEngine {
         layer: u32,
         bank: &Bank<'_>,
     ) -> Result<(Buffer<u64>, Buffer<f32>)> {
+        self.vrows_tables_capped(sel, selw, layer, bank, MOE_MAX_CTAS)
+    }
+
+    /// [`MoeEngine::vrows_tables`] on a grid of at most `max_ctas` CTAs
+    /// (clamped to 1 ..= [`MOE_MAX_CTAS`]). The ABI's launch is "any 1-D
+    /// grid (grid-stride loop)": a grid of fewer than `n_pairs / 256` CTAs
+    /// runs the loop past its first pass, which the shim's own grid (one
+    /// thread a pair up to 2^24 pairs) never does; the gate's grid-stride
+    /// rows and half the fuzzer's cases take a small one.
+    ///
+    /// # Errors
+    /// As [`MoeEngine::vrows_tables`].
+    pub fn vrows_tables_capped(
+        &self,
+        sel: &Buffer<i32>,
+        selw: &Buffer<f32>,
+        layer: u32,
+        bank: &Bank<'_>,
+        max_ctas: u32,
+    ) -> Result<(Buffer<u64>, Buffer<f32>)> {
         check_moe_tables(bank, sel.len(), selw.len(), None, None)?;
         let n = sel.len() * PLANES;
         let mut ptrs = self.alloc_output::<u64>(n)?;
         let mut scales = self.alloc_output::<f32>(n)?;
         let mut status = self.new_status()?;
-        self.vrows_tables_into(sel, selw, layer, bank, &mut ptrs, &mut scales, &mut status)?;
+        let (p, s, st) = (&mut ptrs, &mut scales, &mut status);
+        self.vrows_tables_into_capped(sel, selw, layer, bank, p, s, st, max_ctas)?;
         self.check_status(&status, bank, sel.len())?;
         Ok((ptrs, scales))
     }
@@ -353,6 +355,26 @@ impl MoeEngine {
         ptrs: &mut Buffer<u64>,
         scales: &mut Buffer<f32>,
         status: &mut MoeStatus,
+    ) -> Result<()> {
+        self.vrows_tables_into_capped(sel, selw, layer, bank, ptrs, scales, status, MOE_MAX_CTAS)
+    }
+
+    /// [`MoeEngine::vrows_tables_into`] on a grid of at most `max_ctas`
+    /// CTAs (see [`MoeEngine::vrows_tables_capped`]).
+    ///
+    /// # Errors
+    /// As [`MoeEngine::vrows_tables_into`].
+    #[allow(clippy::too_many_arguments)] // allow: the kernel's inputs, outputs and status, each one buffer, and the grid
+    pub fn vrows_tables_into_capped(
+        &self,
+        sel: &Buffer<i32>,
+        selw: &Buffer<f32>,
+        layer: u32,
+        bank: &Bank<'_>,
+        ptrs: &mut Buffer<u64>,
+        scales: &mut Buffer<f32>,
+        status: &mut MoeStatus,
+        max_ctas: u32,
     ) -> Result<()> {
         let n_pairs = sel.len();
         check_moe_tables(
@@ -404,7 +426,7 @@ impl MoeEngine {
             .arg(&mut st);
         let ctas = (n_pairs as u64)
             .div_ceil(u64::from(MOE_THREADS))
-            .min(u64::from(self.max_ctas())) as u32;
+            .min(u64::from(max_ctas.clamp(1, MOE_MAX_CTAS))) as u32;
         let cfg = launch_config((ctas, 1, 1), MOE_THREADS, 0);
         // SAFETY: argument types and order are the ABI's; lengths checked
         // above; the macro planes hold n_expert elements each (checked), and
