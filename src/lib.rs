@@ -140,34 +140,45 @@ pub fn rerun_row(note: Option<&str>, command: &str) -> String {
     }
 }
 
-/// The file libFuzzer writes this process's crashing input `data` to,
-/// which a fuzz target passes as its artifact (`check_with_artifact`):
-/// the last `-exact_artifact_path=PATH` among the process's arguments if
-/// any, else the last `-artifact_prefix=PREFIX` (none: the empty prefix,
-/// the working directory) followed by `crash-` and the input's SHA-1 in
-/// lower-case hex (libFuzzer's `Fuzzer::DumpCurrentUnit` in
-/// `FuzzerLoop.cpp` with `Hash`, `FuzzerSHA1.cpp`; cargo-fuzz passes
-/// `-artifact_prefix=<fuzz dir>/artifacts/<target>/`). A relative path is
-/// made absolute against the working directory, so the rerun line runs
-/// from anywhere. The report is printed before the panic that makes
-/// libFuzzer write the file.
+/// The file that holds this process's crashing input `data` once
+/// libFuzzer has handled the report's panic, which a fuzz target passes as
+/// its artifact (`check_with_artifact`), absolute (so the rerun line runs
+/// from anywhere):
+/// - when every argument that is not a flag names a file (libFuzzer then
+///   runs those files and writes no artifact, `AllInputsAreFiles` in
+///   `FuzzerDriver.cpp`: a rerun), the first of them whose contents are
+///   `data`, else the first of them;
+/// - otherwise the last `-exact_artifact_path=PATH` if any, else the last
+///   `-artifact_prefix=PREFIX` (none: the empty prefix, the working
+///   directory) followed by `crash-` and the input's SHA-1 in lower-case
+///   hex (libFuzzer's `Fuzzer::DumpCurrentUnit` in `FuzzerLoop.cpp` with
+///   `Hash`, `FuzzerSHA1.cpp`; cargo-fuzz passes
+///   `-artifact_prefix=<fuzz dir>/artifacts/<target>/`).
 pub fn libfuzzer_crash_artifact(data: &[u8]) -> String {
-    libfuzzer_crash_artifact_in(std::env::args().skip(1), data)
+    let args = std::env::args_os().skip(1);
+    libfuzzer_crash_artifact_in(args.map(|a| a.to_string_lossy().into_owned()), data)
 }
 
 /// [`libfuzzer_crash_artifact`] for the arguments `args` (without the
 /// program's name).
 pub fn libfuzzer_crash_artifact_in(args: impl Iterator<Item = String>, data: &[u8]) -> String {
-    let (mut exact, mut prefix) = (None, String::new());
+    let (mut exact, mut prefix, mut inputs) = (None, String::new(), Vec::new());
     for a in args {
         if let Some(p) = a.strip_prefix("-exact_artifact_path=") {
             exact = Some(p.to_string());
         } else if let Some(p) = a.strip_prefix("-artifact_prefix=") {
             prefix = p.to_string();
+        } else if !a.starts_with('-') {
+            inputs.push(a);
         }
     }
-    let path =
-        exact.unwrap_or_else(|| format!("{prefix}crash-{}", sha1_smol::Sha1::from(data).digest()));
+    let rerun = !inputs.is_empty() && inputs.iter().all(|i| std::path::Path::new(i).is_file());
+    let path = if rerun {
+        let holds = |i: &&String| std::fs::read(i.as_str()).is_ok_and(|b| b == data);
+        inputs.iter().find(holds).unwrap_or(&inputs[0]).clone()
+    } else {
+        exact.unwrap_or_else(|| format!("{prefix}crash-{}", sha1_smol::Sha1::from(data).digest()))
+    };
     match std::env::current_dir() {
         Ok(cwd) if !std::path::Path::new(&path).is_absolute() => {
             cwd.join(&path).to_string_lossy().into_owned()
@@ -235,7 +246,8 @@ mod tests {
 
     /// libFuzzer's name for a crashing input: the prefix, `crash-` and the
     /// SHA-1 (FIPS 180-4's test vector "abc"), absolute; the exact path
-    /// wins over the prefix; the last of each flag counts.
+    /// wins over the prefix; the last of each flag counts; a rerun of
+    /// files names the file.
     #[test]
     fn the_libfuzzer_artifact_is_the_prefix_then_crash_and_the_sha1() {
         let abc = "crash-a9993e364706816aba3e25717850c26c9cd0d89d";
@@ -260,5 +272,20 @@ mod tests {
             b"abc",
         );
         assert_eq!(exact, "/x/y");
+        // A rerun (every input a file): the file holding the input, else
+        // the first; a directory among them is a fuzzing run.
+        let dir = std::env::temp_dir().join(format!("ko-artifact-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::write(&a, b"xyz").unwrap();
+        std::fs::write(&b, b"abc").unwrap();
+        let (sa, sb) = (a.to_string_lossy(), b.to_string_lossy());
+        let got = libfuzzer_crash_artifact_in(args(&["-runs=1", &sa, &sb]), b"abc");
+        assert_eq!(got, sb);
+        assert_eq!(libfuzzer_crash_artifact_in(args(&[&sa, &sb]), b"q"), sa);
+        let d = dir.to_string_lossy();
+        let fuzzing = libfuzzer_crash_artifact_in(args(&["-artifact_prefix=/f/", &d, &sa]), b"abc");
+        assert_eq!(fuzzing, format!("/f/{abc}"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

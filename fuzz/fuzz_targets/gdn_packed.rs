@@ -89,7 +89,7 @@ unsafe impl GlobalAlloc for ReuseLarge {
 #[global_allocator]
 static ALLOC: ReuseLarge = ReuseLarge;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| -> libfuzzer_sys::Corpus {
+kernel_oracle_fuzz::typed_fuzz_target!(|spec: &CaseSpec, artifact: &str| {
     // Room for the kept list, reserved once outside the allocator's lock
     // (the list itself must not grow while the lock is held).
     {
@@ -98,7 +98,5 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| -> libfuzzer_sys::Corpus {
             k.0.reserve_exact(256);
         }
     }
-    kernel_oracle_fuzz::run_typed(data, |spec: &CaseSpec, artifact| {
-        check_with_artifact(spec, Some(artifact))
-    })
+    check_with_artifact(spec, Some(artifact))
 });

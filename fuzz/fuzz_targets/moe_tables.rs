@@ -7,8 +7,6 @@ use kernel_oracle::moe_tables::{check_with_artifact, CaseSpec};
 
 kernel_oracle_fuzz::asan_options!();
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| -> libfuzzer_sys::Corpus {
-    kernel_oracle_fuzz::run_typed(data, |spec: &CaseSpec, artifact| {
-        check_with_artifact(spec, Some(artifact))
-    })
+kernel_oracle_fuzz::typed_fuzz_target!(|spec: &CaseSpec, artifact: &str| {
+    check_with_artifact(spec, Some(artifact))
 });

@@ -21,6 +21,43 @@ macro_rules! asan_options {
     };
 }
 
+/// Defines the fuzz target's entry points (libfuzzer-sys's
+/// `LLVMFuzzerInitialize`, with its panic hook, and
+/// `rust_fuzzer_test_input`) for a body that takes the decoded input by
+/// reference and the path libFuzzer writes it to:
+/// `typed_fuzz_target!(|spec: &CaseSpec, artifact: &str| { .. })`, run
+/// through [`run_typed`]. libfuzzer-sys's own `&[u8]` form answers cargo
+/// fuzz fmt's `RUST_LIBFUZZER_DEBUG_PATH` with the raw bytes before its
+/// body runs; this one writes the decoded value, as its typed form does.
+#[macro_export]
+macro_rules! typed_fuzz_target {
+    (|$spec:ident: &$ty:ty, $artifact:ident: &str| $body:block) => {
+        const _: () = {
+            #[no_mangle]
+            pub extern "C" fn LLVMFuzzerInitialize(
+                argc: *const isize,
+                argv: *const *const *const u8,
+            ) -> isize {
+                ::libfuzzer_sys::initialize(argc, argv);
+                0
+            }
+
+            #[no_mangle]
+            #[allow(improper_ctypes_definitions)]
+            pub extern "C" fn rust_fuzzer_test_input(bytes: &[u8]) -> i32 {
+                __kernel_oracle_fuzz_run(bytes).to_libfuzzer_code()
+            }
+
+            /// The target's own frame in a crash's stack (libfuzzer-sys
+            /// keeps one for crash deduplication too).
+            #[inline(never)]
+            fn __kernel_oracle_fuzz_run(bytes: &[u8]) -> ::libfuzzer_sys::Corpus {
+                $crate::run_typed(bytes, |$spec: &$ty, $artifact: &str| $body)
+            }
+        };
+    };
+}
+
 /// Runs `check` on the input `data` decoded as libfuzzer-sys's typed
 /// `fuzz_target!(|spec: T| ..)` decodes it (`T::arbitrary_take_rest`; too
 /// short for `T::size_hint` or undecodable: rejected; under cargo-fuzz's
