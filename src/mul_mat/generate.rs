@@ -374,7 +374,7 @@ impl CaseSpec {
     /// The case's data.
     ///
     /// The ORDER arm's weights are the EXACT arm's for any K (only their
-    /// exponents and codes, [`exact_weight_range`], not the EXACT plan's
+    /// exponents and codes, `exact_weight_range`, not the EXACT plan's
     /// limit on K), its activations [`order_activation`].
     ///
     /// # Panics
