@@ -11,7 +11,7 @@
 //!
 //! `cargo run --release -p device --example moe_tables_bench`
 
-use device::cuda::{MoeEngine, Result};
+use device::cuda::{MoeEngine, Result, MOE_MAX_CTAS};
 use oracle::moe_tables::{vrows_tables, Bank, Slab};
 use std::time::Instant;
 
@@ -69,6 +69,7 @@ fn main() -> Result<()> {
             &mut ptrs_d,
             &mut scl_d,
             &mut status,
+            MOE_MAX_CTAS,
         )?;
         e.check_status(&status, &bank, n_pairs)?;
         let mut ptrs = vec![0u64; 3 * n_pairs];
@@ -91,6 +92,7 @@ fn main() -> Result<()> {
                 &mut ptrs_d,
                 &mut scl_d,
                 &mut status,
+                MOE_MAX_CTAS,
             )
         })?;
         e.synchronize()?;
@@ -104,6 +106,7 @@ fn main() -> Result<()> {
                 &mut ptrs_d,
                 &mut scl_d,
                 &mut status,
+                MOE_MAX_CTAS,
             )?;
             e.synchronize()?;
         }

@@ -36,7 +36,7 @@ pub struct GateCase {
     pub prime: Option<CaseData>,
     /// The case.
     pub data: CaseData,
-    /// The most CTAs the launch uses ([`MoeEngine::vrows_tables_capped`]), when
+    /// The most CTAs the launch uses ([`MoeEngine::vrows_tables`]), when
     /// lower than the shim's one thread a pair: the kernel's grid-stride
     /// loop then runs past its first pass.
     pub max_ctas: Option<u32>,

@@ -58,7 +58,7 @@ pub struct CaseSpec {
     /// How weights and macro planes are drawn.
     pub weights: WeightMix,
     /// Whether the launch runs on one CTA of 256 threads
-    /// (`MoeEngine::vrows_tables_capped`): past 256 pairs the kernel's
+    /// (`MoeEngine::vrows_tables`): past 256 pairs the kernel's
     /// grid-stride loop then makes more than one pass, which the shim's
     /// grid of one thread a pair never does.
     pub one_cta: bool,

@@ -35,7 +35,7 @@ fn engine_cell() -> &'static Result<MoeEngine, (String, bool)> {
 /// Uploads the selections, builds the tables on the device and downloads
 /// them; the shim's refusal (before or by the launch) is the `Err`. With
 /// `max_ctas`, the launch uses at most that many CTAs
-/// ([`MoeEngine::vrows_tables_capped`]).
+/// ([`MoeEngine::vrows_tables`]).
 ///
 /// # Errors
 /// Every [`DeviceError`]; the judge decides which are agreements.
@@ -47,7 +47,7 @@ pub fn device_tables(
     let sel = engine.upload(&data.experts)?;
     let selw = engine.upload(&data.weights)?;
     let cap = max_ctas.unwrap_or(device::cuda::MOE_MAX_CTAS);
-    let (p, s) = engine.vrows_tables_capped(&sel, &selw, data.layer, &data.bank(), cap)?;
+    let (p, s) = engine.vrows_tables(&sel, &selw, data.layer, &data.bank(), cap)?;
     Ok(Tables {
         ptrs: engine.download(&p)?,
         scales: engine.download(&s)?,

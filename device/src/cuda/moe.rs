@@ -293,7 +293,12 @@ impl MoeEngine {
     /// Builds both tables from device-resident selections `sel` (expert
     /// ids) and `selw` (routing weights) into new buffers `(ptrs, scales)`,
     /// `3 * n_pairs` each, plane-major (gate, up, down). `layer` keys the
-    /// macro-plane cache. Synchronises and reads the status back.
+    /// macro-plane cache. The grid has at most `max_ctas` CTAs (clamped to
+    /// 1 ..= [`MOE_MAX_CTAS`]; [`MOE_MAX_CTAS`] gives the shim's grid of
+    /// one thread a pair up to 2^24 pairs). The ABI's launch is "any 1-D
+    /// grid (grid-stride loop)": fewer than `n_pairs / 256` CTAs run the
+    /// loop past its first pass, as the gate's grid-stride rows and half
+    /// the fuzzer's cases do. Synchronises and reads the status back.
     ///
     /// # Errors
     /// [`DeviceError::MoeTables`] / [`DeviceError::IndexRange`] before
@@ -301,25 +306,6 @@ impl MoeEngine {
     /// same input) after it, with no tables; [`DeviceError::MoeBadStatus`];
     /// [`DeviceError::GuardClobbered`]; [`DeviceError::Driver`].
     pub fn vrows_tables(
-        &self,
-        sel: &Buffer<i32>,
-        selw: &Buffer<f32>,
-        layer: u32,
-        bank: &Bank<'_>,
-    ) -> Result<(Buffer<u64>, Buffer<f32>)> {
-        self.vrows_tables_capped(sel, selw, layer, bank, MOE_MAX_CTAS)
-    }
-
-    /// [`MoeEngine::vrows_tables`] on a grid of at most `max_ctas` CTAs
-    /// (clamped to 1 ..= [`MOE_MAX_CTAS`]). The ABI's launch is "any 1-D
-    /// grid (grid-stride loop)": a grid of fewer than `n_pairs / 256` CTAs
-    /// runs the loop past its first pass, which the shim's own grid (one
-    /// thread a pair up to 2^24 pairs) never does; the gate's grid-stride
-    /// rows and half the fuzzer's cases take a small one.
-    ///
-    /// # Errors
-    /// As [`MoeEngine::vrows_tables`].
-    pub fn vrows_tables_capped(
         &self,
         sel: &Buffer<i32>,
         selw: &Buffer<f32>,
@@ -333,7 +319,7 @@ impl MoeEngine {
         let mut scales = self.alloc_output::<f32>(n)?;
         let mut status = self.new_status()?;
         let (p, s, st) = (&mut ptrs, &mut scales, &mut status);
-        self.vrows_tables_into_capped(sel, selw, layer, bank, p, s, st, max_ctas)?;
+        self.vrows_tables_into(sel, selw, layer, bank, p, s, st, max_ctas)?;
         self.check_status(&status, bank, sel.len())?;
         Ok((ptrs, scales))
     }
@@ -341,31 +327,13 @@ impl MoeEngine {
     /// Launches the tables kernel into existing outputs, zeroing `status`
     /// first. Does not synchronise or read the status unless guards are on
     /// (then it synchronises and checks the bands); call
-    /// [`MoeEngine::check_status`] before trusting the tables.
+    /// [`MoeEngine::check_status`] before trusting the tables. The grid as
+    /// [`MoeEngine::vrows_tables`]'s.
     ///
     /// # Errors
     /// As [`MoeEngine::vrows_tables`], except the status errors.
-    #[allow(clippy::too_many_arguments)] // allow: the kernel's inputs, outputs and status, each one buffer
-    pub fn vrows_tables_into(
-        &self,
-        sel: &Buffer<i32>,
-        selw: &Buffer<f32>,
-        layer: u32,
-        bank: &Bank<'_>,
-        ptrs: &mut Buffer<u64>,
-        scales: &mut Buffer<f32>,
-        status: &mut MoeStatus,
-    ) -> Result<()> {
-        self.vrows_tables_into_capped(sel, selw, layer, bank, ptrs, scales, status, MOE_MAX_CTAS)
-    }
-
-    /// [`MoeEngine::vrows_tables_into`] on a grid of at most `max_ctas`
-    /// CTAs (see [`MoeEngine::vrows_tables_capped`]).
-    ///
-    /// # Errors
-    /// As [`MoeEngine::vrows_tables_into`].
     #[allow(clippy::too_many_arguments)] // allow: the kernel's inputs, outputs and status, each one buffer, and the grid
-    pub fn vrows_tables_into_capped(
+    pub fn vrows_tables_into(
         &self,
         sel: &Buffer<i32>,
         selw: &Buffer<f32>,
