@@ -97,6 +97,23 @@ pub fn fuzz_command(k: &Kind, m: &ArgMatches) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    // A divergence is the fuzz body's panic: its report is the message, so
+    // print that alone, with no "thread panicked" line or backtrace (the
+    // place it was raised only when it is not a divergence report).
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("(a panic without a message)");
+        eprintln!("{msg}");
+        if !msg.contains("DIVERGENCE") {
+            if let Some(at) = info.location() {
+                eprintln!("  (raised at {at})");
+            }
+        }
+    }));
     let mut rng = Rng(seed);
     let t0 = Instant::now();
     let mut execs: u64 = 0;
@@ -155,16 +172,16 @@ pub fn command(kinds: impl Iterator<Item = &'static str>) -> Command {
                 .long("gate-secs")
                 .value_name("SECONDS")
                 .default_value("1800")
-                .value_parser(clap::value_parser!(u64))
-                .help("A gate still running after this long is killed: caught if it had failed a row by then, else SURVIVED (a slow gate is not a catch)."),
+                .value_parser(clap::value_parser!(u64).range(1..))
+                .help("A gate still running after this long is killed (at least 1): caught if it had failed a row by then, else SURVIVED (a slow gate is not a catch)."),
         )
         .arg(
             Arg::new("jobs")
                 .short('j')
                 .long("jobs")
                 .value_name("N")
-                .value_parser(clap::value_parser!(usize))
-                .help("Planted bugs run at once [default: the CPUs, at most 8]."),
+                .value_parser(clap::value_parser!(u64).range(1..=256))
+                .help("Planted bugs run at once, 1 to 256 [default: the CPUs, at most 8]."),
         )
         .arg(
             Arg::new("bug")
@@ -581,13 +598,18 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
         return ExitCode::from(2);
     }
     let jobs = m
-        .get_one::<usize>("jobs")
-        .copied()
+        .get_one::<u64>("jobs")
+        .map(|&j| j as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
         .clamp(1, entries.len());
     println!(
-        "score: {} planted bugs, {jobs} at a time; fuzzers {secs} s each; logs and candidates in {}",
+        "score: {} planted bugs, {jobs} at a time; {}; logs and candidates in {}",
         entries.len(),
+        if no_fuzz {
+            "gates only".to_string()
+        } else {
+            format!("fuzzers {secs} s each")
+        },
         logs.display()
     );
     let results: Mutex<Vec<Option<(Verdict, Verdict)>>> =

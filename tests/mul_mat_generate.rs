@@ -169,6 +169,60 @@ fn the_stats_line_prints_each_arm_and_geometry_share() {
     }
 }
 
+/// A bounded verdict that decides no output (`|want_i| <= 2 gamma_K S_i`
+/// everywhere: one output of a long RANDOM row) passes nothing: an
+/// all-zero dst and the oracle's own answer are both VACUOUS. Every CI
+/// row of the gate's bounded arms decides some output, so the oracle's
+/// answer passes there.
+#[test]
+fn a_bound_that_decides_no_output_is_vacuous_not_a_pass() {
+    use kernel_oracle::mul_mat::gate::{spec, CI_SHAPES};
+    use kernel_oracle::mul_mat::{reference, Verdict};
+    let long = CaseSpec {
+        dtype: Dtype::F32,
+        m: 1,
+        n: 1,
+        k: 16384,
+        arm: Arm::Random,
+        seed: 1,
+    };
+    let data = long.generate();
+    let want = reference(&data);
+    for got in [[0.0f32], [want[0]]] {
+        let v = Verdict::judge(&data, &got, &want);
+        assert!(
+            v.within_bound() && v.vacuous() && !v.pass(),
+            "{got:?}: {v:?}"
+        );
+        assert_eq!(v.status(), "VACUOUS");
+        assert!(v.nmse_bound >= 1.0, "{v:?}");
+    }
+    for shape in &CI_SHAPES {
+        for dtype in Dtype::ALL {
+            for arm in [Arm::Random, Arm::Balanced] {
+                let sp = spec(shape, dtype, arm);
+                if sp.valid().is_err() {
+                    continue;
+                }
+                let data = sp.generate();
+                let want = reference(&data);
+                let v = Verdict::judge(&data, &want, &want);
+                assert!(
+                    v.pass() && v.decided > 0,
+                    "{} {dtype:?} {arm:?}: {v:?}",
+                    shape.label
+                );
+                let zeros = vec![0.0f32; want.len()];
+                assert!(
+                    !Verdict::judge(&data, &zeros, &want).within_bound(),
+                    "{}",
+                    shape.label
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn bounded_arms_refuse_a_k_where_gamma_k_is_undefined() {
     use kernel_oracle::mul_mat::generate::MAX_BOUNDED_K;

@@ -154,6 +154,16 @@ fn case(m: &clap::ArgMatches) -> ExitCode {
             println!("{}", report::table_row("case", &spec, &geom, &label, &v));
             if v.pass() {
                 ExitCode::SUCCESS
+            } else if v.within_bound() {
+                eprintln!(
+                    "kernel-oracle: VACUOUS: the {} bound 2 gamma_K sum|w x| at k = {} exceeds |want| on \
+                     every output (NMSE bound {:.2e}), so an all-zero dst would pass: this case cannot \
+                     judge the kernel; take a smaller k, more outputs, or the EXACT or ORDER arm",
+                    spec.arm.name(),
+                    spec.k,
+                    v.nmse_bound
+                );
+                ExitCode::from(2)
             } else {
                 print!(
                     "{}",

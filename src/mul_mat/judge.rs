@@ -36,6 +36,15 @@
 //! (every weight at least 0.5 and every activation at least 0.5 in
 //! magnitude).
 //!
+//! Where the bound cannot tell a kernel from one that writes zeros: with
+//! random signs the exact sum grows like `sqrt(K)` while `S_i` grows like K,
+//! so from a few thousand K on (sooner on few outputs) `2 gamma_K S_i` can
+//! exceed `|want_i|` on every output, and an all-zero `dst` (or a sum cut
+//! short) would pass. [`Verdict::decided`] counts the outputs where it
+//! cannot (`|want_i| > 2 gamma_K S_i`, or a bound of 0); a verdict with none is
+//! [`Verdict::vacuous`]: never a pass, reported as VACUOUS (the `case`
+//! command refuses it, the fuzzer counts it apart, a gate row fails).
+//!
 //! Why the bound is not tightened per block: the summation order is free,
 //! so a correct kernel may add a small block's products into a partial
 //! sum that already holds a large block's; each such addition rounds by up
@@ -164,6 +173,11 @@ pub struct Verdict {
     pub over_bound: usize,
     /// The first output beyond the element-wise bound.
     pub first_over: Option<usize>,
+    /// RANDOM and BALANCED: outputs the bound decides against zero,
+    /// `|want_i| > 2 gamma_K S_i` (an output the kernel left +0 fails
+    /// there), or with a bound of 0 (`S_i = 0`, K = 0 among them: only the
+    /// exact answer passes); EXACT and ORDER: every output.
+    pub decided: usize,
 }
 
 impl Verdict {
@@ -180,14 +194,18 @@ impl Verdict {
             nmse_bound: 0.0,
             over_bound: 0,
             first_over: None,
+            decided: got.len(),
         };
         if s.arm.bounded() && !got.is_empty() {
             let sums = abs_sums(data);
             let g = gamma(s.k);
             let (mut s2, mut w2) = (0.0f64, 0.0f64);
+            v.decided = 0;
             for (i, ((&a, &b), &si)) in got.iter().zip(want).zip(&sums).enumerate() {
                 s2 += si * si;
                 w2 += f64::from(b) * f64::from(b);
+                let bound = 2.0 * g * si;
+                v.decided += usize::from(bound == 0.0 || f64::from(b).abs() > bound);
                 let err = (f64::from(a) - f64::from(b)).abs();
                 if err.is_nan() || err > 2.0 * g * si {
                     v.over_bound += 1;
@@ -199,13 +217,41 @@ impl Verdict {
         v
     }
 
-    /// Whether the kernel passes.
-    pub fn pass(&self) -> bool {
+    /// Whether `got` is within the arm's bound: bit for bit (EXACT,
+    /// ORDER), or finite, every output within `2 gamma_K S_i` and the NMSE
+    /// within its bound (RANDOM, BALANCED). Not a pass when
+    /// [`Verdict::vacuous`].
+    pub fn within_bound(&self) -> bool {
         match self.arm {
             Arm::Exact | Arm::Order => self.cmp.bit_identical(),
             Arm::Random | Arm::Balanced => {
                 self.cmp.non_finite == 0 && self.over_bound == 0 && self.cmp.nmse <= self.nmse_bound
             }
+        }
+    }
+
+    /// Whether the bound decides no output ([`Verdict::decided`] is 0 on a
+    /// non-empty `dst`): an all-zero `dst` would be within it (then
+    /// `sum want^2 <= 4 gamma_K^2 sum S^2`, so the NMSE bound is at least
+    /// 1, a zero output's NMSE), so the case judges nothing but gross
+    /// errors, and passing it says nothing of the kernel.
+    pub fn vacuous(&self) -> bool {
+        self.decided == 0 && self.cmp.n > 0
+    }
+
+    /// Whether the kernel passes: within the bound, on a case that is not
+    /// vacuous.
+    pub fn pass(&self) -> bool {
+        self.within_bound() && !self.vacuous()
+    }
+
+    /// The verdict's word: PASS, FAIL (beyond the bound) or VACUOUS
+    /// (within a bound that decides no output).
+    pub fn status(&self) -> &'static str {
+        match (self.within_bound(), self.vacuous()) {
+            (false, _) => "FAIL",
+            (true, true) => "VACUOUS",
+            (true, false) => "PASS",
         }
     }
 }

@@ -54,6 +54,9 @@ pub struct Stats {
     pub dequant: AtomicU64,
     /// Cases run and judged.
     pub compared: AtomicU64,
+    /// Of those, cases whose bound decided no output
+    /// (`judge::Verdict::vacuous`: within it, but not a pass).
+    pub vacuous: AtomicU64,
 }
 
 /// This process's counters.
@@ -67,6 +70,7 @@ pub static STATS: Stats = Stats {
     n1: AtomicU64::new(0),
     dequant: AtomicU64::new(0),
     compared: AtomicU64::new(0),
+    vacuous: AtomicU64::new(0),
 };
 
 /// How often [`check`] prints [`STATS`] (cases).
@@ -85,8 +89,9 @@ pub fn stats_line() -> String {
             .join(", ")
     };
     format!(
-        "mul_mat stats: {n} cases, {} compared, {} refused by the spec; arms: {}; dtypes: {}; geometries: {}; m = 1 {}, n = 1 {}, dequant path {}",
+        "mul_mat stats: {n} cases, {} compared ({} vacuous), {} refused by the spec; arms: {}; dtypes: {}; geometries: {}; m = 1 {}, n = 1 {}, dequant path {}",
         pct(&STATS.compared, n),
+        pct(&STATS.vacuous, n),
         pct(&STATS.invalid, n),
         list(&Arm::ALL.map(|a| a.name().to_string()), &STATS.arm),
         list(&Dtype::ALL.map(|d| d.name().to_string()), &STATS.dtype),
@@ -279,13 +284,16 @@ pub fn check_form_on(
             report::shim_failure(spec, geom, form, &desc, &e.to_string(), artifact)
         ),
     };
-    if !v.pass() {
+    if !v.within_bound() {
         panic!(
             "{}",
             report::divergence(spec, geom, form, &v, &desc, artifact)
         );
     }
     count(&STATS.compared);
+    if v.vacuous() {
+        count(&STATS.vacuous);
+    }
 }
 
 /// Counts what the generator drew for `spec` in [`STATS`].

@@ -58,7 +58,7 @@ pub fn table_row(label: &str, spec: &CaseSpec, geom: &Geometry, form: &str, v: &
         v.cmp.nmse,
         bound,
         v.cmp.bit_mismatches,
-        if v.pass() { "PASS" } else { "FAIL" }
+        v.status()
     )
 }
 

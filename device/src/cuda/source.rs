@@ -48,32 +48,35 @@ impl KernelSource {
         }
     }
 
-    /// The candidate named by the environment variable `var` if it is set
-    /// (and not empty), else `builtin()`.
+    /// The candidate named by the environment variable `var` if it is set,
+    /// else `builtin()`.
     ///
     /// # Errors
-    /// [`DeviceError::KernelSource`] if the named file cannot be read.
+    /// [`DeviceError::KernelSource`] if the named file cannot be read, or
+    /// if `var` is set but empty (a script's unset `$CANDIDATE` would
+    /// otherwise check the builtin and report it green).
     pub fn from_env_var(var: &str, builtin: fn() -> KernelSource) -> Result<KernelSource> {
         match std::env::var_os(var) {
-            Some(p) if !p.is_empty() => {
+            Some(p) if p.is_empty() => Err(DeviceError::KernelSource {
+                path: format!("${var}"),
+                reason: "set but empty: name a file, or unset it for the builtin".into(),
+            }),
+            Some(p) => {
                 let mut s = KernelSource::from_file(Path::new(&p))?;
                 s.builtin = builtin().builtin;
                 Ok(s)
             }
-            _ => Ok(builtin()),
+            None => Ok(builtin()),
         }
     }
 
-    /// The candidate named by [`ENV_FP8_MMQ_CU`] if it is set (and not
-    /// empty), else the builtin source.
+    /// The candidate named by [`ENV_FP8_MMQ_CU`] if it is set, else the
+    /// builtin source.
     ///
     /// # Errors
-    /// [`DeviceError::KernelSource`] if the named file cannot be read.
+    /// As [`KernelSource::from_env_var`].
     pub fn from_env() -> Result<KernelSource> {
-        match std::env::var_os(ENV_FP8_MMQ_CU) {
-            Some(p) if !p.is_empty() => KernelSource::from_file(Path::new(&p)),
-            _ => Ok(KernelSource::builtin()),
-        }
+        KernelSource::from_env_var(ENV_FP8_MMQ_CU, KernelSource::builtin)
     }
 
     /// A candidate source file.

@@ -14,7 +14,7 @@ use oracle::tensor_core::{Fp8Kind, Instruction};
 pub const BUILTIN_TENSOR_CORE_CU: &str = include_str!("../../../cu/tensor_core.cu");
 
 /// Environment variable naming a candidate `.cu` file with the ABI of
-/// `cu/tensor_core.cu`; when set (and not empty), [`TensorCoreEngine::new`]
+/// `cu/tensor_core.cu`; when set, [`TensorCoreEngine::new`]
 /// compiles it instead of the builtin probes (a planted bug, to show the
 /// gate catches a wrong probe).
 pub const ENV_TENSOR_CORE_CU: &str = "KERNEL_ORACLE_TENSOR_CORE_CU";

@@ -62,7 +62,11 @@
 //!
 //! `dst` is allocated with a guard band of [`GUARD_WORDS`] words after it,
 //! filled with [`GUARD_BITS`] and checked after every read-back, so an
-//! out-of-bounds write fails even when the values look right.
+//! out-of-bounds write fails even when the values look right. Its own
+//! elements are poisoned with [`POISON_BITS`] (a NaN) before the launch, so
+//! an element the kernel never writes fails every arm, K = 0 included
+//! (where the contract's output is +0: a zero-filled `dst` would pass a
+//! kernel that writes nothing).
 
 mod decl;
 mod error;
@@ -86,10 +90,18 @@ pub const ENV_MUL_MAT_WGSL: &str = "KERNEL_ORACLE_MUL_MAT_WGSL";
 /// time.
 pub const BUILTIN_MUL_MAT_WGSL: &str = include_str!("../../../shaders/mul_mat_reg_tile.wgsl");
 
+/// The smallest TILE_K of the ABI: the shader stages k in quads of four
+/// (`QK = TILE_K / 4`, the quantized code units of a row), so a TILE_K
+/// below 4 leaves zero-length workgroup arrays.
+pub const MIN_TILE_K: u32 = 4;
+
 /// f32 words of guard band after `dst`.
 pub const GUARD_WORDS: usize = 64;
 /// The guard band's fill pattern (a NaN no kernel computes).
 pub const GUARD_BITS: u32 = 0x7FA5_5A5A;
+/// The bits `dst`'s own elements hold before the launch: NaN, the f32 form
+/// of the CUDA shims' poison byte (`0xFF`), which no comparison accepts.
+pub const POISON_BITS: u32 = 0xFFFF_FFFF;
 
 /// How a quantized src0 reaches the GEMM.
 ///
@@ -188,15 +200,21 @@ impl ShaderSource {
         })
     }
 
-    /// The candidate named by [`ENV_MUL_MAT_WGSL`] if set and not empty,
-    /// else [`ShaderSource::builtin`].
+    /// The candidate named by [`ENV_MUL_MAT_WGSL`] if set, else
+    /// [`ShaderSource::builtin`].
     ///
     /// # Errors
-    /// As [`ShaderSource::from_file`].
+    /// As [`ShaderSource::from_file`]; [`WgpuError::ShaderSource`] if the
+    /// variable is set but empty (a script's unset `$CANDIDATE` would
+    /// otherwise check the builtin and report it green).
     pub fn from_env() -> Result<ShaderSource> {
         match std::env::var_os(ENV_MUL_MAT_WGSL) {
-            Some(p) if !p.is_empty() => ShaderSource::from_file(Path::new(&p)),
-            _ => Ok(ShaderSource::builtin()),
+            Some(p) if p.is_empty() => Err(WgpuError::ShaderSource {
+                path: format!("${ENV_MUL_MAT_WGSL}"),
+                reason: "set but empty: name a file, or unset it for the builtin".into(),
+            }),
+            Some(p) => ShaderSource::from_file(Path::new(&p)),
+            None => Ok(ShaderSource::builtin()),
         }
     }
 
@@ -296,7 +314,8 @@ impl Geometry {
     /// declarations and against `limits`.
     ///
     /// # Errors
-    /// [`WgpuError::Geometry`] if a knob is 0, or the workgroup exceeds
+    /// [`WgpuError::Geometry`] if a knob is 0, TILE_K is below
+    /// [`MIN_TILE_K`], or the workgroup exceeds
     /// `max_compute_workgroup_size_x/y`, `max_compute_invocations_per_workgroup`
     /// or `max_compute_workgroup_storage_size` (counted by
     /// [`Geometry::workgroup_bytes`]).
@@ -309,6 +328,12 @@ impl Geometry {
         };
         if self.wg_m == 0 || self.wg_n == 0 || self.tile_k == 0 {
             return Err(bad("every knob must be at least 1".into()));
+        }
+        if self.tile_k < MIN_TILE_K {
+            return Err(bad(format!(
+                "TILE_K must be at least {MIN_TILE_K}: the quantized loaders stage k in quads \
+                 (QK = TILE_K / 4 code units a row)"
+            )));
         }
         if self.wg_m > limits.max_compute_workgroup_size_x
             || self.wg_n > limits.max_compute_workgroup_size_y
@@ -1023,7 +1048,7 @@ impl WgpuEngine {
         let b_src1 = self.init_buffer("src1", &s1, storage);
         let mut d: Vec<u8> = Vec::with_capacity(dst_bytes as usize);
         for i in 0..dst_len + GUARD_WORDS {
-            let w = if i < dst_len { 0 } else { GUARD_BITS };
+            let w = if i < dst_len { POISON_BITS } else { GUARD_BITS };
             d.extend_from_slice(&w.to_le_bytes());
         }
         let b_dst = self.init_buffer("dst", &d, storage | wgpu::BufferUsages::COPY_SRC);
