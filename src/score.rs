@@ -594,7 +594,11 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
         }
     };
     if entries.is_empty() {
-        eprintln!("kernel-oracle: no planted bug matches --bug {bugs:?}");
+        if bugs.iter().any(|b| b == "none") && also.is_empty() {
+            eprintln!("kernel-oracle: --bug none scores only the --also files, and none was given");
+        } else {
+            eprintln!("kernel-oracle: no planted bug matches --bug {bugs:?}");
+        }
         return ExitCode::from(2);
     }
     let jobs = m

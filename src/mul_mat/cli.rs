@@ -18,7 +18,7 @@ pub const KIND: Kind = Kind {
     backend: "wgpu",
     runner,
     check: kind::Command {
-        about: "The WGSL GEMM over ggml blocks on the wgpu adapter (WGPU_BACKEND, else Vulkan); the candidate named by KERNEL_ORACLE_MUL_MAT_WGSL.",
+        about: "The WGSL GEMM over ggml blocks on the wgpu adapter (Vulkan: the backend this build has; WGPU_BACKEND may only name it); the candidate named by KERNEL_ORACLE_MUL_MAT_WGSL.",
         args: CheckArgs::augment_args,
         run: check,
     },
@@ -71,7 +71,11 @@ struct CaseArgs {
     /// with balanced products, or exact products whose sums round).
     #[arg(long, value_enum, ignore_case = true)]
     arm: ArmArg,
-    /// The data seed, decimal or 0x-hex.
+    /// The case seed, decimal or 0x-hex: the data, and (as a fuzz case
+    /// prints it) the path and form: bit 63 set takes a quantized dtype
+    /// through the dequantize-then-GEMM pass, and with
+    /// KERNEL_ORACLE_MUL_MAT_SUBGROUPS unset bit 60 set asks for the
+    /// subgroup form.
     #[arg(long, value_parser = kind::parse_u64)]
     seed: u64,
     /// WG_M,WG_N,TILE_K, comma-separated [default: 16,16,16].
