@@ -91,9 +91,14 @@ fn parse_dtype(s: &str) -> Result<oracle::ggml::Dtype, String> {
 }
 
 fn engine_or_exit() -> Result<&'static device::wgpu::WgpuEngine, ExitCode> {
-    super::engine().map_err(|msg| {
-        eprintln!("kernel-oracle: cannot run the WGSL kernel: {msg}");
-        ExitCode::from(2)
+    super::run::engine_or_fault().map_err(|(msg, own)| {
+        if *own {
+            eprintln!("kernel-oracle: the WGSL kernel is broken: {msg}");
+            ExitCode::from(1)
+        } else {
+            eprintln!("kernel-oracle: cannot run the WGSL kernel: {msg}");
+            ExitCode::from(2)
+        }
     })
 }
 

@@ -12,14 +12,27 @@ use std::sync::OnceLock;
 /// Why no engine could be made (no adapter, unreadable candidate), as a
 /// message; the same message on every call.
 pub fn engine() -> Result<&'static WgpuEngine, String> {
-    static ENGINE: OnceLock<Result<WgpuEngine, String>> = OnceLock::new();
+    engine_or_fault().map_err(|(msg, _)| msg.clone())
+}
+
+/// [`engine`], with whether the failure is the candidate's own: `true`
+/// for declarations the shim cannot read or a shader that does not
+/// compile (`WgpuError::Declaration`, `WgpuError::Compile`: a broken
+/// kernel, exit 1), `false` for no adapter or an unreadable file (exit 2).
+///
+/// # Errors
+/// The message and that flag; the same on every call.
+pub fn engine_or_fault() -> Result<&'static WgpuEngine, &'static (String, bool)> {
+    static ENGINE: OnceLock<Result<WgpuEngine, (String, bool)>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            let src = ShaderSource::from_env().map_err(|e| e.to_string())?;
-            WgpuEngine::new(src).map_err(|e| e.to_string())
+            let src = ShaderSource::from_env().map_err(|e| (e.to_string(), false))?;
+            WgpuEngine::new(src).map_err(|e| {
+                let own = matches!(e, WgpuError::Declaration { .. } | WgpuError::Compile { .. });
+                (e.to_string(), own)
+            })
         })
         .as_ref()
-        .map_err(Clone::clone)
 }
 
 /// Runs `data` through the kernel with `geom`, in the engine's default
