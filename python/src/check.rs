@@ -812,6 +812,23 @@ pub(crate) fn first_output_line(
 }
 
 /// `ValueError` for an empty `arms` list, which would run no case.
+/// The callable every `check_*` takes first: a `TypeError` naming the
+/// argument when it is not callable (`None`, a tensor), raised before any
+/// case is generated, so a wrong argument is one clear error, not one
+/// failed row per case.
+pub(crate) fn require_callable(f: &Bound<'_, PyAny>, arg: &str) -> PyResult<()> {
+    if f.is_callable() {
+        Ok(())
+    } else {
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{arg} must be callable (the kernel under test), got {}",
+            f.get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
+        )))
+    }
+}
+
 pub(crate) fn refuse_empty_arms(given: &Option<Vec<String>>) -> PyResult<()> {
     if given.as_ref().is_some_and(Vec::is_empty) {
         return Err(PyValueError::new_err(
@@ -1006,6 +1023,7 @@ fn check_fp8_block_gemm<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    require_callable(&gemm, "gemm")?;
     let seeds = Seeds::new(seeds, trials)?;
     let shapes = shapes.unwrap_or_else(|| FP8_SHAPES.to_vec());
     refuse_empty_arms(&arms)?;
@@ -1225,6 +1243,7 @@ fn check_mul_mat<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    require_callable(&mul_mat, "mul_mat")?;
     let seeds = Seeds::new(seeds, trials)?;
     use mul_mat::generate::Arm as MArm;
     let dtypes = dtypes.unwrap_or_else(|| GgmlType::ALL.to_vec());

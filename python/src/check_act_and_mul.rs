@@ -290,6 +290,7 @@ fn check_act_and_mul<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&r#fn, "fn")?;
     let seeds = Seeds::new(seeds, trials)?;
     let act_ulps: u32 = count("act_ulps", act_ulps, 0)?;
     let decl = declared(activation, arithmetic, gate_first, dtype, act_ulps)?;

@@ -363,6 +363,7 @@ fn check_attention<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&r#fn, "fn")?;
     let seeds = Seeds::new(seeds, trials)?;
     let mask = mask_of(causal, window.as_ref())?;
     let shapes: Vec<Dims> = shapes

@@ -849,6 +849,7 @@ fn check_fused_moe_fp8<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&r#fn, "fn")?;
     let seeds = Seeds::new(seeds, trials)?;
     let f = r#fn;
     let dt = crate::check::parse_out_dtype(out_dtype)?;

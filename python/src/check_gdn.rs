@@ -349,6 +349,7 @@ fn check_gated_delta_rule<'py>(
     name: Option<String>,
     pool: Option<&str>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&rule, "rule")?;
     let seeds = Seeds::new(seeds, trials)?;
     let shape_list = shapes.unwrap_or_else(|| GDN_SHAPES.to_vec());
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
@@ -868,6 +869,7 @@ fn check_causal_conv1d_update<'py>(
     name: Option<String>,
     pool: Option<&str>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&conv, "conv")?;
     let seeds = Seeds::new(seeds, trials)?;
     let shape_list = shapes.unwrap_or_else(|| CONV_SHAPES.to_vec());
     let arms = arms_or_all(arms, &conv_update::Arm::ALL, conv_update::Arm::parse)?;

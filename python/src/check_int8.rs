@@ -432,6 +432,7 @@ fn check_int8_quant<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&quant, "quant")?;
     let seeds = Seeds::new(seeds, trials)?;
     let decl = Declared::new(mode, symmetric, scale, azp, rule, dtype)?;
     let shapes = shapes.unwrap_or_else(|| INT8_SHAPES.to_vec());

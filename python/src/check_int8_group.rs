@@ -319,6 +319,7 @@ fn check_int8_group_quant<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&quant, "quant")?;
     let seeds = Seeds::new(seeds, trials)?;
     let gs: usize = count("group_size", group_size, 1)?;
     let decl = Declared::new(rounding, codes, ue8m0.as_ref(), eps, dtype)?;

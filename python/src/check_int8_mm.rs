@@ -391,6 +391,7 @@ fn check_int8_scaled_mm<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&mm, "mm")?;
     let seeds = Seeds::new(seeds, trials)?;
     let dec = declared(epilogue, bias, azp, scales, out_dtype)?;
     let (schedule, inputs) = (dec.schedule, dec.inputs);

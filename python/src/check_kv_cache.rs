@@ -894,6 +894,7 @@ fn check_reshape_and_cache<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&kernel, "kernel")?;
     let seeds = Seeds::new(seeds, trials)?;
     let (l, kv, d, conv) = parse_all(layout, kv_cache_dtype, dtype, scale_rule, overflow)?;
     let decl = Declared {
@@ -1083,6 +1084,7 @@ fn check_concat_and_cache_mla<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&kernel, "kernel")?;
     let seeds = Seeds::new(seeds, trials)?;
     let (_, kv, d, conv) = parse_all("nhd", kv_cache_dtype, dtype, scale_rule, overflow)?;
     let decl = Declared {

@@ -412,6 +412,7 @@ fn check_merge_attn_states<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&merge, "merge")?;
     let seeds = Seeds::new(seeds, trials)?;
     let decl = declared(dtype, base, lse_layout, empty, inf_is_empty, scales)?;
     let lse_out = match &output_lse {

@@ -274,6 +274,7 @@ fn check_moe_align_block_size<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&align, "align")?;
     let seeds = Seeds::new(seeds, trials)?;
     let map_name = map.map(str::to_ascii_lowercase);
     let map = map.map(parse_map).transpose()?;

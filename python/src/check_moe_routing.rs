@@ -256,6 +256,7 @@ fn check_moe_routing<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&r#fn, "fn")?;
     let seeds = Seeds::new(seeds, trials)?;
     let top_k: usize = count("top_k", top_k, 1)?;
     let n_group: Option<usize> = n_group.map(|g| count("n_group", g, 1)).transpose()?;

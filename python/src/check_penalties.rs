@@ -364,6 +364,7 @@ fn check_penalties<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&penalize, "penalize")?;
     let seeds = Seeds::new(seeds, trials)?;
     let recip_ulps: u32 = count("recip_ulps", recip_ulps, 0)?;
     let decl = declared_of(

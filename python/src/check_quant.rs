@@ -232,6 +232,7 @@ fn check_fp8_group_quant<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&quant, "quant")?;
     let seeds = Seeds::new(seeds, trials)?;
     let group: usize = count("group", group, 1)?;
     let rule = parse_rule(rule, eps)?;
@@ -599,6 +600,7 @@ fn check_fp8_scaled_quant<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&quant, "quant")?;
     let seeds = Seeds::new(seeds, trials)?;
     let (g, rule, source) = scaled_setup(granularity, scale, rule, scale_ub, min_scale)?;
     let shapes = shapes.unwrap_or_else(|| SCALED_SHAPES.to_vec());

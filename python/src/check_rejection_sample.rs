@@ -227,6 +227,7 @@ fn check_rejection_sample<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&sample, "sample")?;
     let seeds = Seeds::new(seeds, trials)?;
     let decl = declared_of(accept, race)?;
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;

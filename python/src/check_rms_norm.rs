@@ -412,6 +412,7 @@ fn check_rms_norm<'py>(
     name: Option<String>,
     sum_rounding: &str,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&r#fn, "fn")?;
     let seeds = Seeds::new(seeds, trials)?;
     let rsqrt_ulps: u32 = count("rsqrt_ulps", rsqrt_ulps, 0)?;
     let decl = declared(arithmetic, sum_rounding, dtype, eps, rsqrt_ulps)?;

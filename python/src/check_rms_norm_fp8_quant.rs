@@ -677,6 +677,7 @@ fn check_rms_norm_fp8_quant<'py>(
     rsqrt_ulps: i64,
     min_scale: f32,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&r#fn, "fn")?;
     let seeds = Seeds::new(seeds, trials)?;
     let rsqrt_ulps: u32 = count("rsqrt_ulps", rsqrt_ulps, 0)?;
     let setup = Setup::new(

@@ -364,6 +364,7 @@ fn check_rotary_embedding<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&r#fn, "fn")?;
     let seeds = Seeds::new(seeds, trials)?;
     let (arith, d, c) = parse_all(arithmetic, dtype, cache_dtype)?;
     let layout = layout_of(is_neox);

@@ -228,6 +228,7 @@ fn check_sampling<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&r#fn, "fn")?;
     let seeds = Seeds::new(seeds, trials)?;
     let exp_ulps: u32 = count("exp_ulps", exp_ulps, 0)?;
     let samples: usize = count("samples", samples, 1)?;

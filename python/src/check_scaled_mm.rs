@@ -263,6 +263,7 @@ fn check_fp8_scaled_mm<'py>(
     verbose: bool,
     name: Option<String>,
 ) -> PyResult<CheckReport> {
+    crate::check::require_callable(&gemm, "gemm")?;
     let seeds = Seeds::new(seeds, trials)?;
     let promote: Option<usize> = promote.map(|p| count("promote", p, 1)).transpose()?;
     let schedule = parse_schedule(accumulation, promote, epilogue)?;

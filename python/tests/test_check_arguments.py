@@ -199,3 +199,11 @@ def test_an_output_written_in_place_and_a_different_one_returned_fails():
     r = ko.check_fp8_scaled_quant(writes_zeros_returns_good, granularity="token", verbose=False)
     assert not r and "returned a different array" in r.failures[0], r.failures[:1]
     assert ko.check_fp8_scaled_quant(writes_good_returns_it, granularity="token", verbose=False)
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_a_callable_that_is_not_callable_is_a_type_error(name):
+    """None (or any non-callable) in the kernel's place is one TypeError
+    naming the argument, before any case runs: not a failed row per case."""
+    with pytest.raises(TypeError, match="must be callable"):
+        getattr(ko, name)(None, **MINIMAL[name])
