@@ -743,8 +743,11 @@ impl WgpuEngine {
             }
             None => std::borrow::Cow::Borrowed(self.source.text()),
         };
+        // Named after the source (a candidate's path), so a compiler
+        // message names the file it is about.
+        let label = self.source.describe();
         let desc = wgpu::ShaderModuleDescriptor {
-            label: Some("mul_mat_reg_tile"),
+            label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(text),
         };
         // SAFETY: with every check on this is `create_shader_module`;
@@ -775,11 +778,15 @@ impl WgpuEngine {
             });
         if let Some(e) = pollster::block_on(scope.pop()) {
             // The error and its causes (naga's reason is a cause of
-            // wgpu's "... is invalid").
+            // wgpu's "... is invalid"), each once: wgpu's own text may
+            // already hold its chain ("Caused by: ...").
             let mut message = e.to_string();
             let mut cause = std::error::Error::source(&e);
             while let Some(c) = cause {
-                message += &format!(": {c}");
+                let text = c.to_string();
+                if !message.contains(text.trim()) {
+                    message += &format!(": {text}");
+                }
                 cause = c.source();
             }
             return Err(WgpuError::Compile {
