@@ -811,7 +811,6 @@ pub(crate) fn first_output_line(
     }
 }
 
-/// `ValueError` for an empty `arms` list, which would run no case.
 /// The callable every `check_*` takes first: a `TypeError` naming the
 /// argument when it is not callable (`None`, a tensor), raised before any
 /// case is generated, so a wrong argument is one clear error, not one
@@ -829,6 +828,7 @@ pub(crate) fn require_callable(f: &Bound<'_, PyAny>, arg: &str) -> PyResult<()> 
     }
 }
 
+/// `ValueError` for an empty `arms` list, which would run no case.
 pub(crate) fn refuse_empty_arms(given: &Option<Vec<String>>) -> PyResult<()> {
     if given.as_ref().is_some_and(Vec::is_empty) {
         return Err(PyValueError::new_err(

@@ -207,7 +207,7 @@ impl Verdict {
                 let bound = 2.0 * g * si;
                 v.decided += usize::from(bound == 0.0 || f64::from(b).abs() > bound);
                 let err = (f64::from(a) - f64::from(b)).abs();
-                if err.is_nan() || err > 2.0 * g * si {
+                if err.is_nan() || err > bound {
                     v.over_bound += 1;
                     v.first_over.get_or_insert(i);
                 }
