@@ -112,6 +112,10 @@ pub struct Kind {
     /// (as its fuzz target decodes it), the runner, the judge; a
     /// divergence is a panic carrying the report (the fuzz target's body).
     pub fuzz_one: fn(&[u8]),
+    /// The leading input bytes that select the case's paths (the
+    /// generator's `SELECTOR_BYTES`): a fuzz input shorter than this never
+    /// reaches some paths, so `fuzz --max-len` below it is refused.
+    pub selector_bytes: usize,
 }
 
 impl std::fmt::Debug for Kind {

@@ -70,7 +70,7 @@ pub fn fuzz_args() -> Vec<Arg> {
             .value_name("BYTES")
             .default_value("64")
             .value_parser(clap::value_parser!(usize))
-            .help("Inputs are 0..=BYTES long (uniform), as a fuzzer's short inputs."),
+            .help("Inputs are 0..=BYTES long (uniform), as a fuzzer's short inputs; at least the bytes that select the kind's paths (3 to 5)."),
     ]
 }
 
@@ -90,6 +90,14 @@ pub fn fuzz_command(k: &Kind, m: &ArgMatches) -> ExitCode {
     let secs = *m.get_one::<u64>("secs").expect("defaulted");
     let seed = *m.get_one::<u64>("seed").expect("defaulted");
     let max_len = *m.get_one::<usize>("max-len").expect("defaulted");
+    if max_len < k.selector_bytes {
+        eprintln!(
+            "kernel-oracle: --max-len {max_len} is below {}'s {} selector bytes: inputs that short \
+             never reach some of its paths; give at least {}",
+            k.name, k.selector_bytes, k.selector_bytes
+        );
+        return ExitCode::from(2);
+    }
     match (k.runner)() {
         Ok(desc) => println!("kernel source: {desc}"),
         Err(e) => {

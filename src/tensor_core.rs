@@ -181,6 +181,11 @@ fn rand_c(r: &mut Rng, lo: i32, hi: i32, p_zero: f32) -> f32 {
     f32::from_bits(bits)
 }
 
+/// The leading bytes of a fuzz input that choose its paths (class,
+/// format pair, instruction, accumulator input, tile count): see
+/// [`CaseSpec::from_bytes`].
+pub const SELECTOR_BYTES: usize = 3;
+
 impl CaseSpec {
     /// Draws a case from fuzz bytes. The leading bytes choose every path:
     /// byte 0 the class (`% 8`), byte 1 the format pair (`% 4`), the

@@ -109,6 +109,23 @@ fn score_and_fuzz_refusals() {
     }
 }
 
+/// `fuzz --max-len` below a kind's selector bytes is refused (exit 2,
+/// before any engine opens): inputs that short never reach some of its
+/// paths. At the selector bytes it is accepted (exit 0 with a device, 2
+/// naming the missing device without one).
+#[test]
+fn fuzz_refuses_a_max_len_below_the_selector_bytes() {
+    for k in KINDS {
+        assert!(k.selector_bytes >= 1, "{}", k.name);
+        let short = (k.selector_bytes - 1).to_string();
+        let out = kernel_oracle(&["fuzz", k.name, "--secs", "1", "--max-len", &short]);
+        assert_eq!(out.status.code(), Some(2), "{}", k.name);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("selector bytes"), "{}: {err}", k.name);
+        assert!(!err.contains("cannot run"), "{}: {err}", k.name);
+    }
+}
+
 /// README's registry table names every kind's planted bugs, so the table
 /// cannot fall behind a bug planted later.
 #[test]

@@ -34,6 +34,7 @@ pub const KIND: Kind = Kind {
     },
     planted,
     fuzz_one,
+    selector_bytes: super::generate::SELECTOR_BYTES,
 };
 
 /// `check fp8-mmq`'s arguments.

@@ -29,6 +29,7 @@ pub const KIND: Kind = Kind {
     },
     planted,
     fuzz_one,
+    selector_bytes: super::generate::SELECTOR_BYTES,
 };
 
 /// `check mul-mat`'s arguments.

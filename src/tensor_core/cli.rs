@@ -31,6 +31,7 @@ pub const KIND: Kind = Kind {
     },
     planted,
     fuzz_one,
+    selector_bytes: super::SELECTOR_BYTES,
 };
 
 /// `check tensor-core` takes no arguments.
