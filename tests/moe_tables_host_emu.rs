@@ -34,9 +34,14 @@ use kernel_oracle::moe_tables::judge::{reference, Tables, Verdict};
 use kernel_oracle::moe_tables::mutants::MUTANTS;
 use kernel_oracle::moe_tables::report;
 use oracle::moe_tables::PLANES;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one emulated launch may run (the gate's largest, 65,536 pairs
+/// under the sanitizers, takes well under a second).
+const DEADLINE: Duration = Duration::from_secs(30);
 
 /// The CUDA spellings `moe_tables.cu` uses, as host C++, the kernel
 /// included, and a `main` that reads one launch from stdin and writes
@@ -197,22 +202,45 @@ impl Emulator {
             .expect("run the moe host emulator");
         let mut stdin = child.stdin.take().unwrap();
         let writer = std::thread::spawn(move || stdin.write_all(&input));
-        let out = child.wait_with_output().unwrap();
-        writer.join().unwrap().unwrap();
+        let drain = |mut r: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut b = Vec::new();
+                r.read_to_end(&mut b).map(|_| b)
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().unwrap()));
+        let stderr = drain(Box::new(child.stderr.take().unwrap()));
+        // The device shim's deadline, here: a kernel that never ends is a
+        // failure naming the hang, not a test that never ends.
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if t0.elapsed() > DEADLINE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the host emulator of {} did not finish in {} s: the kernel hangs ({} pairs, {ctas} CTAs)",
+                    self.describe,
+                    DEADLINE.as_secs(),
+                    n
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let _ = writer.join().unwrap();
+        let out = stdout.join().unwrap().unwrap();
+        let err = stderr.join().unwrap().unwrap();
         assert!(
-            out.status.success(),
-            "the host emulator of {} failed ({:?}):\n{}",
+            status.success(),
+            "the host emulator of {} failed ({status:?}):\n{}",
             self.describe,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&err)
         );
         let t = PLANES * n;
-        assert_eq!(
-            out.stdout.len(),
-            8 * t + 4 * t + 16,
-            "emulator output length"
-        );
-        let (p, rest) = out.stdout.split_at(8 * t);
+        assert_eq!(out.len(), 8 * t + 4 * t + 16, "emulator output length");
+        let (p, rest) = out.split_at(8 * t);
         let (s, st) = rest.split_at(4 * t);
         let u64s = |b: &[u8]| -> Vec<u64> {
             b.chunks_exact(8)
