@@ -28,7 +28,10 @@ use oracle::fp8_quant::{
 /// rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arm {
-    /// Normal elements, each group at its own magnitude (10^-3 to 10^3).
+    /// Normal elements, each group at its own magnitude (10^-3 to 10^3);
+    /// in each row's last group (a partial group's tail) and every other
+    /// group, the amax is the last element, twice every other magnitude,
+    /// so an amax loop that drops its remainder finds a smaller one.
     Rand,
     /// The amax floor: one group in four all zero, one tiny (amax near
     /// 1e-12, under a 1e-10 floor), one with a single non-zero element,
@@ -301,8 +304,9 @@ impl Spec {
         let mut x = vec![0f32; self.m * self.k];
         let g = self.group;
         let mut t = 0usize;
+        let groups = self.groups();
         for row in x.chunks_mut(self.k) {
-            for grp in row.chunks_mut(g) {
+            for (gi, grp) in row.chunks_mut(g).enumerate() {
                 t += 1;
                 let mag = 10f32.powf(6.0 * (rng.normal().abs() % 1.0) - 3.0);
                 let regime = (rng.normal().to_bits() >> 7) % 4;
@@ -310,7 +314,16 @@ impl Spec {
                     *v = rng.normal() * mag;
                 }
                 match self.arm {
-                    Arm::Rand => {}
+                    Arm::Rand => {
+                        // The amax at the group's last element, twice
+                        // every other magnitude, in each row's last group
+                        // (a partial group's tail) and every other group.
+                        let n = grp.len();
+                        if n > 1 && (gi + 1 == groups || t.is_multiple_of(2)) {
+                            let top = grp[..n - 1].iter().fold(0f32, |a, v| a.max(v.abs()));
+                            grp[n - 1] = if rng.f01() < 0.5 { -2.0 } else { 2.0 } * top;
+                        }
+                    }
                     Arm::Zero => match regime {
                         0 => grp.fill(0.0),
                         1 => grp.iter_mut().for_each(|v| *v *= 1e-12 / mag),
@@ -501,11 +514,12 @@ pub enum ScaledArm {
     /// `464 * s` NaN.
     Amax,
     /// The amax at an end: the span's last element (the tensor's very
-    /// last, or each row's) is twice every other magnitude, so a
-    /// reduction that drops its tail (a vectorized loop without its
-    /// remainder, a grid-stride bound off by one) finds a smaller amax;
-    /// or its first element (odd spans; per tensor, where `m` is odd), so
-    /// one that starts at element 1 (or drops its first lane) does.
+    /// last where `m` is odd, or each even row's) is twice every other
+    /// magnitude, so a reduction that drops its tail (a vectorized loop
+    /// without its remainder, a grid-stride bound off by one, a partial
+    /// last tile of rows) finds a smaller amax; or its first element (odd
+    /// rows; per tensor, where `m` is even), so one that starts at element
+    /// 1 (or drops its first lane) does.
     Tail,
     /// The bound (per token, with `scale_ub`): even rows with amax 1.5 to
     /// 8 times `scale_ub`, odd rows below it; `fminf(amax, scale_ub)`
@@ -827,8 +841,10 @@ impl ScaledSpec {
             ScaledArm::Tail => {
                 for (j, sp) in x.chunks_mut(span).enumerate() {
                     let n = sp.len();
-                    // Per tensor (one span) the head where m is odd.
-                    let at = if (j + usize::from(span == m * k && m % 2 == 1)) % 2 == 1 {
+                    // Per tensor (one span) the head where m is even: the
+                    // tail where m is odd, the rows a tiled reduction leaves
+                    // over (m = 17, 33: one past a tile of 16 or 32).
+                    let at = if (j + usize::from(span == m * k && m % 2 == 0)) % 2 == 1 {
                         0
                     } else {
                         n - 1
@@ -961,6 +977,34 @@ mod tests {
             arm,
             seed: Spec::base_seed(m, k, 128, arm),
         }
+    }
+
+    /// RAND puts each row's last group's amax (a partial group's tail
+    /// included) at its last element alone, and half the other groups'
+    /// too: a scale from an amax loop without its remainder is smaller.
+    #[test]
+    fn rand_puts_the_last_groups_amax_at_its_last_element() {
+        let (mut tails, mut groups) = (0, 0);
+        for (m, k) in [(5, 203), (1, 7168), (3, 130), (2, 128)] {
+            let sp = spec(m, k, Arm::Rand);
+            let x = sp.generate().unwrap();
+            for row in x.chunks(k) {
+                let n = row.chunks(128).count();
+                for (gi, grp) in row.chunks(128).enumerate() {
+                    groups += 1;
+                    let last = grp[grp.len() - 1].abs();
+                    let rest = grp[..grp.len() - 1]
+                        .iter()
+                        .fold(0f32, |a, v| a.max(v.abs()));
+                    if grp.len() > 1 && last > rest {
+                        tails += 1;
+                    } else {
+                        assert!(gi + 1 < n || grp.len() == 1, "({m}, {k}): row's last group");
+                    }
+                }
+            }
+        }
+        assert!(tails * 2 >= groups, "{tails} of {groups}");
     }
 
     /// Each arm separates the rules it is aimed at: ZERO tells v2 from a
@@ -1234,7 +1278,7 @@ mod tests {
     }
 
     /// TAIL: the amax is an end element alone (the last, or the first of
-    /// odd spans and of a tensor of odd `m`), so dropping it changes the
+    /// odd rows and of a tensor of even `m`), so dropping it changes the
     /// scale (per tensor: of the whole tensor; per token: of every row).
     #[test]
     fn the_tail_arm_puts_the_amax_at_an_end() {
@@ -1253,10 +1297,8 @@ mod tests {
                     }
                 };
                 let last: Vec<usize> = match g {
-                    Granularity::Tensor => vec![end(0, m * k, m % 2 == 1)],
-                    Granularity::Token => (0..m)
-                        .map(|j| end(j, k, (j + usize::from(m == 1)) % 2 == 1))
-                        .collect(),
+                    Granularity::Tensor => vec![end(0, m * k, m % 2 == 0)],
+                    Granularity::Token => (0..m).map(|j| end(j, k, j % 2 == 1)).collect(),
                 };
                 for &i in &last {
                     if i % k == 0 && k > 1 {

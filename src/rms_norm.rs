@@ -31,7 +31,9 @@ use rayon::prelude::*;
 pub enum Arm {
     /// Normal values with a scale per row from `2^-3` to `2^3` (so `r`
     /// differs from row to row and `mean(x^2) + eps` is not 1), one element
-    /// in 64 exactly zero, weights of either sign away from 1: the
+    /// in 64 exactly zero, of either sign (`-0 r w` keeps its sign, so a
+    /// kernel that writes a zero input as `+0 w` fails), weights of either
+    /// sign away from 1: the
     /// arithmetic (rounding before or after the weight, Gemma's `1 + w`),
     /// a mean over a padded row, weights dropped past the last whole
     /// vector, one row's `r` used for another, `1 / v` for `1 / sqrt(v)`,
@@ -287,12 +289,10 @@ impl Spec {
             match self.arm {
                 Arm::Rand | Arm::Spike => {
                     let mut v: Vec<f32> = (0..h)
-                        .map(|_| {
-                            if rng.below(64) == 0 {
-                                0.0
-                            } else {
-                                normal(rng, scale)
-                            }
+                        .map(|_| match rng.below(128) {
+                            0 => 0.0,
+                            1 => -0.0,
+                            _ => normal(rng, scale),
                         })
                         .collect();
                     if self.arm == Arm::Spike {

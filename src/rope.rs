@@ -35,7 +35,9 @@ pub enum Arm {
     Pos,
     /// Run on shapes with `rotary_dim < head_size` only: the dimensions
     /// past `rotary_dim` hold values 8 times larger than the rotated ones,
-    /// so a kernel that rotates them, zeroes them, or leaves them
+    /// and one in eight `-0`, so a kernel that rotates them (even by the
+    /// identity: `-0 c - y s` with `c = 1`, `s = 0` is `+0` for a negative
+    /// `y`), adds `0` to them (`-0 + 0 = +0`), zeroes them, or leaves them
     /// unwritten (the output arrays start as NaN) fails (rule
     /// `ROPE-PASS`).
     Partial,
@@ -255,8 +257,9 @@ impl Spec {
                     *e = dt.round(rng.normal());
                 }
                 if self.arm == Arm::Partial {
-                    for e in head[rot..].iter_mut() {
-                        *e = dt.round(8.0 * rng.normal());
+                    for (j, e) in head[rot..].iter_mut().enumerate() {
+                        let v = dt.round(8.0 * rng.normal());
+                        *e = if j % 8 == 3 { -0.0 } else { v };
                     }
                 }
                 if self.arm == Arm::Ties {

@@ -27,13 +27,15 @@ use std::fmt::Write;
 type PyDims = (usize, usize, usize, usize, usize, usize, usize);
 
 /// The shapes `(B, Hq, Hkv, Sq, Sk, D, Dv)` a check runs by default:
-/// decode (`Sq = 1`) over 1, 17, 1000 (MQA) and 4097 keys, a ragged
+/// decode (`Sq = 1`) over 1, 17, 1000 (MQA) and 4097 keys (17 of them in a
+/// batch of 3: with more than one key, every sequence's queries, keys and
+/// values reach its output, so a batch stride taken as 0 shows), a ragged
 /// prefill (`Sq = Sk = 130`, head dim 80), a chunked prefill (`Sq = 37 <
 /// Sk = 160`, head dim 96: top-left and bottom-right part there), and an
 /// MLA-like `D = 192`, `Dv = 128`; GQA 8/2 and 4/2 among them.
 pub const ATTENTION_SHAPES: [PyDims; 7] = [
     (2, 8, 2, 1, 1, 64, 64),
-    (1, 8, 2, 1, 17, 128, 128),
+    (3, 8, 2, 1, 17, 128, 128),
     (1, 8, 1, 1, 1000, 128, 128),
     (1, 4, 4, 1, 4097, 64, 64),
     (1, 4, 2, 130, 130, 80, 80),

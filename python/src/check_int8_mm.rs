@@ -167,15 +167,16 @@ fn int8_scaled_mm<'py>(
 /// 4096; a ragged shape (in_f 3077 = 48 * 64 + 5: a k tail past every
 /// power-of-two tile; out_f 129, odd); a batch of 32 (torch's `_int_mm`
 /// wants m > 16 and k, n multiples of 8); and a long k (8192) of 64
-/// tokens; and a grid of several tiles each way (m 144, out_f 288: past
+/// tokens; and a grid of several tiles each way (m 145, out_f 288: past
 /// 128-row and 256-column tiles, so a scale read without its tile's offset
-/// shows). Every in_f is long enough for the BIG arm's `|acc| > 2^24`.
+/// shows; 145 is one past a multiple of 16, 32, 64 and 128, so a kernel
+/// whose partial last row tile is mishandled shows too). Every in_f is long enough for the BIG arm's `|acc| > 2^24`.
 pub const INT8_SCALED_MM_SHAPES: [(usize, usize, usize); 5] = [
     (1, 4096, 256),
     (5, 3077, 129),
     (32, 4096, 256),
     (64, 8192, 128),
-    (144, 1536, 288),
+    (145, 1536, 288),
 ];
 
 /// The declared inputs of a check or case, validated.

@@ -133,9 +133,9 @@ fn moe_align_block_size<'py>(
 /// (a data-parallel rank with no tokens); Mixtral (8 experts, 2 picks), in
 /// decode and in prefill (vLLM's small-batch path under 1024 pairs and 64
 /// experts, its large path past them); Qwen2-MoE's 60 experts (not a
-/// multiple of 32); Qwen3-MoE's 128 experts at 2400 pairs; 16384 pairs
-/// over 256 experts in blocks of 64 (many sorting blocks); 512 experts in
-/// blocks of 128.
+/// multiple of 32); Qwen3-MoE's 128 experts at 2400 pairs; 32,800 pairs
+/// over 256 experts in blocks of 64 (many sorting blocks; past 32,767, so a
+/// pair index kept in 16 bits shows); 512 experts in blocks of 128.
 pub const MOE_ALIGN_SHAPES: [(usize, usize, usize, usize); 9] = [
     (1, 8, 256, 16),
     (3, 8, 256, 64),
@@ -144,7 +144,7 @@ pub const MOE_ALIGN_SHAPES: [(usize, usize, usize, usize); 9] = [
     (2048, 2, 8, 64),
     (200, 4, 60, 16),
     (300, 8, 128, 32),
-    (2048, 8, 256, 64),
+    (4100, 8, 256, 64),
     (1024, 8, 512, 128),
 ];
 

@@ -150,14 +150,16 @@ fn fp8_scaled_mm<'py>(
 /// DeepSeek-V3's hidden size, a ragged shape (in_f 1040: a half MMA of k
 /// tail; out_f 120: torch's `_scaled_mm` refuses dimensions that are not
 /// multiples of 16), a small batch, a longer k (4 promotions of 1024), and
-/// a grid of several tiles each way (m 144 and out_f 288: past 128-row and
-/// 256-column tiles, so a scale read without its tile's offset shows).
+/// a grid of several tiles each way (m 145 and out_f 288: past 128-row and
+/// 256-column tiles, so a scale read without its tile's offset shows; 145
+/// is one past a multiple of 16, 32, 64 and 128, so a kernel whose partial
+/// last row tile is mishandled shows too).
 pub const SCALED_MM_SHAPES: [(usize, usize, usize); 5] = [
     (1, 7168, 256),
     (7, 1040, 120),
     (16, 4096, 256),
     (64, 4096, 128),
-    (144, 512, 288),
+    (145, 512, 288),
 ];
 
 /// fp8_scaled_mm_case(m, in_f, out_f, arm, seed=None, accumulation="wgmma", promote=None, epilogue="activation_first") -> dict

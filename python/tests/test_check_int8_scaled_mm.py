@@ -432,4 +432,4 @@ def test_a_scale_read_without_its_tiles_offset_fails_the_default_shapes():
 
     assert ko.check_int8_scaled_mm(good, arms=["RAND"], verbose=False)
     r = ko.check_int8_scaled_mm(tile0, arms=["RAND"], verbose=False)
-    assert not r and r.failed == 1 and "m=144" in r.failures[0]
+    assert not r and r.failed == 1 and "m=145" in r.failures[0]

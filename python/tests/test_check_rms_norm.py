@@ -304,9 +304,11 @@ def test_each_bug_is_caught_by_the_arm_meant_for_it():
     assert failing(r, "hidden") == {7, 129, 4097, 5123, 1, 3}, failing(r, "hidden")
     assert "past the last whole vector of 8" in r.failures[0]
     # Long-row sum bugs: EXACT's few-ulp interval of r shows them (RAND's
-    # general bound spans them; LARGE's heaviest elements may show a drop).
+    # general bound spans most drops: only a dropped element several times
+    # the row's typical square shows there; LARGE's heaviest elements may
+    # show a drop too).
     dropped = arms(numpy_rms(bug="element-dropped-on-long-rows"))
-    assert "EXACT" in dropped and "RAND" not in dropped, dropped
+    assert "EXACT" in dropped, dropped
     assert "EXACT" in arms(numpy_rms(bug="mean-over-n-minus-1-on-long-rows"))
     # f16 overflow: LARGE and SPIKE, whose large weights make infinities.
     sat = arms(numpy_rms("f32", "float16", bug="saturating-conversion"),

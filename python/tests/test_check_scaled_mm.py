@@ -251,8 +251,8 @@ def test_a_refusing_kernel_is_counted_refused():
 def test_a_scale_read_without_its_tiles_offset_fails_the_default_shapes():
     # Row scales d[i % 64] and column scales s[i % 256]: a Triton kernel's
     # tl.arange(0, BLOCK) without pid * BLOCK. Only a grid of several
-    # tiles each way shows it: the default shapes end with m 144, out_f 288.
+    # tiles each way shows it: the default shapes end with m 145, out_f 288.
     kw = dict(accumulation="f32", epilogue="activation_first", arms=["RAND"])
     assert ko.check_fp8_scaled_mm(numpy_f32(), verbose=False, **kw)
     r = ko.check_fp8_scaled_mm(numpy_f32(bug="scale-tile-offset"), verbose=False, **kw)
-    assert not r and r.failed == 1 and "m=144" in r.failures[0]
+    assert not r and r.failed == 1 and "m=145" in r.failures[0]

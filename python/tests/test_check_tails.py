@@ -1,0 +1,192 @@
+"""Wrong kernels that a cold mutation hunt found passing the default
+batteries, now failing them: a reduction that drops the partial tail of its
+domain (the last group's remainder, a partial last tile of rows), a GEMM's
+partial last row tile read from another tile, a batch stride taken as 0, a
+pair index kept in 16 bits, and a zero input's sign lost. Each kernel is the
+numpy reference with one such change (`bug=True`); each must fail the
+check's default battery (no shapes or arms given), and pass it without the
+change (`bug=False`), so the failure is the change's."""
+
+import numpy as np
+import pytest
+
+import kernel_oracle as ko
+import test_check_moe as moe_tests
+from numpy_reference import moe_align
+
+F = np.float32
+enc, dec = ko.encode_bf16, ko.decode_bf16
+
+
+def rounded(v):
+    return dec(enc(np.asarray(v, F)))
+
+
+def sat_e4m3(y):
+    return ko.encode_e4m3(np.fmax(F(-448), np.fmin(np.asarray(y, F), F(448))).astype(F))
+
+
+def vectorized(n, width):
+    """The elements a loop vectorized by `width` with no remainder reads."""
+    return n // width * width
+
+
+BUG = pytest.mark.parametrize("bug", [False, True], ids=["reference", "bug"])
+
+
+def judged(r, bug):
+    """The check fails the kernel exactly when it carries the bug."""
+    assert bool(r) is not bug, r
+
+
+@BUG
+def test_group_amax_without_its_remainder(bug):
+    # The amax loop of each group vectorized by 8 without its tail; the
+    # code loop covers the whole group.
+    def quant(x, q, s):
+        for g in range(-(-x.shape[1] // 128)):
+            lo, hi = g * 128, min((g + 1) * 128, x.shape[1])
+            ahi = lo + vectorized(hi - lo, 8) if bug else hi
+            amax = np.maximum(np.max(np.abs(x[:, lo:ahi]), axis=1), F(1e-10))
+            sc = (amax / F(448)).astype(F)
+            q[:, lo:hi] = sat_e4m3(x[:, lo:hi] / sc[:, None])
+            s[:, g] = sc
+
+    r = ko.check_fp8_group_quant(quant, verbose=False)
+    judged(r, bug)
+
+
+@BUG
+@pytest.mark.parametrize("tile", [8, 16, 32])
+def test_tensor_amax_over_whole_row_tiles(tile, bug):
+    # A per-tensor amax over whole tiles of rows only (the partial last
+    # tile dropped), codes over every row.
+    def quant(x, q, s):
+        m = x.shape[0]
+        rows = vectorized(m, tile) if bug and m >= tile else m
+        sc = np.maximum(F(np.abs(x[:rows]).max()) / F(448), F(ko.MIN_SCALING_FACTOR)).astype(F)
+        q[...] = sat_e4m3((x / sc).astype(F))
+        s[...] = sc
+
+    r = ko.check_fp8_scaled_quant(quant, granularity="tensor", rule="divide", verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_rms_norm_quant_tensor_amax_over_whole_row_tiles(bug):
+    def fn(x, weight, eps, q, s):
+        xv, w = dec(x), dec(weight)
+        mean = np.add.accumulate(xv * xv, axis=1, dtype=F)[:, -1] / F(xv.shape[1])
+        r = F(1) / np.sqrt(mean + F(eps))
+        v = rounded(rounded(xv * r[:, None]) * w)
+        m = v.shape[0]
+        a = np.abs(v[: vectorized(m, 8)] if bug and m >= 8 else v)
+        sc = np.maximum(np.fmax.reduce(a.reshape(-1)) / F(448), F(ko.MIN_SCALING_FACTOR)).astype(F)
+        s[...] = sc
+        q[...] = sat_e4m3((v / sc).astype(F))
+
+    r = ko.check_rms_norm_fp8_quant(fn, static=False, granularity="tensor", rule="divide", verbose=False)
+    judged(r, bug)
+
+
+def first_tile_rows(m, bug):
+    """Row indices of a GEMM whose partial last 16-row tile (m > 16) reads
+    the first tile's rows (a tile index that forgot its offset) with the
+    bug, every row's own without."""
+    idx = np.arange(m)
+    if bug and m > 16 and m % 16:
+        t = vectorized(m, 16)
+        idx[t:] -= t
+    return idx
+
+
+@BUG
+def test_fp8_scaled_mm_partial_row_tile(bug):
+    def gemm(q, d, w, s, out):
+        idx = first_tile_rows(q.shape[0], bug)
+        out[...] = ko.fp8_scaled_mm(q[idx].copy(), d[idx].copy(), w, s)
+
+    r = ko.check_fp8_scaled_mm(gemm, verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_int8_scaled_mm_partial_row_tile(bug):
+    def mm(q, d, w, s, bias, azp, azp_adj, out):
+        idx = first_tile_rows(q.shape[0], bug)
+        acc = q[idx].astype(np.int64) @ w.astype(np.int64).T
+        out[...] = enc(((acc.astype(F) * s[None, :]) * d[idx][:, None]).astype(F))
+
+    r = ko.check_int8_scaled_mm(mm, epilogue="weight_first", verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_attention_batch_stride_of_q_and_k_taken_as_zero(bug):
+    def attn(q, k, v, out):
+        Q, K, V = dec(q), dec(k), dec(v)
+        if bug:
+            Q = np.broadcast_to(Q[:1], Q.shape)
+            K = np.broadcast_to(K[:1], K.shape)
+        B, Hq, Sq, D = Q.shape
+        heads = np.arange(Hq) // (Hq // K.shape[1])
+        S = (np.matmul(Q, K[:, heads].transpose(0, 1, 3, 2)) * F(1 / np.sqrt(D))).astype(F)
+        P = np.exp(S - S.max(-1, keepdims=True)).astype(F)
+        l = P.sum(-1, keepdims=True, dtype=F)
+        out[...] = enc((np.matmul(dec(enc(P)), V[:, heads]) / l).astype(F))
+
+    r = ko.check_attention(attn, verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_moe_align_pair_index_in_16_bits(monkeypatch, bug):
+    def int16_index(topk_ids, num_experts, block_size, sorted_ids, expert_ids, total, **kw):
+        moe_align(topk_ids, num_experts, block_size, sorted_ids, expert_ids, total, **kw)
+        n, numel = total[0], topk_ids.size
+        v = sorted_ids[:n]
+        if bug:
+            sorted_ids[:n] = np.where(v < numel, v.astype(np.int16).astype(np.int32), v)
+
+    monkeypatch.setattr(moe_tests, "moe_align", int16_index)
+    f = moe_tests.for_shapes(moe_tests.aligner("atomic"), list(ko.MOE_ALIGN_SHAPES))
+    r = ko.check_moe_align_block_size(f, verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_rms_norm_zero_input_as_positive_zero(bug):
+    def rms(x, weight, eps, out):
+        xv, w = dec(x), dec(weight)
+        m = np.add.accumulate(xv * xv, axis=1, dtype=F)[:, -1] / F(xv.shape[1])
+        r = F(1) / np.sqrt(m + F(eps))
+        o = rounded(rounded(xv * r[:, None]) * w)
+        out[...] = enc(np.where(bug & (xv == 0), F(0) * w, o).astype(F))
+
+    r = ko.check_rms_norm(rms, verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_rope_pass_through_rotated_by_the_identity(bug):
+    def rope(positions, query, key, cache, out_query, out_key):
+        cv = cache if cache.dtype == F else dec(cache)
+        rot, half = cv.shape[1], cv.shape[1] // 2
+        i1 = np.arange(half)
+        i2 = i1 + half
+        for v, out in ((query, out_query), (key, out_key)):
+            x = dec(v)
+            c, s = cv[positions][:, None, :half], cv[positions][:, None, half:]
+            o = x.copy()
+            o[..., i1] = rounded(x[..., i1] * c - x[..., i2] * s)
+            o[..., i2] = rounded(x[..., i2] * c + x[..., i1] * s)
+            if bug and rot < x.shape[-1]:
+                p = x[..., rot:]
+                hp = p.shape[-1] // 2
+                a, b = p[..., :hp], p[..., hp : 2 * hp]
+                o[..., rot : rot + hp] = a * F(1) - b * F(0)
+                o[..., rot + hp : rot + 2 * hp] = b * F(1) + a * F(0)
+            out[...] = enc(o)
+
+    r = ko.check_rotary_embedding(rope, cache_dtype="float32", verbose=False)
+    judged(r, bug)
