@@ -31,7 +31,9 @@ pub enum Arm {
     /// Normal elements, each group at its own magnitude (10^-3 to 10^3);
     /// in each row's last group (a partial group's tail) and every other
     /// group, the amax is the last element, twice every other magnitude,
-    /// so an amax loop that drops its remainder finds a smaller one.
+    /// so an amax loop that drops its remainder finds a smaller one; and
+    /// in each group of 4 or more, elements 1 and 2 are `-2^-24` and
+    /// `+2^-24` times its magnitude, coding `-0` (0x80) and `+0` (0x00).
     Rand,
     /// The amax floor: one group in four all zero, one tiny (amax near
     /// 1e-12, under a 1e-10 floor), one with a single non-zero element,
@@ -315,10 +317,16 @@ impl Spec {
                 }
                 match self.arm {
                     Arm::Rand => {
+                        // Elements 1 and 2 of a group of 4 or more, -tiny
+                        // and +tiny: codes -0 (0x80) and +0 (0x00).
+                        let n = grp.len();
+                        if n > 3 {
+                            grp[1] = -mag * 2f32.powi(-24);
+                            grp[2] = mag * 2f32.powi(-24);
+                        }
                         // The amax at the group's last element, twice
                         // every other magnitude, in each row's last group
                         // (a partial group's tail) and every other group.
-                        let n = grp.len();
                         if n > 1 && (gi + 1 == groups || t.is_multiple_of(2)) {
                             let top = grp[..n - 1].iter().fold(0f32, |a, v| a.max(v.abs()));
                             grp[n - 1] = if rng.f01() < 0.5 { -2.0 } else { 2.0 } * top;

@@ -57,6 +57,22 @@ def test_group_amax_without_its_remainder(bug):
 
 
 @BUG
+def test_group_quant_negative_zero_code_written_as_positive_zero(bug):
+    # A negative element that rounds to zero coded 0x00 instead of 0x80.
+    def quant(x, q, s):
+        for g in range(-(-x.shape[1] // 128)):
+            lo, hi = g * 128, min((g + 1) * 128, x.shape[1])
+            amax = np.maximum(np.max(np.abs(x[:, lo:hi]), axis=1), F(1e-10))
+            sc = (amax / F(448)).astype(F)
+            c = sat_e4m3(x[:, lo:hi] / sc[:, None])
+            q[:, lo:hi] = np.where(bug & (c == 0x80), np.uint8(0), c)
+            s[:, g] = sc
+
+    r = ko.check_fp8_group_quant(quant, verbose=False)
+    judged(r, bug)
+
+
+@BUG
 @pytest.mark.parametrize("tile", [8, 16, 32])
 def test_tensor_amax_over_whole_row_tiles(tile, bug):
     # A per-tensor amax over whole tiles of rows only (the partial last
