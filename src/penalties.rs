@@ -38,7 +38,8 @@
 //! - IDENTITY: three rows in four with the neutral penalties `1.0, 0.0,
 //!   0.0` (rule `PEN-NEUTRAL`), the fourth with one penalty active;
 //!   logits include `±0` and `±inf`;
-//! - COUNTS: 1024 output ids per row, two tokens taking 60% of them
+//! - COUNTS: 1024 output ids per row (2053 at a model's vocabulary), two
+//!   tokens taking 60% of them
 //!   (counts past 255), frequency penalties whose products with the counts
 //!   are exact (0.5, 0.25, ...) and others that are not;
 //! - PROMPT_ONLY: prompt and output tokens disjoint, most seen tokens in
@@ -195,17 +196,27 @@ pub const MAX_IDS: usize = 1 << 24;
 pub type Dims = (usize, usize);
 
 /// The ids per row `(P, O)` of a case: `P = clamp(V, 8, 256)` prompt
-/// ids; `O = clamp(V / 2, 8, 128)` output ids, 1024 in COUNTS. Rows use
-/// fewer and pad the rest with `V`.
+/// ids; `O = clamp(V / 2, 8, 128)` output ids, 1024 in COUNTS. In RAND
+/// and COUNTS at a model's vocabulary ([`LONG_VOCAB`] or more) both are
+/// longer, past blocks of 256 to 2048 ids (a kernel that reads one block
+/// of ids, or sizes its loop by a constant, fails there): `P` 2053, `O`
+/// 1029, 2053 in COUNTS. Rows use fewer and pad the rest with `V`.
 pub fn id_lengths(arm: Arm, vocab: usize) -> (usize, usize) {
-    let p = vocab.clamp(8, 256);
-    let o = if arm == Arm::Counts {
-        1024
-    } else {
-        (vocab / 2).clamp(8, 128)
+    let long = vocab >= LONG_VOCAB && matches!(arm, Arm::Rand | Arm::Counts);
+    let p = if long { 2053 } else { vocab.clamp(8, 256) };
+    let o = match (arm == Arm::Counts, long) {
+        (true, true) => 2053,
+        (true, false) => 1024,
+        (false, true) => 1029,
+        (false, false) => (vocab / 2).clamp(8, 128),
     };
     (p, o)
 }
+
+/// The vocabulary from which [`id_lengths`] draws a serving-length prompt
+/// and output (Llama-2's 32000 is the smallest model vocabulary of the
+/// default shapes).
+pub const LONG_VOCAB: usize = 32_000;
 
 /// `d` checked against the caps (every arm's ids included).
 ///
@@ -521,7 +532,7 @@ impl Spec {
                 };
             }
             Arm::Counts => {
-                // Two tokens take 40% and 20% of up to 1024 output ids.
+                // Two tokens take 40% and 20% of up to 2053 output ids.
                 let lo = [ol, ol, 3 * ol / 4, ol / 2][c % 4];
                 let (t0, t1) = (rng.below(v), rng.below(v));
                 output = (0..lo)

@@ -51,13 +51,14 @@ use std::time::Instant;
 /// ragged out_f, a partial last scale column, three k blocks with two
 /// scale rows (ceil(in_f/128) % 4 != 0 and out_f >= 256: a 128x128 scale
 /// grid read with a padded leading dimension lands on the wrong scales),
-/// a partial last scale row, m = 1, then the gate's aligned shapes and one
-/// with twelve k blocks.
+/// a partial last scale row (and m = 200: a second, partial 128-row
+/// tile of tokens), m = 1, then the gate's aligned shapes and one with
+/// twelve k blocks.
 pub const FP8_SHAPES: [(usize, usize, usize); 10] = [
     (1000, 130, 7),
     (272, 136, 40),
     (144, 128, 128),
-    (384, 320, 96),
+    (384, 320, 200),
     (128, 200, 128),
     (129, 129, 1),
     (128, 128, 128),
@@ -68,14 +69,18 @@ pub const FP8_SHAPES: [(usize, usize, usize); 10] = [
 
 /// The `mul_mat` shapes `(m, k, n)` a check runs by default, ragged first
 /// (the CUDA gate's CI shapes with n cut): an f32-only k tail, m and n
-/// off 64, m = n = 1, a ragged 197 x 67, then an aligned one. Each dtype
-/// runs the shapes whose k is a multiple of its block.
-pub const MUL_MAT_SHAPES: [(usize, usize, usize); 5] = [
+/// off 64, m = n = 1, a ragged 197 x 67, an aligned one, then k = 32:
+/// one block a row for the 32-element formats, so each output is one
+/// block's product and a block scale lost (an f16 `d` flushed to zero
+/// when subnormal) shows beyond any sum's bound. Each dtype runs the
+/// shapes whose k is a multiple of its block.
+pub const MUL_MAT_SHAPES: [(usize, usize, usize); 6] = [
     (70, 100, 9),
     (65, 768, 63),
     (1, 256, 1),
     (197, 512, 67),
     (64, 1024, 16),
+    (256, 32, 4),
 ];
 
 /// What a check found. Truthy when it passed: at least one case compared

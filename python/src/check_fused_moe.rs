@@ -105,14 +105,17 @@ pub type MoeShape = (usize, usize, usize, usize, usize);
 /// The shapes `(tokens, k, n, experts, topk)` a check runs by default,
 /// ragged first: a k tail with a partial last scale row (k = 200, n = 136),
 /// one decode token over many experts, a k tail of one element with an n
-/// tail of one (three scale columns, three scale rows), then aligned
-/// shapes with several pairs per expert.
-pub const FUSED_MOE_SHAPES: [MoeShape; 5] = [
+/// tail of one (three scale columns, three scale rows), aligned shapes
+/// with several pairs per expert, and 300 tokens over 2 experts (about 300
+/// pairs an expert: past one, two and four 64-row tiles, so a grid of a
+/// fixed count of tiles per expert fails).
+pub const FUSED_MOE_SHAPES: [MoeShape; 6] = [
     (7, 200, 136, 8, 2),
     (1, 256, 128, 16, 4),
     (16, 257, 257, 6, 3),
     (33, 384, 256, 4, 2),
     (64, 512, 384, 8, 2),
+    (300, 128, 128, 2, 2),
 ];
 
 /// The alignment block the routing arms aim their counts at (EDGE: 1,

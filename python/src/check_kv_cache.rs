@@ -38,12 +38,14 @@ use std::fmt::Write;
 /// head sizes past a vector's reach: 72 and 40 (a multiple of 8 but not
 /// of 16: a kernel moving 16 elements at a time without a tail loop
 /// drops 8) and 36 with one head (not a multiple of 8: a row of 36
-/// elements has a tail past every vector of 8 or 16). The paged layout
+/// elements has a tail past every vector of 8 or 16), and last a cache of
+/// 67,200 slots (4200 blocks of 16: past 2^15 and 2^16, so a slot kept in
+/// 16 bits fails). The paged layout
 /// runs the shapes whose head size is a multiple of its `x` (16 for FP8
 /// codes, 8 for bf16 and f16, 4 for f32); the other shapes are skipped
 /// there, each with a row saying so. Token counts are small: the arithmetic
 /// is per element.
-pub const KV_CACHE_SHAPES: [Dims; 9] = [
+pub const KV_CACHE_SHAPES: [Dims; 10] = [
     (8, 8, 128, 16, 64),
     (300, 8, 128, 16, 32),
     (17, 4, 64, 32, 8),
@@ -53,6 +55,7 @@ pub const KV_CACHE_SHAPES: [Dims; 9] = [
     (7, 2, 72, 16, 4),
     (6, 3, 40, 32, 2),
     (5, 1, 36, 16, 3),
+    (16, 1, 64, 16, 4200),
 ];
 
 /// The declared layout, cache dtype, model dtype and conversion.
@@ -915,13 +918,15 @@ fn check_reshape_and_cache<'py>(
 /// crossing 12 block boundaries or more) and with block size 1,
 /// MiniCPM3's (256 + 32, 48 slots a block: not a power of two), then a
 /// latent of 36 and a rotary part of 12
-/// (the rotary part starts past no vector boundary of 8 or 16).
-pub const MLA_SHAPES: [Dims; 5] = [
+/// (the rotary part starts past no vector boundary of 8 or 16), and a
+/// cache of 67,200 slots (past 2^16: a slot kept in 16 bits fails).
+pub const MLA_SHAPES: [Dims; 6] = [
     (8, 512, 64, 64, 4),
     (200, 512, 64, 16, 16),
     (9, 512, 64, 1, 24),
     (7, 256, 32, 48, 2),
     (5, 36, 12, 16, 3),
+    (16, 64, 16, 16, 4200),
 ];
 
 /// concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, scale, kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE) -> kv_cache

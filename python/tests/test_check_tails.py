@@ -2,7 +2,9 @@
 batteries, now failing them: a reduction that drops the partial tail of its
 domain (the last group's remainder, a partial last tile of rows), a GEMM's
 partial last row tile read from another tile, a batch stride taken as 0, a
-pair index kept in 16 bits, and a zero input's sign lost. Each kernel is the
+pair index or a cache slot kept in 16 bits, a zero input's sign lost, a
+flushed subnormal block scale, an expert given one tile of pairs, and ids
+read one block only. Each kernel is the
 numpy reference with one such change (`bug=True`); each must fail the
 check's default battery (no shapes or arms given), and pass it without the
 change (`bug=False`), so the failure is the change's."""
@@ -205,4 +207,128 @@ def test_rope_pass_through_rotated_by_the_identity(bug):
             out[...] = enc(o)
 
     r = ko.check_rotary_embedding(rope, cache_dtype="float32", verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_mul_mat_subnormal_block_scale_flushed(bug):
+    # q4_0 with its f16 block scale `d` decoded flush-to-zero when
+    # subnormal (a hand-written half decode, or an f16 path without
+    # denormals): the k = 32 shape's outputs are one block each.
+    def f16(h):
+        v = h.view(np.float16).astype(F)
+        return np.where(bug & ((h & 0x7C00) == 0), F(0) * np.sign(v), v).astype(F)
+
+    def mul_mat(dtype, src0, src1, dst):
+        m = src0.shape[0]
+        b = src0.reshape(m, -1, 18)
+        d = f16(np.ascontiguousarray(b[:, :, :2]).view(np.uint16)[..., 0])
+        qs = b[:, :, 2:]
+        q = np.concatenate([(qs & 0xF).astype(np.int32) - 8, (qs >> 4).astype(np.int32) - 8], axis=-1)
+        w = (d[:, :, None] * q.astype(F)).reshape(m, -1)
+        dst[...] = src1 @ w.T
+
+    r = ko.check_mul_mat(mul_mat, dtypes=[ko.GgmlType.Q4_0], verbose=False)
+    judged(r, bug)
+
+
+def slots(slot_mapping, bug):
+    """The slot a cache write uses: kept in 16 bits with the bug."""
+    return slot_mapping.astype(np.int16).astype(np.int64) if bug else slot_mapping.astype(np.int64)
+
+
+@BUG
+def test_reshape_and_cache_slot_in_16_bits(bug):
+    def cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+        s = slots(slot_mapping, bug)
+        t = np.nonzero(s >= 0)[0]
+        bs = key_cache.shape[1]
+        key_cache[s[t] // bs, s[t] % bs] = key[t]
+        value_cache[s[t] // bs, s[t] % bs] = value[t]
+
+    r = ko.check_reshape_and_cache(cache, verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_concat_and_cache_mla_slot_in_16_bits(bug):
+    def mla(kv_c, k_pe, kv_cache, slot_mapping, scale):
+        s = slots(slot_mapping, bug)
+        t = np.nonzero(s >= 0)[0]
+        bs = kv_cache.shape[1]
+        kv_cache[s[t] // bs, s[t] % bs] = np.concatenate([kv_c, k_pe], axis=1)[t]
+
+    r = ko.check_concat_and_cache_mla(mla, verbose=False)
+    judged(r, bug)
+
+
+E4M3 = ko.decode_e4m3(np.arange(256, dtype=np.uint8))
+
+
+@BUG
+def test_fused_moe_one_row_tile_per_expert(bug):
+    # An expert GEMM whose grid covers one 64-row tile of pairs per expert.
+    def moe(a, a_scale, w, w_scale, topk_weights, topk_ids, out):
+        m, k = a.shape
+        ne, n, _ = w.shape
+        topk = topk_ids.shape[1]
+        flat = topk_ids.reshape(-1)
+        C = np.zeros((m * topk, n), F)
+        order = np.argsort(flat, kind="stable")
+        srow = np.arange(n) // 128
+        for e in range(ne):
+            p = order[flat[order] == e]
+            p = p[:64] if bug else p
+            if p.size == 0:
+                continue
+            tok = p // topk
+            acc = np.zeros((p.size, n), F)
+            for b in range(-(-k // 128)):
+                lo, hi = b * 128, min(k, (b + 1) * 128)
+                c = E4M3[a[tok, lo:hi]] @ E4M3[w[e, :, lo:hi]].T
+                acc = acc + (c * a_scale[tok, b][:, None]) * w_scale[e, srow, b][None, :]
+            C[p] = acc * topk_weights.reshape(-1)[p][:, None]
+        out[...] = enc(C.reshape(m, topk, n))
+
+    r = ko.check_fused_moe_fp8(moe, schedule=ko.Schedule.V2_PARTIAL_FIRST, verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_fp8_block_gemm_first_row_tile_only(bug):
+    def gemm(w, scales, q, d, out):
+        out_f, in_f = w.shape
+        nblk = -(-in_f // 128)
+        wf = np.zeros((out_f, nblk * 128), F)
+        wf[:, :in_f] = E4M3[w]
+        qf = E4M3[q[:, : nblk * 128]]
+        srow = np.arange(out_f) // 128
+        acc = np.zeros((q.shape[0], out_f), F)
+        for b in range(nblk):
+            c = qf[:, b * 128 : (b + 1) * 128] @ wf[:, b * 128 : (b + 1) * 128].T
+            acc = acc + (d[:, b : b + 1] * scales[srow, b][None, :]) * c
+        out[...] = acc
+        if bug:
+            out[128:] = 0
+
+    r = ko.check_fp8_block_gemm(gemm, verbose=False)
+    judged(r, bug)
+
+
+@BUG
+def test_penalties_reading_one_block_of_ids(bug):
+    # Only the first 256 prompt ids and 1024 output ids read (a fixed
+    # BLOCK over the ids with no loop).
+    import test_check_penalties as tp
+
+    ref = tp.numpy_penalties()
+
+    def capped(logits, prompt, output, pres, freq, rep, out):
+        p, o = prompt.copy(), output.copy()
+        if bug:
+            p[:, 256:] = logits.shape[1]
+            o[:, 1024:] = logits.shape[1]
+        ref(logits, p, o, pres, freq, rep, out)
+
+    r = ko.check_penalties(capped, verbose=False)
     judged(r, bug)
