@@ -150,14 +150,16 @@ impl Int8GroupArm {
 /// group; a ragged `k`, whose short last group of 75 is not a multiple of
 /// 4, 8 or 16, so a vectorized loop without its tail fails; two groups;
 /// DeepSeek-V3's hidden size 7168 for one token and for 16; a 64 x 4096
-/// batch).
-pub const INT8_GROUP_SHAPES: [(usize, usize); 6] = [
+/// batch; 65 rows of 16384, past 64 rows and 128 groups a row, so a grid
+/// that stops at either fails).
+pub const INT8_GROUP_SHAPES: [(usize, usize); 7] = [
     (1, 128),
     (5, 203),
     (3, 256),
     (1, 7168),
     (16, 7168),
     (64, 4096),
+    (65, 16384),
 ];
 
 /// One per-token-group int8 case.

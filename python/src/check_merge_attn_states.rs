@@ -33,8 +33,9 @@ use std::fmt::Write;
 /// in-place LSE race of PR 40924); 257 tokens of 2 heads, head size 96;
 /// one head (19 tokens); a head size of 33, no multiple of 8 (a kernel of
 /// 8-element packs that leaves the tail unwritten; vLLM's CUDA kernel
-/// refuses it).
-pub const MERGE_ATTN_STATES_SHAPES: [Dims; 8] = [
+/// refuses it); 520 tokens of 40 heads (past 512 tokens and 32 heads, so
+/// a grid that stops at either fails).
+pub const MERGE_ATTN_STATES_SHAPES: [Dims; 9] = [
     [7, 3, 80],
     [1, 32, 128],
     [130, 8, 64],
@@ -43,6 +44,7 @@ pub const MERGE_ATTN_STATES_SHAPES: [Dims; 8] = [
     [257, 2, 96],
     [19, 1, 64],
     [3, 5, 33],
+    [520, 40, 64],
 ];
 
 /// Where the callable's output LSE goes (`output_lse`).

@@ -26,13 +26,17 @@ use std::fmt::Write;
 /// two) with 3, 1000 with 4 over 8 requests, Llama-2's 32000 with 5, and
 /// Qwen2's 151936 with 7 over 2 requests (past vLLM's 8192-token blocks
 /// of the race: a kernel that keeps the first block's maximum on a tie
-/// across blocks, or replaces it, shows there).
-pub const REJECTION_SAMPLE_SHAPES: [Dims; 5] = [
+/// across blocks, or replaces it, shows there), and 1280 with 9 over 32
+/// requests (a vocabulary one partial block of 256 past 1024, and draft
+/// positions past 8: a kernel that loops over whole blocks only, or caps
+/// the positions, fails).
+pub const REJECTION_SAMPLE_SHAPES: [Dims; 6] = [
     (4, 1, 7),
     (5, 3, 129),
     (8, 4, 1000),
     (3, 5, 32000),
     (2, 7, 151936),
+    (32, 9, 1280),
 ];
 
 fn declared_of(accept: &str, race: &str) -> PyResult<Declared> {
