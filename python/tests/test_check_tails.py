@@ -332,3 +332,52 @@ def test_penalties_reading_one_block_of_ids(bug):
 
     r = ko.check_penalties(capped, verbose=False)
     judged(r, bug)
+
+
+def leaves_unwritten(fn, region):
+    """`fn`, whose outputs keep the check's prefill in `region(output)`
+    (a grid that stops at a fixed count of rows, groups, heads or tokens)."""
+
+    def wrapped(*args):
+        outs = [a for a in args if isinstance(a, np.ndarray) and a.flags.writeable]
+        before = [o.copy() for o in outs]
+        fn(*args)
+        for o, b in zip(outs, before):
+            sel = region(o)
+            if sel is not None:
+                o[sel] = b[sel]
+
+    return wrapped
+
+
+@BUG
+@pytest.mark.parametrize("past", ["rows", "groups"])
+def test_int8_group_quant_grid_stopping_at_64(past, bug):
+    from test_check_int8_group_quant import quantizer
+
+    def region(o):
+        if not bug:
+            return None
+        # q is [m, k], s is [m, groups]: 64 groups of 128 elements.
+        cols = 64 * 128 if o.dtype == np.int8 else 64
+        return np.s_[64:] if past == "rows" else np.s_[:, cols:]
+
+    r = ko.check_int8_group_quant(leaves_unwritten(quantizer(), region), verbose=False)
+    judged(r, bug)
+
+
+@BUG
+@pytest.mark.parametrize("past", ["heads", "tokens"])
+def test_merge_attn_states_grid_stopping_short(past, bug):
+    from test_check_merge_attn_states import numpy_merge
+
+    def region(o):
+        if not bug:
+            return None
+        if o.ndim == 3:  # out [T, H, D]
+            return np.s_[:, 32:] if past == "heads" else np.s_[512:]
+        # out_lse [H, T]
+        return np.s_[32:] if past == "heads" else np.s_[:, 512:]
+
+    r = ko.check_merge_attn_states(leaves_unwritten(numpy_merge(), region), verbose=False)
+    judged(r, bug)
