@@ -422,12 +422,14 @@ def fused_moe_fp8(a, a_scale, w, w_scale, topk_weights, topk_ids, out, mul_route
 
 
 def fused_moe_fp8_grouped(a, a_scale, w, w_scale, topk_weights, topk_ids, out, mul_routed_weight=True,
-                          out_dtype="bfloat16"):
+                          out_dtype="bfloat16", max_pairs=None):
     """The same contract computed the way the kernel walks it: the pairs
     grouped by expert (a stable sort of the flat ids, as an alignment
     does), one float32 matmul per expert and 128-k block over its pairs'
     token rows, the fold, the routed weight and the cast per group, then
-    scattered to the pairs' rows; expert -1 rows zeroed."""
+    scattered to the pairs' rows; expert -1 rows zeroed. `max_pairs` (a
+    planted bug) keeps only each expert's first pairs, as a grid of a fixed
+    count of tiles per expert does."""
     f32 = np.float32
     m, k = a.shape
     ne, n, _ = w.shape
@@ -438,7 +440,7 @@ def fused_moe_fp8_grouped(a, a_scale, w, w_scale, topk_weights, topk_ids, out, m
     order = np.argsort(flat, kind="stable")
     srow = np.arange(n) // 128
     for e in range(ne):
-        p = order[flat[order] == e]
+        p = order[flat[order] == e][:max_pairs]
         if p.size == 0:
             continue
         tok = p // topk
