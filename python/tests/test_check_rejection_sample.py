@@ -41,6 +41,10 @@ def numpy_rejection_sample(accept="divide_ge", race="reciprocal", bug=None):
         else:
             r = np.maximum(p - q, f32(0))
         s = r / e if race == "divide" else r * (f32(1) / e)
+        if bug == "whole-blocks":
+            # The vocabulary walked in whole 1024-id blocks (one at least),
+            # the partial last block never read.
+            s = s[: max(1, len(s) // 1024) * 1024]
         if bug == "last-tie":
             return len(s) - 1 - int(np.argmax(s[::-1]))
         return int(np.argmax(s))
@@ -63,7 +67,8 @@ def numpy_rejection_sample(accept="divide_ge", race="reciprocal", bug=None):
         out[:] = -1
         for b in range(b_):
             rejected = False
-            for i in range(k):
+            # "first-8": draft positions past 8 neither judged nor written.
+            for i in range(min(k, 8) if bug == "first-8" else k):
                 if rejected and bug != "no-stop":
                     break
                 x = int(draft_token_ids[b, i])

@@ -4,7 +4,8 @@ domain (the last group's remainder, a partial last tile of rows), a GEMM's
 partial last row tile read from another tile, a batch stride taken as 0, a
 pair index or a cache slot kept in 16 bits, a zero input's sign lost, a
 flushed subnormal block scale, an expert given one tile of pairs, and ids
-read one block only. Each kernel is the
+read one block only, a vocabulary walked in whole blocks, draft positions
+past 8 never judged. Each kernel is the
 numpy reference with one such change (`bug=True`); each must fail the
 check's default battery (no shapes or arms given), and pass it without the
 change (`bug=False`), so the failure is the change's."""
@@ -361,4 +362,16 @@ def test_merge_attn_states_grid_stopping_short(past, bug):
         return np.s_[32:] if past == "heads" else np.s_[:, 512:]
 
     r = ko.check_merge_attn_states(leaves_unwritten(numpy_merge(), region), verbose=False)
+    judged(r, bug)
+
+
+@BUG
+@pytest.mark.parametrize("form", ["whole-blocks", "first-8"])
+def test_rejection_sample_partial_vocab_block_and_late_drafts(form, bug):
+    # The recovered token's argmax over whole 1024-id blocks only (the
+    # partial last block of a 1280-id vocabulary never read), or a kernel
+    # that judges at most 8 draft positions.
+    from test_check_rejection_sample import numpy_rejection_sample
+
+    r = ko.check_rejection_sample(numpy_rejection_sample(bug=form if bug else None), verbose=False)
     judged(r, bug)
