@@ -276,11 +276,21 @@ def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
                     if bug != "ue8m0-exact-ceil":
                         log2 = log2.astype(f32)
                     sc = (2.0 ** np.ceil(log2)).astype(f32)
+                if bug == "fp8-max-224":
+                    # e4m3fnuz's bound on an e4m3fn kernel (SGLang PR 30900).
+                    sc = amax / f32(224)
                 if bug == "reciprocal-multiply":
                     y = x[:, lo:hi] * (f32(448) / amax)[:, None]
                 else:
                     y = x[:, lo:hi] / sc[:, None]
-                codes = ko.encode_e4m3(np.clip(y, f32(-448), f32(448)).astype(f32))
+                bound = f32(224) if bug == "fp8-max-224" else f32(448)
+                y = np.clip(y, -bound, bound).astype(f32)
+                if bug == "f16-intermediate":
+                    # float32 -> float16 -> e4m3, each to nearest even: a
+                    # value just past an e4m3 midpoint lands on it, then
+                    # ties to even (Triton's cast on sm_89, PR 11753).
+                    y = y.astype(np.float16).astype(f32)
+                codes = ko.encode_e4m3(y)
                 if bug == "truncate":
                     back = ko.decode_e4m3(codes)
                     over = np.abs(back) > np.abs(y)
@@ -396,8 +406,11 @@ def fused_moe_fp8(a, a_scale, w, w_scale, topk_weights, topk_ids, out, mul_route
             es = (e + 1) % ne if bug == "scale-of-next-expert" else e
             ta = (t * topk + j) % m if bug == "a-scale-of-pair-row" else t
             acc = np.zeros(n, f32)
-            for b in range(nb):
-                c = W[e, :, b * 128:(b + 1) * 128] @ A[t, b * 128:(b + 1) * 128]
+            # BLOCK_SIZE_K = 256 over 128-k scale groups (a planted bug,
+            # vLLM PR 14987): one dot per 256 k, scaled by its first group's.
+            kstep = 2 if bug == "block-k-256" else 1
+            for b in range(0, nb, kstep):
+                c = W[e, :, b * 128:(b + kstep) * 128] @ A[t, b * 128:(b + kstep) * 128]
                 d, s = a_scale[ta, b], w_scale[es, srow, b]
                 if bug == "weight-inside-fold":
                     d = d * tw

@@ -99,7 +99,8 @@ def int8_quant(x, q, s, azp, mode="dynamic", symmetric=True, scale=None, azp0=No
         if z is None:
             y = x * recip if (mode == "dynamic" and rule == "reciprocal") else (
                 x * (F(1) / sc) if rule == "reciprocal" else x / sc)
-            q[...] = cvt8(y, away, lo)
+            # "truncate": toward zero (AITER's scaled int8 casts before PR 4637).
+            q[...] = cvt8(np.trunc(y) if bug == "truncate" else y, away, lo)
         else:
             y = x * (F(1) / sc) if rule == "reciprocal" else x / sc
             v = cvt32(y, away) + z

@@ -90,6 +90,8 @@ def numpy_router(top_k, scoring="softmax", renormalize=True, n_group=None,
             same = np.take_along_axis(sel, ids[:, :2], axis=1)
             ids[:, 1] = np.where(same[:, 0] == same[:, 1], ids[:, 0], ids[:, 1])
         w_from = sel if bug == "biased-weights" else p
+        if bug == "raw-logit-weights":  # the gathered logits (SGLang PR 35160)
+            w_from = x
         w = np.take_along_axis(w_from, ids, axis=1)
         if renormalize and bug != "no-renormalize":
             w = w / w.sum(axis=1, keepdims=True)

@@ -103,7 +103,7 @@ def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
     masked = bug == "masked-subtraction" or frequency in ("sparse", "fma_sparse")
 
     def freq_step(x, f, pc, oc):
-        n = oc + pc if bug == "freq-over-prompt" else oc
+        n = oc + pc if bug in ("freq-over-prompt", "freq-presence-over-prompt") else oc
         c = n.astype(f32)
         f = f[:, None]
         if frequency in ("fma", "fma_scaled", "fma_sparse"):
@@ -126,6 +126,8 @@ def numpy_penalties(inputs="ids", repetition="divide", frequency="separate",
 
     def pres_step(x, q, pc, oc):
         q = q[:, None]
+        if bug == "freq-presence-over-prompt":  # TensorRT-LLM PR 5623
+            oc = oc + pc
         if bug == "presence-as-count":
             return x - q * oc.astype(f32)
         if frequency == "accumulate":

@@ -812,6 +812,276 @@ report(
 
 
 # ---------------------------------------------------------------------------
+# Fourth hunt: more bug classes (a wrong fp8 bound, double rounding through
+# float16, a stuck scale pointer, a K block wider than its scale group,
+# truncation, a wrong argument, a layout flag ignored, a log base, an
+# activation skipped, an epsilon outside the square root)
+# ---------------------------------------------------------------------------
+
+# SGLang PR 30900: `_per_token_group_quant_8bit_raw` (fp8_kernel.py) hard-
+# coded the fp8 clamp/scale bound 224.0 on every ROCm device, e4m3fnuz's
+# maximum, while gfx95x (MI355X) stores e4m3fn (max 448): the group scale
+# came out as absmax / 224 and the codes clamped to [-224, 224] (only half
+# the range used). The fix uses the device's fp8_max.
+report(
+    "sglang#30900", "https://github.com/sgl-project/sglang/pull/30900",
+    "fp8 group quant: e4m3fnuz's 224 as the bound of an e4m3fn kernel (scale and clamp)",
+    ko.check_fp8_group_quant,
+    named(lambda x, q, s: group_quant(x, q, s, rule="divide"), "sgl_group_quant_fp8_max_448"),
+    named(lambda x, q, s: group_quant(x, q, s, rule="divide", bug="fp8-max-224"), "sgl_rocm_group_quant_224"),
+    kw=dict(rule="divide"),
+)
+
+# Triton PR 11753: on Ada (sm_89) Triton's `x.to(tl.float8e4nv,
+# fp_downcast_rounding="rtne")` of a float32 went through a float16
+# intermediate, each step to nearest even, so a value just past an e4m3
+# midpoint is rounded onto it and then ties to even (the report's
+# 1.0625001 -> 1.0 where 1.125 is nearest); the fix converts from float32
+# directly. Triton PR 10846 removed the same two-step path on AMD. Modelled
+# in vLLM's Triton per-token-group quantizer (`clamp(y / y_s).to(fp8)`).
+report(
+    "triton#11753", "https://github.com/triton-lang/triton/pull/11753",
+    "fp8 cast: float32 -> float16 -> e4m3, double rounding at e4m3 midpoints",
+    ko.check_fp8_group_quant,
+    named(lambda x, q, s: group_quant(x, q, s, rule="divide"), "triton_group_quant_direct_cast"),
+    named(lambda x, q, s: group_quant(x, q, s, rule="divide", bug="f16-intermediate"),
+          "triton_group_quant_cast_via_f16"),
+    kw=dict(rule="divide"),
+    note="the quotient divided exactly (tl.div_rn); only the cast differs",
+)
+
+# ---------------------------------------------------------------------------
+# Block-scaled FP8 GEMM (check_fp8_block_gemm)
+# ---------------------------------------------------------------------------
+from numpy_reference import E4M3, v2_block_gemm  # noqa: E402
+from kernel_oracle import Schedule  # noqa: E402
+
+
+def sgl_block_gemm_scale_step_0(w, scales, q, d, out):
+    """SGLang's Triton w8a8 block-FP8 matmul before PR 20819 under a tuned
+    config with BLOCK_SIZE_K = 64 < group_k = 128: `scale_step_k =
+    BLOCK_SIZE_K // group_k` is 0, so the scale pointers never advance and
+    every 64-k block is scaled by k-group 0's activation and weight scales;
+    folded as the kernel writes it, `acc + (c * a_s) * b_s`."""
+    out_f, in_f = w.shape
+    nblk = -(-in_f // 128)
+    wf = np.zeros((out_f, nblk * 128), np.float32)
+    wf[:, :in_f] = E4M3[w]
+    qf = E4M3[q[:, : nblk * 128]]
+    srow = np.repeat(np.arange(scales.shape[0]), 128)[:out_f]
+    acc = np.zeros((q.shape[0], out_f), np.float32)
+    for h in range(2 * nblk):
+        c = qf[:, h * 64:(h + 1) * 64] @ wf[:, h * 64:(h + 1) * 64].T
+        acc = acc + (c * d[:, 0:1]) * scales[srow, 0][None, :]
+    out[...] = acc
+
+
+report(
+    "sglang#20819", "https://github.com/sgl-project/sglang/pull/20819",
+    "block-FP8 GEMM: BLOCK_SIZE_K < group_k gives scale_step_k = 0, k-group 0's scales for all k",
+    ko.check_fp8_block_gemm,
+    named(lambda w, s, q, d, out: v2_block_gemm(w, s, q, d, out, partial_first=True), "sgl_w8a8_block_fp8_bk128"),
+    named(sgl_block_gemm_scale_step_0, "sgl_w8a8_block_fp8_bk64_stuck_scales"),
+    kw=dict(schedule=Schedule.V2_PARTIAL_FIRST),
+    note="the correct form is the default config (BLOCK_SIZE_K = group_k = 128)",
+)
+
+# ---------------------------------------------------------------------------
+# Fused-MoE block-FP8 expert GEMM (check_fused_moe_fp8)
+# ---------------------------------------------------------------------------
+from numpy_reference import fused_moe_fp8  # noqa: E402
+
+
+def moe_form(name, **kw):
+    return named(lambda a, a_s, w, w_s, tw, ti, out: fused_moe_fp8(a, a_s, w, w_s, tw, ti, out, **kw), name)
+
+
+# vLLM PR 14987: "fused_moe_kernel returns incorrect values if BLOCK_SIZE_K
+# is larger than the fp8 scaling group size": with block_shape [128, 128]
+# and a config of BLOCK_SIZE_K = 256 the kernel loads one scale per k block
+# (`offs_ks = k * BLOCK_SIZE_K // group_k`), so each 256-wide dot is scaled
+# by its first 128-group's a_scale and b_scale; the PR works around it by
+# keeping BLOCK_SIZE_K within the group.
+report(
+    "vllm#14987", "https://github.com/vllm-project/vllm/pull/14987",
+    "fused MoE block FP8: BLOCK_SIZE_K = 256 over 128-k groups, one scale per 256 k",
+    lambda fn, **kw: ko.check_fused_moe_fp8(fn, schedule=Schedule.V2_PARTIAL_FIRST, **kw),
+    moe_form("fused_moe_kernel_bk128"),
+    moe_form("fused_moe_kernel_bk256", bug="block-k-256"),
+)
+
+# ---------------------------------------------------------------------------
+# INT8 activation quantization (check_int8_quant)
+# ---------------------------------------------------------------------------
+from test_check_int8_quant import quantizer as int8_quantizer  # noqa: E402
+
+# AITER PR 4637: AITER's shared scaled FP32 -> INT8 x2/x4 helpers (its
+# dynamic per-token INT8 quant and RMSNorm INT8 output) converted by
+# truncation; the PR makes them round to nearest even and then saturate
+# (27 of 524,288 codes differed from torch on a bf16 128x4096 input).
+report(
+    "aiter#4637", "https://github.com/ROCm/aiter/pull/4637",
+    "int8 quant: codes truncated toward zero, not rounded to nearest even",
+    ko.check_int8_quant,
+    named(int8_quantizer(), "dynamic_int8_rne"),
+    named(int8_quantizer(bug="truncate"), "aiter_scaled_int8_truncating"),
+)
+
+# ---------------------------------------------------------------------------
+# Penalties: a wrong argument (check_penalties)
+# ---------------------------------------------------------------------------
+
+
+def mlc_presence_twice(logits, prompt, output, presence, frequency, repetition, out):
+    """MLC LLM before PR 1693: `ApplyPresenceAndFrequencyPenaltyOnCPU` was
+    handed the presence penalty for both of its arguments, so the frequency
+    penalty applied is the presence penalty's value."""
+    numpy_penalties()(logits, prompt, output, presence, presence, repetition, out)
+
+
+report(
+    "mlc-llm#1693", "https://github.com/mlc-ai/mlc-llm/pull/1693",
+    "frequency penalty: the presence penalty passed in its place",
+    ko.check_penalties,
+    named(numpy_penalties(), "vllm_penalties"),
+    named(mlc_presence_twice, "mlc_presence_as_frequency"),
+)
+
+# ---------------------------------------------------------------------------
+# RoPE: the pairing flag ignored (check_rotary_embedding)
+# ---------------------------------------------------------------------------
+
+# vLLM issue 49290 (PR 49323): `MRotaryEmbedding.forward_cuda`'s 2-D mrope
+# branch calls `_triton_mrope_forward`, which hardcodes NeoX (half-split)
+# pairs and never reads `is_neox_style`: a GPT-J-style model (GLM-OCR) gets
+# (x[i], x[i + rot/2]) rotated where (x[2i], x[2i + 1]) are the pairs.
+# Modelled on text tokens (the three position sections equal: 1-D RoPE).
+report(
+    "vllm#49290", "https://github.com/vllm-project/vllm/issues/49290",
+    "RoPE: NeoX pairs hardcoded, is_neox_style=False ignored (GPT-J model)",
+    ko.check_rotary_embedding,
+    numpy_rope("f32", is_neox=False, name="rope_gptj_f32"),
+    numpy_rope("f32", is_neox=True, name="triton_mrope_neox_hardcoded"),
+    kw=dict(is_neox=False),
+)
+
+# ---------------------------------------------------------------------------
+# Merge of attention states: base-2 LSEs merged as natural logs
+# ---------------------------------------------------------------------------
+
+# SGLang PR 35045: `FlashInferMhaChunkKVRunner.forward` fed FlashInfer's
+# LSEs (base 2: log2(sum(exp2(x)))) to `sgl_kernel.merge_state_v2`, which
+# weighs the states with exp(lse) (natural log); the fix converts the LSEs
+# to natural log first (max error 0.105 -> 0.0005 at prefix 4096). Modelled
+# as caller + kernel: the merge handed base-2 LSEs computes in base e.
+report(
+    "sglang#35045", "https://github.com/sgl-project/sglang/pull/35045",
+    "merge of attention states: base-2 LSEs weighed as natural logs",
+    ko.check_merge_attn_states,
+    numpy_merge("cuda", base="2", layout="token_major", name="merge_state_v2_base2"),
+    numpy_merge("cuda", base="e", layout="token_major", name="sgl_merge_state_v2_on_flashinfer_lse"),
+    kw=dict(base="2", lse_layout="token_major"),
+    note="caller-side bug: modelled as layer + kernel",
+)
+
+# ---------------------------------------------------------------------------
+# MoE routing: no softmax without renormalize (check_moe_routing)
+# ---------------------------------------------------------------------------
+NORENORM = dict(renormalize=False)
+
+# SGLang PR 35160: `fused_topk_softmax_torch_raw_logits` (the
+# flashinfer_trtllm_routed MoE runner, softmax scoring, no bias) applied the
+# softmax only inside the renormalize branch, so with renormalize=False
+# (norm_topk_prob=False: Qwen2MoE, Qwen3 GGUF) the top-k weights were the
+# raw gathered router logits; the fix gathers from the softmax over all
+# experts.
+report(
+    "sglang#35160", "https://github.com/sgl-project/sglang/pull/35160",
+    "top-k softmax routing, renormalize=False: raw logits as the weights",
+    lambda fn, **kw: ko.check_moe_routing(fn, 8, **NORENORM, **kw),
+    named(numpy_router(8, **NORENORM), "router_softmax_no_renorm"),
+    named(numpy_router(8, **NORENORM, bug="raw-logit-weights"), "sgl_topk_raw_logits_no_renorm"),
+)
+
+# ---------------------------------------------------------------------------
+# Gated delta rule: epsilon placement (check_gated_delta_rule)
+# ---------------------------------------------------------------------------
+
+# SGLang PR 10466 ("fix the l2norm accuracy issue"): SGLang's copy of fla's
+# fused_recurrent_gated_delta_rule kernel normalized q and k in-kernel as
+# `b_q / (tl.sqrt(tl.sum(b_q * b_q)) + 1e-6)`, eps outside the square root;
+# the fix writes fla's `b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6)`.
+report(
+    "sglang#10466", "https://github.com/sgl-project/sglang/pull/10466",
+    "GDN in-kernel L2 norm: eps added outside the square root",
+    ko.check_gated_delta_rule,
+    named(lambda *a: gated_delta_rule(*a), "gdn_rule"),
+    named(lambda *a: gated_delta_rule(*a, bug="eps-outside-sqrt"), "sgl_fused_recurrent_l2norm_eps_outside"),
+)
+
+# ---------------------------------------------------------------------------
+# Attention: GQA heads tiled (check_attention)
+# ---------------------------------------------------------------------------
+
+# jax-js PR 180: its GQA attention applied the KV heads to the query heads
+# by tiling (query head h reads KV head h mod Hkv) where they must repeat
+# (h // (Hq / Hkv)); fixed to repeat.
+report(
+    "jax-js#180", "https://github.com/ekzhang/jax-js/pull/180",
+    "GQA: KV heads tiled (h mod Hkv) where they repeat (h // group)",
+    ko.check_attention,
+    numpy_attn(name="attention_gqa_repeat"),
+    numpy_attn(bug="gqa-mod", name="jaxjs_attention_gqa_tile"),
+)
+
+
+def xpu_group_quant_lanes_past_subgroup(x, q, s, group=256, eps=1e-10):
+    """vllm-xpu-kernels issue 520 (PR 521): the vectorized SYCL
+    per_token_group_fp8_quant reduces each group's absmax with an XOR
+    shuffle over group_size / VEC lanes on a sub-group pinned to 32 lanes;
+    past 32 lanes (float32 input, VEC = 4: groups over 128 elements) the
+    shuffle partners fall outside the sub-group and the result is
+    undefined. Modelled as each group's absmax taken over the 32 lanes of
+    its first sub-group only (its first 128 elements), the scale written
+    from it and every code of the group divided by it (clamped); the
+    garbage scales the report also saw are not modelled."""
+    f32 = np.float32
+    m, k = x.shape
+    for g in range(-(-k // group)):
+        lo, hi = g * group, min((g + 1) * group, k)
+        amax = np.maximum(np.max(np.abs(x[:, lo:min(lo + 128, hi)]), axis=1), f32(eps))
+        sc = amax / f32(448)
+        y = x[:, lo:hi] / sc[:, None]
+        q[:, lo:hi] = ko.encode_e4m3(np.clip(y, f32(-448), f32(448)).astype(f32))
+        s[:, g] = sc
+
+
+report(
+    "vllm-xpu-kernels#520", "https://github.com/vllm-project/vllm-xpu-kernels/issues/520",
+    "fp8 group quant: absmax shuffle over more lanes than the 32-lane sub-group (group 256, f32)",
+    ko.check_fp8_group_quant,
+    named(lambda x, q, s: group_quant(x, q, s, rule="divide", group=256), "group_quant_g256"),
+    named(xpu_group_quant_lanes_past_subgroup, "xpu_vectorized_group_quant_g256"),
+    kw=dict(rule="divide", group=256),
+    note="declared group=256 (the kernel is right at 128, where the default check runs)",
+)
+
+# TensorRT-LLM PR 5623: TensorRT-LLM's penaltyKernels.cu counted the
+# context (prompt) tokens into the occurrence counts its presence and
+# frequency penalties use; the fix marks prompt tokens with a sentinel so
+# only generated tokens are counted for them (as vLLM), the repetition
+# penalty still seeing both. vmlx-swift issue 295 (PR 294) reports the same
+# of its presence and frequency processors.
+report(
+    "TensorRT-LLM#5623", "https://github.com/NVIDIA/TensorRT-LLM/pull/5623",
+    "presence and frequency penalties counting prompt tokens (output only)",
+    ko.check_penalties,
+    named(numpy_penalties(), "vllm_penalties"),
+    named(numpy_penalties(bug="freq-presence-over-prompt"), "trtllm_penalties_context_counted"),
+)
+
+
+# ---------------------------------------------------------------------------
 # runner
 # ---------------------------------------------------------------------------
 def _ids():
