@@ -197,7 +197,9 @@ def triton_cache(layout, kv="auto", dtype="bfloat16", div_rn=False):
     """The Triton kernel above on the check's arrays."""
 
     def write(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
-        T, H, hs = key.shape
+        # The grid by slot_mapping, not key: key may hold CUDA-graph
+        # padding rows past the slot map's tokens (vLLM PR 13922).
+        T, (_, H, hs) = slot_mapping.shape[0], key.shape
         kc, vc = to_cuda(key_cache), to_cuda(value_cache)
         if kv == "auto":
             kc, vc = kc.view(getattr(torch, dtype)), vc.view(getattr(torch, dtype))

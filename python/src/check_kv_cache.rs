@@ -338,6 +338,7 @@ fn reshape_and_cache_case<'py>(
         d,
         conv,
         overflow,
+        graph_padding: false,
     };
     let dims = (tokens, num_kv_heads, head_size, block_size, num_blocks);
     let shape = decl.shape(dims).map_err(PyValueError::new_err)?;
@@ -378,6 +379,33 @@ struct Declared {
     d: Dtype,
     conv: Conversion,
     overflow: Overflow,
+    /// SLOTS hands the inputs rows past `slot_mapping`'s tokens.
+    graph_padding: bool,
+}
+
+/// The rows the inputs hold past `slot_mapping`'s tokens in a case of
+/// `arm` drawn from `seed`: one to seven on SLOTS when `graph_padding`
+/// is declared (vLLM V1 under CUDA graphs pads the batch's inputs and not
+/// its slot map, so a write is sized by `slot_mapping`, vLLM PR 13922),
+/// else none.
+fn pad_rows(graph_padding: bool, arm: Arm, seed: u64) -> usize {
+    if graph_padding && matches!(arm, Arm::Slots) {
+        1 + (seed % 7) as usize
+    } else {
+        0
+    }
+}
+
+/// `bits` (`tokens` rows of `row` elements of dtype `d`) followed by
+/// `pad` rows more: the case's first elements again with their sign
+/// flipped (finite values a kernel would store somewhere visible).
+fn padded(bits: &[u32], row: usize, pad: usize, d: Dtype) -> Vec<u32> {
+    let sign = if d == Dtype::F32 { 0x8000_0000 } else { 0x8000 };
+    let mut v = bits.to_vec();
+    if !bits.is_empty() {
+        v.extend((0..pad * row).map(|i| bits[i % bits.len()] ^ sign));
+    }
+    v
 }
 
 /// What an MLA case's seed is mixed with, so that an MLA case and a key
@@ -669,19 +697,29 @@ fn drive<'py>(
                     .map_err(PyValueError::new_err)?;
                 let (kscale, vscale) = (vec![case.k_scale], vec![case.v_scale]);
                 let slot_arr = array(py, &[dims.0], case.slot_mapping.clone())?;
+                let pad = pad_rows(decl.graph_padding, arm, seed);
+                let (r1, r2) = if mla {
+                    (dims.1, dims.2)
+                } else {
+                    (ks[1] * ks[2], ks[1] * ks[2])
+                };
                 let (first_in, second_in) = if mla {
                     let (kv_c, k_pe) = split_mla(&case, dims.1, shape.head_size());
-                    (Held::from_bits(d, &kv_c), Held::from_bits(d, &k_pe))
+                    (
+                        Held::from_bits(d, &padded(&kv_c, r1, pad, d)),
+                        Held::from_bits(d, &padded(&k_pe, r2, pad, d)),
+                    )
                 } else {
                     (
-                        Held::from_bits(d, &case.key),
-                        Held::from_bits(d, &case.value),
+                        Held::from_bits(d, &padded(&case.key, r1, pad, d)),
+                        Held::from_bits(d, &padded(&case.value, r2, pad, d)),
                     )
                 };
                 let (s1, s2): (Vec<usize>, Vec<usize>) = if mla {
-                    (vec![dims.0, dims.1], vec![dims.0, dims.2])
+                    (vec![dims.0 + pad, dims.1], vec![dims.0 + pad, dims.2])
                 } else {
-                    (ks.to_vec(), ks.to_vec())
+                    let s = vec![dims.0 + pad, ks[1], ks[2]];
+                    (s.clone(), s)
                 };
                 let mut inputs = vec![
                     (if mla { "kv_c" } else { "key" }, first_in.input(py, &s1)?),
@@ -719,8 +757,13 @@ fn drive<'py>(
                 let dims_s = format!("{},{},{},{},{}", dims.0, dims.1, dims.2, dims.3, dims.4);
                 let row = format!("{dims_s:<20} {a:>7} 0x{seed:016x}");
                 let dims_py = format!("({dims_s})").replace(',', ", ");
+                let gp = if decl.graph_padding {
+                    ""
+                } else {
+                    ", graph_padding=False"
+                };
                 let repro = format!(
-                    "kernel_oracle.check_{contract}({fname}, {kw}, shapes=[{dims_py}], arms=[\"{a}\"], seeds=[0x{seed:016x}])"
+                    "kernel_oracle.check_{contract}({fname}, {kw}{gp}, shapes=[{dims_py}], arms=[\"{a}\"], seeds=[0x{seed:016x}])"
                 );
                 let head = format!(
                     "FAIL {contract}: {} = {dims_py} arm={a} seed=0x{seed:016x}, {what}",
@@ -777,6 +820,13 @@ fn drive<'py>(
                     continue;
                 }
                 let mut r = failure_head(&head, &written);
+                if pad > 0 {
+                    let _ = writeln!(
+                        r,
+                        "  the inputs held {pad} row(s) past slot_mapping's {} tokens (CUDA-graph padding: the write is sized by slot_mapping; graph_padding=False hands exactly as many)",
+                        dims.0
+                    );
+                }
                 for side in &sides {
                     cache_lines(&mut r, side, &decl, &shape, &case);
                 }
@@ -805,14 +855,15 @@ fn drive<'py>(
     )
 }
 
-/// check_reshape_and_cache(kernel, layout="nhd", kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
+/// check_reshape_and_cache(kernel, layout="nhd", kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE, graph_padding=True, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
 ///
 /// Runs `kernel`, a KV-cache write, through the arms `RAND` (random
 /// values, scales and distinct slots, some padding; the last token
 /// padding on half the seeds), `SLOTS` (every third token padding but
 /// the last, `-2` among them; the cache's last slot, the last block,
 /// first and last offsets of blocks, consecutive slots of one block, in
-/// shuffled order), `PREFILL` (a prefill's slot map: token `t` at slot
+/// shuffled order; under `graph_padding` the inputs hold one to seven
+/// rows past `slot_mapping`'s tokens), `PREFILL` (a prefill's slot map: token `t` at slot
 /// `start + t` from the middle of a block, across as many block
 /// boundaries as the tokens allow, on half the seeds one to three
 /// padding tokens at the tail), `SAT` (power-of-two scales; scaled values
@@ -835,7 +886,11 @@ fn drive<'py>(
 /// slot_mapping, k_scale, v_scale)` (vLLM's `reshape_and_cache_flash`
 /// order without `kv_cache_dtype`), with `key`, `value` `[T,
 /// num_kv_heads, head_size]` (uint16 bit patterns of bf16 or f16, numpy
-/// having no bfloat16, or float32), `slot_mapping` int64 `[T]`, `k_scale`
+/// having no bfloat16, or float32), `slot_mapping` int64 `[T]` (on SLOTS
+/// cases `key` and `value` have `T + 1` to `T + 7` rows: vLLM V1 pads a
+/// CUDA-graph batch's inputs and not its slot map, so the write is sized
+/// by `slot_mapping` and rows past it are never read; vLLM PR 13922 fixed
+/// a grid sized by `key`), `k_scale`
 /// and `v_scale` one-element float32 arrays (vLLM passes tensors; the
 /// scale the kernel is handed: under `"multiply"` the inverted one), and
 /// the caches in the layout's shape (see `reshape_and_cache`; uint8 codes
@@ -865,7 +920,10 @@ fn drive<'py>(
 /// defaults whose head size is not a multiple of `x` are skipped with a
 /// row saying so, a given one is an error); `arms` (default all; TIES
 /// runs on FP8 caches only);
-/// `seeds` / `trials` / `verbose` / `name` as `check_rotary_embedding`.
+/// `graph_padding` (default True: the SLOTS rows past `slot_mapping`
+/// above; False: the inputs have exactly `T` rows, for a kernel whose
+/// contract says so); `seeds` / `trials` / `verbose` / `name` as
+/// `check_rotary_embedding`.
 ///
 /// Errors: `ValueError` for an unknown layout, cache dtype, dtype, rule
 /// or arm, a bad shape or one over the caps (2^22 key elements, 2^24
@@ -874,13 +932,10 @@ fn drive<'py>(
 /// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 ///
 /// Out of reach: the caps keep every index below 2^31, so a kernel's
-/// 32-bit index overflow never shows; `key` always has exactly as many
-/// rows as `slot_mapping` (vLLM V1 hands more key rows than slots under
-/// CUDA-graph padding: a kernel sizing its grid by `key` is not tried);
-/// and a write outside the two caches handed (a slot of `-2` read as an
+/// 32-bit index overflow never shows; and a write outside the two caches handed (a slot of `-2` read as an
 /// unsigned index) changes no element the check can see.
 #[pyfunction]
-#[pyo3(signature = (kernel, layout = "nhd", kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
+#[pyo3(signature = (kernel, layout = "nhd", kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite, graph_padding = true, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_reshape_and_cache<'py>(
     py: Python<'py>,
@@ -890,6 +945,7 @@ fn check_reshape_and_cache<'py>(
     dtype: &str,
     scale_rule: &str,
     overflow: Overflow,
+    graph_padding: bool,
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
@@ -906,6 +962,7 @@ fn check_reshape_and_cache<'py>(
         d,
         conv,
         overflow,
+        graph_padding,
     };
     let shapes = shapes_or(&decl, shapes, &KV_CACHE_SHAPES)?;
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;
@@ -1022,6 +1079,7 @@ fn concat_and_cache_mla_case<'py>(
         d,
         conv,
         overflow,
+        graph_padding: false,
     };
     let dims = (tokens, kv_lora_rank, pe_dim, block_size, num_blocks);
     let shape = decl.shape(dims).map_err(PyValueError::new_err)?;
@@ -1045,7 +1103,7 @@ fn concat_and_cache_mla_case<'py>(
     Ok(dict)
 }
 
-/// check_concat_and_cache_mla(kernel, kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
+/// check_concat_and_cache_mla(kernel, kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE, graph_padding=True, shapes=None, arms=None, seeds=None, trials=1, verbose=True, name=None) -> CheckReport
 ///
 /// Runs `kernel`, MLA's latent-cache write (vLLM's `concat_and_cache_mla`,
 /// rule `KV-MLA`: `reshape_and_cache`'s write of one NHD head whose row is
@@ -1063,7 +1121,9 @@ fn concat_and_cache_mla_case<'py>(
 /// `kv_cache` `[num_blocks, block_size, kv_lora_rank + pe_dim]` (uint8
 /// codes for FP8) full of random bits, `slot_mapping` int64 `[T]`, `scale`
 /// a one-element float32 array; it writes `kv_cache` in place and returns
-/// None, or returns a new one.
+/// None, or returns a new one. On SLOTS cases `kv_c` and `k_pe` have one
+/// to seven rows past `slot_mapping`'s tokens, as `check_reshape_and_cache`'s
+/// inputs (`graph_padding`).
 ///
 /// Arguments: `shapes` `(tokens, kv_lora_rank, pe_dim, block_size,
 /// num_blocks)` tuples (default `MLA_SHAPES`); the others as
@@ -1073,7 +1133,7 @@ fn concat_and_cache_mla_case<'py>(
 /// Every check also raises `ValueError`, before any call, for `trials`
 /// below 1 or an empty `seeds` list (see `check_fp8_block_gemm`).
 #[pyfunction]
-#[pyo3(signature = (kernel, kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
+#[pyo3(signature = (kernel, kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite, graph_padding = true, shapes = None, arms = None, seeds = None, trials = 1, verbose = true, name = None))]
 #[allow(clippy::too_many_arguments)]
 fn check_concat_and_cache_mla<'py>(
     py: Python<'py>,
@@ -1082,6 +1142,7 @@ fn check_concat_and_cache_mla<'py>(
     dtype: &str,
     scale_rule: &str,
     overflow: Overflow,
+    graph_padding: bool,
     shapes: Option<Vec<Dims>>,
     arms: Option<Vec<String>>,
     seeds: Option<Vec<u64>>,
@@ -1098,6 +1159,7 @@ fn check_concat_and_cache_mla<'py>(
         d,
         conv,
         overflow,
+        graph_padding,
     };
     let shapes = shapes_or(&decl, shapes, &MLA_SHAPES)?;
     let arms = arms_or_all(arms, &Arm::ALL, Arm::parse)?;

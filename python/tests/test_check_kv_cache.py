@@ -495,3 +495,27 @@ def test_a_slot_split_by_shift_and_mask_fails_the_default_shapes():
     assert not r and all("(9, 2, 80, 48, 4)" in f for f in r.failures), r.failures[:1]
     r = ko.check_concat_and_cache_mla(mla, verbose=False)
     assert not r and all("(7, 256, 32, 48, 2)" in f for f in r.failures), r.failures[:1]
+
+
+def test_slots_hand_rows_past_the_slot_map_unless_declared_otherwise():
+    # A write sized by key's rows, not slot_mapping's, reads the slot map
+    # past its end (modelled as slot 0) on SLOTS' CUDA-graph padding rows.
+    seen = []
+
+    def by_key(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+        seen.append(key.shape[0] - slot_mapping.shape[0])
+        T, n = key.shape[0], slot_mapping.shape[0]
+        slots = np.concatenate([slot_mapping, np.zeros(T - n, slot_mapping.dtype)])
+        numpy_cache()(key, value, key_cache, value_cache, slots, k_scale, v_scale)
+
+    r = ko.check_reshape_and_cache(by_key, arms=["SLOTS", "RAND"], shapes=[(8, 2, 16, 16, 4)],
+                                   trials=4, verbose=False)
+    assert not r and r.failed == 4 and all('arms=["SLOTS"]' in f for f in r.failures), r.text
+    assert "past slot_mapping's 8 tokens" in r.failures[0]
+    assert sorted(set(seen)) != [0] and max(seen) <= 7
+    seen.clear()
+    r = ko.check_reshape_and_cache(by_key, graph_padding=False, arms=["SLOTS"], shapes=[(8, 2, 16, 16, 4)],
+                                   trials=4, verbose=False)
+    assert r and set(seen) == {0}, r.text
+    m = ko.check_concat_and_cache_mla(numpy_mla(), arms=["SLOTS"], trials=2, verbose=False)
+    assert m, m.text

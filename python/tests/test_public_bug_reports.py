@@ -670,6 +670,31 @@ report(
 )
 
 # ---------------------------------------------------------------------------
+# KV-cache write (check_reshape_and_cache)
+# ---------------------------------------------------------------------------
+from test_check_kv_cache import numpy_cache  # noqa: E402
+
+
+def reshape_and_cache_grid_by_key(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
+    """vLLM PR 13922 (issue 13418): `reshape_and_cache` took num_tokens
+    from `key.size(0)`; under V1's CUDA-graph padding `key` has more rows
+    than `slot_mapping`, so the padded rows read the slot map past its end,
+    modelled as slot 0 (a live slot): their keys and values land there."""
+    T, n = key.shape[0], slot_mapping.shape[0]
+    slots = np.concatenate([slot_mapping, np.zeros(max(0, T - n), slot_mapping.dtype)])[:T]
+    numpy_cache()(key, value, key_cache, value_cache, slots, k_scale, v_scale)
+
+
+report(
+    "vllm#13922", "https://github.com/vllm-project/vllm/pull/13922",
+    "KV-cache write: the grid sized by key, not slot_mapping (CUDA-graph padding rows written)",
+    ko.check_reshape_and_cache,
+    named(numpy_cache(), "reshape_and_cache_flash"),
+    named(reshape_and_cache_grid_by_key, "reshape_and_cache_grid_by_key"),
+)
+
+
+# ---------------------------------------------------------------------------
 # MLA latent cache write (check_concat_and_cache_mla)
 # ---------------------------------------------------------------------------
 from test_check_kv_cache import DECODE as KV_DECODE, NONSAT  # noqa: E402
