@@ -8,7 +8,12 @@
 //! 1. draws fresh inputs from the case's seed (new arrays on every call);
 //! 2. hands the callable the inputs and an output array filled with NaN,
 //!    so an element it does not write fails the comparison (rule
-//!    `CMP-FINITE`: a NaN on either side fails);
+//!    `CMP-FINITE`: a NaN on either side fails). A float output's NaN is a
+//!    signaling NaN with a payload none of the case's inputs holds
+//!    ([`Fill`]), which no arithmetic produces: an element still holding
+//!    it after the call was not written, and fails the case even where the
+//!    contract's value is a NaN (any NaN passes there), unless the check
+//!    leaves that element unjudged ([`Breach::forgive`]);
 //! 3. compares the inputs after the call with copies taken before it, bit
 //!    for bit: a callable that writes its inputs fails;
 //! 4. judges the output with the contract's verdict (bit for bit in the
@@ -142,14 +147,161 @@ impl CheckReport {
     }
 }
 
-/// What a call that returned left to judge: its outputs in order, and the
-/// names of the inputs it wrote.
-pub(crate) type Returned = (Vec<Got>, Vec<String>);
+/// What a call that returned left to judge: its outputs in order, and how
+/// it broke the calling contract (inputs written, outputs left unwritten).
+pub(crate) type Returned = (Vec<Got>, Breach);
+
+/// How a call that returned broke the calling contract, whatever its
+/// outputs' values: the inputs it wrote, and the outputs it left partly
+/// unwritten. A case with any breach fails (`is_empty` is false), and
+/// [`failure_head`] says which.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Breach {
+    /// The inputs the callable changed (by name).
+    pub(crate) inputs: Vec<String>,
+    /// The outputs it left partly unwritten.
+    pub(crate) unwritten: Vec<Unwritten>,
+}
+
+/// The elements of one output still holding the sentinel NaN the check
+/// filled it with after the call.
+#[derive(Clone, Debug)]
+pub(crate) struct Unwritten {
+    /// The output's position (0 first).
+    pub(crate) out: usize,
+    /// Its shape.
+    pub(crate) shape: Vec<usize>,
+    /// The flat (C-order) indices of the elements left unwritten.
+    pub(crate) at: Vec<usize>,
+    /// The sentinel's bits (float32, or a 16-bit pattern).
+    pub(crate) bits: u32,
+    /// Whether the output is float32 (else 16-bit patterns).
+    pub(crate) wide: bool,
+}
+
+impl Breach {
+    /// No input written and no output left unwritten.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inputs.is_empty() && self.unwritten.is_empty()
+    }
+
+    /// Forgives the unwritten elements of output `out` that the contract
+    /// leaves unjudged (`unjudged(flat index)`: a padded sequence's rows),
+    /// dropping the output's entry when none is left.
+    pub(crate) fn forgive(&mut self, out: usize, unjudged: impl Fn(usize) -> bool) {
+        for u in self.unwritten.iter_mut().filter(|u| u.out == out) {
+            u.at.retain(|&i| !unjudged(i));
+        }
+        self.unwritten.retain(|u| !u.at.is_empty());
+    }
+
+    /// The report's lines for the breaches.
+    fn lines(&self, r: &mut String) {
+        if !self.inputs.is_empty() {
+            let _ = writeln!(
+                r,
+                "  the callable wrote its input(s): {} (inputs must be left as given)",
+                self.inputs.join(", ")
+            );
+        }
+        for u in &self.unwritten {
+            let n: usize = u.shape.iter().product();
+            let bits = if u.wide {
+                format!("0x{:08X}", u.bits)
+            } else {
+                format!("0x{:04X}", u.bits)
+            };
+            let _ = writeln!(
+                r,
+                "  the callable left {} of {n} elements of output {} (shape {:?}) unwritten: they still hold the signaling NaN {bits} the check filled it with (first at {:?}); every judged element must be written, a NaN result too",
+                u.at.len(),
+                u.out,
+                u.shape,
+                unravel(u.at[0], &u.shape)
+            );
+        }
+    }
+}
+
+/// The multi-index (C order) of flat index `i` in `shape`.
+fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for (d, &n) in shape.iter().enumerate().rev() {
+        if n > 0 {
+            idx[d] = i % n;
+            i /= n;
+        }
+    }
+    idx
+}
+
+/// Signaling NaNs (quiet bit clear, payload non-zero) a check fills its
+/// float outputs with: no arithmetic produces a signaling NaN (every IEEE
+/// operation quiets one), so an output element holding the sentinel after
+/// the call was not written, unless it was copied from an input holding
+/// the same bits, which [`Fill::new`] rules out by taking the first
+/// candidate no input holds.
+const F32_SENTINELS: [u32; 4] = [0x7FA5_A5A5, 0xFFA5_A5A5, 0x7F8B_AD0F, 0xFF8B_AD0F];
+const BF16_SENTINELS: [u16; 4] = [0x7FA5, 0xFFA5, 0x7F8B, 0xFF8B];
+const F16_SENTINELS: [u16; 4] = [0x7DA5, 0xFDA5, 0x7C8B, 0xFC8B];
+
+/// The sentinel NaNs of one case's float outputs, chosen so that none is a
+/// bit pattern of the case's inputs (float32 elements, 16-bit patterns,
+/// and the patterns a float32 NaN becomes in bfloat16 and float16). `None`
+/// where every candidate occurs (the output is then filled with the
+/// format's quiet NaN, and elements left unwritten are caught only where
+/// the contract's value is not a NaN).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fill {
+    f32: Option<u32>,
+    bf16: Option<u16>,
+    f16: Option<u16>,
+}
+
+impl Fill {
+    /// The sentinels of a case with these inputs.
+    pub(crate) fn new(inputs: &[(&str, Input<'_, '_>)]) -> Fill {
+        // The candidates' bits met among the inputs.
+        let mut w32 = [false; F32_SENTINELS.len()];
+        let mut w16 = vec![false; 1 << 16];
+        for (_, i) in inputs {
+            match i {
+                Input::F32(_, v) => {
+                    for x in v.iter().filter(|x| x.is_nan()) {
+                        let b = x.to_bits();
+                        for (seen, &c) in w32.iter_mut().zip(&F32_SENTINELS) {
+                            *seen |= b == c;
+                        }
+                        w16[(b >> 16) as usize] = true;
+                        let sign = (b >> 16) & 0x8000;
+                        w16[(sign | 0x7C00 | ((b >> 13) & 0x3FF)) as usize] = true;
+                    }
+                }
+                Input::U16(_, v) => {
+                    for &b in v.iter() {
+                        w16[usize::from(b)] = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let free16 = |c: &[u16; 4]| c.iter().copied().find(|&b| !w16[usize::from(b)]);
+        Fill {
+            f32: F32_SENTINELS
+                .iter()
+                .zip(w32)
+                .find(|(_, seen)| !seen)
+                .map(|(&b, _)| b),
+            bf16: free16(&BF16_SENTINELS),
+            f16: free16(&F16_SENTINELS),
+        }
+    }
+}
 
 impl CheckReport {
     /// Counts one case and records what needs no judge: a refusal (a row)
     /// or an error (a row and a failure with `head` and `repro`). Returns
-    /// the outputs and the inputs written of a call that returned.
+    /// the outputs and the breach of a call that returned.
     pub(crate) fn take(
         &mut self,
         out: &mut Out<'_>,
@@ -252,8 +404,8 @@ impl<'py> Out<'py> {
 /// What a callable did with one case, before judging its output.
 pub(crate) enum Called {
     /// It returned; the outputs it produced (returned, or written into the
-    /// sentinel-filled buffers), in order, and the inputs it overwrote.
-    Output(Vec<Got>, Vec<String>),
+    /// sentinel-filled buffers), in order, and how it broke the contract.
+    Output(Vec<Got>, Breach),
     /// It raised `kernel_oracle.Refused` (the message).
     Refused(String),
     /// It raised something else, or returned something that is not an
@@ -264,7 +416,7 @@ pub(crate) enum Called {
 /// The element type of an output the callable fills.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum OutKind {
-    /// float32, handed filled with NaN.
+    /// float32, handed filled with a signaling NaN ([`Fill`]).
     F32,
     /// uint8 codes, handed filled with `0x7F` (the e4m3 NaN code, which no
     /// check's data produce).
@@ -273,8 +425,9 @@ pub(crate) enum OutKind {
     /// index or count).
     I32,
     /// uint16 bit patterns of a 16-bit float (bfloat16 or IEEE binary16:
-    /// numpy has no bfloat16), handed filled with the given pattern (the
-    /// format's quiet NaN).
+    /// numpy has no bfloat16; the pattern is the format's quiet NaN, which
+    /// names it), handed filled with a signaling NaN of the format
+    /// ([`Fill`]), or that quiet NaN where none is free.
     U16(u16),
 }
 
@@ -288,6 +441,43 @@ impl OutKind {
             oracle::dtype::Dtype::Bf16 => OutKind::U16(oracle::bf16::NAN),
             oracle::dtype::Dtype::F16 => OutKind::U16(oracle::f16::NAN),
         }
+    }
+
+    /// The sentinel an output of this kind is handed filled with under
+    /// `fill` and checked for after the call (float kinds), as its bits,
+    /// or `None` (uint8 codes, int32 ids, or no free sentinel).
+    pub(crate) fn sentinel(self, fill: &Fill) -> Option<u32> {
+        match self {
+            OutKind::F32 => fill.f32,
+            OutKind::U16(q) if q == oracle::f16::NAN => fill.f16.map(u32::from),
+            OutKind::U16(_) => fill.bf16.map(u32::from),
+            OutKind::U8 | OutKind::I32 => None,
+        }
+    }
+
+    /// A new output of this kind and `shape` filled with its sentinel
+    /// under `fill` (float32 NaN and the format's quiet NaN where no
+    /// sentinel is free; `0x7F` codes; `i32::MIN` ids).
+    pub(crate) fn array<'py>(
+        self,
+        py: Python<'py>,
+        shape: &[usize],
+        fill: &Fill,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let n: usize = shape.iter().product();
+        let s = self.sentinel(fill);
+        Ok(match self {
+            OutKind::F32 => {
+                let v = s.map_or(f32::NAN, f32::from_bits);
+                array(py, shape, vec![v; n])?.into_any()
+            }
+            OutKind::U8 => array(py, shape, vec![0x7Fu8; n])?.into_any(),
+            OutKind::I32 => array(py, shape, vec![i32::MIN; n])?.into_any(),
+            OutKind::U16(q) => {
+                let v = s.map_or(q, |b| b as u16);
+                array(py, shape, vec![v; n])?.into_any()
+            }
+        })
     }
 
     fn dtype(self) -> &'static str {
@@ -389,11 +579,12 @@ pub(crate) fn call<'py>(
 }
 
 /// Calls `f(*lead, *inputs, *outs)` with each of `outs` an array of its
-/// shape and kind, filled with the kind's sentinel (an element the
-/// callable does not write then fails), then reads the outputs and
-/// compares each input with its copy `before`. The callable writes the
-/// outputs and returns None, or returns them: one array for one output, a
-/// tuple or list of arrays in `outs`' order for several.
+/// shape and kind, filled with the kind's sentinel under the case's
+/// [`Fill`] (an element the callable does not write then fails), then
+/// reads the outputs and compares each input with its copy `before`. The
+/// callable writes the outputs and returns None, or returns them: one
+/// array for one output, a tuple or list of arrays in `outs`' order for
+/// several.
 pub(crate) fn call_typed<'py>(
     py: Python<'py>,
     f: &Bound<'py, PyAny>,
@@ -401,15 +592,10 @@ pub(crate) fn call_typed<'py>(
     inputs: &[(&str, Input<'_, 'py>)],
     outs: &[(&[usize], OutKind)],
 ) -> PyResult<(Called, f64)> {
+    let fill = Fill::new(inputs);
     let mut arrays = Vec::new();
     for &(shape, kind) in outs {
-        let n: usize = shape.iter().product();
-        arrays.push(match kind {
-            OutKind::F32 => array(py, shape, vec![f32::NAN; n])?.into_any(),
-            OutKind::U8 => array(py, shape, vec![0x7Fu8; n])?.into_any(),
-            OutKind::I32 => array(py, shape, vec![i32::MIN; n])?.into_any(),
-            OutKind::U16(fill) => array(py, shape, vec![fill; n])?.into_any(),
-        });
+        arrays.push(kind.array(py, shape, &fill)?);
     }
     let mut args = lead;
     for (_, i) in inputs {
@@ -424,7 +610,11 @@ pub(crate) fn call_typed<'py>(
 /// as a KV cache it writes in place), then reads the outputs and compares
 /// each input with its copy `before`, as [`call_typed`]: the callable
 /// writes `arrays` and returns None, or returns new arrays of `outs`'
-/// shapes and kinds (one, or a tuple or list in `outs`' order).
+/// shapes and kinds (one, or a tuple or list in `outs`' order; an array
+/// of the other byte order is read as its values). An output handed
+/// wholly filled with its kind's sentinel under the case's [`Fill`] (as
+/// [`OutKind::array`] makes it) is then searched for elements still
+/// holding it: the breach's `unwritten`.
 pub(crate) fn call_args<'py>(
     py: Python<'py>,
     f: &Bound<'py, PyAny>,
@@ -439,6 +629,16 @@ pub(crate) fn call_args<'py>(
     // The handed outputs as they were, so that a callable that writes them
     // and returns other arrays is caught (one of the two is not its output).
     let handed: Vec<Vec<u8>> = arrays.iter().map(bytes).collect::<PyResult<_>>()?;
+    // The sentinel of each output handed wholly filled with it.
+    let fill = Fill::new(inputs);
+    let sentinels: Vec<Option<u32>> = outs
+        .iter()
+        .zip(&handed)
+        .map(|(&(_, kind), h)| {
+            kind.sentinel(&fill)
+                .filter(|&s| !h.is_empty() && all_bits(kind, h, s))
+        })
+        .collect();
     let args = pyo3::types::PyTuple::new(py, args)?;
     let t0 = Instant::now();
     let r = f.call1(args);
@@ -456,10 +656,10 @@ pub(crate) fn call_args<'py>(
         Err(e) => return Ok((Called::Error(format!("raised {e}")), ms)),
         Ok(r) => r,
     };
-    let mut written = Vec::new();
+    let mut breach = Breach::default();
     for (name, i) in inputs {
         if !i.unchanged()? {
-            written.push(name.to_string());
+            breach.inputs.push(name.to_string());
         }
     }
     let expected = if outs.len() == 1 {
@@ -508,6 +708,11 @@ pub(crate) fn call_args<'py>(
             }
         }
     };
+    // An array of the other byte order holds the same values: read them.
+    let items: Vec<Bound<'py, PyAny>> = items
+        .into_iter()
+        .map(|item| native_order(&item).unwrap_or(item))
+        .collect();
     let mut got = Vec::new();
     for (item, &(shape, kind)) in items.iter().zip(outs) {
         let read = match kind {
@@ -569,7 +774,52 @@ pub(crate) fn call_args<'py>(
             }
         }
     }
-    Ok((Called::Output(got, written), ms))
+    for (k, (g, s)) in got.iter().zip(&sentinels).enumerate() {
+        if let Some(s) = *s {
+            let at: Vec<usize> = match g {
+                Got::F32(v) => (0..v.len()).filter(|&i| v[i].to_bits() == s).collect(),
+                Got::U16(v) => (0..v.len()).filter(|&i| u32::from(v[i]) == s).collect(),
+                _ => Vec::new(),
+            };
+            if !at.is_empty() {
+                breach.unwritten.push(Unwritten {
+                    out: k,
+                    shape: outs[k].0.to_vec(),
+                    at,
+                    bits: s,
+                    wide: outs[k].1 == OutKind::F32,
+                });
+            }
+        }
+    }
+    Ok((Called::Output(got, breach), ms))
+}
+
+/// Whether every element of `bytes` (an output of `kind` as `tobytes`
+/// gives it, native order) has the bits `s`.
+fn all_bits(kind: OutKind, bytes: &[u8], s: u32) -> bool {
+    match kind {
+        OutKind::F32 => bytes
+            .chunks_exact(4)
+            .all(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]) == s),
+        OutKind::U16(_) => bytes
+            .chunks_exact(2)
+            .all(|c| u32::from(u16::from_ne_bytes([c[0], c[1]])) == s),
+        OutKind::U8 | OutKind::I32 => false,
+    }
+}
+
+/// `x` converted to native byte order when it is a numpy array of the
+/// other order (`'>f4'` on a little-endian host): the same values, which
+/// the typed readers would refuse. `None` for anything else.
+fn native_order<'py>(x: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    let a = x.cast::<numpy::PyUntypedArray>().ok()?;
+    let d = a.getattr("dtype").ok()?;
+    if d.getattr("isnative").ok()?.extract::<bool>().ok()? {
+        return None;
+    }
+    let native = d.call_method1("newbyteorder", ("=",)).ok()?;
+    a.call_method1("astype", (native,)).ok()
 }
 
 /// Whether `x` is an array of a 16-bit float (numpy's float16, or
@@ -584,20 +834,22 @@ fn is_16_bit_float(x: &Bound<'_, PyAny>) -> bool {
     matches!((size, kind), (Ok(2), Ok(k)) if k == "f" || k == "V")
 }
 
-/// What a returned object is, for a message: its dtype if it has one, else
-/// its type's name.
+/// What a returned object is, for a message: an array's dtype, a numpy
+/// scalar's (not an array: a one-element output goes back as an array),
+/// else its type's name.
 fn describe(x: &Bound<'_, PyAny>) -> String {
-    x.getattr("dtype")
-        .map(|d| format!("an array of dtype {d}"))
-        .unwrap_or_else(|_| {
-            format!(
-                "a value of type {}",
-                x.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_else(|_| "?".into())
-            )
-        })
+    let d = x.getattr("dtype");
+    match d {
+        Ok(d) if x.cast::<numpy::PyUntypedArray>().is_ok() => format!("an array of dtype {d}"),
+        Ok(d) => format!("a numpy scalar of dtype {d}, not an array"),
+        Err(_) => format!(
+            "a value of type {}",
+            x.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ),
+    }
 }
 
 /// A case's value array and the bits it is checked against after the call.
@@ -764,7 +1016,8 @@ pub(crate) fn shown_bits(out: oracle::dtype::Dtype, b: u32) -> String {
 /// whose bits differ from `want`'s (`Dtype::same`: any NaN equals any
 /// NaN), printed with their count, the call's time, the verdict and the
 /// known schedules the output matches. Returns the differing indices and
-/// whether the case passes (none differs and no input was written).
+/// whether the case passes (none differs and the call broke no contract:
+/// no input written, no output left unwritten).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_bits_row(
     o: &mut Out<'_>,
@@ -773,7 +1026,7 @@ pub(crate) fn gemm_bits_row(
     out: oracle::dtype::Dtype,
     got: &[u32],
     want: &[u32],
-    written: &[String],
+    written: &Breach,
     matches: &[String],
 ) -> PyResult<(Vec<usize>, bool)> {
     let differ: Vec<usize> = (0..want.len())
@@ -1424,17 +1677,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// The first lines of a failure report: the row's header, then, when the
-/// callable changed any input, which ones.
-pub(crate) fn failure_head(head: &str, written: &[String]) -> String {
+/// The first lines of a failure report: the row's header, then how the
+/// call broke the contract: the inputs it changed, the outputs it left
+/// partly unwritten.
+pub(crate) fn failure_head(head: &str, breach: &Breach) -> String {
     let mut r = format!("{head}\n");
-    if !written.is_empty() {
-        let _ = writeln!(
-            r,
-            "  the callable wrote its input(s): {} (inputs must be left as given)",
-            written.join(", ")
-        );
-    }
+    breach.lines(&mut r);
     r
 }
 

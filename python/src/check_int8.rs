@@ -10,7 +10,7 @@
 use crate::arrays::{array, to_vec};
 use crate::check::{
     arms_or_all, call_args, callable_name, failure_head, names_or, rerun_tail, value, CheckReport,
-    Got, Held, Out, OutKind, Seeds,
+    Fill, Got, Held, Out, OutKind, Seeds,
 };
 use kernel_oracle::int8_quant::{
     int8_identify, int8_known, int8_reference, vllm_rule, Int8Arm, Int8Out, Int8Spec, Int8Verdict,
@@ -325,7 +325,10 @@ fn int8_quant_case<'py>(
 /// memory), and the other arguments as given (`x, q, s, azp` here, `x, q,
 /// s` for `check_int8_group_quant`). A returned int8 `q` is read through
 /// its uint8 view, and a symmetric quantizer's returned `(q, s, None)`
-/// (vLLM's `scaled_int8_quant` returns azp None) as `(q, s)`.
+/// (vLLM's `scaled_int8_quant` returns azp None) as `(q, s)`. A returned
+/// `q` array of any other dtype (uint8 among them, whose codes -128 ..
+/// -1 a consumer reads as 128 .. 255) raises a `TypeError` naming it: the
+/// case fails.
 const ADAPT: &std::ffi::CStr = c"
 import numpy as np
 
@@ -338,7 +341,11 @@ def adapt(f, symmetric):
         r = list(r)
         if symmetric and len(r) == 3 and r[2] is None:
             r = r[:2]
-        if r and isinstance(r[0], np.ndarray) and r[0].dtype == np.int8:
+        if r and isinstance(r[0], np.ndarray):
+            if r[0].dtype != np.int8:
+                raise TypeError(
+                    f'q: returned an array of dtype {r[0].dtype}, expected int8 {list(q.shape)} '
+                    '(the codes as signed bytes: a uint8 q reads codes -128 .. -1 as 128 .. 255)')
             r[0] = r[0].view(np.uint8)
         return tuple(r)
 
@@ -392,7 +399,8 @@ pub(crate) fn adapt<'py>(
 /// given) and `azp` int32 of `s`'s shape (asymmetric; filled with
 /// -2^31; static writes the given azp) or None (symmetric); writing them
 /// and returning None, or returning `(q, s)` or `(q, s, azp)` (a
-/// symmetric `(q, s, None)` too, as vLLM returns).
+/// symmetric `(q, s, None)` too, as vLLM returns; a returned `q` must be
+/// int8: uint8, the same bits, fails the case).
 ///
 /// Each row names the known rules the output matches bit for bit
 /// (`reciprocal`, `divide`, dynamic `torch_divide`, each with `/roundf`
@@ -507,7 +515,7 @@ fn check_int8_quant<'py>(
                 let q0: Vec<u8> = want.q.iter().map(|&c| !(c as u8)).collect();
                 let q_arr = array(py, &[m, k], q0)?.into_any();
                 let n_s: usize = s_shape.iter().product();
-                let s_arr = array(py, &s_shape, vec![f32::NAN; n_s])?.into_any();
+                let s_arr = OutKind::F32.array(py, &s_shape, &Fill::new(&inputs))?;
                 let mut arrays = vec![q_arr, s_arr];
                 let q_shape = [m, k];
                 let mut outs: Vec<(&[usize], OutKind)> =
@@ -593,7 +601,7 @@ pub(crate) fn verdict_row(
     v: &Int8Verdict,
     azp: bool,
     ms: f64,
-    written: &[String],
+    written: &crate::check::Breach,
     matches: &[String],
 ) -> (String, bool) {
     let pass = v.pass() && written.is_empty();

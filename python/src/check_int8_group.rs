@@ -10,8 +10,8 @@
 
 use crate::arrays::array;
 use crate::check::{
-    arms_or_all, call_args, callable_name, count, failure_head, rerun_tail, CheckReport, Held, Out,
-    OutKind, Seeds,
+    arms_or_all, call_args, callable_name, count, failure_head, rerun_tail, CheckReport, Fill,
+    Held, Out, OutKind, Seeds,
 };
 use crate::check_int8::{adapt, failure_lines, read_out, read_x, verdict_row, x_array};
 use kernel_oracle::int8_group_quant::{
@@ -273,8 +273,9 @@ fn int8_group_quant_case<'py>(
 /// filled with the bitwise complement of the oracle's codes, so every
 /// element left unwritten differs) and `s` float32 `[m, ceil(k /
 /// group_size)]` (row-major; filled with NaN); writing both and returning
-/// None, or returning `(q, s)`. The ragged default shape has a short last
-/// group (`k % group_size` columns, with its own scale); a quantizer that
+/// None, or returning `(q, s)` (`q` int8: uint8 fails the case). The
+/// ragged default shape has a short last group (`k % group_size`
+/// columns, with its own scale); a quantizer that
 /// needs `k % group_size == 0` (vLLM's and SGLang's assert it) raises
 /// `kernel_oracle.Refused` there.
 ///
@@ -377,7 +378,7 @@ fn check_int8_group_quant<'py>(
                 let q0: Vec<u8> = want.q.iter().map(|&c| !(c as u8)).collect();
                 let arrays = vec![
                     array(py, &q_shape, q0)?.into_any(),
-                    array(py, &s_shape, vec![f32::NAN; want.s.len()])?.into_any(),
+                    OutKind::F32.array(py, &s_shape, &Fill::new(&inputs))?,
                 ];
                 let outs: [(&[usize], OutKind); 2] =
                     [(&q_shape, OutKind::U8), (&s_shape, OutKind::F32)];

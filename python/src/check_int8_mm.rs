@@ -9,7 +9,7 @@
 
 use crate::arrays::{array, dims, to_vec, value_error};
 use crate::check::{
-    call_args, callable_name, first_output_line, gemm_bits_row, names_or, value, CheckReport,
+    call_args, callable_name, first_output_line, gemm_bits_row, names_or, value, CheckReport, Fill,
     Input, Out, OutKind, Seeds,
 };
 use kernel_oracle::int8_scaled_mm::{
@@ -505,11 +505,7 @@ fn check_int8_scaled_mm<'py>(
                 } else {
                     args.push(py.None().into_bound(py));
                 }
-                let n = m * out_f;
-                let out_arr = match kind {
-                    OutKind::U16(fill) => array(py, &[m, out_f], vec![fill; n])?.into_any(),
-                    _ => array(py, &[m, out_f], vec![f32::NAN; n])?.into_any(),
-                };
+                let out_arr = kind.array(py, &[m, out_f], &Fill::new(&inputs_cmp))?;
                 args.push(out_arr.clone());
                 let (called, ms) = call_args(
                     py,

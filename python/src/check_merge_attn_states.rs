@@ -11,7 +11,7 @@
 use crate::arrays::{array, value_error};
 use crate::check::{
     arms_or_all, call_args, call_typed, callable_name, failure_head, failure_tail, names_or,
-    Admitted, CheckReport, Held, Input, Out, OutKind, Seeds,
+    Admitted, CheckReport, Fill, Held, Input, Out, OutKind, Seeds,
 };
 use crate::check_rms_norm::{as_called, shown};
 use crate::check_rope::{read_values, to_array};
@@ -506,11 +506,7 @@ fn check_merge_attn_states<'py>(
                                 Input::F32(array(py, &ld, case.s_lse.clone())?, &case.s_lse),
                             ),
                         ];
-                        let n: usize = d.iter().product();
-                        let out = match kind {
-                            OutKind::U16(fill) => array(py, &d, vec![fill; n])?.into_any(),
-                            _ => array(py, &d, vec![f32::NAN; n])?.into_any(),
-                        };
+                        let out = kind.array(py, &d, &Fill::new(&inputs))?;
                         let lse_arr = p_lse.into_any();
                         let args = vec![
                             inputs[0].1.array(),

@@ -322,8 +322,8 @@ impl Handed {
 /// `inputs="counts"` int32 `[B, V]` counts of each token in the prompt
 /// and in the output; the penalties float32 `[B]`; `out` float32 `[B, V]`
 /// filled with NaN: write it and return None, or return the array (an
-/// element whose logit is NaN must be a NaN, any NaN, so that element
-/// left unwritten is not caught). The inputs must be left as given. A kernel that refuses a shape raises
+/// element whose logit is NaN must be a NaN, any NaN; one left unwritten
+/// still holds the check's signaling NaN and fails). The inputs must be left as given. A kernel that refuses a shape raises
 /// `kernel_oracle.Refused`. `shapes` (`[(batch, vocab)]`, default
 /// `PENALTIES_SHAPES`), `arms`, `seeds`, `trials`, `verbose` and `name`
 /// as in `check_fp8_block_gemm`.

@@ -13,7 +13,7 @@
 use crate::arrays::{array, value_error};
 use crate::check::{
     arms_or_all, call_args, callable_name, count, failure_head, failure_tail, names_or, value,
-    Admitted, CheckReport, Held, Input, Out, OutKind, Seeds,
+    Admitted, CheckReport, Fill, Held, Input, Out, OutKind, Seeds,
 };
 use crate::check_rms_norm::{as_called, shown};
 use crate::check_rope::{read_values, to_array};
@@ -807,8 +807,7 @@ fn check_rms_norm_fp8_quant<'py>(
                 let mut arrays = vec![array(py, &xs, vec![0x7Fu8; n])?.into_any()];
                 if !is_static {
                     outs.push((&s_shape, OutKind::F32));
-                    let k = s_shape.iter().product();
-                    arrays.push(array(py, &s_shape, vec![f32::NAN; k])?.into_any());
+                    arrays.push(OutKind::F32.array(py, &s_shape, &Fill::new(&inputs))?);
                 }
                 args.extend(arrays.iter().cloned());
                 let (called, ms) = call_args(py, &kernel, args, &inputs, &outs, arrays)?;
