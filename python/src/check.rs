@@ -10,10 +10,10 @@
 //!    so an element it does not write fails the comparison (rule
 //!    `CMP-FINITE`: a NaN on either side fails). A float output's NaN is a
 //!    signaling NaN with a payload none of the case's inputs holds
-//!    ([`Fill`]), which no arithmetic produces: an element still holding
+//!    (`Fill`), which no arithmetic produces: an element still holding
 //!    it after the call was not written, and fails the case even where the
 //!    contract's value is a NaN (any NaN passes there), unless the check
-//!    leaves that element unjudged ([`Breach::forgive`]);
+//!    leaves that element unjudged (`Breach::forgive`);
 //! 3. compares the inputs after the call with copies taken before it, bit
 //!    for bit: a callable that writes its inputs fails;
 //! 4. judges the output with the contract's verdict (bit for bit in the
