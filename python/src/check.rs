@@ -241,16 +241,26 @@ fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
 /// the call was not written, unless it was copied from an input holding
 /// the same bits, which [`Fill::new`] rules out by taking the first
 /// candidate no input holds.
-const F32_SENTINELS: [u32; 4] = [0x7FA5_A5A5, 0xFFA5_A5A5, 0x7F8B_AD0F, 0xFF8B_AD0F];
-const BF16_SENTINELS: [u16; 4] = [0x7FA5, 0xFFA5, 0x7F8B, 0xFF8B];
-const F16_SENTINELS: [u16; 4] = [0x7DA5, 0xFDA5, 0x7C8B, 0xFC8B];
+const F32_SENTINELS: [u32; 4] = [0x7FA5_A5A5, 0x7F8B_AD0F, 0x7F9C_3A5B, 0x7FB1_E2D4];
+const BF16_SENTINELS: [u16; 4] = [0x7FA5, 0x7F8B, 0x7F9C, 0x7FB1];
+const F16_SENTINELS: [u16; 4] = [0x7DA5, 0x7C8B, 0x7D9C, 0x7CB1];
 
-/// The sentinel NaNs of one case's float outputs, chosen so that none is a
-/// bit pattern of the case's inputs (float32 elements, 16-bit patterns,
-/// and the patterns a float32 NaN becomes in bfloat16 and float16). `None`
-/// where every candidate occurs (the output is then filled with the
-/// format's quiet NaN, and elements left unwritten are caught only where
-/// the contract's value is not a NaN).
+/// The bits of a NaN that name its sentinel class: the payload without
+/// the sign and the quiet bit, so that a sentinel negated (sign flips keep
+/// a NaN signaling) or quieted (staged through a wider float, which every
+/// conversion quiets) is still the sentinel. Masks of float32, bfloat16
+/// and float16.
+const F32_CLASS: u32 = 0x7FBF_FFFF;
+const BF16_CLASS: u16 = 0x7FBF;
+const F16_CLASS: u16 = 0x7DFF;
+
+/// The sentinel NaNs of one case's float outputs, chosen so that none is
+/// in the class ([`F32_CLASS`]) of a NaN of the case's inputs: float32
+/// elements, 16-bit patterns read as bfloat16 and as float16, and what a
+/// float32 NaN becomes in bfloat16 (truncated or rounded) and float16.
+/// `None` where every candidate occurs (the output is then filled with
+/// the format's quiet NaN, and elements left unwritten are caught only
+/// where the contract's value is not a NaN).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Fill {
     f32: Option<u32>,
@@ -261,39 +271,49 @@ pub(crate) struct Fill {
 impl Fill {
     /// The sentinels of a case with these inputs.
     pub(crate) fn new(inputs: &[(&str, Input<'_, '_>)]) -> Fill {
-        // The candidates' bits met among the inputs.
+        // The candidates' classes met among the inputs' NaNs.
         let mut w32 = [false; F32_SENTINELS.len()];
-        let mut w16 = vec![false; 1 << 16];
+        let mut wb = [false; BF16_SENTINELS.len()];
+        let mut wh = [false; F16_SENTINELS.len()];
+        let mut meet16 = |b: u16| {
+            for (seen, &c) in wb.iter_mut().zip(&BF16_SENTINELS) {
+                *seen |= b & BF16_CLASS == c;
+            }
+            for (seen, &c) in wh.iter_mut().zip(&F16_SENTINELS) {
+                *seen |= b & F16_CLASS == c;
+            }
+        };
         for (_, i) in inputs {
             match i {
                 Input::F32(_, v) => {
                     for x in v.iter().filter(|x| x.is_nan()) {
                         let b = x.to_bits();
                         for (seen, &c) in w32.iter_mut().zip(&F32_SENTINELS) {
-                            *seen |= b == c;
+                            *seen |= b & F32_CLASS == c;
                         }
-                        w16[(b >> 16) as usize] = true;
-                        let sign = (b >> 16) & 0x8000;
-                        w16[(sign | 0x7C00 | ((b >> 13) & 0x3FF)) as usize] = true;
+                        let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16;
+                        meet16((b >> 16) as u16);
+                        meet16(rounded as u16);
+                        meet16((0x7C00 | ((b >> 13) & 0x3FF)) as u16);
                     }
                 }
                 Input::U16(_, v) => {
                     for &b in v.iter() {
-                        w16[usize::from(b)] = true;
+                        meet16(b);
                     }
                 }
                 _ => {}
             }
         }
-        let free16 = |c: &[u16; 4]| c.iter().copied().find(|&b| !w16[usize::from(b)]);
+        let free = |c: &[u16; 4], w: [bool; 4]| c.iter().zip(w).find(|(_, s)| !s).map(|(&b, _)| b);
         Fill {
             f32: F32_SENTINELS
                 .iter()
                 .zip(w32)
                 .find(|(_, seen)| !seen)
                 .map(|(&b, _)| b),
-            bf16: free16(&BF16_SENTINELS),
-            f16: free16(&F16_SENTINELS),
+            bf16: free(&BF16_SENTINELS, wb),
+            f16: free(&F16_SENTINELS, wh),
         }
     }
 }
@@ -776,9 +796,19 @@ pub(crate) fn call_args<'py>(
     }
     for (k, (g, s)) in got.iter().zip(&sentinels).enumerate() {
         if let Some(s) = *s {
+            // The sentinel's class: negated or quieted, it is still unwritten.
+            let class = match outs[k].1 {
+                OutKind::U16(q) if q == oracle::f16::NAN => u32::from(F16_CLASS),
+                OutKind::U16(_) => u32::from(BF16_CLASS),
+                _ => F32_CLASS,
+            };
             let at: Vec<usize> = match g {
-                Got::F32(v) => (0..v.len()).filter(|&i| v[i].to_bits() == s).collect(),
-                Got::U16(v) => (0..v.len()).filter(|&i| u32::from(v[i]) == s).collect(),
+                Got::F32(v) => (0..v.len())
+                    .filter(|&i| v[i].to_bits() & class == s)
+                    .collect(),
+                Got::U16(v) => (0..v.len())
+                    .filter(|&i| u32::from(v[i]) & class == s)
+                    .collect(),
                 _ => Vec::new(),
             };
             if !at.is_empty() {
@@ -837,11 +867,27 @@ fn is_16_bit_float(x: &Bound<'_, PyAny>) -> bool {
 /// What a returned object is, for a message: an array's dtype, a numpy
 /// scalar's (not an array: a one-element output goes back as an array),
 /// else its type's name.
+/// Whether `x` is a numpy scalar (`numpy.generic`).
+fn is_numpy_scalar(x: &Bound<'_, PyAny>) -> bool {
+    let py = x.py();
+    py.import("numpy")
+        .and_then(|np| np.getattr("generic"))
+        .and_then(|g| x.is_instance(&g))
+        .unwrap_or(false)
+}
+
 fn describe(x: &Bound<'_, PyAny>) -> String {
     let d = x.getattr("dtype");
     match d {
         Ok(d) if x.cast::<numpy::PyUntypedArray>().is_ok() => format!("an array of dtype {d}"),
-        Ok(d) => format!("a numpy scalar of dtype {d}, not an array"),
+        Ok(d) if is_numpy_scalar(x) => format!("a numpy scalar of dtype {d}, not an array"),
+        Ok(d) => format!(
+            "a {} of dtype {d}, not a numpy array (a torch tensor goes back as `t.cpu().numpy()`)",
+            x.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ),
         Err(_) => format!(
             "a value of type {}",
             x.get_type()

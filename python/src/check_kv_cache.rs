@@ -203,9 +203,10 @@ fn shapes_of(s: &Shape) -> ([usize; 3], Vec<usize>, Vec<usize>) {
 ///
 /// The KV-cache write of `oracle::kv_cache`, out of place: new caches,
 /// `key_cache` and `value_cache` as given with every token's key and value
-/// written. `key`, `value` `[T, num_kv_heads, head_size]` (uint16 bit
+/// written. `key`, `value` `[T', num_kv_heads, head_size]` (uint16 bit
 /// patterns of `dtype`, `"bfloat16"` or `"float16"`, or float32 for
-/// `"float32"`); `slot_mapping` int64 or int32 `[T]` (slot `s` is offset `s %
+/// `"float32"`; rows past `T` are CUDA-graph padding, never read);
+/// `slot_mapping` int64 or int32 `[T]`, `T <= T'` (slot `s` is offset `s %
 /// block_size` of block `s // block_size`; negative: padding, nothing
 /// written); `k_scale`, `v_scale` floats (or one-element float32 arrays);
 /// the caches in `layout`:
@@ -264,11 +265,17 @@ fn reshape_and_cache<'py>(
     let (kcs, kcb) = read_bits("key_cache", &key_cache, ckind)?;
     let (vcs, vcb) = read_bits("value_cache", &value_cache, ckind)?;
     let (ss, slots) = read_slots(&slot_mapping)?;
-    if ks.len() != 3 || vs != ks || ss != [ks[0]] || kcs.len() < 2 {
+    if ks.len() != 3 || vs != ks || ss.len() != 1 || ks[0] < ss[0] || kcs.len() < 2 {
         return Err(PyValueError::new_err(format!(
-            "key {ks:?}, value {vs:?}, slot_mapping {ss:?}: expected [T, num_kv_heads, head_size] twice and [T]"
+            "key {ks:?}, value {vs:?}, slot_mapping {ss:?}: expected [T', num_kv_heads, head_size] twice and [T], T' >= T (rows past T are CUDA-graph padding, not read)"
         )));
     }
+    // Rows past slot_mapping's tokens are padding: never read.
+    let ks = [ss[0], ks[1], ks[2]];
+    let (kb, vb) = (
+        kb[..ks.iter().product::<usize>()].to_vec(),
+        vb[..ks.iter().product::<usize>()].to_vec(),
+    );
     let bs = match l {
         Layout::Nhd => kcs[1],
         Layout::Hnd => kcs.get(2).copied().unwrap_or(0),
@@ -301,10 +308,11 @@ fn reshape_and_cache<'py>(
     ))
 }
 
-/// reshape_and_cache_case(tokens, num_kv_heads, head_size, block_size, num_blocks, arm, seed=None, layout="nhd", kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE) -> dict
+/// reshape_and_cache_case(tokens, num_kv_heads, head_size, block_size, num_blocks, arm, seed=None, layout="nhd", kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE, graph_padding=True) -> dict
 ///
 /// One case of `check_reshape_and_cache` as new arrays, as the callable
-/// gets them: `key`, `value`, `key_cache`, `value_cache` (the poison),
+/// gets them: `key`, `value` (with the check's padding rows past
+/// `slot_mapping`'s tokens on RAND under `graph_padding`), `key_cache`, `value_cache` (the poison),
 /// `slot_mapping`, `k_scale`, `v_scale` (one-element float32 arrays), and
 /// the oracle's caches after the call, `out_key_cache` and
 /// `out_value_cache`, under the declared arithmetic. `seed` None: the
@@ -313,7 +321,7 @@ fn reshape_and_cache<'py>(
 /// Errors: `ValueError` for an unknown arm, layout, cache dtype, dtype or
 /// rule, a bad shape, TIES on an `"auto"` cache, or a case over the caps.
 #[pyfunction]
-#[pyo3(signature = (tokens, num_kv_heads, head_size, block_size, num_blocks, arm, seed = None, layout = "nhd", kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite))]
+#[pyo3(signature = (tokens, num_kv_heads, head_size, block_size, num_blocks, arm, seed = None, layout = "nhd", kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite, graph_padding = true))]
 #[allow(clippy::too_many_arguments)]
 fn reshape_and_cache_case<'py>(
     py: Python<'py>,
@@ -329,6 +337,7 @@ fn reshape_and_cache_case<'py>(
     dtype: &str,
     scale_rule: &str,
     overflow: Overflow,
+    graph_padding: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = Arm::parse(arm).map_err(PyValueError::new_err)?;
     let (l, kv, d, conv) = parse_all(layout, kv_cache_dtype, dtype, scale_rule, overflow)?;
@@ -338,20 +347,28 @@ fn reshape_and_cache_case<'py>(
         d,
         conv,
         overflow,
-        graph_padding: false,
+        graph_padding,
     };
     let dims = (tokens, num_kv_heads, head_size, block_size, num_blocks);
     let shape = decl.shape(dims).map_err(PyValueError::new_err)?;
     let sp = decl.spec(dims, arm, seed);
+    let pad = pad_rows(graph_padding, arm, sp.seed);
     let case = sp.generate().map_err(PyValueError::new_err)?;
     let w = py
         .detach(|| reference(&shape, &case, kv, d, conv))
         .map_err(value_error)?;
     let (ks, kd, vd) = shapes_of(&shape);
     let (mk, ck) = (OutKind::of(d), cache_kind(kv, d));
+    let (row, kp) = (ks[1] * ks[2], [ks[0] + pad, ks[1], ks[2]]);
     let dict = PyDict::new(py);
-    dict.set_item("key", to_array(py, mk, &ks, &case.key)?)?;
-    dict.set_item("value", to_array(py, mk, &ks, &case.value)?)?;
+    dict.set_item(
+        "key",
+        to_array(py, mk, &kp, &padded(&case.key, row, pad, d))?,
+    )?;
+    dict.set_item(
+        "value",
+        to_array(py, mk, &kp, &padded(&case.value, row, pad, d))?,
+    )?;
     dict.set_item("key_cache", to_array(py, ck, &kd, &case.key_cache)?)?;
     dict.set_item("value_cache", to_array(py, ck, &vd, &case.value_cache)?)?;
     dict.set_item("slot_mapping", array(py, &[tokens], case.slot_mapping)?)?;
@@ -379,17 +396,20 @@ struct Declared {
     d: Dtype,
     conv: Conversion,
     overflow: Overflow,
-    /// SLOTS hands the inputs rows past `slot_mapping`'s tokens.
+    /// RAND hands the inputs rows past `slot_mapping`'s tokens.
     graph_padding: bool,
 }
 
 /// The rows the inputs hold past `slot_mapping`'s tokens in a case of
-/// `arm` drawn from `seed`: one to seven on SLOTS when `graph_padding`
+/// `arm` drawn from `seed`: one to seven on RAND when `graph_padding`
 /// is declared (vLLM V1 under CUDA graphs pads the batch's inputs and not
 /// its slot map, so a write is sized by `slot_mapping`, vLLM PR 13922),
-/// else none.
+/// else none. RAND leaves the cache's last slot free and takes slot 0
+/// rarely, so a padding row written where a slot map read past its end
+/// lands (0, or -1 as a Python index) changes the poison, whatever order
+/// the writes run in.
 fn pad_rows(graph_padding: bool, arm: Arm, seed: u64) -> usize {
-    if graph_padding && matches!(arm, Arm::Slots) {
+    if graph_padding && matches!(arm, Arm::Rand) {
         1 + (seed % 7) as usize
     } else {
         0
@@ -765,8 +785,16 @@ fn drive<'py>(
                 let repro = format!(
                     "kernel_oracle.check_{contract}({fname}, {kw}{gp}, shapes=[{dims_py}], arms=[\"{a}\"], seeds=[0x{seed:016x}])"
                 );
+                let padding = if pad > 0 {
+                    format!(
+                        "; the inputs hold {pad} row(s) past slot_mapping's {} tokens (CUDA-graph padding: the write is sized by slot_mapping; graph_padding=False hands exactly as many)",
+                        dims.0
+                    )
+                } else {
+                    String::new()
+                };
                 let head = format!(
-                    "FAIL {contract}: {} = {dims_py} arm={a} seed=0x{seed:016x}, {what}",
+                    "FAIL {contract}: {} = {dims_py} arm={a} seed=0x{seed:016x}, {what}{padding}",
                     decl.dims_names()
                 );
                 let Some((got, written)) = rep.take(&mut o, called, &row, &head, &repro)? else {
@@ -820,20 +848,13 @@ fn drive<'py>(
                     continue;
                 }
                 let mut r = failure_head(&head, &written);
-                if pad > 0 {
-                    let _ = writeln!(
-                        r,
-                        "  the inputs held {pad} row(s) past slot_mapping's {} tokens (CUDA-graph padding: the write is sized by slot_mapping; graph_padding=False hands exactly as many)",
-                        dims.0
-                    );
-                }
                 for side in &sides {
                     cache_lines(&mut r, side, &decl, &shape, &case);
                 }
                 let _ = writeln!(r, "  the written elements match: {matches}");
                 let _ = write!(
                     r,
-                    "reproduce:\n  {repro}\nthe case's arrays and the oracle's caches:\n  kernel_oracle.{contract}_case({}, \"{a}\", seed=0x{seed:016x}, {kw})",
+                    "reproduce:\n  {repro}\nthe case's arrays and the oracle's caches:\n  kernel_oracle.{contract}_case({}, \"{a}\", seed=0x{seed:016x}, {kw}{gp})",
                     dims_py.trim_start_matches('(').trim_end_matches(')')
                 );
                 rep.fail(&mut o, r, repro)?;
@@ -859,11 +880,11 @@ fn drive<'py>(
 ///
 /// Runs `kernel`, a KV-cache write, through the arms `RAND` (random
 /// values, scales and distinct slots, some padding; the last token
-/// padding on half the seeds), `SLOTS` (every third token padding but
-/// the last, `-2` among them; the cache's last slot, the last block,
-/// first and last offsets of blocks, consecutive slots of one block, in
-/// shuffled order; under `graph_padding` the inputs hold one to seven
-/// rows past `slot_mapping`'s tokens), `PREFILL` (a prefill's slot map: token `t` at slot
+/// padding on half the seeds; under `graph_padding` the inputs hold one
+/// to seven rows past `slot_mapping`'s tokens), `SLOTS` (every third
+/// token padding but the last, `-2` among them; the cache's last slot,
+/// the last block, first and last offsets of blocks, consecutive slots of
+/// one block, in shuffled order), `PREFILL` (a prefill's slot map: token `t` at slot
 /// `start + t` from the middle of a block, across as many block
 /// boundaries as the tokens allow, on half the seeds one to three
 /// padding tokens at the tail), `SAT` (power-of-two scales; scaled values
@@ -886,7 +907,7 @@ fn drive<'py>(
 /// slot_mapping, k_scale, v_scale)` (vLLM's `reshape_and_cache_flash`
 /// order without `kv_cache_dtype`), with `key`, `value` `[T,
 /// num_kv_heads, head_size]` (uint16 bit patterns of bf16 or f16, numpy
-/// having no bfloat16, or float32), `slot_mapping` int64 `[T]` (on SLOTS
+/// having no bfloat16, or float32), `slot_mapping` int64 `[T]` (on RAND
 /// cases `key` and `value` have `T + 1` to `T + 7` rows: vLLM V1 pads a
 /// CUDA-graph batch's inputs and not its slot map, so the write is sized
 /// by `slot_mapping` and rows past it are never read; vLLM PR 13922 fixed
@@ -920,7 +941,7 @@ fn drive<'py>(
 /// defaults whose head size is not a multiple of `x` are skipped with a
 /// row saying so, a given one is an error); `arms` (default all; TIES
 /// runs on FP8 caches only);
-/// `graph_padding` (default True: the SLOTS rows past `slot_mapping`
+/// `graph_padding` (default True: the RAND rows past `slot_mapping`
 /// above; False: the inputs have exactly `T` rows, for a kernel whose
 /// contract says so); `seeds` / `trials` / `verbose` / `name` as
 /// `check_rotary_embedding`.
@@ -992,7 +1013,8 @@ pub const MLA_SHAPES: [Dims; 6] = [
 /// vLLM's `concat_and_cache_mla`), out of place: a new `kv_cache`
 /// `[num_blocks, block_size, kv_lora_rank + pe_dim]` with each token's
 /// `kv_c[t]` (`[T, kv_lora_rank]`) then `k_pe[t]` (`[T, pe_dim]`) written
-/// at its slot (negative: padding), under one `scale`, each element
+/// at its slot (negative: padding; rows of `kv_c` and `k_pe` past
+/// `slot_mapping`'s `T` are CUDA-graph padding, never read), under one `scale`, each element
 /// converted as `reshape_and_cache` converts (its `kv_cache_dtype`,
 /// `dtype`, `scale_rule` and `overflow`).
 ///
@@ -1018,11 +1040,20 @@ fn concat_and_cache_mla<'py>(
     let ck = cache_kind(kv, d);
     let (kcs, kcb) = read_bits("kv_cache", &kv_cache, ck)?;
     let (ss, slots) = read_slots(&slot_mapping)?;
-    if cs.len() != 2 || ps.len() != 2 || ps[0] != cs[0] || ss != [cs[0]] || kcs.len() != 3 {
+    if cs.len() != 2
+        || ps.len() != 2
+        || ps[0] != cs[0]
+        || ss.len() != 1
+        || cs[0] < ss[0]
+        || kcs.len() != 3
+    {
         return Err(PyValueError::new_err(format!(
-            "kv_c {cs:?}, k_pe {ps:?}, slot_mapping {ss:?}, kv_cache {kcs:?}: expected [T, kv_lora_rank], [T, pe_dim], [T], [num_blocks, block_size, kv_lora_rank + pe_dim]"
+            "kv_c {cs:?}, k_pe {ps:?}, slot_mapping {ss:?}, kv_cache {kcs:?}: expected [T', kv_lora_rank], [T', pe_dim], [T], [num_blocks, block_size, kv_lora_rank + pe_dim], T' >= T (rows past T are CUDA-graph padding, not read)"
         )));
     }
+    // Rows past slot_mapping's tokens are padding: never read.
+    let (cs, ps) = ([ss[0], cs[1]], [ss[0], ps[1]]);
+    let (cb, pb) = (cb[..cs[0] * cs[1]].to_vec(), pb[..ps[0] * ps[1]].to_vec());
     let shape = mla_within_caps(kv, d, (cs[0], cs[1], ps[1], kcs[1], kcs[0]))
         .map_err(PyValueError::new_err)?;
     if kcs[2] != shape.head_size() {
@@ -1046,16 +1077,17 @@ fn concat_and_cache_mla<'py>(
     to_array(py, ck, &kcs, &out)
 }
 
-/// concat_and_cache_mla_case(tokens, kv_lora_rank, pe_dim, block_size, num_blocks, arm, seed=None, kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE) -> dict
+/// concat_and_cache_mla_case(tokens, kv_lora_rank, pe_dim, block_size, num_blocks, arm, seed=None, kv_cache_dtype="auto", dtype="bfloat16", scale_rule="divide", overflow=Overflow.SAT_FINITE, graph_padding=True) -> dict
 ///
 /// One case of `check_concat_and_cache_mla` as new arrays, as the
-/// callable gets them: `kv_c`, `k_pe`, `kv_cache` (the poison),
+/// callable gets them: `kv_c`, `k_pe` (padded as `reshape_and_cache_case`'s
+/// keys), `kv_cache` (the poison),
 /// `slot_mapping`, `scale` (a one-element float32 array), and the
 /// oracle's `out_kv_cache`. `seed` None: the check's first seed.
 ///
 /// Errors: as `reshape_and_cache_case`'s.
 #[pyfunction]
-#[pyo3(signature = (tokens, kv_lora_rank, pe_dim, block_size, num_blocks, arm, seed = None, kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite))]
+#[pyo3(signature = (tokens, kv_lora_rank, pe_dim, block_size, num_blocks, arm, seed = None, kv_cache_dtype = "auto", dtype = "bfloat16", scale_rule = "divide", overflow = Overflow::SatFinite, graph_padding = true))]
 #[allow(clippy::too_many_arguments)]
 fn concat_and_cache_mla_case<'py>(
     py: Python<'py>,
@@ -1070,6 +1102,7 @@ fn concat_and_cache_mla_case<'py>(
     dtype: &str,
     scale_rule: &str,
     overflow: Overflow,
+    graph_padding: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arm = Arm::parse(arm).map_err(PyValueError::new_err)?;
     let (_, kv, d, conv) = parse_all("nhd", kv_cache_dtype, dtype, scale_rule, overflow)?;
@@ -1079,14 +1112,13 @@ fn concat_and_cache_mla_case<'py>(
         d,
         conv,
         overflow,
-        graph_padding: false,
+        graph_padding,
     };
     let dims = (tokens, kv_lora_rank, pe_dim, block_size, num_blocks);
     let shape = decl.shape(dims).map_err(PyValueError::new_err)?;
-    let case = decl
-        .spec(dims, arm, seed)
-        .generate()
-        .map_err(PyValueError::new_err)?;
+    let sp = decl.spec(dims, arm, seed);
+    let pad = pad_rows(graph_padding, arm, sp.seed);
+    let case = sp.generate().map_err(PyValueError::new_err)?;
     let w = py
         .detach(|| reference(&shape, &case, kv, d, conv))
         .map_err(value_error)?;
@@ -1094,8 +1126,15 @@ fn concat_and_cache_mla_case<'py>(
     let (kv_c, k_pe) = split_mla(&case, kv_lora_rank, shape.head_size());
     let (mk, ck) = (OutKind::of(d), cache_kind(kv, d));
     let dict = PyDict::new(py);
-    dict.set_item("kv_c", to_array(py, mk, &[tokens, kv_lora_rank], &kv_c)?)?;
-    dict.set_item("k_pe", to_array(py, mk, &[tokens, pe_dim], &k_pe)?)?;
+    let (ct, pt) = (
+        padded(&kv_c, kv_lora_rank, pad, d),
+        padded(&k_pe, pe_dim, pad, d),
+    );
+    dict.set_item(
+        "kv_c",
+        to_array(py, mk, &[tokens + pad, kv_lora_rank], &ct)?,
+    )?;
+    dict.set_item("k_pe", to_array(py, mk, &[tokens + pad, pe_dim], &pt)?)?;
     dict.set_item("kv_cache", to_array(py, ck, &kd, &case.key_cache)?)?;
     dict.set_item("slot_mapping", array(py, &[tokens], case.slot_mapping)?)?;
     dict.set_item("scale", array(py, &[1], vec![case.k_scale])?)?;
@@ -1121,7 +1160,7 @@ fn concat_and_cache_mla_case<'py>(
 /// `kv_cache` `[num_blocks, block_size, kv_lora_rank + pe_dim]` (uint8
 /// codes for FP8) full of random bits, `slot_mapping` int64 `[T]`, `scale`
 /// a one-element float32 array; it writes `kv_cache` in place and returns
-/// None, or returns a new one. On SLOTS cases `kv_c` and `k_pe` have one
+/// None, or returns a new one. On RAND cases `kv_c` and `k_pe` have one
 /// to seven rows past `slot_mapping`'s tokens, as `check_reshape_and_cache`'s
 /// inputs (`graph_padding`).
 ///

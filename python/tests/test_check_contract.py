@@ -63,6 +63,38 @@ def test_an_unwritten_nan_logit_fails_the_penalties():
     assert all("arms=[\"MASKED\"]" in f or "MASKED" in f for f in r.failures), r.failures[:1]
 
 
+def test_an_unwritten_sentinel_staged_through_float64_or_negated_still_fails():
+    # A wrapper that stages the handed output through float64 quiets the
+    # signaling NaN; one that negates it keeps it signaling: either way the
+    # element was not written, and its payload says so.
+    good = numpy_penalties()
+
+    def staged(*args):
+        out = args[-1]
+        with np.errstate(invalid="ignore"):
+            wide = out.astype(np.float64)
+        skips_nans(good)(*args[:-1], wide)
+        out[...] = wide.astype(np.float32)
+
+    def negated(*args):
+        skips_nans(good)(*args)
+        out = args[-1]
+        out[np.isnan(out)] = -out[np.isnan(out)]
+
+    for f in (staged, negated):
+        r = ko.check_penalties(f, verbose=False)
+        assert not r.ok and all(UNWRITTEN in x for x in r.failures), (f.__name__, r.failures[:1])
+
+
+def test_a_tensor_returned_is_named_as_one():
+    class Tensor:  # what a torch tensor looks like to the check: a dtype, no numpy array
+        dtype = "torch.float32"
+
+    r = ko.check_fp8_scaled_mm(lambda q, d, w, s, out: Tensor(), accumulation="f32", shapes=MM_SHAPES[:1],
+                               arms=["RAND"], verbose=False)
+    assert not r.ok and "a Tensor of dtype torch.float32, not a numpy array" in r.failures[0], r.failures[:1]
+
+
 def test_a_nan_of_another_payload_still_passes():
     # NaN payloads are not part of the contract: a NaN computed as another
     # NaN (sign and payload) passes; only the handed sentinel is a breach.

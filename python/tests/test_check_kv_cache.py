@@ -497,25 +497,54 @@ def test_a_slot_split_by_shift_and_mask_fails_the_default_shapes():
     assert not r and all("(7, 256, 32, 48, 2)" in f for f in r.failures), r.failures[:1]
 
 
-def test_slots_hand_rows_past_the_slot_map_unless_declared_otherwise():
-    # A write sized by key's rows, not slot_mapping's, reads the slot map
-    # past its end (modelled as slot 0) on SLOTS' CUDA-graph padding rows.
-    seen = []
+def by_key(seen=None, pad_first=False):
+    """A write sized by key's rows, not slot_mapping's: the padding rows
+    read the slot map past its end (modelled as slot 0, a zeroed buffer's
+    next element), written before the tokens' rows or after them."""
 
-    def by_key(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
-        seen.append(key.shape[0] - slot_mapping.shape[0])
+    def f(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
         T, n = key.shape[0], slot_mapping.shape[0]
+        if seen is not None:
+            seen.append(T - n)
+        if pad_first and T > n:
+            numpy_cache()(key[n:], value[n:], key_cache, value_cache,
+                          np.zeros(T - n, slot_mapping.dtype), k_scale, v_scale)
+            numpy_cache()(key[:n], value[:n], key_cache, value_cache, slot_mapping, k_scale, v_scale)
+            return
         slots = np.concatenate([slot_mapping, np.zeros(T - n, slot_mapping.dtype)])
         numpy_cache()(key, value, key_cache, value_cache, slots, k_scale, v_scale)
 
-    r = ko.check_reshape_and_cache(by_key, arms=["SLOTS", "RAND"], shapes=[(8, 2, 16, 16, 4)],
-                                   trials=4, verbose=False)
-    assert not r and r.failed == 4 and all('arms=["SLOTS"]' in f for f in r.failures), r.text
+    return f
+
+
+@pytest.mark.parametrize("pad_first", [False, True])
+def test_rand_hands_rows_past_the_slot_map_unless_declared_otherwise(pad_first):
+    seen = []
+    r = ko.check_reshape_and_cache(by_key(seen, pad_first), arms=["SLOTS", "RAND"],
+                                   shapes=[(8, 2, 16, 16, 4)], trials=4, verbose=False)
+    assert not r and r.failed == 4 and all('arms=["RAND"]' in f for f in r.failures), r.text
     assert "past slot_mapping's 8 tokens" in r.failures[0]
-    assert sorted(set(seen)) != [0] and max(seen) <= 7
+    assert 0 in seen and max(seen) <= 7 and len(set(seen)) > 1
     seen.clear()
-    r = ko.check_reshape_and_cache(by_key, graph_padding=False, arms=["SLOTS"], shapes=[(8, 2, 16, 16, 4)],
-                                   trials=4, verbose=False)
+    r = ko.check_reshape_and_cache(by_key(seen, pad_first), graph_padding=False, arms=["RAND"],
+                                   shapes=[(8, 2, 16, 16, 4)], trials=4, verbose=False)
     assert r and set(seen) == {0}, r.text
-    m = ko.check_concat_and_cache_mla(numpy_mla(), arms=["SLOTS"], trials=2, verbose=False)
+    m = ko.check_concat_and_cache_mla(numpy_mla(), arms=["RAND"], trials=2, verbose=False)
     assert m, m.text
+
+
+def test_the_failing_case_line_hands_the_padding_rows():
+    # The failure's `reshape_and_cache_case(...)` line gives the arrays the
+    # kernel got, padding rows included; the oracle takes them and ignores
+    # the rows past slot_mapping's tokens.
+    r = ko.check_reshape_and_cache(by_key(), arms=["RAND"], shapes=[(8, 2, 16, 16, 4)], verbose=False)
+    assert not r
+    line = r.failures[0].split("the case's arrays and the oracle's caches:\n  ")[1].splitlines()[0]
+    c = eval(line, {"kernel_oracle": ko, "Overflow": ko.Overflow})
+    assert c["key"].shape[0] > c["slot_mapping"].shape[0]
+    kc, vc = c["key_cache"].copy(), c["value_cache"].copy()
+    by_key()(c["key"], c["value"], kc, vc, c["slot_mapping"], c["k_scale"], c["v_scale"])
+    assert not (np.array_equal(kc, c["out_key_cache"]) and np.array_equal(vc, c["out_value_cache"]))
+    okc, ovc = ko.reshape_and_cache(c["key"], c["value"], c["key_cache"], c["value_cache"],
+                                    c["slot_mapping"], c["k_scale"], c["v_scale"])
+    assert np.array_equal(okc, c["out_key_cache"]) and np.array_equal(ovc, c["out_value_cache"])
