@@ -466,13 +466,33 @@ impl OutKind {
     /// The sentinel an output of this kind is handed filled with under
     /// `fill` and checked for after the call (float kinds), as its bits,
     /// or `None` (uint8 codes, int32 ids, or no free sentinel).
-    pub(crate) fn sentinel(self, fill: &Fill) -> Option<u32> {
+    fn sentinel(self, fill: &Fill) -> Option<u32> {
         match self {
             OutKind::F32 => fill.f32,
             OutKind::U16(q) if q == oracle::f16::NAN => fill.f16.map(u32::from),
             OutKind::U16(_) => fill.bf16.map(u32::from),
             OutKind::U8 | OutKind::I32 => None,
         }
+    }
+
+    /// The sentinel an output of this kind was handed filled with (as
+    /// [`OutKind::array`] makes it, the candidate [`Fill`] chose): its
+    /// first element's bits, where they are one of the kind's candidates
+    /// and every element (`bytes`, native order) holds them; else `None`.
+    fn handed_sentinel(self, bytes: &[u8]) -> Option<u32> {
+        let first = match self {
+            OutKind::F32 => u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?),
+            OutKind::U16(_) => u32::from(u16::from_ne_bytes(bytes.get(..2)?.try_into().ok()?)),
+            OutKind::U8 | OutKind::I32 => return None,
+        };
+        let candidate = match self {
+            OutKind::F32 => F32_SENTINELS.contains(&first),
+            OutKind::U16(q) if q == oracle::f16::NAN => {
+                F16_SENTINELS.iter().any(|&c| u32::from(c) == first)
+            }
+            _ => BF16_SENTINELS.iter().any(|&c| u32::from(c) == first),
+        };
+        (candidate && all_bits(self, bytes, first)).then_some(first)
     }
 
     /// A new output of this kind and `shape` filled with its sentinel
@@ -650,14 +670,10 @@ pub(crate) fn call_args<'py>(
     // and returns other arrays is caught (one of the two is not its output).
     let handed: Vec<Vec<u8>> = arrays.iter().map(bytes).collect::<PyResult<_>>()?;
     // The sentinel of each output handed wholly filled with it.
-    let fill = Fill::new(inputs);
     let sentinels: Vec<Option<u32>> = outs
         .iter()
         .zip(&handed)
-        .map(|(&(_, kind), h)| {
-            kind.sentinel(&fill)
-                .filter(|&s| !h.is_empty() && all_bits(kind, h, s))
-        })
+        .map(|(&(_, kind), h)| kind.handed_sentinel(h))
         .collect();
     let args = pyo3::types::PyTuple::new(py, args)?;
     let t0 = Instant::now();
@@ -877,24 +893,18 @@ fn is_numpy_scalar(x: &Bound<'_, PyAny>) -> bool {
 }
 
 fn describe(x: &Bound<'_, PyAny>) -> String {
-    let d = x.getattr("dtype");
-    match d {
+    let ty = x
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into());
+    match x.getattr("dtype") {
         Ok(d) if x.cast::<numpy::PyUntypedArray>().is_ok() => format!("an array of dtype {d}"),
         Ok(d) if is_numpy_scalar(x) => format!("a numpy scalar of dtype {d}, not an array"),
         Ok(d) => format!(
-            "a {} of dtype {d}, not a numpy array (a torch tensor goes back as `t.cpu().numpy()`)",
-            x.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "?".into())
+            "a {ty} of dtype {d}, not a numpy array (a torch tensor goes back as `t.cpu().numpy()`)"
         ),
-        Err(_) => format!(
-            "a value of type {}",
-            x.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "?".into())
-        ),
+        Err(_) => format!("a value of type {ty}"),
     }
 }
 

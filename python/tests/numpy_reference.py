@@ -247,14 +247,17 @@ def group_quant(x, q, s, rule="divide", eps=1e-10, group=128, bug=None):
     check to catch; None computes the rule."""
     f32 = np.float32
     m, k = x.shape
-    step = 64 if bug == "group-64" else group
+    # "group-64" / "amax-first-128": each group's amax over its first 64 /
+    # 128 elements only (vllm-xpu-kernels issue 520: a 32-lane sub-group's
+    # shuffle over a 256-element group).
+    step = {"group-64": 64, "amax-first-128": 128}.get(bug, group)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for g in range(-(-k // group)):
             if bug == "unwritten-last-group" and g == -(-k // group) - 1:
                 continue
             lo, hi = g * group, min((g + 1) * group, k)
             xs = x[:, lo:hi]
-            if bug == "group-64":
+            if bug in ("group-64", "amax-first-128"):
                 xs = x[:, g * group:min(g * group + step, k)]
             amax = np.max(np.abs(xs), axis=1)
             if rule == "v2":

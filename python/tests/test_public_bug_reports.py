@@ -1060,33 +1060,18 @@ report(
 )
 
 
-def xpu_group_quant_lanes_past_subgroup(x, q, s, group=256, eps=1e-10):
-    """vllm-xpu-kernels issue 520 (PR 521): the vectorized SYCL
-    per_token_group_fp8_quant reduces each group's absmax with an XOR
-    shuffle over group_size / VEC lanes on a sub-group pinned to 32 lanes;
-    past 32 lanes (float32 input, VEC = 4: groups over 128 elements) the
-    shuffle partners fall outside the sub-group and the result is
-    undefined. Modelled as each group's absmax taken over the 32 lanes of
-    its first sub-group only (its first 128 elements), the scale written
-    from it and every code of the group divided by it (clamped); the
-    garbage scales the report also saw are not modelled."""
-    f32 = np.float32
-    m, k = x.shape
-    for g in range(-(-k // group)):
-        lo, hi = g * group, min((g + 1) * group, k)
-        amax = np.maximum(np.max(np.abs(x[:, lo:min(lo + 128, hi)]), axis=1), f32(eps))
-        sc = amax / f32(448)
-        y = x[:, lo:hi] / sc[:, None]
-        q[:, lo:hi] = ko.encode_e4m3(np.clip(y, f32(-448), f32(448)).astype(f32))
-        s[:, g] = sc
-
-
+# vllm-xpu-kernels issue 520: the vectorized per-token-group FP8 quant's
+# absmax shuffle spans a 32-lane sub-group, so a 256-element group's amax
+# covers its first 128 elements only; the scale and every code of the
+# group follow from it (the garbage scales the report also saw are not
+# modelled).
 report(
     "vllm-xpu-kernels#520", "https://github.com/vllm-project/vllm-xpu-kernels/issues/520",
     "fp8 group quant: absmax shuffle over more lanes than the 32-lane sub-group (group 256, f32)",
     ko.check_fp8_group_quant,
     named(lambda x, q, s: group_quant(x, q, s, rule="divide", group=256), "group_quant_g256"),
-    named(xpu_group_quant_lanes_past_subgroup, "xpu_vectorized_group_quant_g256"),
+    named(lambda x, q, s: group_quant(x, q, s, rule="divide", group=256, bug="amax-first-128"),
+          "xpu_vectorized_group_quant_g256"),
     kw=dict(rule="divide", group=256),
     note="declared group=256 (the kernel is right at 128, where the default check runs)",
 )
