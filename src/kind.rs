@@ -116,6 +116,12 @@ pub struct Kind {
     /// generator's `SELECTOR_BYTES`): a fuzz input shorter than this never
     /// reaches some paths, so `fuzz --max-len` below it is refused.
     pub selector_bytes: usize,
+    /// The runs compute-sanitizer makes of the kind (`gpu-check sanitize`,
+    /// `score --sanitize`): each the arguments after `kernel-oracle`, split
+    /// at spaces; the gate's small shapes, which reach every kernel of the
+    /// kind at a size a sanitizer's slowdown allows. Empty for a kind off
+    /// CUDA.
+    pub sanitize_cases: &'static [&'static str],
 }
 
 impl std::fmt::Debug for Kind {

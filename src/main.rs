@@ -14,7 +14,9 @@
 //! kernel-oracle case mul-mat --dtype q4_K --m .. --n .. --k .. --arm exact|random|bal --seed 0x.. [--wg 16,16,16]
 //! kernel-oracle mutant KIND [NAME -o FILE]       planted-bug candidate kernels (and peers' switches)
 //! kernel-oracle fuzz KIND [--secs 60]            the kind's fuzz loop in this process (splitmix64 bytes)
-//! kernel-oracle score [KIND] [--secs 60]         every planted bug through its gate and its fuzzer
+//! kernel-oracle score [KIND] [--secs 60] [--sanitize]  every planted bug through its gate and its fuzzer
+//!                                                (and compute-sanitizer, on what they miss)
+//! kernel-oracle sanitize-cases KIND             the kind's compute-sanitizer runs, one a line
 //! kernel-oracle kinds                            the kind registry, tab-separated, for scripts
 //! ```
 //! Every reproduction a failure prints (`rerun: ...`, and `mutant`'s
@@ -116,6 +118,18 @@ fn cli() -> Command {
         .subcommand(mutant)
         .subcommand(fuzz)
         .subcommand(score::command(KINDS.iter().map(|k| k.name)))
+        .subcommand(
+            Command::new("sanitize-cases")
+                .about("Print the kind's compute-sanitizer runs (the arguments after kernel-oracle), one a line, for gpu-check sanitize.")
+                .arg(
+                    Arg::new("kind")
+                        .value_name("KIND")
+                        .required(true)
+                        .value_parser(clap::builder::PossibleValuesParser::new(
+                            KINDS.iter().map(|k| k.name),
+                        )),
+                ),
+        )
         .subcommand(
             Command::new("kinds").about(
                 "Print the kind registry (kind, short name, candidate variable, fuzz target, extension, backend, builtin source, planted bugs), tab-separated, for scripts.",
@@ -257,6 +271,13 @@ fn run_cli() -> ExitCode {
             ExitCode::SUCCESS
         }
         "score" => score::run_command(m),
+        "sanitize-cases" => {
+            let k = kind_of(m.get_one::<String>("kind").expect("required"));
+            for c in k.sanitize_cases {
+                println!("{c}");
+            }
+            ExitCode::SUCCESS
+        }
         _ => {
             let (name, sub) = m.subcommand().expect("a kind is required");
             let k = kind_of(name);
@@ -274,6 +295,25 @@ fn run_cli() -> ExitCode {
                 "mutant" => mutant(k, sub),
                 "fuzz" => score::fuzz_command(k, sub),
                 _ => unreachable!("every subcommand is matched"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind's sanitizer cases are commands this binary takes (a
+    /// usage error under compute-sanitizer sanitizes nothing).
+    #[test]
+    fn every_sanitizer_case_parses() {
+        for k in KINDS {
+            for c in k.sanitize_cases {
+                let argv = std::iter::once("kernel-oracle").chain(c.split_whitespace());
+                if let Err(e) = cli().try_get_matches_from(argv) {
+                    panic!("{} sanitizer case `{c}`: {e}", k.name);
+                }
             }
         }
     }

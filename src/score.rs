@@ -11,6 +11,15 @@
 //! sits next to `kernel-oracle` (as in the GPU bundle), else
 //! `kernel-oracle fuzz KIND`: the same generator, runner and judge in a
 //! loop over bytes from splitmix64 with a fixed seed. The table says which.
+//!
+//! With `--sanitize`, a bug its gate or its fuzzer missed also runs the
+//! kind's sanitizer cases (`Kind::sanitize_cases`, the runs of `gpu-check
+//! sanitize`) under compute-sanitizer's memcheck, racecheck, synccheck and
+//! initcheck: a bug whose values come out right (a race the schedule hides,
+//! a read past an input that lands on zeros, a barrier dropped) is caught
+//! when a tool counts an error, and survives only when every tool ran every
+//! case clean. The unmutated kernels count 0 on every tool (`gpu-check
+//! sanitize`), so a count is the bug's.
 
 use crate::kind::{self, GateSummary, Kind, Plant};
 use crate::rng::Rng;
@@ -38,6 +47,16 @@ pub const DEFAULT_SECS: u64 = 60;
 /// battery, so each row's answer is computed once per score. Emptied when
 /// a score starts.
 pub const REFERENCE_CACHE_DIR: &str = "reference-cache";
+
+/// Where `score --sanitize` finds compute-sanitizer by default (the CUDA
+/// toolkit's).
+pub const DEFAULT_SANITIZER: &str = "/usr/local/cuda/bin/compute-sanitizer";
+
+/// The compute-sanitizer tools `score --sanitize` runs, in order (the
+/// CUDA Compute Sanitizer manual, "Compute Sanitizer Tools"): accesses out
+/// of bounds, shared-memory hazards between threads, barriers misused,
+/// device memory read before it was written.
+pub const SANITIZER_TOOLS: [&str; 4] = ["memcheck", "racecheck", "synccheck", "initcheck"];
 
 /// The seed of the in-process fuzz loop's byte source (splitmix64).
 pub const DEFAULT_SEED: u64 = 1;
@@ -214,6 +233,28 @@ pub fn command(kinds: impl Iterator<Item = &'static str>) -> Command {
                 .help("Gates only."),
         )
         .arg(
+            Arg::new("sanitize")
+                .long("sanitize")
+                .action(ArgAction::SetTrue)
+                .help("A bug its gate or its fuzzer missed runs the kind's sanitizer cases under compute-sanitizer (memcheck, racecheck, synccheck, initcheck): any error it counts catches the bug (a race, an access out of bounds, a read of memory never written, where the values came out right)."),
+        )
+        .arg(
+            Arg::new("sanitizer")
+                .long("sanitizer")
+                .value_name("PATH")
+                .default_value(DEFAULT_SANITIZER)
+                .value_parser(clap::value_parser!(PathBuf))
+                .help("The compute-sanitizer binary --sanitize runs."),
+        )
+        .arg(
+            Arg::new("sanitize-secs")
+                .long("sanitize-secs")
+                .value_name("SECONDS")
+                .default_value("120")
+                .value_parser(clap::value_parser!(u64).range(1..))
+                .help("A sanitizer run still going after this long is killed, and is not a catch."),
+        )
+        .arg(
             Arg::new("logs")
                 .long("logs")
                 .value_name("DIR")
@@ -297,6 +338,120 @@ impl Verdict {
             Verdict::Skipped => "-".to_string(),
         }
     }
+}
+
+/// What compute-sanitizer made of a planted bug its gate or its fuzzer
+/// missed (`score --sanitize`).
+#[derive(Clone, Debug)]
+enum Sanitized {
+    /// `tool` counted `errors` on the kind's sanitizer case `case`
+    /// (1-based): caught.
+    Found {
+        tool: &'static str,
+        errors: u64,
+        case: usize,
+    },
+    /// The case itself failed under the tool (exit 1: the kernel and the
+    /// oracle disagreed): caught.
+    CaseFailed { tool: &'static str, case: usize },
+    /// Every tool ran every case to its summary and counted nothing.
+    Clean { runs: usize },
+    /// A run was killed at the limit, or ended without a summary, before
+    /// any finding: not a catch. The text says which.
+    Incomplete(String),
+    /// Not run (no `--sanitize`, the gate and the fuzzer caught it, or the
+    /// kind has no sanitizer case).
+    Skipped,
+}
+
+impl Sanitized {
+    fn caught(&self) -> bool {
+        matches!(self, Sanitized::Found { .. } | Sanitized::CaseFailed { .. })
+    }
+
+    fn cell(&self) -> String {
+        match self {
+            Sanitized::Found { tool, errors, case } => format!("{tool}: {errors} (case {case})"),
+            Sanitized::CaseFailed { tool, case } => format!("case {case} failed under {tool}"),
+            Sanitized::Clean { runs } => format!("SURVIVED (0 in {runs} runs)"),
+            Sanitized::Incomplete(t) => format!("SURVIVED ({t})"),
+            Sanitized::Skipped => "-".to_string(),
+        }
+    }
+}
+
+/// The error count of a compute-sanitizer log: memcheck, synccheck and
+/// initcheck print `ERROR SUMMARY: N errors`, racecheck `RACECHECK
+/// SUMMARY: N hazards displayed (E errors, W warnings)`; the last such
+/// line, or `None` where there is none (the run did not finish).
+fn sanitizer_errors(log: &str) -> Option<u64> {
+    log.lines().rev().find_map(|l| {
+        let (_, rest) = l
+            .split_once("ERROR SUMMARY:")
+            .or_else(|| l.split_once("RACECHECK SUMMARY:"))?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// Runs the kind's sanitizer cases under each of [`SANITIZER_TOOLS`] with
+/// the planted bug's environment and no launch deadline, stopping at the
+/// first finding.
+fn sanitize(exe: &Path, e: &Entry, logs: &Path, sanitizer: &Path, limit: Duration) -> Sanitized {
+    if e.kind.sanitize_cases.is_empty() {
+        return Sanitized::Skipped;
+    }
+    let mut runs = 0;
+    for tool in SANITIZER_TOOLS {
+        for (i, case) in e.kind.sanitize_cases.iter().enumerate() {
+            let log = logs.join(format!("{}-{}.{tool}-{}.log", e.kind.short, e.name, i + 1));
+            let mut cmd = std::process::Command::new(sanitizer);
+            cmd.args([
+                "--tool",
+                tool,
+                "--error-exitcode",
+                "99",
+                "--print-limit",
+                "20",
+            ])
+            .arg(exe)
+            .args(case.split_whitespace())
+            .env(device::cuda::ENV_LAUNCH_TIMEOUT, "0");
+            cmd.envs(e.env.iter().map(|(k, v)| (k, v)));
+            let (code, killed, secs) = match run_logged(cmd, &log, limit) {
+                Ok(r) => r,
+                Err(err) => {
+                    return Sanitized::Incomplete(format!("{}: {err}", sanitizer.display()))
+                }
+            };
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            runs += 1;
+            match (sanitizer_errors(&text), code) {
+                (Some(n), _) if n > 0 => {
+                    return Sanitized::Found {
+                        tool,
+                        errors: n,
+                        case: i + 1,
+                    }
+                }
+                (_, Some(1)) => return Sanitized::CaseFailed { tool, case: i + 1 },
+                (Some(_), Some(0)) => {}
+                _ if killed => {
+                    return Sanitized::Incomplete(format!(
+                        "{tool} case {} killed after {secs:.0} s",
+                        i + 1
+                    ))
+                }
+                _ => {
+                    return Sanitized::Incomplete(format!(
+                        "{tool} case {}: {}",
+                        i + 1,
+                        last_words(&text)
+                    ))
+                }
+            }
+        }
+    }
+    Sanitized::Clean { runs }
 }
 
 /// Runs `cmd` with its output to `log`, killing it after `limit`; its exit
@@ -578,6 +733,22 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
     let bugs: Vec<String> = m.get_many("bug").into_iter().flatten().cloned().collect();
     let also: Vec<PathBuf> = m.get_many("also").into_iter().flatten().cloned().collect();
     let no_fuzz = m.get_flag("no-fuzz");
+    let sanitizer = m.get_flag("sanitize").then(|| {
+        m.get_one::<PathBuf>("sanitizer")
+            .expect("defaulted")
+            .clone()
+    });
+    let sanitize_limit =
+        Duration::from_secs(*m.get_one::<u64>("sanitize-secs").expect("defaulted"));
+    if let Some(cs) = &sanitizer {
+        if !cs.is_file() {
+            eprintln!(
+                "kernel-oracle: --sanitize: no compute-sanitizer at {} (--sanitizer PATH)",
+                cs.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
@@ -617,14 +788,16 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
     println!(
         "score: {} planted bugs, {jobs} at a time; {}; logs and candidates in {}",
         entries.len(),
-        if no_fuzz {
-            "gates only".to_string()
-        } else {
-            format!("fuzzers {secs} s each")
+        match (no_fuzz, &sanitizer) {
+            (true, None) => "gates only".to_string(),
+            (true, Some(_)) => "gates, then compute-sanitizer on what they miss".to_string(),
+            (false, None) => format!("fuzzers {secs} s each"),
+            (false, Some(_)) =>
+                format!("fuzzers {secs} s each, then compute-sanitizer on what either misses"),
         },
         logs.display()
     );
-    let results: Mutex<Vec<Option<(Verdict, Verdict)>>> =
+    let results: Mutex<Vec<Option<(Verdict, Verdict, Sanitized)>>> =
         Mutex::new(entries.iter().map(|_| None).collect());
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -632,8 +805,12 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(e) = entries.get(i) else { break };
-                let (g, f) = if let Some(err) = &e.error {
-                    (Verdict::CannotRun(err.clone()), Verdict::Skipped)
+                let (g, f, z) = if let Some(err) = &e.error {
+                    (
+                        Verdict::CannotRun(err.clone()),
+                        Verdict::Skipped,
+                        Sanitized::Skipped,
+                    )
                 } else {
                     let g = gate(&exe, e, &logs, gate_limit);
                     let f = if no_fuzz || g.cannot_run() {
@@ -641,16 +818,23 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
                     } else {
                         fuzz(&exe, e, &logs, secs, DEFAULT_SEED)
                     };
-                    (g, f)
+                    let missed =
+                        (g.survived() || f.survived()) && !(g.cannot_run() || f.cannot_run());
+                    let z = match &sanitizer {
+                        Some(cs) if missed => sanitize(&exe, e, &logs, cs, sanitize_limit),
+                        _ => Sanitized::Skipped,
+                    };
+                    (g, f, z)
                 };
                 eprintln!(
-                    "score: {} {}: gate {}; fuzzer {}",
+                    "score: {} {}: gate {}; fuzzer {}; sanitizer {}",
                     e.kind.name,
                     e.name,
                     g.cell(),
-                    f.cell()
+                    f.cell(),
+                    z.cell()
                 );
-                results.lock().expect("no panics under the lock")[i] = Some((g, f));
+                results.lock().expect("no panics under the lock")[i] = Some((g, f, z));
             });
         }
     });
@@ -663,13 +847,15 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
         .max(3);
     println!();
     println!(
-        "{:<w$}  {:<30}  {:<34}  fuzzer run",
-        "bug", "gate", "fuzzer"
+        "{:<w$}  {:<30}  {:<34}  {:<30}  fuzzer run",
+        "bug", "gate", "fuzzer", "sanitizer"
     );
-    let (mut survived, mut cannot) = (0, 0);
+    let (mut survived, mut cannot, mut by_sanitizer) = (0, 0, 0);
     for (e, r) in entries.iter().zip(&results) {
-        let (g, f) = r.as_ref().expect("every entry ran");
-        survived += usize::from(g.survived() || f.survived());
+        let (g, f, z) = r.as_ref().expect("every entry ran");
+        let missed = g.survived() || f.survived();
+        survived += usize::from(missed && !z.caught());
+        by_sanitizer += usize::from(missed && z.caught());
         cannot += usize::from(g.cannot_run() || f.cannot_run());
         let how = if matches!(f, Verdict::Skipped) {
             "-".to_string()
@@ -677,13 +863,20 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
             fuzzer_kind(&exe, e.kind, DEFAULT_SEED)
         };
         println!(
-            "{:<w$}  {:<30}  {:<34}  {how}",
+            "{:<w$}  {:<30}  {:<34}  {:<30}  {how}",
             format!("{} {}", e.kind.name, e.name),
             g.cell(),
-            f.cell()
+            f.cell(),
+            z.cell()
         );
     }
     println!();
+    if by_sanitizer > 0 {
+        println!(
+            "({by_sanitizer} of {} planted bugs missed by the values and caught by compute-sanitizer)",
+            entries.len()
+        );
+    }
     if survived > 0 {
         println!(
             "=== score: {survived} of {} planted bugs SURVIVED ===",
@@ -698,9 +891,14 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
         ExitCode::from(2)
     } else {
         println!(
-            "=== score: all {} planted bugs caught by their gate{} ===",
+            "=== score: all {} planted bugs caught by their gate{}{} ===",
             entries.len(),
-            if no_fuzz { "" } else { " and their fuzzer" }
+            if no_fuzz { "" } else { " and their fuzzer" },
+            if by_sanitizer > 0 {
+                ", or by compute-sanitizer"
+            } else {
+                ""
+            }
         );
         ExitCode::SUCCESS
     }
@@ -732,5 +930,103 @@ mod tests {
         assert!(slow.cell().starts_with("SURVIVED"), "{}", slow.cell());
         let stuck = Verdict::FuzzKilled { secs: 420.0 };
         assert!(stuck.survived() && stuck.cell().starts_with("SURVIVED"));
+    }
+
+    /// The error counts of the four tools' summaries, as
+    /// compute-sanitizer 2025 prints them; none where the run ended early.
+    #[test]
+    fn sanitizer_summaries_are_read() {
+        let memcheck =
+            "========= COMPUTE-SANITIZER\nPASS: 512 outputs\n========= ERROR SUMMARY: 0 errors\n";
+        assert_eq!(sanitizer_errors(memcheck), Some(0));
+        let found = "========= Invalid __global__ read of size 4 bytes\n========= ERROR SUMMARY: 25 errors\n";
+        assert_eq!(sanitizer_errors(found), Some(25));
+        let race = "========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)\n";
+        assert_eq!(sanitizer_errors(race), Some(3));
+        assert_eq!(
+            sanitizer_errors("========= COMPUTE-SANITIZER\nkilled\n"),
+            None
+        );
+    }
+
+    /// `sanitize` through a stand-in for compute-sanitizer (a script that
+    /// runs nothing and prints the summary its environment names): a count
+    /// catches the bug at the first run that has one, a clean sweep runs
+    /// every tool on every case, and a run without a summary or one the
+    /// case failed is shown as what it was.
+    #[cfg(unix)]
+    #[test]
+    fn sanitize_stops_at_the_first_finding() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ko-sanitize-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("compute-sanitizer");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\n\
+             # $2 is the tool; FAKE_TOOL and FAKE_OUT say which tool prints what.\n\
+             if [ \"$2\" = \"$FAKE_TOOL\" ]; then printf '%b' \"$FAKE_OUT\"; exit $FAKE_RC; fi\n\
+             echo '========= ERROR SUMMARY: 0 errors'; exit 0\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let k = &crate::tensor_core::cli::KIND;
+        let entry = |tool: &str, out: &str, rc: &str| Entry {
+            kind: k,
+            name: "t".into(),
+            env: vec![
+                ("FAKE_TOOL".into(), tool.into()),
+                ("FAKE_OUT".into(), out.into()),
+                ("FAKE_RC".into(), rc.into()),
+            ],
+            error: None,
+        };
+        let exe = Path::new("/bin/true");
+        let run = |e: &Entry| sanitize(exe, e, &dir, &fake, Duration::from_secs(30));
+        let racy = run(&entry(
+            "racecheck",
+            "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\\n",
+            "99",
+        ));
+        assert!(
+            matches!(
+                racy,
+                Sanitized::Found {
+                    tool: "racecheck",
+                    errors: 2,
+                    case: 1
+                }
+            ),
+            "{racy:?}"
+        );
+        assert!(racy.caught());
+        let clean = run(&entry("none", "", "0"));
+        let runs = SANITIZER_TOOLS.len() * k.sanitize_cases.len();
+        assert!(
+            matches!(clean, Sanitized::Clean { runs: r } if r == runs),
+            "{clean:?}"
+        );
+        assert!(!clean.caught() && clean.cell().starts_with("SURVIVED"));
+        let failed = run(&entry(
+            "synccheck",
+            "FAIL\\n========= ERROR SUMMARY: 0 errors\\n",
+            "1",
+        ));
+        assert!(
+            matches!(
+                failed,
+                Sanitized::CaseFailed {
+                    tool: "synccheck",
+                    case: 1
+                }
+            ),
+            "{failed:?}"
+        );
+        let cut = run(&entry("initcheck", "no summary\\n", "2"));
+        assert!(
+            matches!(cut, Sanitized::Incomplete(_)) && !cut.caught(),
+            "{cut:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -35,6 +35,8 @@ pub const KIND: Kind = Kind {
     planted,
     fuzz_one,
     selector_bytes: super::generate::SELECTOR_BYTES,
+    // Aligned rows (cp.async copies), then unaligned ones (the byte-wise path).
+    sanitize_cases: &["check fp8-mmq 272 136 40", "check fp8-mmq 1000 130 7"],
 };
 
 /// `check fp8-mmq`'s arguments.

@@ -30,6 +30,7 @@ pub const KIND: Kind = Kind {
     planted,
     fuzz_one,
     selector_bytes: super::generate::SELECTOR_BYTES,
+    sanitize_cases: &["check moe-tables"],
 };
 
 /// `check moe-tables` takes no arguments.

@@ -32,6 +32,17 @@ pub const KIND: Kind = Kind {
     planted,
     fuzz_one,
     selector_bytes: super::SELECTOR_BYTES,
+    // Each instruction and operand-format pair, on the specials class.
+    sanitize_cases: &[
+        "case tensor-core --instruction wgmma --a e4m3 --b e4m3 --class specials --seed 0x5a03 --tiles 1",
+        "case tensor-core --instruction wgmma --a e4m3 --b e5m2 --class specials --seed 0x5a03 --tiles 1",
+        "case tensor-core --instruction wgmma --a e5m2 --b e4m3 --class specials --seed 0x5a03 --tiles 1",
+        "case tensor-core --instruction wgmma --a e5m2 --b e5m2 --class specials --seed 0x5a03 --tiles 1",
+        "case tensor-core --instruction mma-sync --a e4m3 --b e4m3 --class specials --seed 0x5a03 --tiles 1",
+        "case tensor-core --instruction mma-sync --a e4m3 --b e5m2 --class specials --seed 0x5a03 --tiles 1",
+        "case tensor-core --instruction mma-sync --a e5m2 --b e4m3 --class specials --seed 0x5a03 --tiles 1",
+        "case tensor-core --instruction mma-sync --a e5m2 --b e5m2 --class specials --seed 0x5a03 --tiles 1",
+    ],
 };
 
 /// `check tensor-core` takes no arguments.
