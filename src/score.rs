@@ -394,8 +394,9 @@ fn sanitizer_errors(log: &str) -> Option<u64> {
 }
 
 /// Runs the kind's sanitizer cases under each of [`SANITIZER_TOOLS`] with
-/// the planted bug's environment and no launch deadline, stopping at the
-/// first finding.
+/// the planted bug's environment, no launch deadline and inputs without
+/// guard bands (each ends where its allocation does, so memcheck sees a
+/// read past it), stopping at the first finding.
 fn sanitize(exe: &Path, e: &Entry, logs: &Path, sanitizer: &Path, limit: Duration) -> Sanitized {
     if e.kind.sanitize_cases.is_empty() {
         return Sanitized::Skipped;
@@ -415,7 +416,8 @@ fn sanitize(exe: &Path, e: &Entry, logs: &Path, sanitizer: &Path, limit: Duratio
             ])
             .arg(exe)
             .args(case.split_whitespace())
-            .env(device::cuda::ENV_LAUNCH_TIMEOUT, "0");
+            .env(device::cuda::ENV_LAUNCH_TIMEOUT, "0")
+            .env(device::cuda::ENV_INPUT_BANDS, "off");
             cmd.envs(e.env.iter().map(|(k, v)| (k, v)));
             let (code, killed, secs) = match run_logged(cmd, &log, limit) {
                 Ok(r) => r,

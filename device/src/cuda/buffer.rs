@@ -15,21 +15,54 @@ pub const GUARD_SENTINEL: u8 = 0xA5;
 /// launch: `0xFF` is NaN as f32 (`0xFFFFFFFF`) and as e4m3, so an element the
 /// kernel failed to write fails any comparison.
 pub const POISON: u8 = 0xFF;
+/// The byte an input's guard bands are filled with (an input an engine's
+/// `upload` copies with guards on). `0xFF` is NaN as f32, f16, bf16, e4m3
+/// and e5m2 (OCP OFP8 v1.0, Table 1), and -1 as a signed integer: a kernel
+/// that reads past an input's end and lets what it read into a result
+/// makes that result NaN (or an index out of range), where the memory past
+/// a plain allocation often holds zeros that a zero multiplier or a
+/// zero-filled tail would have hidden.
+pub const INPUT_BAND: u8 = 0xFF;
+/// The environment variable that turns inputs' guard bands off (`off`):
+/// under compute-sanitizer an input must end where its allocation does,
+/// so that memcheck reports a read past it whatever it reads.
+pub const ENV_INPUT_BANDS: &str = "KERNEL_ORACLE_INPUT_BANDS";
+
+/// Whether inputs uploaded with guards on get [`INPUT_BAND`] bands: unless
+/// [`ENV_INPUT_BANDS`] is `off` (read once).
+pub fn input_bands() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(ENV_INPUT_BANDS).map_or(true, |v| v != "off"))
+}
 
 /// A device array of `len` elements of `T`. When guarded, the allocation
-/// holds [`GUARD_BYTES`] of [`GUARD_SENTINEL`] before and after the
-/// elements, checked after each launch that writes them.
+/// holds [`GUARD_BYTES`] before and after the elements, filled with
+/// [`GUARD_SENTINEL`] (an output) or [`INPUT_BAND`] (an input), checked
+/// after each launch that writes the buffer.
 #[derive(Debug)]
 pub struct Buffer<T> {
     raw: CudaSlice<T>,
     front: usize,
     len: usize,
+    /// The byte the bands hold (meaningful when `front > 0`).
+    band: u8,
 }
 
 impl<T> Buffer<T> {
     pub(crate) fn plain(raw: CudaSlice<T>) -> Buffer<T> {
         let len = raw.len();
-        Buffer { raw, front: 0, len }
+        Buffer::plain_len(raw, len)
+    }
+
+    /// The first `len` elements of `raw` (a zero-length buffer holds a
+    /// one-element allocation: CUDA refuses zero bytes).
+    fn plain_len(raw: CudaSlice<T>, len: usize) -> Buffer<T> {
+        Buffer {
+            raw,
+            front: 0,
+            len,
+            band: GUARD_SENTINEL,
+        }
     }
 
     /// Elements (not counting guard bands).
@@ -138,16 +171,44 @@ impl<'a, T> From<&'a Buffer<T>> for Src<'a, T> {
     }
 }
 
-/// A new (unguarded) device buffer holding `src`'s elements: an upload
-/// ([`upload`]) or a device-to-device copy into a fresh allocation.
+/// Copies `data` to a new device buffer between two [`GUARD_BYTES`] bands
+/// of [`INPUT_BAND`] (an input under a gate, with guards on), or to a
+/// plain one ([`upload`]) where [`input_bands`] is off.
 ///
 /// # Errors
 /// [`DeviceError::Driver`].
-pub(crate) fn make<T: DeviceRepr>(stream: &Arc<CudaStream>, src: Src<'_, T>) -> Result<Buffer<T>> {
+pub(crate) fn upload_banded<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    data: &[T],
+) -> Result<Buffer<T>> {
+    if !input_bands() {
+        return upload(stream, data);
+    }
+    let mut b = alloc_banded(stream, data.len(), INPUT_BAND, None)?;
+    upload_into(stream, data, &mut b)?;
+    Ok(b)
+}
+
+/// A new device buffer holding `src`'s elements: an upload or a
+/// device-to-device copy into a fresh allocation; between
+/// [`INPUT_BAND`] bands when `banded` ([`upload_banded`]), else plain.
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn make<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    src: Src<'_, T>,
+    banded: bool,
+) -> Result<Buffer<T>> {
     match src {
+        Src::Host(h) if banded => upload_banded(stream, h),
         Src::Host(h) => upload(stream, h),
         Src::Device(d) => {
-            let mut b = alloc(stream, d.len(), false)?;
+            let mut b = if banded && input_bands() {
+                alloc_banded(stream, d.len(), INPUT_BAND, None)?
+            } else {
+                alloc(stream, d.len(), false)?
+            };
             copy_dtod(stream, d, &mut b)?;
             Ok(b)
         }
@@ -296,44 +357,76 @@ pub(crate) fn alloc<T: cudarc::driver::DeviceRepr>(
     len: usize,
     guarded: bool,
 ) -> Result<Buffer<T>> {
+    if guarded {
+        return alloc_banded(stream, len, GUARD_SENTINEL, Some(POISON));
+    }
     alive()?;
     let size = std::mem::size_of::<T>();
-    let front = if guarded { guard_elems::<T>() } else { 0 };
+    // SAFETY: plain memory is written by the kernel before anything reads
+    // it (the ABI writes outputs in full), or by the caller's copy.
+    let raw: CudaSlice<T> = unsafe { stream.alloc(len.max(1)) }
+        .map_err(|e| DeviceError::driver(format!("cuMemAlloc ({} bytes)", len * size), e))?;
+    Ok(Buffer::plain_len(raw, len))
+}
+
+/// Allocates `len` elements between two [`GUARD_BYTES`] bands of `band`;
+/// the elements set to `fill`'s byte, or left for the caller's copy
+/// (`None`).
+fn alloc_banded<T: cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+    band: u8,
+    fill: Option<u8>,
+) -> Result<Buffer<T>> {
+    alive()?;
+    let size = std::mem::size_of::<T>();
+    let front = guard_elems::<T>();
     let total = len + 2 * front;
-    // SAFETY: guarded memory is filled below; plain memory is written by
-    // the kernel before anything reads it (the ABI writes outputs in full).
-    let raw: CudaSlice<T> = unsafe { stream.alloc(total.max(1)) }
+    // SAFETY: the bands are filled below; the elements too, or by the
+    // caller's copy before any launch reads them.
+    let raw: CudaSlice<T> = unsafe { stream.alloc(total) }
         .map_err(|e| DeviceError::driver(format!("cuMemAlloc ({} bytes)", total * size), e))?;
-    if guarded {
+    {
         let (base, _rec) = raw.device_ptr(stream);
         let cu = stream.cu_stream();
-        // SAFETY: both ranges lie inside the allocation made above on `stream`.
+        // SAFETY: every range lies inside the allocation made above on `stream`.
         unsafe {
-            drv::memset_d8_async(base, GUARD_SENTINEL, total * size, cu)
+            drv::memset_d8_async(base, band, total * size, cu)
                 .map_err(|e| DeviceError::driver("cuMemsetD8Async (guard bands)", e))?;
-            drv::memset_d8_async(base + (front * size) as u64, POISON, len * size, cu)
-                .map_err(|e| DeviceError::driver("cuMemsetD8Async (poison)", e))?;
+            if let Some(p) = fill {
+                drv::memset_d8_async(base + (front * size) as u64, p, len * size, cu)
+                    .map_err(|e| DeviceError::driver("cuMemsetD8Async (poison)", e))?;
+            }
         }
     }
-    Ok(Buffer { raw, front, len })
+    Ok(Buffer {
+        raw,
+        front,
+        len,
+        band,
+    })
 }
 
 /// An output whose guard bands can be checked, whatever its element type
 /// (so one list can name a call's `u8`, `u64` and `f32` outputs).
 pub(crate) trait Guarded {
-    /// Where this buffer's bands lie: `(allocation base, band bytes,
-    /// element bytes)`; `None` for an unguarded buffer.
-    fn band_span(&self, stream: &Arc<CudaStream>) -> Option<(u64, usize, usize)>;
+    /// Where this buffer's bands lie and what they hold; `None` for an
+    /// unguarded buffer.
+    fn band_span(&self, stream: &Arc<CudaStream>) -> Option<BandSpan>;
 }
 
+/// A guarded buffer's bands: `(allocation base, band bytes, element
+/// bytes, band byte)`.
+pub(crate) type BandSpan = (u64, usize, usize, u8);
+
 impl<T> Guarded for Buffer<T> {
-    fn band_span(&self, stream: &Arc<CudaStream>) -> Option<(u64, usize, usize)> {
+    fn band_span(&self, stream: &Arc<CudaStream>) -> Option<BandSpan> {
         if self.front == 0 {
             return None;
         }
         let size = std::mem::size_of::<T>();
         let (base, _rec) = self.raw.device_ptr(stream);
-        Some((base, self.front * size, self.len * size))
+        Some((base, self.front * size, self.len * size, self.band))
     }
 }
 
@@ -358,11 +451,11 @@ pub(crate) fn check_outputs(
     if !guards {
         return Ok(());
     }
-    let spans: Vec<((u64, usize, usize), &'static str)> = outputs
+    let spans: Vec<(BandSpan, &'static str)> = outputs
         .iter()
         .filter_map(|(b, arg)| b.band_span(stream).map(|s| (s, *arg)))
         .collect();
-    let total: usize = spans.iter().map(|((_, band, _), _)| 2 * band).sum();
+    let total: usize = spans.iter().map(|((_, band, _, _), _)| 2 * band).sum();
     if total == 0 {
         return settle(stream, "cuStreamSynchronize");
     }
@@ -376,7 +469,7 @@ pub(crate) fn check_outputs(
         let (dst, _rec) = staging.device_ptr(stream);
         let cu = stream.cu_stream();
         let mut at = 0u64;
-        for &((base, band, len_bytes), _) in &spans {
+        for &((base, band, len_bytes, _), _) in &spans {
             // SAFETY: both bands lie inside their allocation (made on
             // `stream`), the destinations inside the staging buffer.
             unsafe {
@@ -408,17 +501,17 @@ pub(crate) fn check_outputs(
         "cuStreamSynchronize (after cuMemcpyDtoH of the bands)",
     )?;
     let mut at = 0usize;
-    for &((_, band, len_bytes), arg) in &spans {
+    for &((_, band, len_bytes, fill), arg) in &spans {
         let (front, back) = (&host[at..at + band], &host[at + band..at + 2 * band]);
         at += 2 * band;
-        if let Some(i) = front.iter().position(|&b| b != GUARD_SENTINEL) {
+        if let Some(i) = front.iter().position(|&b| b != fill) {
             return Err(DeviceError::GuardClobbered {
                 arg,
                 offset: i as i64 - band as i64,
                 len_bytes,
             });
         }
-        if let Some(i) = back.iter().position(|&b| b != GUARD_SENTINEL) {
+        if let Some(i) = back.iter().position(|&b| b != fill) {
             return Err(DeviceError::GuardClobbered {
                 arg,
                 offset: (len_bytes + i) as i64,

@@ -1431,13 +1431,15 @@ impl GdnEngine {
         buffer::copy_dtod(&self.shim.stream, src, dst)
     }
 
-    /// A new (unguarded) buffer holding `src`'s elements: uploaded from the
-    /// host (synchronises) or copied on the device (stream ordered).
+    /// A new buffer holding `src`'s elements: uploaded from the host
+    /// (synchronises) or copied on the device (stream ordered); with guards
+    /// on, between [`INPUT_BAND`](super::INPUT_BAND) bands as the engine's
+    /// `upload` places an input.
     ///
     /// # Errors
     /// [`DeviceError::Driver`].
     pub fn make<'a>(&self, src: impl Into<Src<'a>>) -> Result<Buffer<f32>> {
-        buffer::make(&self.shim.stream, src.into())
+        buffer::make(&self.shim.stream, src.into(), self.shim.guards)
     }
 
     /// A new (unguarded) buffer of `len` elements, each `value` bit for

@@ -34,7 +34,9 @@
 //!    outputs sit between two [`GUARD_BYTES`] bands of [`GUARD_SENTINEL`] and
 //!    their own elements are poisoned with [`POISON`] (NaN as f32 and as
 //!    e4m3); after the launch the bands are read back:
-//!    [`DeviceError::GuardClobbered`].
+//!    [`DeviceError::GuardClobbered`]. Inputs uploaded with guards on sit
+//!    between bands of [`INPUT_BAND`] (NaN as every float format), so a
+//!    read past an input's end that reaches a result fails by value.
 //! 7. **The plan.** The kernel source chooses its own launch geometry
 //!    (`fp8_mmq_plan`); the shim checks it against the device's limits and
 //!    that it covers the output: [`DeviceError::BadPlan`].
@@ -72,7 +74,9 @@ mod tensor_core;
 mod tma;
 
 pub use bitdiff::{BitDiff, BitDiffs, BIT_DIFF_KERNEL, BUILTIN_BIT_DIFF_CU};
-pub use buffer::{Buffer, Src, GUARD_BYTES, GUARD_SENTINEL, POISON};
+pub use buffer::{
+    input_bands, Buffer, Src, ENV_INPUT_BANDS, GUARD_BYTES, GUARD_SENTINEL, INPUT_BAND, POISON,
+};
 pub use check::{
     check_grid, check_index_range, check_mmq, check_plan_geometry, check_quantize, I32_LIMIT,
 };

@@ -298,8 +298,14 @@ macro_rules! shim_methods {
                 self.shim.arch
             }
 
-            /// Copies `data` to a new (unguarded) device buffer; an empty
-            /// slice gets a one-element allocation of length 0.
+            /// Copies `data` (an input) to a new device buffer: with guards
+            /// on, between two [`GUARD_BYTES`](crate::cuda::GUARD_BYTES)
+            /// bands of [`INPUT_BAND`](crate::cuda::INPUT_BAND) (NaN as every
+            /// float format), so a kernel that lets a read past its end into
+            /// a result fails by value (unless
+            /// [`ENV_INPUT_BANDS`](crate::cuda::ENV_INPUT_BANDS) is `off`);
+            /// plain with guards off. An empty slice gets an allocation of
+            /// length 0.
             ///
             /// # Errors
             /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver).
@@ -307,7 +313,11 @@ macro_rules! shim_methods {
                 &self,
                 data: &[T],
             ) -> $crate::cuda::Result<$crate::cuda::Buffer<T>> {
-                $crate::cuda::buffer::upload(&self.shim.stream, data)
+                if self.shim.guards {
+                    $crate::cuda::buffer::upload_banded(&self.shim.stream, data)
+                } else {
+                    $crate::cuda::buffer::upload(&self.shim.stream, data)
+                }
             }
 
             /// Copies a device buffer's elements back (synchronises).
