@@ -17,9 +17,10 @@
 //! sanitize`) under compute-sanitizer's memcheck, racecheck, synccheck and
 //! initcheck: a bug whose values come out right (a race the schedule hides,
 //! a read past an input that lands on zeros, a barrier dropped) is caught
-//! when a tool counts an error, and survives only when every tool ran every
-//! case clean. The unmutated kernels count 0 on every tool (`gpu-check
-//! sanitize`), so a count is the bug's.
+//! when a tool reports an error, and survives when every tool ran every
+//! case clean (or a case failed on its values: a check the gate lacks). The
+//! unmutated kernels of each kind run first and must be clean, so a report
+//! is the bug's; the runs go one at a time.
 
 use crate::kind::{self, GateSummary, Kind, Plant};
 use crate::rng::Rng;
@@ -236,7 +237,7 @@ pub fn command(kinds: impl Iterator<Item = &'static str>) -> Command {
             Arg::new("sanitize")
                 .long("sanitize")
                 .action(ArgAction::SetTrue)
-                .help("A bug its gate or its fuzzer missed runs the kind's sanitizer cases under compute-sanitizer (memcheck, racecheck, synccheck, initcheck): any error it counts catches the bug (a race, an access out of bounds, a read of memory never written, where the values came out right)."),
+                .help("A bug its gate or its fuzzer missed runs the kind's sanitizer cases under compute-sanitizer (memcheck, racecheck, synccheck, initcheck): any error it reports catches the bug (a race, an access out of bounds, a read of memory never written, where the values came out right). The unmutated kernels run first and must be clean (else exit 2)."),
         )
         .arg(
             Arg::new("sanitizer")
@@ -344,21 +345,25 @@ impl Verdict {
 /// missed (`score --sanitize`).
 #[derive(Clone, Debug)]
 enum Sanitized {
-    /// `tool` counted `errors` on the kind's sanitizer case `case`
+    /// `tool` reported `errors` on the kind's sanitizer case `case`
     /// (1-based): caught.
     Found {
         tool: &'static str,
         errors: u64,
         case: usize,
     },
-    /// The case itself failed under the tool (exit 1: the kernel and the
-    /// oracle disagreed): caught.
+    /// The case itself failed on its values under the tool (exit 1): not a
+    /// sanitizer finding but a value check the gate's battery lacks, so
+    /// the bug still counts as having survived the gate.
     CaseFailed { tool: &'static str, case: usize },
-    /// Every tool ran every case to its summary and counted nothing.
+    /// Every tool ran every case to its summary and reported nothing.
     Clean { runs: usize },
     /// A run was killed at the limit, or ended without a summary, before
-    /// any finding: not a catch. The text says which.
+    /// any report: not a catch. The text says which.
     Incomplete(String),
+    /// A run could not start, or the case could not run here (exit 2: no
+    /// device, a compile error): neither caught nor survived.
+    CannotRun(String),
     /// Not run (no `--sanitize`, the gate and the fuzzer caught it, or the
     /// kind has no sanitizer case).
     Skipped,
@@ -366,15 +371,22 @@ enum Sanitized {
 
 impl Sanitized {
     fn caught(&self) -> bool {
-        matches!(self, Sanitized::Found { .. } | Sanitized::CaseFailed { .. })
+        matches!(self, Sanitized::Found { .. })
+    }
+
+    fn cannot_run(&self) -> bool {
+        matches!(self, Sanitized::CannotRun(_))
     }
 
     fn cell(&self) -> String {
         match self {
             Sanitized::Found { tool, errors, case } => format!("{tool}: {errors} (case {case})"),
-            Sanitized::CaseFailed { tool, case } => format!("case {case} failed under {tool}"),
+            Sanitized::CaseFailed { tool, case } => {
+                format!("SURVIVED (case {case} failed by value under {tool}: the gate lacks it)")
+            }
             Sanitized::Clean { runs } => format!("SURVIVED (0 in {runs} runs)"),
             Sanitized::Incomplete(t) => format!("SURVIVED ({t})"),
+            Sanitized::CannotRun(t) => format!("cannot run: {t}"),
             Sanitized::Skipped => "-".to_string(),
         }
     }
@@ -382,21 +394,44 @@ impl Sanitized {
 
 /// The error count of a compute-sanitizer log: memcheck, synccheck and
 /// initcheck print `ERROR SUMMARY: N errors`, racecheck `RACECHECK
-/// SUMMARY: N hazards displayed (E errors, W warnings)`; the last such
-/// line, or `None` where there is none (the run did not finish).
+/// SUMMARY: N hazards displayed (E errors, W warnings)` (hazards, warnings
+/// included, as `gpu-check sanitize` counts them); the last such line.
+/// Where there is none (the run was cut short), the reports it printed
+/// (lines `========= Invalid ...`, `... Race reported ...`, `Barrier
+/// error ...`, `Uninitialized ...`), or `None` if it printed none.
 fn sanitizer_errors(log: &str) -> Option<u64> {
-    log.lines().rev().find_map(|l| {
+    let summary = log.lines().rev().find_map(|l| {
         let (_, rest) = l
             .split_once("ERROR SUMMARY:")
             .or_else(|| l.split_once("RACECHECK SUMMARY:"))?;
         rest.split_whitespace().next()?.parse().ok()
+    });
+    summary.or_else(|| {
+        let reports = log
+            .lines()
+            .filter(|l| {
+                let l = l.trim_start_matches("=========").trim_start();
+                [
+                    "Invalid ",
+                    "Race reported",
+                    "Barrier error",
+                    "Uninitialized ",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p) || l.starts_with(&format!("Error: {p}")))
+            })
+            .count() as u64;
+        (reports > 0).then_some(reports)
     })
 }
 
 /// Runs the kind's sanitizer cases under each of [`SANITIZER_TOOLS`] with
-/// the planted bug's environment, no launch deadline and inputs without
-/// guard bands (each ends where its allocation does, so memcheck sees a
-/// read past it), stopping at the first finding.
+/// `e`'s environment, stopping at the first report. Each run has a launch
+/// deadline of `limit` (a hung launch ends the run as an error of its
+/// own), no reports of CUDA API errors (an allocation refused while other
+/// runs share the GPU is not the kernel's bug), and inputs without guard
+/// bands (each ends where its allocation does, so memcheck sees a read
+/// past it); it is killed with its process group at `limit`.
 fn sanitize(exe: &Path, e: &Entry, logs: &Path, sanitizer: &Path, limit: Duration) -> Sanitized {
     if e.kind.sanitize_cases.is_empty() {
         return Sanitized::Skipped;
@@ -406,47 +441,43 @@ fn sanitize(exe: &Path, e: &Entry, logs: &Path, sanitizer: &Path, limit: Duratio
         for (i, case) in e.kind.sanitize_cases.iter().enumerate() {
             let log = logs.join(format!("{}-{}.{tool}-{}.log", e.kind.short, e.name, i + 1));
             let mut cmd = std::process::Command::new(sanitizer);
-            cmd.args([
-                "--tool",
-                tool,
-                "--error-exitcode",
-                "99",
-                "--print-limit",
-                "20",
-            ])
-            .arg(exe)
-            .args(case.split_whitespace())
-            .env(device::cuda::ENV_LAUNCH_TIMEOUT, "0")
-            .env(device::cuda::ENV_INPUT_BANDS, "off");
+            cmd.args(["--tool", tool, "--error-exitcode", "99"])
+                .args(["--print-limit", "20", "--report-api-errors", "no"])
+                .arg(exe)
+                .args(case.split_whitespace())
+                .env(
+                    device::cuda::ENV_LAUNCH_TIMEOUT,
+                    limit.as_secs().to_string(),
+                )
+                .env(device::cuda::ENV_INPUT_BANDS, "off");
             cmd.envs(e.env.iter().map(|(k, v)| (k, v)));
+            #[cfg(unix)]
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             let (code, killed, secs) = match run_logged(cmd, &log, limit) {
                 Ok(r) => r,
-                Err(err) => {
-                    return Sanitized::Incomplete(format!("{}: {err}", sanitizer.display()))
-                }
+                Err(err) => return Sanitized::CannotRun(format!("{}: {err}", sanitizer.display())),
             };
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             runs += 1;
+            let case = i + 1;
             match (sanitizer_errors(&text), code) {
-                (Some(n), _) if n > 0 => {
-                    return Sanitized::Found {
-                        tool,
-                        errors: n,
-                        case: i + 1,
-                    }
+                (Some(errors), _) if errors > 0 => return Sanitized::Found { tool, errors, case },
+                (_, Some(1)) => return Sanitized::CaseFailed { tool, case },
+                (_, Some(2)) => {
+                    return Sanitized::CannotRun(format!(
+                        "{tool} case {case}: {}",
+                        last_words(&text)
+                    ))
                 }
-                (_, Some(1)) => return Sanitized::CaseFailed { tool, case: i + 1 },
                 (Some(_), Some(0)) => {}
                 _ if killed => {
                     return Sanitized::Incomplete(format!(
-                        "{tool} case {} killed after {secs:.0} s",
-                        i + 1
+                        "{tool} case {case} killed after {secs:.0} s"
                     ))
                 }
                 _ => {
                     return Sanitized::Incomplete(format!(
-                        "{tool} case {}: {}",
-                        i + 1,
+                        "{tool} case {case}: {}",
                         last_words(&text)
                     ))
                 }
@@ -472,6 +503,13 @@ fn run_logged(
             return Ok((status.code(), false, t0.elapsed().as_secs_f64()));
         }
         if t0.elapsed() > limit {
+            // A child in its own process group (a sanitizer and the run it
+            // started) goes with the whole group.
+            #[cfg(unix)]
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
+                .status();
             let _ = child.kill();
             let _ = child.wait();
             return Ok((None, true, t0.elapsed().as_secs_f64()));
@@ -799,6 +837,41 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
         },
         logs.display()
     );
+    // The unmutated kernels of every kind scored must run clean under
+    // every tool, or a count would not be the planted bug's.
+    if let Some(cs) = &sanitizer {
+        let mut seen: Vec<&str> = Vec::new();
+        for e in &entries {
+            if seen.contains(&e.kind.name) || e.kind.sanitize_cases.is_empty() {
+                continue;
+            }
+            seen.push(e.kind.name);
+            let builtin = Entry {
+                kind: e.kind,
+                name: "builtin".into(),
+                env: Vec::new(),
+                error: None,
+            };
+            match sanitize(&exe, &builtin, &logs, cs, sanitize_limit) {
+                Sanitized::Clean { runs } => println!(
+                    "score: {} builtin: compute-sanitizer clean in {runs} runs (the baseline)",
+                    e.kind.name
+                ),
+                other => {
+                    eprintln!(
+                        "kernel-oracle: --sanitize: the unmutated {} kernels do not run clean under compute-sanitizer ({}); logs in {}",
+                        e.kind.name,
+                        other.cell(),
+                        logs.display()
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    }
+    // One sanitizer run at a time: many on one GPU would slow each past
+    // its limit.
+    let one_sanitizer = Mutex::new(());
     let results: Mutex<Vec<Option<(Verdict, Verdict, Sanitized)>>> =
         Mutex::new(entries.iter().map(|_| None).collect());
     let next = AtomicUsize::new(0);
@@ -823,7 +896,10 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
                     let missed =
                         (g.survived() || f.survived()) && !(g.cannot_run() || f.cannot_run());
                     let z = match &sanitizer {
-                        Some(cs) if missed => sanitize(&exe, e, &logs, cs, sanitize_limit),
+                        Some(cs) if missed => {
+                            let _one = one_sanitizer.lock().unwrap_or_else(|p| p.into_inner());
+                            sanitize(&exe, e, &logs, cs, sanitize_limit)
+                        }
                         _ => Sanitized::Skipped,
                     };
                     (g, f, z)
@@ -858,7 +934,7 @@ pub fn run_command(m: &ArgMatches) -> ExitCode {
         let missed = g.survived() || f.survived();
         survived += usize::from(missed && !z.caught());
         by_sanitizer += usize::from(missed && z.caught());
-        cannot += usize::from(g.cannot_run() || f.cannot_run());
+        cannot += usize::from(g.cannot_run() || f.cannot_run() || z.cannot_run());
         let how = if matches!(f, Verdict::Skipped) {
             "-".to_string()
         } else {
@@ -945,6 +1021,12 @@ mod tests {
         assert_eq!(sanitizer_errors(found), Some(25));
         let race = "========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)\n";
         assert_eq!(sanitizer_errors(race), Some(3));
+        // Cut short before its summary: the reports it printed.
+        let cut = "========= COMPUTE-SANITIZER\n\
+                   ========= Invalid __global__ read of size 4 bytes\n\
+                   =========     at gdn_step+0x1a0\n\
+                   ========= Error: Race reported between Write access and Read access\n";
+        assert_eq!(sanitizer_errors(cut), Some(2));
         assert_eq!(
             sanitizer_errors("========= COMPUTE-SANITIZER\nkilled\n"),
             None
@@ -1024,10 +1106,17 @@ mod tests {
             ),
             "{failed:?}"
         );
-        let cut = run(&entry("initcheck", "no summary\\n", "2"));
+        // A case that fails on its values is the gate's gap, not a catch.
+        assert!(!failed.caught() && failed.cell().starts_with("SURVIVED"));
+        let cut = run(&entry("initcheck", "no summary\\n", "3"));
         assert!(
             matches!(cut, Sanitized::Incomplete(_)) && !cut.caught(),
             "{cut:?}"
+        );
+        let no_device = run(&entry("memcheck", "kernel-oracle: no CUDA device\\n", "2"));
+        assert!(
+            no_device.cannot_run() && !no_device.caught(),
+            "{no_device:?}"
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
