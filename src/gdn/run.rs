@@ -236,9 +236,9 @@ pub fn chained_kept(e: &GdnEngine, src: &CaseSrc<'_>) -> Result<(Six, Kept), Dev
         on_device(e, src.alpha, k2)?,
     );
     // Each row's inputs come by device copy from those uploads.
-    let mut x = e.alloc_output::<f32>(c)?;
-    let mut br = e.alloc_output::<f32>(nv)?;
-    let mut al = e.alloc_output::<f32>(nv)?;
+    let mut x = e.alloc_input::<f32>(c)?;
+    let mut br = e.alloc_input::<f32>(nv)?;
+    let mut al = e.alloc_input::<f32>(nv)?;
     for r in 0..t {
         e.copy_from_at(xs, r * c, &mut x)?;
         e.launch_conv_row(&s, &x, &w, &mut st, r, &mut conv_out)?;

@@ -16,23 +16,32 @@ pub const GUARD_SENTINEL: u8 = 0xA5;
 /// kernel failed to write fails any comparison.
 pub const POISON: u8 = 0xFF;
 /// The byte an input's guard bands are filled with (an input an engine's
-/// `upload` copies with guards on). `0xFF` is NaN as f32, f16, bf16, e4m3
-/// and e5m2 (OCP OFP8 v1.0, Table 1), and -1 as a signed integer: a kernel
-/// that reads past an input's end and lets what it read into a result
-/// makes that result NaN (or an index out of range), where the memory past
-/// a plain allocation often holds zeros that a zero multiplier or a
-/// zero-filled tail would have hidden.
+/// `upload` copies, or `alloc_input` makes, with guards on). `0xFF` is NaN
+/// as f32, f16, bf16, e4m3 and e5m2 (OCP OFP8 v1.0, Table 1): a kernel that
+/// reads past an input's end and lets what it read into a result makes
+/// that result NaN, where the memory past a plain allocation often holds
+/// zeros that a zero multiplier or a zero-filled tail would have hidden.
+/// As a signed integer it is -1; the one integer input an engine uploads,
+/// MoE's expert ids, refuses -1 as out of range (a failing row).
 pub const INPUT_BAND: u8 = 0xFF;
-/// The environment variable that turns inputs' guard bands off (`off`):
-/// under compute-sanitizer an input must end where its allocation does,
+/// The environment variable that turns inputs' guard bands off: `off`,
+/// `0`, `false` or `no` (any case); anything else, or unset, keeps them.
+/// Under compute-sanitizer an input must end where its allocation does,
 /// so that memcheck reports a read past it whatever it reads.
 pub const ENV_INPUT_BANDS: &str = "KERNEL_ORACLE_INPUT_BANDS";
 
-/// Whether inputs uploaded with guards on get [`INPUT_BAND`] bands: unless
-/// [`ENV_INPUT_BANDS`] is `off` (read once).
+/// Whether inputs made with guards on get [`INPUT_BAND`] bands: unless
+/// [`ENV_INPUT_BANDS`] turns them off (read once per process).
 pub fn input_bands() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var(ENV_INPUT_BANDS).map_or(true, |v| v != "off"))
+    *ON.get_or_init(|| {
+        std::env::var(ENV_INPUT_BANDS).map_or(true, |v| {
+            !matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "off" | "0" | "false" | "no"
+            )
+        })
+    })
 }
 
 /// A device array of `len` elements of `T`. When guarded, the allocation
@@ -187,6 +196,29 @@ pub(crate) fn upload_banded<T: DeviceRepr>(
     let mut b = alloc_banded(stream, data.len(), INPUT_BAND, None)?;
     upload_into(stream, data, &mut b)?;
     Ok(b)
+}
+
+/// A new buffer of `len` zeroed elements that device copies will fill (an
+/// input rewritten in place, row by row): between two [`GUARD_BYTES`]
+/// bands of [`INPUT_BAND`] when `guards` is on and [`input_bands`], else
+/// plain. `what` names it in a driver error.
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn alloc_input<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+    guards: bool,
+    what: &str,
+) -> Result<Buffer<T>> {
+    if guards && input_bands() {
+        return alloc_banded(stream, len, INPUT_BAND, Some(0));
+    }
+    alive()?;
+    let raw = stream
+        .alloc_zeros::<T>(len.max(1))
+        .map_err(|e| DeviceError::driver(format!("cuMemAlloc ({what})"), e))?;
+    Ok(Buffer::plain_len(raw, len))
 }
 
 /// A new device buffer holding `src`'s elements: an upload or a

@@ -1656,8 +1656,11 @@ impl GdnEngine {
         len("state batch", batch, state.batch)?;
         state.fits(shape)?;
         let (t, c, nv) = (shape.t(), shape.conv_dim(), shape.num_v());
-        // Zeroed on the device (a memset, no host copy).
-        let zeros = |n: usize| self.shim.zeros::<f32>(n, "gdn step input");
+        // Zeroed on the device (a memset, no host copy); inputs, so in
+        // NaN bands under a gate.
+        let zeros = |n: usize| {
+            buffer::alloc_input::<f32>(&self.shim.stream, n, self.shim.guards, "gdn step input")
+        };
         Ok(GdnStep {
             shape: *shape,
             batch,

@@ -320,6 +320,22 @@ macro_rules! shim_methods {
                 }
             }
 
+            /// Allocates an input of `len` zeroed elements that device
+            /// copies fill (one row of a longer input at a time): with
+            /// guards on, between [`INPUT_BAND`](crate::cuda::INPUT_BAND)
+            /// bands as [`upload`](Self::upload) places an input.
+            ///
+            /// # Errors
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver).
+            pub fn alloc_input<
+                T: ::cudarc::driver::DeviceRepr + ::cudarc::driver::ValidAsZeroBits,
+            >(
+                &self,
+                len: usize,
+            ) -> $crate::cuda::Result<$crate::cuda::Buffer<T>> {
+                $crate::cuda::buffer::alloc_input(&self.shim.stream, len, self.shim.guards, "input")
+            }
+
             /// Copies a device buffer's elements back (synchronises).
             ///
             /// # Errors
