@@ -148,6 +148,43 @@ fn write_past_dst_hits_the_guard_band() {
     );
 }
 
+/// A read past an input's end that reaches a result meets the input's NaN
+/// band (`device::wgpu::INPUT_BAND_WORDS`), where the binding's own end
+/// would have answered zero or the last element. The candidate multiplies
+/// whole k tiles, trusting the operands' zero-filled tails, and its src1
+/// loader drops the `k < K` test of four whole rows: past K it reads the
+/// next rows (finite, times src0's zeros: no change) and, from the second
+/// row on, past src1's end. Those rows' outputs turn NaN; without the band
+/// they came out exact (the gate's f32 rows all passed such a kernel); the
+/// builtin's are exact.
+#[test]
+fn a_read_past_an_input_meets_its_nan_band() {
+    let text = BUILTIN_MUL_MAT_WGSL
+        .replace("let kend = min(TILE_K, kdim - k0);", "let kend = TILE_K;")
+        .replace("if (k < params.k && col + 3u < n) {", "if (col + 3u < n) {");
+    assert_eq!(
+        text.matches("let kend = TILE_K;").count() + text.matches("if (col + 3u < n) {").count(),
+        2,
+        "both anchors moved"
+    );
+    // K = 4 in a TILE_K of 16: one partial tile; src1 is 4 rows of 4.
+    let (m, n, k) = (4, 4, 4);
+    let src0: Vec<u8> = (0..m * k).flat_map(|_| 1.0f32.to_le_bytes()).collect();
+    let src1 = vec![1.0f32; n * k];
+    let geom = Geometry::default();
+    let exact = builtin()
+        .mul_mat(Dtype::F32, geom, m, n, k, &src0, &src1)
+        .unwrap();
+    assert!(exact.iter().all(|&v| v == 4.0), "{exact:?}");
+    let got = candidate("whole_tiles.wgsl", &text)
+        .mul_mat(Dtype::F32, geom, m, n, k, &src0, &src1)
+        .unwrap();
+    // dst[n][m]: row r reads src1 up to r K + TILE_K - 1, past its n K
+    // elements from row 1 on; row 0 reads only inside it.
+    assert!(got[..m].iter().all(|&v| v == 4.0), "{got:?}");
+    assert!(got[m..].iter().all(|v| v.is_nan()), "{got:?}");
+}
+
 /// The builtin shader's line `const NAME: u32 = ...;`.
 fn decl_line(name: &str) -> String {
     let head = format!("const {name}: u32 = ");

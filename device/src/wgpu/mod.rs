@@ -67,6 +67,13 @@
 //! an element the kernel never writes fails every arm, K = 0 included
 //! (where the contract's output is +0: a zero-filled `dst` would pass a
 //! kernel that writes nothing).
+//!
+//! `src0` and `src1` are bound with [`INPUT_BAND_WORDS`] words of
+//! [`INPUT_BAND_BITS`] (NaN as f32 and as every f16 scale of a ggml block)
+//! after their data, so a read past an input's end that reaches a result
+//! makes it NaN. Without them, such a read would meet the binding's end,
+//! where the runtime's bounds checks return zero or the last element,
+//! and a zero-filled k tail on the other operand hides either.
 
 mod decl;
 mod error;
@@ -94,6 +101,14 @@ pub const BUILTIN_MUL_MAT_WGSL: &str = include_str!("../../../shaders/mul_mat_re
 /// (`QK = TILE_K / 4`, the quantized code units of a row), so a TILE_K
 /// below 4 leaves zero-length workgroup arrays.
 pub const MIN_TILE_K: u32 = 4;
+
+/// Words of NaN band bound after `src0`'s data (past its zero padding to a
+/// whole word) and after `src1`'s.
+pub const INPUT_BAND_WORDS: usize = 64;
+/// The inputs' band: `0xFF` bytes, NaN as f32, as an f16 (a ggml block's
+/// `d`, `dmin`) and as bf16, so a block or an element read from it turns
+/// the product NaN.
+pub const INPUT_BAND_BITS: u32 = 0xFFFF_FFFF;
 
 /// f32 words of guard band after `dst`.
 pub const GUARD_WORDS: usize = 64;
@@ -987,9 +1002,13 @@ impl WgpuEngine {
                 });
             }
         }
-        // Bindings: src0 padded with zero bytes to whole words, never empty.
-        let src0_bytes = (src0_len.div_ceil(4) * 4).max(4) as u64;
-        let src1_bytes = (4 * src1_len).max(4) as u64;
+        // Bindings: src0 padded with zero bytes to whole words, never empty;
+        // each input followed by its NaN band.
+        let band = 4 * INPUT_BAND_WORDS;
+        let src0_data = (src0_len.div_ceil(4) * 4).max(4);
+        let src0_bytes = (src0_data + band) as u64;
+        let src1_data = (4 * src1_len).max(4);
+        let src1_bytes = (src1_data + band) as u64;
         let dst_bytes = 4 * (dst_len + GUARD_WORDS) as u64;
         self.check_binding("src0", src0_bytes)?;
         self.check_binding("src1", src1_bytes)?;
@@ -1047,11 +1066,20 @@ impl WgpuEngine {
         // error: an error returned here, not wgpu's uncaptured-error panic.
         let bind_scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let storage = wgpu::BufferUsages::STORAGE;
-        let mut s0 = src0.to_vec();
-        s0.resize(src0_bytes as usize, 0);
+        let band_bytes = INPUT_BAND_BITS.to_le_bytes();
+        let with_band = |mut v: Vec<u8>, data: usize| {
+            v.resize(data, 0);
+            for _ in 0..INPUT_BAND_WORDS {
+                v.extend_from_slice(&band_bytes);
+            }
+            v
+        };
+        let s0 = with_band(src0.to_vec(), src0_data);
         let b_src0 = self.init_buffer("src0", &s0, storage);
-        let mut s1: Vec<u8> = src1.iter().flat_map(|v| v.to_le_bytes()).collect();
-        s1.resize(src1_bytes as usize, 0);
+        let s1 = with_band(
+            src1.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            src1_data,
+        );
         let b_src1 = self.init_buffer("src1", &s1, storage);
         let mut d: Vec<u8> = Vec::with_capacity(dst_bytes as usize);
         for i in 0..dst_len + GUARD_WORDS {
