@@ -58,8 +58,11 @@
 //   binding 0  src0    array<u32>, read: M rows of K elements in the dtype
 //                      SRC0_DTYPE, rows back to back (row m at byte
 //                      m * K / block_elems * block_bytes), the buffer padded
-//                      with zero bytes to a multiple of 4.
-//   binding 1  src1    array<f32>, read: N rows, row n at element n * stride_src1.
+//                      with zero bytes to a multiple of 4, then 64 words of
+//                      0xFFFFFFFF (a NaN band: bound reads by params, not
+//                      arrayLength).
+//   binding 1  src1    array<f32>, read: N rows, row n at element n * stride_src1,
+//                      then 64 words of 0xFFFFFFFF.
 //   binding 2  dst     array<f32>, read_write: dst[n * stride_dst + m].
 //   binding 3  params  MulMatParams (storage, read).
 //   entry point `main`, dispatched as

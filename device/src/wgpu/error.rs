@@ -87,7 +87,8 @@ pub enum WgpuError {
     BufferTooLarge {
         /// The binding (`"src0"`, `"src1"`, `"dst"`).
         arg: &'static str,
-        /// Bytes it needs (including padding and guard band).
+        /// Bytes it needs (including padding, and the NaN band after an
+        /// input or the guard band after `dst`).
         bytes: u64,
         /// The limit (bytes).
         limit: u64,

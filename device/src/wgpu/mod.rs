@@ -70,10 +70,14 @@
 //!
 //! `src0` and `src1` are bound with [`INPUT_BAND_WORDS`] words of
 //! [`INPUT_BAND_BITS`] (NaN as f32 and as every f16 scale of a ggml block)
-//! after their data, so a read past an input's end that reaches a result
-//! makes it NaN. Without them, such a read would meet the binding's end,
-//! where the runtime's bounds checks return zero or the last element,
-//! and a zero-filled k tail on the other operand hides either.
+//! after their data, always (gate, fuzzer and bench alike), so a read up to
+//! that many words past an input's end that reaches a result makes it NaN.
+//! Without them, such a read meets the binding's end, where the runtime's
+//! bounds checks return zero or the last element, and a zero-filled k tail
+//! on the other operand hides either. (Further out, a clamping bounds check
+//! lands on the band's last word, a zero-filling one answers 0.) The
+//! dequant path's scratch, written by `dequant` and read by `main`, is an
+//! intermediate and has no band.
 
 mod decl;
 mod error;
