@@ -1658,9 +1658,7 @@ impl GdnEngine {
         let (t, c, nv) = (shape.t(), shape.conv_dim(), shape.num_v());
         // Zeroed on the device (a memset, no host copy); inputs, so in
         // NaN bands under a gate.
-        let zeros = |n: usize| {
-            buffer::alloc_input::<f32>(&self.shim.stream, n, self.shim.guards, "gdn step input")
-        };
+        let zeros = |n: usize| self.alloc_input::<f32>(n);
         Ok(GdnStep {
             shape: *shape,
             batch,
