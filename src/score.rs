@@ -241,6 +241,7 @@ pub fn command(kinds: impl Iterator<Item = &'static str>) -> Command {
         )
         .arg(
             Arg::new("sanitizer")
+                .requires("sanitize")
                 .long("sanitizer")
                 .value_name("PATH")
                 .default_value(DEFAULT_SANITIZER)
@@ -249,6 +250,7 @@ pub fn command(kinds: impl Iterator<Item = &'static str>) -> Command {
         )
         .arg(
             Arg::new("sanitize-secs")
+                .requires("sanitize")
                 .long("sanitize-secs")
                 .value_name("SECONDS")
                 .default_value("120")
