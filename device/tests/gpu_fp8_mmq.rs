@@ -12,7 +12,9 @@
 //!   two orders above the reordering noise, five below an indexing error).
 //! - Every MMQ variant the source exports runs every shape.
 
-use device::cuda::{DeviceError, Engine, KernelSource, ENV_FP8_MMQ_CU};
+use device::cuda::{
+    compile, nvrtc_available, DeviceError, Engine, KernelSource, ENV_FP8_MMQ_CU, INPUT_BAND,
+};
 use oracle::compare::compare_f32;
 use oracle::fp8_mmq::{count_nan_magnitude, mmq, quantize_activations, Schedule, Shape};
 
@@ -485,5 +487,110 @@ fn guard_catches_a_write_past_the_output() {
         }
     }
     e.set_mmq_variant(None).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The candidate of [`a_checked_output_is_handed_on_as_an_input`], written
+/// to a temporary file: the built-in source with every MMQ body's output
+/// store reading one scale past `d` (times zero, so only a NaN there
+/// changes a result), and the quantizer writing `0xFF` one byte past `q`
+/// when `x[0]` is 1234.
+fn handed_on_candidate() -> (std::path::PathBuf, KernelSource) {
+    let text = KernelSource::builtin().text().to_string();
+    let store = "y[(u64)j * (u64)out_f + (u64)i] = sum";
+    let q1 = "    /* Q1: elements beyond in_f read as +0.0. */";
+    assert_eq!(
+        text.matches(store).count(),
+        3,
+        "cu/fp8_mmq.cu changed: update this test's store marker"
+    );
+    assert_eq!(
+        text.matches(q1).count(),
+        1,
+        "cu/fp8_mmq.cu changed: update this test's Q1 marker"
+    );
+    let bad = text
+        .replace(
+            store,
+            "y[(u64)j * (u64)out_f + (u64)i] = 0.0f * d[(u64)m * (u64)((in_f + 127) / 128)] + sum",
+        )
+        .replace(
+            q1,
+            &format!(
+                "    if (blk == 0 && lane == 0 && x[0] == 1234.0f)\n        q[(u64)m * (u64)in_f_pad] = 0xFF;\n{q1}"
+            ),
+        );
+    let dir = std::env::temp_dir().join(format!("kernel-oracle-handed-on-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fp8_mmq_handed_on.cu");
+    std::fs::write(&path, bad).unwrap();
+    let source = KernelSource::from_file(&path).unwrap();
+    (dir, source)
+}
+
+/// [`handed_on_candidate`] compiles for sm_90a (NVRTC, no GPU), so its
+/// markers are checked wherever the tests run.
+#[test]
+fn the_handed_on_candidate_compiles() {
+    if let Err(e) = nvrtc_available() {
+        panic!("{e}");
+    }
+    let (dir, source) = handed_on_candidate();
+    compile(&source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The quantizer's `q` and `d` are outputs until their check passes, then
+/// the MMQ's inputs: their bands hold [`INPUT_BAND`] (NaN), so an MMQ that
+/// reads one scale past `d` into every output (times zero) turns every
+/// output NaN, with every exported variant forced, where the output
+/// sentinel there (-2.9e-16 as f32) left every output exact. Relaunching
+/// the quantizer into the same `q` turns its bands back to the sentinel
+/// first: a write of `0xFF` one byte past it is caught, which a band of
+/// `0xFF` would not see.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn a_checked_output_is_handed_on_as_an_input() {
+    let (dir, source) = handed_on_candidate();
+    let mut e = Engine::with_source(0, source).unwrap();
+    e.set_guards(true);
+    let mut rng = Rng(11);
+    let c = make_case(&mut rng, 3, 144, 200, false);
+    let mut x: Vec<f32> = (0..c.shape.m() * c.shape.in_f())
+        .map(|_| rng.unit() * 8.0 - 4.0)
+        .collect();
+    let (wb, sb, xb) = (
+        e.upload(&c.w).unwrap(),
+        e.upload(&c.s).unwrap(),
+        e.upload(&x).unwrap(),
+    );
+    let cw = e.check_weights(&wb).unwrap();
+    let (mut q, mut d) = e.quantize(&xb, &c.shape).unwrap();
+    assert_eq!(q.band(), Some(INPUT_BAND), "q handed on");
+    assert_eq!(d.band(), Some(INPUT_BAND), "d handed on");
+    for v in 0..e.mmq_variants() {
+        e.set_mmq_variant(Some(v)).unwrap();
+        let y = e
+            .download(&e.mmq(&cw, &sb, &q, &d, &c.shape).unwrap())
+            .unwrap();
+        let nan = y.iter().filter(|v| v.is_nan()).count();
+        eprintln!("k{v}: {nan} of {} outputs NaN", y.len());
+        assert_eq!(
+            nan,
+            y.len(),
+            "k{v}: the read past d must reach every output"
+        );
+    }
+    e.set_mmq_variant(None).unwrap();
+    x[0] = 1234.0;
+    let xt = e.upload(&x).unwrap();
+    match e.quantize_into(&xt, &c.shape, &mut q, &mut d) {
+        Err(DeviceError::GuardClobbered {
+            arg: "q",
+            offset,
+            len_bytes,
+        }) => assert_eq!(offset, len_bytes as i64),
+        other => panic!("expected GuardClobbered on q, got {other:?}"),
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

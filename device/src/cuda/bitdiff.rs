@@ -116,7 +116,7 @@ impl BitDiffs {
             let n = a.len() as u64;
             let ctas = n.div_ceil(THREADS as u64).min(MAX_CTAS) as u32;
             let (av, bv) = (a.view(), b.view());
-            let mut out = self.words.view_mut();
+            let mut out = self.words.view_mut()?;
             let mut out = out.slice_mut(2 * pair..2 * pair + 2);
             let mut l = shim.stream.launch_builder(f);
             l.arg(&av).arg(&bv).arg(&n).arg(&mut out);

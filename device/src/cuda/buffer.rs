@@ -5,6 +5,7 @@ use super::error::{DeviceError, Result};
 use cudarc::driver::{
     result as drv, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr,
 };
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// Bytes of guard band before and after a guarded output.
@@ -16,7 +17,8 @@ pub const GUARD_SENTINEL: u8 = 0xA5;
 /// kernel failed to write fails any comparison.
 pub const POISON: u8 = 0xFF;
 /// The byte an input's guard bands are filled with (an input an engine's
-/// `upload` copies, or `alloc_input` makes, with guards on). `0xFF` is NaN
+/// `upload` copies, or `alloc_input` makes, with guards on, and an output
+/// whose check passed, handed on to the launches that read it). `0xFF` is NaN
 /// as f32, f16, bf16, e4m3 and e5m2 (OCP OFP8 v1.0, Table 1): a kernel that
 /// reads past an input's end and lets what it read into a result makes
 /// that result NaN, where the memory past a plain allocation often holds
@@ -48,13 +50,24 @@ pub fn input_bands() -> bool {
 /// holds [`GUARD_BYTES`] before and after the elements, filled with
 /// [`GUARD_SENTINEL`] (an output) or [`INPUT_BAND`] (an input), checked
 /// after each launch that writes the buffer.
+///
+/// An output that passed its check is read next as another launch's input
+/// (the quantizer's codes and scales by the MMQ, GDN's conv output by the
+/// prep, its heads by the scan): with [`input_bands`] on, the check turns
+/// its bands to [`INPUT_BAND`], so a read past its ends meets NaN as any
+/// uploaded input's does, and handing it to a launch as writable again
+/// (the shim's `view_mut`) turns them back to [`GUARD_SENTINEL`] first, so a
+/// stray write of `0xFF` bytes past it is still seen.
 #[derive(Debug)]
 pub struct Buffer<T> {
     raw: CudaSlice<T>,
     front: usize,
     len: usize,
-    /// The byte the bands hold (meaningful when `front > 0`).
-    band: u8,
+    /// The byte the bands hold now (meaningful when `front > 0`).
+    band: AtomicU8,
+    /// The byte it was made with: [`GUARD_SENTINEL`] (an output) or
+    /// [`INPUT_BAND`] (an input).
+    home: u8,
 }
 
 impl<T> Buffer<T> {
@@ -70,7 +83,8 @@ impl<T> Buffer<T> {
             raw,
             front: 0,
             len,
-            band: GUARD_SENTINEL,
+            band: AtomicU8::new(GUARD_SENTINEL),
+            home: GUARD_SENTINEL,
         }
     }
 
@@ -89,6 +103,31 @@ impl<T> Buffer<T> {
         self.front != 0
     }
 
+    /// The byte its guard bands hold now: [`GUARD_SENTINEL`] while it is a
+    /// launch's output, [`INPUT_BAND`] for an input or a checked output
+    /// handed on as one; `None` when unguarded.
+    pub fn band(&self) -> Option<u8> {
+        self.is_guarded().then(|| self.band.load(Ordering::Relaxed))
+    }
+
+    /// Fills both bands with `byte` (on the buffer's own stream, ordered
+    /// before later launches) and records it.
+    fn set_band(&self, byte: u8) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        let stream = self.raw.stream();
+        let (base, _rec) = self.raw.device_ptr(stream);
+        let (band, cu) = (self.front * size, stream.cu_stream());
+        // SAFETY: both bands lie inside the allocation, made on `stream`.
+        unsafe {
+            drv::memset_d8_async(base, byte, band, cu)
+                .map_err(|e| DeviceError::driver("cuMemsetD8Async (front guard band)", e))?;
+            drv::memset_d8_async(base + (band + self.len * size) as u64, byte, band, cu)
+                .map_err(|e| DeviceError::driver("cuMemsetD8Async (back guard band)", e))?;
+        }
+        self.band.store(byte, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// The elements, as a cudarc view (kernel argument).
     pub fn view(&self) -> CudaView<'_, T> {
         self.raw.slice(self.front..self.front + self.len)
@@ -100,9 +139,18 @@ impl<T> Buffer<T> {
         base + (self.front * std::mem::size_of::<T>()) as u64
     }
 
-    pub(crate) fn view_mut(&mut self) -> CudaViewMut<'_, T> {
+    /// The elements as a launch's or a copy's writable argument. An
+    /// output handed on as an input since its last check gets its
+    /// [`GUARD_SENTINEL`] bands back first (stream ordered).
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`] (the bands' memsets).
+    pub(crate) fn view_mut(&mut self) -> Result<CudaViewMut<'_, T>> {
+        if self.front > 0 && *self.band.get_mut() != self.home {
+            self.set_band(self.home)?;
+        }
         let (a, b) = (self.front, self.front + self.len);
-        self.raw.slice_mut(a..b)
+        Ok(self.raw.slice_mut(a..b))
     }
 }
 
@@ -287,7 +335,7 @@ pub(crate) fn copy_dtod<T: DeviceRepr>(
     }
     alive()?;
     stream
-        .memcpy_dtod(&src.view(), &mut dst.view_mut())
+        .memcpy_dtod(&src.view(), &mut dst.view_mut()?)
         .map_err(|e| DeviceError::driver(format!("cuMemcpyDtoD ({} elements)", src.len()), e))
 }
 
@@ -333,7 +381,7 @@ pub(crate) fn upload_into<T: DeviceRepr>(
     alive()?;
     settle(stream, "cuStreamSynchronize (before cuMemcpyHtoD)")?;
     stream
-        .memcpy_htod(data, &mut buf.view_mut())
+        .memcpy_htod(data, &mut buf.view_mut()?)
         .map_err(|e| DeviceError::driver(format!("cuMemcpyHtoD ({} elements)", data.len()), e))
 }
 
@@ -435,7 +483,8 @@ fn alloc_banded<T: cudarc::driver::DeviceRepr>(
         raw,
         front,
         len,
-        band,
+        band: AtomicU8::new(band),
+        home: band,
     })
 }
 
@@ -445,6 +494,11 @@ pub(crate) trait Guarded {
     /// Where this buffer's bands lie and what they hold; `None` for an
     /// unguarded buffer.
     fn band_span(&self, stream: &Arc<CudaStream>) -> Option<BandSpan>;
+
+    /// After a clean check, with [`input_bands`] on: an output's bands
+    /// become [`INPUT_BAND`] for the launches that read it next (see
+    /// [`Buffer`]); an input's, and an unguarded buffer, stay as they are.
+    fn hand_on(&self) -> Result<()>;
 }
 
 /// A guarded buffer's bands: `(allocation base, band bytes, element
@@ -458,7 +512,23 @@ impl<T> Guarded for Buffer<T> {
         }
         let size = std::mem::size_of::<T>();
         let (base, _rec) = self.raw.device_ptr(stream);
-        Some((base, self.front * size, self.len * size, self.band))
+        Some((
+            base,
+            self.front * size,
+            self.len * size,
+            self.band.load(Ordering::Relaxed),
+        ))
+    }
+
+    fn hand_on(&self) -> Result<()> {
+        if self.front > 0
+            && self.home == GUARD_SENTINEL
+            && self.band.load(Ordering::Relaxed) != INPUT_BAND
+            && input_bands()
+        {
+            self.set_band(INPUT_BAND)?;
+        }
+        Ok(())
     }
 }
 
@@ -466,7 +536,8 @@ impl<T> Guarded for Buffer<T> {
 /// `guards` is on, gathers every guarded output's two bands into one
 /// device staging buffer (device-to-device copies queued after the
 /// launches), reads it back in one copy, synchronises, and checks each
-/// output's bands in order; when off, does nothing, so a launch-only call
+/// output's bands in order, then hands every output on as an input
+/// ([`Guarded::hand_on`]); when off, does nothing, so a launch-only call
 /// stays free of synchronisation. One read-back per call, whatever the
 /// number of outputs (the fuzzers check several outputs after every
 /// launch).
@@ -550,6 +621,9 @@ pub(crate) fn check_outputs(
                 len_bytes,
             });
         }
+    }
+    for (b, _) in outputs {
+        b.hand_on()?;
     }
     Ok(())
 }

@@ -770,7 +770,7 @@ impl CublasLtFp8 {
         let a = ptr_of(s, ops.w);
         let b = ptr_of(s, ops.q.buf());
         let d = {
-            let mut v = ops.d.view_mut();
+            let mut v = ops.d.view_mut()?;
             let (p, _rec) = v.device_ptr_mut(s);
             p
         };
@@ -840,7 +840,7 @@ impl CublasLtFp8 {
             let mut y = buffer::alloc::<f32>(s, shape.out_len(), self.guards)?;
             drv(
                 || "cuMemcpyDtoD (y from cuBLASLt's padded D)".into(),
-                s.memcpy_dtod(&ops.d.view().slice(0..shape.out_len()), &mut y.view_mut()),
+                s.memcpy_dtod(&ops.d.view().slice(0..shape.out_len()), &mut y.view_mut()?),
             )?;
             buffer::check_outputs(s, self.guards, &[(&y, "y")])?;
             y

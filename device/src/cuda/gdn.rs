@@ -920,7 +920,7 @@ impl GdnEngine {
         let tab = tv.slice(off..off + 3);
         let (cd, dc) = (shape.conv_dim() as i32, shape.d_conv() as i32);
         let (xv, wv) = (x.view(), w.conv_w.view());
-        let mut ov = out.view_mut();
+        let mut ov = out.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f[0]);
         b.arg(&xv).arg(&tab).arg(&wv).arg(&mut ov).arg(&cd).arg(&dc);
         // SAFETY: the ABI's argument types and order; every length checked
@@ -977,8 +977,8 @@ impl GdnEngine {
         let (cd, dc, ti) = (shape.conv_dim() as i32, shape.d_conv() as i32, t as i32);
         let (xv, wv) = (x.view(), w.conv_w.view());
         let null = 0u64;
-        let mut ov = out.view_mut();
-        let mut sv = snap.view_mut();
+        let mut ov = out.view_mut()?;
+        let mut sv = snap.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f[3]);
         b.arg(&xv).arg(&tab).arg(&wv).arg(&mut ov);
         if t > 1 {
@@ -1022,11 +1022,11 @@ impl GdnEngine {
         let (nk, nv, ti) = (shape.num_k() as i32, shape.num_v() as i32, rows as i32);
         let (cv, bv, av) = (conv_out.view(), beta_raw.view(), alpha.view());
         let (dv, lv) = (w.dt_bias.view(), w.a_log.view());
-        let mut qv = heads.q.view_mut();
-        let mut kv = heads.k.view_mut();
-        let mut vv = heads.v.view_mut();
-        let mut betav = heads.beta.view_mut();
-        let mut gv = heads.g.view_mut();
+        let mut qv = heads.q.view_mut()?;
+        let mut kv = heads.k.view_mut()?;
+        let mut vv = heads.v.view_mut()?;
+        let mut betav = heads.beta.view_mut()?;
+        let mut gv = heads.g.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f[i]);
         b.arg(&cv).arg(&bv).arg(&av).arg(&dv).arg(&lv);
         b.arg(&mut qv)
@@ -1139,7 +1139,7 @@ impl GdnEngine {
         let nv = shape.num_v() as i32;
         let (qv, kv, vv) = (heads.q.view(), heads.k.view(), heads.v.view());
         let (gv, bv) = (heads.g.view(), heads.beta.view());
-        let mut ov = o.view_mut();
+        let mut ov = o.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f[2]);
         b.arg(&qv).arg(&kv).arg(&vv).arg(&gv).arg(&bv).arg(&tab);
         b.arg(&mut ov).arg(&nv).arg(&scale);
@@ -1191,8 +1191,8 @@ impl GdnEngine {
         let (qv, kv, vv) = (heads.q.view(), heads.k.view(), heads.v.view());
         let (gv, bv) = (heads.g.view(), heads.beta.view());
         let null = 0u64;
-        let mut ov = o.view_mut();
-        let mut sv = snap.view_mut();
+        let mut ov = o.view_mut()?;
+        let mut sv = snap.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f[5]);
         b.arg(&qv).arg(&kv).arg(&vv).arg(&gv).arg(&bv).arg(&tab);
         b.arg(&mut ov);
@@ -1480,7 +1480,7 @@ impl GdnEngine {
             return Ok(());
         }
         super::deadline::alive()?;
-        let mut dv = dst.view_mut();
+        let mut dv = dst.view_mut()?;
         let mut part = dv.slice_mut(at..end);
         drv(
             || format!("cuMemcpyDtoD ({} elements at {at})", src.len()),
@@ -1514,7 +1514,7 @@ impl GdnEngine {
         let part = sv.slice(at..end);
         drv(
             || format!("cuMemcpyDtoD ({n} elements from {at})"),
-            self.shim.stream.memcpy_dtod(&part, &mut dst.view_mut()),
+            self.shim.stream.memcpy_dtod(&part, &mut dst.view_mut()?),
         )
     }
 
@@ -1888,10 +1888,10 @@ impl GdnEngine {
         let (xv, bv, av) = (qkv.view(), beta_raw.view(), alpha.view());
         let (wv, dv, lv) = (w.conv_w.view(), w.dt_bias.view(), w.a_log.view());
         let null = 0u64;
-        let mut cv = conv_out.view_mut();
-        let mut ov = o.view_mut();
-        let mut scv = snap_conv.view_mut();
-        let mut ssv = snap_state.view_mut();
+        let mut cv = conv_out.view_mut()?;
+        let mut ov = o.view_mut()?;
+        let mut scv = snap_conv.view_mut()?;
+        let mut ssv = snap_state.view_mut()?;
         // The name, function and grid of one resolved entry (a step set
         // to C2 on another engine sharing the context may meet one that
         // cannot launch it: refused, not run on the main entry's grid).

@@ -36,7 +36,10 @@
 //!    e4m3); after the launch the bands are read back:
 //!    [`DeviceError::GuardClobbered`]. Inputs uploaded with guards on sit
 //!    between bands of [`INPUT_BAND`] (NaN as every float format), so a
-//!    read past an input's end that reaches a result fails by value.
+//!    read past an input's end that reaches a result fails by value. An
+//!    output whose check passed is handed on the same way to the launch
+//!    that reads it (the quantizer's `q` and `d` to the MMQ): its bands turn
+//!    to [`INPUT_BAND`] until it is written again ([`Buffer::band`]).
 //! 7. **The plan.** The kernel source chooses its own launch geometry
 //!    (`fp8_mmq_plan`); the shim checks it against the device's limits and
 //!    that it covers the output: [`DeviceError::BadPlan`].
@@ -371,7 +374,7 @@ impl Engine {
         let mut out = self.shim.zeros::<u32>(18, "plan")?;
         let (m, k, n) = (shape.m() as i32, shape.in_f() as i32, shape.out_f() as i32);
         let sms = self.sm_count as i32;
-        let mut ov = out.view_mut();
+        let mut ov = out.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f_plan);
         b.arg(&m).arg(&k).arg(&n).arg(&sms).arg(&force).arg(&mut ov);
         let cfg = launch_config((1, 1, 1), 32, 0);
@@ -496,7 +499,7 @@ impl Engine {
         let mut count = self.shim.zeros::<u64>(1, "nan count")?;
         let n = w.len() as u64;
         let wv = w.view();
-        let mut cv = count.view_mut();
+        let mut cv = count.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f_nan);
         b.arg(&wv).arg(&n).arg(&mut cv);
         let cfg = launch_config((p.nan_grid, 1, 1), p.nan_threads, 0);
@@ -551,8 +554,8 @@ impl Engine {
         let p = self.plan(shape)?;
         let (m, k) = (shape.m() as i32, shape.in_f() as i32);
         let xv = x.view();
-        let mut qv = q.view_mut();
-        let mut dv = d.view_mut();
+        let mut qv = q.view_mut()?;
+        let mut dv = d.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f_quant);
         b.arg(&xv).arg(&mut qv).arg(&mut dv).arg(&m).arg(&k);
         let cfg = launch_config(p.quant_grid, p.quant_threads, 0);
@@ -647,7 +650,7 @@ impl Engine {
         } else {
             None
         };
-        let mut yv = y.view_mut();
+        let mut yv = y.view_mut()?;
         let mut b = self.shim.stream.launch_builder(f);
         b.arg(&wv)
             .arg(&sv)

@@ -354,7 +354,7 @@ impl MoeEngine {
         )?;
         drv(
             || "cuMemsetD8Async (moe status)".into(),
-            self.shim.stream.memset_zeros(&mut status.buf.view_mut()),
+            self.shim.stream.memset_zeros(&mut status.buf.view_mut()?),
         )?;
         if n_pairs == 0 {
             return Ok(());
@@ -371,9 +371,9 @@ impl MoeEngine {
         let n = n_pairs as i32;
         let [sg, su, sd] = bank.slabs;
         let (sv, wv) = (sel.view(), selw.view());
-        let mut pv = ptrs.view_mut();
-        let mut cv = scales.view_mut();
-        let mut st = status.buf.view_mut();
+        let mut pv = ptrs.view_mut()?;
+        let mut cv = scales.view_mut()?;
+        let mut st = status.buf.view_mut()?;
         let mut b = self.shim.stream.launch_builder(&self.f_tables);
         b.arg(&sv).arg(&wv);
         match &views {

@@ -213,7 +213,7 @@ impl TensorCoreEngine {
         let c: Buffer<f32> = self.upload(tiles.c)?;
         let mut d: Buffer<f32> = self.alloc_output(n * TILE_M * TILE_N)?;
         let (av, bv, cv) = (a.view(), bt.view(), c.view());
-        let mut dv = d.view_mut();
+        let mut dv = d.view_mut()?;
         let (count, scale_d) = (n as i32, i32::from(tiles.scale_d));
         let mut b = self.shim.stream.launch_builder(&f[i]);
         b.arg(&av)
