@@ -512,7 +512,7 @@ fn handed_on_candidate() -> (std::path::PathBuf, KernelSource) {
     let bad = text
         .replace(
             store,
-            "y[(u64)j * (u64)out_f + (u64)i] = 0.0f * d[(u64)m * (u64)((in_f + 127) / 128)] + sum",
+            "y[(u64)j * (u64)out_f + (u64)i] = 0.0f * d[(u64)m * (u64)act_blocks] + sum",
         )
         .replace(
             q1,

@@ -17,8 +17,8 @@ pub const GUARD_SENTINEL: u8 = 0xA5;
 /// kernel failed to write fails any comparison.
 pub const POISON: u8 = 0xFF;
 /// The byte an input's guard bands are filled with (an input an engine's
-/// `upload` copies, or `alloc_input` makes, with guards on, and an output
-/// whose check passed, handed on to the launches that read it). `0xFF` is NaN
+/// `upload` copies, or `alloc_input` makes, with guards on, and the FP8
+/// quantizer's outputs once checked, handed on to the MMQ). `0xFF` is NaN
 /// as f32, f16, bf16, e4m3 and e5m2 (OCP OFP8 v1.0, Table 1): a kernel that
 /// reads past an input's end and lets what it read into a result makes
 /// that result NaN, where the memory past a plain allocation often holds
@@ -51,13 +51,14 @@ pub fn input_bands() -> bool {
 /// [`GUARD_SENTINEL`] (an output) or [`INPUT_BAND`] (an input), checked
 /// after each launch that writes the buffer.
 ///
-/// An output that passed its check is read next as another launch's input
-/// (the quantizer's codes and scales by the MMQ, GDN's conv output by the
-/// prep, its heads by the scan): with [`input_bands`] on, the check turns
-/// its bands to [`INPUT_BAND`], so a read past its ends meets NaN as any
-/// uploaded input's does, and handing it to a launch as writable again
-/// (the shim's `view_mut`) turns them back to [`GUARD_SENTINEL`] first, so a
-/// stray write of `0xFF` bytes past it is still seen.
+/// An output that passed its check and is read next by another launch of
+/// a pipeline (the FP8 quantizer's codes and scales, read by the MMQ) is
+/// handed on as an input: with [`input_bands`] on, its bands turn to
+/// [`INPUT_BAND`], so a read past its ends meets NaN as any uploaded
+/// input's does; handing it to a launch as writable again (the shim's
+/// `view_mut`) turns them back to [`GUARD_SENTINEL`] first, so a stray
+/// write of `0xFF` bytes past it is still seen. [`Buffer::band`] tells
+/// which it holds.
 #[derive(Debug)]
 pub struct Buffer<T> {
     raw: CudaSlice<T>,
@@ -110,8 +111,27 @@ impl<T> Buffer<T> {
         self.is_guarded().then(|| self.band.load(Ordering::Relaxed))
     }
 
-    /// Fills both bands with `byte` (on the buffer's own stream, ordered
-    /// before later launches) and records it.
+    /// After its check passed, with [`input_bands`] on: an output's bands
+    /// become [`INPUT_BAND`] for the launch that reads it next (see
+    /// [`Buffer`]); an input's, and an unguarded buffer, stay as they are.
+    /// Not for a buffer a CUDA graph writes: a replay writes it with no
+    /// `view_mut` to turn the sentinel back.
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`] (the bands' memsets).
+    pub(crate) fn hand_on(&self) -> Result<()> {
+        if self.front > 0
+            && self.home == GUARD_SENTINEL
+            && self.band.load(Ordering::Relaxed) != INPUT_BAND
+            && input_bands()
+        {
+            self.set_band(INPUT_BAND)?;
+        }
+        Ok(())
+    }
+
+    /// Fills both bands with `byte` (on the buffer's own stream, the
+    /// engine's, ordered before later launches) and records it.
     fn set_band(&self, byte: u8) -> Result<()> {
         let size = std::mem::size_of::<T>();
         let stream = self.raw.stream();
@@ -494,11 +514,6 @@ pub(crate) trait Guarded {
     /// Where this buffer's bands lie and what they hold; `None` for an
     /// unguarded buffer.
     fn band_span(&self, stream: &Arc<CudaStream>) -> Option<BandSpan>;
-
-    /// After a clean check, with [`input_bands`] on: an output's bands
-    /// become [`INPUT_BAND`] for the launches that read it next (see
-    /// [`Buffer`]); an input's, and an unguarded buffer, stay as they are.
-    fn hand_on(&self) -> Result<()>;
 }
 
 /// A guarded buffer's bands: `(allocation base, band bytes, element
@@ -519,25 +534,13 @@ impl<T> Guarded for Buffer<T> {
             self.band.load(Ordering::Relaxed),
         ))
     }
-
-    fn hand_on(&self) -> Result<()> {
-        if self.front > 0
-            && self.home == GUARD_SENTINEL
-            && self.band.load(Ordering::Relaxed) != INPUT_BAND
-            && input_bands()
-        {
-            self.set_band(INPUT_BAND)?;
-        }
-        Ok(())
-    }
 }
 
 /// After launches that wrote `outputs` (each with its argument name): when
 /// `guards` is on, gathers every guarded output's two bands into one
 /// device staging buffer (device-to-device copies queued after the
 /// launches), reads it back in one copy, synchronises, and checks each
-/// output's bands in order, then hands every output on as an input
-/// ([`Guarded::hand_on`]); when off, does nothing, so a launch-only call
+/// output's bands in order; when off, does nothing, so a launch-only call
 /// stays free of synchronisation. One read-back per call, whatever the
 /// number of outputs (the fuzzers check several outputs after every
 /// launch).
@@ -621,9 +624,6 @@ pub(crate) fn check_outputs(
                 len_bytes,
             });
         }
-    }
-    for (b, _) in outputs {
-        b.hand_on()?;
     }
     Ok(())
 }

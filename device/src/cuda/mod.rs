@@ -36,10 +36,10 @@
 //!    e4m3); after the launch the bands are read back:
 //!    [`DeviceError::GuardClobbered`]. Inputs uploaded with guards on sit
 //!    between bands of [`INPUT_BAND`] (NaN as every float format), so a
-//!    read past an input's end that reaches a result fails by value. An
-//!    output whose check passed is handed on the same way to the launch
-//!    that reads it (the quantizer's `q` and `d` to the MMQ): its bands turn
-//!    to [`INPUT_BAND`] until it is written again ([`Buffer::band`]).
+//!    read past an input's end that reaches a result fails by value. The
+//!    quantizer's `q` and `d`, once checked, are handed on to the MMQ the
+//!    same way: their bands turn to [`INPUT_BAND`] until they are written
+//!    again ([`Buffer::band`]).
 //! 7. **The plan.** The kernel source chooses its own launch geometry
 //!    (`fp8_mmq_plan`); the shim checks it against the device's limits and
 //!    that it covers the output: [`DeviceError::BadPlan`].
@@ -539,7 +539,8 @@ impl Engine {
     }
 
     /// Launches the quantizer into existing outputs. Does not synchronise
-    /// unless guards are on (then it checks the bands of `q` and `d`).
+    /// unless guards are on (then it checks the bands of `q` and `d`, and
+    /// hands them on to the MMQ as inputs: see [`Buffer`]).
     ///
     /// # Errors
     /// As [`Engine::quantize`].
@@ -562,7 +563,13 @@ impl Engine {
         // SAFETY: argument types, order and lengths checked above against the ABI.
         launched("fp8_quantize_act", unsafe { b.launch(cfg) })?;
         drop(b);
-        self.shim.check_outputs(&[(q, "q"), (d, "d")])
+        self.shim.check_outputs(&[(q, "q"), (d, "d")])?;
+        // Checked: from here on the MMQ's inputs.
+        if self.shim.guards {
+            q.hand_on()?;
+            d.hand_on()?;
+        }
+        Ok(())
     }
 
     /// The v2 MMQ into a new output `y` `[m x out_f]`. Synchronises.
