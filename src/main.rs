@@ -241,6 +241,7 @@ fn mutant(k: &Kind, m: &ArgMatches) -> ExitCode {
 fn main() -> ExitCode {
     // Printed reproductions name this very executable outside the tree.
     kernel_oracle::paths::set_main();
+    exit_quietly_on_a_closed_stdout();
     let code = run_cli();
     if let Some(lost) = device::cuda::context_lost() {
         if lost.running {
@@ -252,6 +253,27 @@ fn main() -> ExitCode {
         }
     }
     code
+}
+
+/// A print to a closed standard output (`kernel-oracle score | head`)
+/// ends the program as SIGPIPE ends a C tool: exit status 141, no panic
+/// message. Rust ignores SIGPIPE, so the write returns EPIPE and
+/// `println!` panics "failed printing to stdout"; every other panic keeps
+/// the default hook.
+fn exit_quietly_on_a_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("os error 32") {
+            device::cuda::exit_process(141);
+        }
+        default(info);
+    }));
 }
 
 fn run_cli() -> ExitCode {

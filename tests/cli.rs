@@ -151,3 +151,30 @@ fn case_fp8_mmq_accepts_the_printed_reproduction_for_every_arm() {
         assert_reproduction_parses(&cmd);
     }
 }
+
+/// A closed standard output (`kernel-oracle kinds | head -0`) ends the
+/// program as SIGPIPE ends a C tool, exit status 141, with no panic
+/// message: Rust ignores SIGPIPE, so a print to a closed pipe returns
+/// EPIPE, which `println!` turns into a panic.
+#[test]
+fn a_closed_stdout_is_exit_141_not_a_panic() {
+    for args in [
+        &["kinds"][..],
+        &["mutant", "gdn"],
+        &["sanitize-cases", "gdn"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = Command::new(kernel_oracle::paths::kernel_oracle_exe(env!(
+            "CARGO_BIN_EXE_kernel-oracle"
+        )))
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}
