@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 17] = [
+pub const MUTANTS: [Mutant; 18] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -38,6 +38,18 @@ pub const MUTANTS: [Mutant; 17] = [
     for (i32 i = 0; i < GDN_D; ++i) col[i] = __fmul_rn(col[i], d);
 ",
         caught_by: &[2],
+    },
+    Mutant {
+        name: "state-store-past-end",
+        what: "the per-row scan stores each column's last element once more, one state past the end, for the last v-head: every value stays right, so only the guard check of the state buffers (written through the pointer table) sees it",
+        find: "    for (i32 i = 0; i < GDN_D; ++i) dst[base + (u64)i * GDN_D] = col[i];
+}
+",
+        replace: "    for (i32 i = 0; i < GDN_D; ++i) dst[base + (u64)i * GDN_D] = col[i];
+    if (h == num_v - 1) dst[base + (u64)GDN_D * GDN_D] = col[GDN_D - 1];
+}
+",
+        caught_by: &[1, 2],
     },
     Mutant {
         name: "eps-outside-sqrt",

@@ -265,6 +265,9 @@ pub fn chained_kept(e: &GdnEngine, src: &CaseSrc<'_>) -> Result<(Six, Kept), Dev
         (&all_o, "gathered scan outputs"),
         (&snap_conv, "conv snapshots"),
         (&snap_state, "state snapshots"),
+        (st.ring(), "conv ring"),
+        (st.canonical(), "canonical state"),
+        (st.alt(), "alternate state"),
     ])?;
     let kept = Kept {
         st,

@@ -498,6 +498,17 @@ impl GdnState {
         )
     }
 
+    /// The ring and both state buffers with their names, for a guard check
+    /// after a launch that writes them (through the pointer table, so
+    /// they are inputs by their bands: a write past one changes them).
+    fn named(&self) -> [(&dyn Guarded, &'static str); 3] {
+        [
+            (&self.ring, "conv ring"),
+            (&self.canonical, "canonical state"),
+            (&self.alt, "alternate state"),
+        ]
+    }
+
     /// [`GdnState::fits`] for the per-row and packed-twin kernels, which
     /// handle one sequence.
     fn fits_one(&self, shape: &GdnShape) -> Result<()> {
@@ -894,7 +905,8 @@ impl GdnEngine {
         out: &mut Buffer<f32>,
     ) -> Result<()> {
         self.launch_conv_row(shape, x, w, state, row, out)?;
-        self.shim.check_outputs(&[(out, "out")])
+        let [r, ..] = state.named();
+        self.shim.check_outputs(&[(out, "out"), r])
     }
 
     /// [`GdnEngine::conv_row`] without the guard check (no
@@ -948,7 +960,8 @@ impl GdnEngine {
         snap: &mut Buffer<f32>,
     ) -> Result<()> {
         self.launch_conv_rows(shape, x, w, state, out, snap)?;
-        self.shim.check_outputs(&[(out, "out"), (snap, "snap")])
+        let [r, ..] = state.named();
+        self.shim.check_outputs(&[(out, "out"), (snap, "snap"), r])
     }
 
     /// [`GdnEngine::conv_rows`] without the guard check (no synchronisation:
@@ -1113,7 +1126,8 @@ impl GdnEngine {
         o: &mut Buffer<f32>,
     ) -> Result<()> {
         self.launch_scan_row(shape, heads, scale, state, row, o)?;
-        self.shim.check_outputs(&[(o, "o")])
+        let [_, c, a] = state.named();
+        self.shim.check_outputs(&[(o, "o"), c, a])
     }
 
     /// [`GdnEngine::scan_row`] without the guard check (no
@@ -1168,7 +1182,8 @@ impl GdnEngine {
         snap: &mut Buffer<f32>,
     ) -> Result<StateSlot> {
         let slot = self.launch_scan_rows(shape, heads, scale, state, o, snap)?;
-        self.shim.check_outputs(&[(o, "o"), (snap, "snap")])?;
+        let [_, c, a] = state.named();
+        self.shim.check_outputs(&[(o, "o"), (snap, "snap"), c, a])?;
         Ok(slot)
     }
 
@@ -1295,6 +1310,7 @@ impl GdnStep {
             (&self.snap_state, "snap_state"),
         ];
         v.extend(self.heads.named());
+        v.extend(self.state.named());
         v
     }
 }
