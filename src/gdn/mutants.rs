@@ -41,7 +41,7 @@ pub const MUTANTS: [Mutant; 18] = [
     },
     Mutant {
         name: "state-store-past-end",
-        what: "the per-row scan stores each column's last element once more, one state past the end, for the last v-head: every value stays right, so only the guard check of the state buffers (written through the pointer table) sees it",
+        what: "the per-row scan stores each column's last element once more, one state past the end, for the last v-head: every value stays right, so of the gate's checks only the guard check of the state buffers (written through the pointer table) sees it",
         find: "    for (i32 i = 0; i < GDN_D; ++i) dst[base + (u64)i * GDN_D] = col[i];
 }
 ",

@@ -850,8 +850,15 @@ impl GdnEngine {
         check_gdn_batch_state(shape, batch, ring.len(), canonical.len(), alt_len)?;
         let alt = match alt {
             Some(a) => self.make(a)?,
-            // Zeroed on the device (a memset, no host copy).
-            None => self.shim.zeros::<f32>(n, "gdn alternate state")?,
+            // Zeroed on the device (a memset, no host copy), between input
+            // bands like the other two (with guards on): a store past its
+            // end changes a band.
+            None => buffer::alloc_input(
+                &self.shim.stream,
+                n,
+                self.shim.guards,
+                "gdn alternate state",
+            )?,
         };
         let mut state = GdnState {
             ring: self.make(ring)?,
