@@ -1605,7 +1605,9 @@ impl GdnEngine {
     /// # Errors
     /// [`DeviceError::Gdn`] (`GdnError::Len`: `ring` must hold `C * P`,
     /// `canonical` and `alt` `N` elements) before anything changes;
-    /// [`DeviceError::Driver`].
+    /// [`DeviceError::Driver`] when the table's upload fails: the state
+    /// keeps its old buffers (the ones the table still points at) and the
+    /// new ones are dropped.
     pub fn rebind_state(
         &self,
         state: &mut GdnState,
@@ -1619,7 +1621,16 @@ impl GdnEngine {
             std::mem::replace(&mut state.canonical, canonical),
             std::mem::replace(&mut state.alt, alt),
         ];
-        self.write_table(state)?;
+        if let Err(e) = self.write_table(state) {
+            // The table was not rewritten: it still points at the old
+            // buffers, so the state keeps them (dropping them would leave
+            // the table pointing at freed memory).
+            let [r, c, a] = old;
+            state.ring = r;
+            state.canonical = c;
+            state.alt = a;
+            return Err(e);
+        }
         Ok(old)
     }
 
