@@ -454,11 +454,8 @@ fn guard_catches_a_write_past_the_output() {
             "    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) y[(u64)m * (u64)out_f] = 0.0f;\n{marker}"
         ),
     );
-    let dir = std::env::temp_dir().join(format!("kernel-oracle-guard-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("fp8_mmq_oob.cu");
-    std::fs::write(&path, bad).unwrap();
-    let mut e = Engine::with_source(0, KernelSource::from_file(&path).unwrap()).unwrap();
+    let (dir, source) = write_candidate("guard", &bad);
+    let mut e = Engine::with_source(0, source).unwrap();
     e.set_guards(true);
     let mut rng = Rng(7);
     let c = make_case(&mut rng, 3, 144, 200, true);
@@ -520,12 +517,18 @@ fn handed_on_candidate() -> (std::path::PathBuf, KernelSource) {
                 "    if (blk == 0 && lane == 0 && x[0] == 1234.0f)\n        q[(u64)m * (u64)in_f_pad] = 0xFF;\n{q1}"
             ),
         );
-    let dir = std::env::temp_dir().join(format!("kernel-oracle-handed-on-{}", std::process::id()));
+    write_candidate("handed-on", &bad)
+}
+
+/// Writes a candidate source to `fp8_mmq.cu` in a fresh temporary
+/// directory named after `what` and this process: the directory (for the
+/// test to remove) and the source read back.
+fn write_candidate(what: &str, text: &str) -> (std::path::PathBuf, KernelSource) {
+    let dir = std::env::temp_dir().join(format!("kernel-oracle-{what}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("fp8_mmq_handed_on.cu");
-    std::fs::write(&path, bad).unwrap();
-    let source = KernelSource::from_file(&path).unwrap();
-    (dir, source)
+    let path = dir.join("fp8_mmq.cu");
+    std::fs::write(&path, text).unwrap();
+    (dir, KernelSource::from_file(&path).unwrap())
 }
 
 /// [`handed_on_candidate`] compiles for sm_90a (NVRTC, no GPU), so its

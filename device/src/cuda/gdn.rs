@@ -499,14 +499,20 @@ impl GdnState {
     }
 
     /// The ring and both state buffers with their names, for a guard check
-    /// after a launch that writes them (through the pointer table, so
-    /// they are inputs by their bands: a write past one changes them).
-    fn named(&self) -> [(&dyn Guarded, &'static str); 3] {
+    /// after launches that write them ([`GdnEngine::check_guards`]): the
+    /// kernels write them through the pointer table, and their bands are
+    /// an input's, so a write past one changes them.
+    pub fn named(&self) -> [(&Buffer<f32>, &'static str); 3] {
         [
             (&self.ring, "conv ring"),
             (&self.canonical, "canonical state"),
             (&self.alt, "alternate state"),
         ]
+    }
+
+    /// [`GdnState::named`] as entries of a guard check list.
+    fn guarded(&self) -> [(&dyn Guarded, &'static str); 3] {
+        self.named().map(|(b, n)| (b as &dyn Guarded, n))
     }
 
     /// [`GdnState::fits`] for the per-row and packed-twin kernels, which
@@ -912,7 +918,7 @@ impl GdnEngine {
         out: &mut Buffer<f32>,
     ) -> Result<()> {
         self.launch_conv_row(shape, x, w, state, row, out)?;
-        let [r, ..] = state.named();
+        let [r, ..] = state.guarded();
         self.shim.check_outputs(&[(out, "out"), r])
     }
 
@@ -967,7 +973,7 @@ impl GdnEngine {
         snap: &mut Buffer<f32>,
     ) -> Result<()> {
         self.launch_conv_rows(shape, x, w, state, out, snap)?;
-        let [r, ..] = state.named();
+        let [r, ..] = state.guarded();
         self.shim.check_outputs(&[(out, "out"), (snap, "snap"), r])
     }
 
@@ -1133,7 +1139,7 @@ impl GdnEngine {
         o: &mut Buffer<f32>,
     ) -> Result<()> {
         self.launch_scan_row(shape, heads, scale, state, row, o)?;
-        let [_, c, a] = state.named();
+        let [_, c, a] = state.guarded();
         self.shim.check_outputs(&[(o, "o"), c, a])
     }
 
@@ -1189,7 +1195,7 @@ impl GdnEngine {
         snap: &mut Buffer<f32>,
     ) -> Result<StateSlot> {
         let slot = self.launch_scan_rows(shape, heads, scale, state, o, snap)?;
-        let [_, c, a] = state.named();
+        let [_, c, a] = state.guarded();
         self.shim.check_outputs(&[(o, "o"), (snap, "snap"), c, a])?;
         Ok(slot)
     }
@@ -1317,7 +1323,7 @@ impl GdnStep {
             (&self.snap_state, "snap_state"),
         ];
         v.extend(self.heads.named());
-        v.extend(self.state.named());
+        v.extend(self.state.guarded());
         v
     }
 }
