@@ -10,7 +10,7 @@
 //! q8_0, q4_K, q6_K) on the LFM2.5-350M 512-token prefill projections
 //! (`gate::LFM_SHAPES`), GFLOP/s = `2 m k n / time` per shape, the time per
 //! dispatch averaged over `ITERS` dispatches in one submission after two
-//! warm-up dispatches.
+//! warm-up dispatches, the median of five such submissions.
 //!
 //! Environment, parsed strictly (set but unparseable is an error, and so is
 //! 0): `WG_M`, `WG_N`, `TILE_K` (with none of them set, each shape runs at
@@ -80,7 +80,7 @@
 //! binary's rows by the host clock around one submission of `ITERS`
 //! dispatches and the wait for it (so a row carries its share of one
 //! submission and one wait: the `floor` row), the peer by CUDA events
-//! around `ITERS` calls, the median of five. Both sides' calls run back to
+//! around `ITERS` calls; each the median of five such windows. Both sides' calls run back to
 //! back on the GPU.
 //!
 //! Data: RANDOM-arm data of the gate (`kernel_oracle::mul_mat`): random
@@ -108,8 +108,12 @@ fn env_u32(key: &str, default: u32) -> anyhow::Result<u32> {
     Ok(v)
 }
 
+/// Windows a row's time is the median of, as the peer's.
+const WINDOWS: usize = 5;
+
 /// Milliseconds a run of `job` (its `parts`, recorded by `passes`): two
-/// warm-up runs, then `iters` in one submission by the host clock.
+/// warm-up runs, then the median over [`WINDOWS`] windows of `iters` in
+/// one submission each, by the host clock.
 fn time_ms(
     job: &device::wgpu::MulMatJob<'_>,
     iters: u32,
@@ -117,9 +121,14 @@ fn time_ms(
     passes: Passes,
 ) -> anyhow::Result<f64> {
     job.dispatch_parts(2, parts, passes)?;
-    let t0 = std::time::Instant::now();
-    job.dispatch_parts(iters, parts, passes)?;
-    Ok(t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters))
+    let mut ms = Vec::with_capacity(WINDOWS);
+    for _ in 0..WINDOWS {
+        let t0 = std::time::Instant::now();
+        job.dispatch_parts(iters, parts, passes)?;
+        ms.push(t0.elapsed().as_secs_f64() * 1e3 / f64::from(iters));
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[WINDOWS / 2])
 }
 
 /// cuBLAS SGEMM ms per call by shape label, and the peer's header line.

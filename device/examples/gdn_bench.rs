@@ -320,7 +320,7 @@ fn main() -> Result<()> {
             &varied(s.state_len(), 5, 0.3),
             None,
         )?;
-        let mut conv_out = e.alloc_output::<f32>(s.conv_dim())?;
+        let mut conv_out = e.alloc_intermediate(s.conv_dim())?;
         let mut heads = e.alloc_heads(&s, 1)?;
         let mut o = e.alloc_output::<f32>(s.value_dim())?;
         let mut chain = |cst: &mut device::cuda::GdnState, o: &mut Buffer<f32>| -> Result<()> {

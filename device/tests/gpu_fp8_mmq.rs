@@ -13,7 +13,8 @@
 //! - Every MMQ variant the source exports runs every shape.
 
 use device::cuda::{
-    compile, nvrtc_available, DeviceError, Engine, KernelSource, ENV_FP8_MMQ_CU, INPUT_BAND,
+    byte_word, compile, nvrtc_available, DeviceError, Engine, KernelSource, ENV_FP8_MMQ_CU,
+    INPUT_BAND,
 };
 use oracle::compare::compare_f32;
 use oracle::fp8_mmq::{count_nan_magnitude, mmq, quantize_activations, Schedule, Shape};
@@ -489,17 +490,26 @@ fn guard_catches_a_write_past_the_output() {
 
 /// The candidate of [`a_checked_output_is_handed_on_as_an_input`], written
 /// to a temporary file: the built-in source with every MMQ body's output
-/// store reading one scale past `d` (times zero, so only a NaN there
+/// store (the staged one of the swapped variants too) reading one scale
+/// past `d` (times zero, so only a NaN there
 /// changes a result), and the quantizer writing `0xFF` one byte past `q`
 /// when `x[0]` is 1234.
 fn handed_on_candidate() -> (std::path::PathBuf, KernelSource) {
     let text = KernelSource::builtin().text().to_string();
     let store = "y[(u64)j * (u64)out_f + (u64)i] = sum";
+    // The swapped native variants (tokens on the MMA's M side) store
+    // through a shared-memory tile, four outputs a thread.
+    let staged = "const float4 v = *reinterpret_cast<const float4 *>(ys + r * YS + c);";
     let q1 = "    /* Q1: elements beyond in_f read as +0.0. */";
     assert_eq!(
         text.matches(store).count(),
         3,
         "cu/fp8_mmq.cu changed: update this test's store marker"
+    );
+    assert_eq!(
+        text.matches(staged).count(),
+        1,
+        "cu/fp8_mmq.cu changed: update this test's staged-store marker"
     );
     assert_eq!(
         text.matches(q1).count(),
@@ -510,6 +520,10 @@ fn handed_on_candidate() -> (std::path::PathBuf, KernelSource) {
         .replace(
             store,
             "y[(u64)j * (u64)out_f + (u64)i] = 0.0f * d[(u64)m * (u64)act_blocks] + sum",
+        )
+        .replace(
+            staged,
+            "float4 v = *reinterpret_cast<const float4 *>(ys + r * YS + c);\n            { const float z = 0.0f * d[(u64)m * (u64)act_blocks]; v.x += z; v.y += z; v.z += z; v.w += z; }",
         )
         .replace(
             q1,
@@ -569,8 +583,8 @@ fn a_checked_output_is_handed_on_as_an_input() {
     );
     let cw = e.check_weights(&wb).unwrap();
     let (mut q, mut d) = e.quantize(&xb, &c.shape).unwrap();
-    assert_eq!(q.band(), Some(INPUT_BAND), "q handed on");
-    assert_eq!(d.band(), Some(INPUT_BAND), "d handed on");
+    assert_eq!(q.band(), Some(byte_word(INPUT_BAND)), "q handed on");
+    assert_eq!(d.band(), Some(byte_word(INPUT_BAND)), "d handed on");
     for v in 0..e.mmq_variants() {
         e.set_mmq_variant(Some(v)).unwrap();
         let y = e

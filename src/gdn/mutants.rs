@@ -15,7 +15,7 @@
 pub type Mutant = crate::mutate::Mutant<u8>;
 
 /// The planted bugs.
-pub const MUTANTS: [Mutant; 18] = [
+pub const MUTANTS: [Mutant; 19] = [
     Mutant {
         name: "decay-after-delta",
         what: "the scan computes kv and the rank-1 update against the undecayed state and decays afterwards (rule DECAY-FIRST broken), in both scan kernels",
@@ -50,6 +50,13 @@ pub const MUTANTS: [Mutant; 18] = [
 }
 ",
         caught_by: &[1, 2],
+    },
+    Mutant {
+        name: "twin-scan-beta-read-ahead",
+        what: "the packed scan adds zero times the next row's beta to each row's beta (a read-ahead gone one row too far): the last row reads num_v floats past the heads' beta, and every value stays right while what lies there is finite, as the output sentinel 0xA5A5A5A5 (-2.9e-16) is; the heads are intermediates in NaN bands, so the twins' o and state turn NaN",
+        find: "o[hv + j] = gdn_scan_column(col, qs, ks, v[hv + j], beta[(u64)r * num_v + h], d, scale);",
+        replace: "o[hv + j] = gdn_scan_column(col, qs, ks, v[hv + j], __fadd_rn(beta[(u64)r * num_v + h], __fmul_rn(0.0f, beta[(u64)(r + 1) * num_v + h])), d, scale);",
+        caught_by: &[1],
     },
     Mutant {
         name: "eps-outside-sqrt",

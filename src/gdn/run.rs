@@ -224,7 +224,8 @@ pub fn chained_kept(e: &GdnEngine, src: &CaseSrc<'_>) -> Result<(Six, Kept), Dev
     let mut all_o = e.alloc_output::<f32>(t * vd)?;
     let mut snap_conv = e.alloc_output::<f32>((t - 1) * rl)?;
     let mut snap_state = e.alloc_output::<f32>((t - 1) * n)?;
-    let mut conv_out = e.alloc_output::<f32>(c)?;
+    // Read by the next launch before any check: intermediates.
+    let mut conv_out = e.alloc_intermediate(c)?;
     let mut heads = e.alloc_heads(&s, 1)?;
     let mut o = e.alloc_output::<f32>(vd)?;
     // All rows' inputs, and one buffer per input rewritten each row.

@@ -5,7 +5,7 @@ use super::error::{DeviceError, Result};
 use cudarc::driver::{
     result as drv, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr,
 };
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Bytes of guard band before and after a guarded output.
@@ -17,8 +17,9 @@ pub const GUARD_SENTINEL: u8 = 0xA5;
 /// kernel failed to write fails any comparison.
 pub const POISON: u8 = 0xFF;
 /// The byte an input's guard bands are filled with (an input an engine's
-/// `upload` copies, or `alloc_input` makes, with guards on, and the FP8
-/// quantizer's outputs once checked, handed on to the MMQ). `0xFF` is NaN
+/// `upload` copies, or `alloc_input` makes, with guards on; the FP8
+/// quantizer's outputs once checked, handed on to the MMQ; an
+/// intermediate, `alloc_intermediate`, from the start). `0xFF` is NaN
 /// as f32, f16, bf16, e4m3 and e5m2 (OCP OFP8 v1.0, Table 1): a kernel that
 /// reads past an input's end and lets what it read into a result makes
 /// that result NaN, where the memory past a plain allocation often holds
@@ -26,6 +27,18 @@ pub const POISON: u8 = 0xFF;
 /// As a signed integer it is -1; the one integer input an engine uploads,
 /// MoE's expert ids, refuses -1 as out of range (a failing row).
 pub const INPUT_BAND: u8 = 0xFF;
+/// The 32-bit word an intermediate's guard bands repeat
+/// (an engine's `alloc_intermediate`; in memory, little-endian: `A5 A5 A5 FF`).
+/// As f32 it is a NaN (sign set, exponent all ones, payload `0x25A5A5`),
+/// so a read past an intermediate lets NaN into a result, as a read past
+/// an input's [`INPUT_BAND`] does. As a value a kernel could store, it is
+/// one no GPU arithmetic produces: the canonical NaN is `0x7FFFFFFF`
+/// (PTX ISA, "Floating Point Instructions"), and a NaN passed through
+/// unchanged (a copy, or `x != x ? x : ...`) from an input's band or an
+/// output's poison is `0xFFFFFFFF`. So the check after the launches sees
+/// every write past an intermediate but a copy of this very word, which
+/// only a read past another intermediate's band yields.
+pub const INTERMEDIATE_BAND: u32 = 0xFFA5_A5A5;
 /// The environment variable that turns inputs' guard bands off: `off`,
 /// `0`, `false` or `no` (any case); anything else, or unset, keeps them.
 /// Under compute-sanitizer an input must end where its allocation does,
@@ -57,18 +70,20 @@ pub fn input_bands() -> bool {
 /// [`INPUT_BAND`], so a read past its ends meets NaN as any uploaded
 /// input's does; handing it to a launch as writable again (the shim's
 /// `view_mut`) turns them back to [`GUARD_SENTINEL`] first, so a stray
-/// write of `0xFF` bytes past it is still seen. [`Buffer::band`] tells
-/// which it holds.
+/// write of `0xFF` bytes past it is still seen. An f32 output that the
+/// next launch reads before any check (GDN's conv output and heads) is an
+/// intermediate, in [`INTERMEDIATE_BAND`] bands from the start.
+/// [`Buffer::band`] tells which it holds.
 #[derive(Debug)]
 pub struct Buffer<T> {
     raw: CudaSlice<T>,
     front: usize,
     len: usize,
-    /// The byte the bands hold now (meaningful when `front > 0`).
-    band: AtomicU8,
-    /// The byte it was made with: [`GUARD_SENTINEL`] (an output) or
-    /// [`INPUT_BAND`] (an input).
-    home: u8,
+    /// The word the bands repeat now (meaningful when `front > 0`).
+    band: AtomicU32,
+    /// The word it was made with: of [`GUARD_SENTINEL`] bytes (an output),
+    /// of [`INPUT_BAND`] bytes (an input) or [`INTERMEDIATE_BAND`].
+    home: u32,
 }
 
 impl<T> Buffer<T> {
@@ -84,8 +99,8 @@ impl<T> Buffer<T> {
             raw,
             front: 0,
             len,
-            band: AtomicU8::new(GUARD_SENTINEL),
-            home: GUARD_SENTINEL,
+            band: AtomicU32::new(byte_word(GUARD_SENTINEL)),
+            home: byte_word(GUARD_SENTINEL),
         }
     }
 
@@ -104,10 +119,11 @@ impl<T> Buffer<T> {
         self.front != 0
     }
 
-    /// The byte its guard bands hold now: [`GUARD_SENTINEL`] while it is a
-    /// launch's output, [`INPUT_BAND`] for an input or a checked output
-    /// handed on as one; `None` when unguarded.
-    pub fn band(&self) -> Option<u8> {
+    /// The 32-bit word its guard bands repeat now: [`byte_word`] of
+    /// [`GUARD_SENTINEL`] while it is a launch's output, of [`INPUT_BAND`]
+    /// for an input or a checked output handed on as one;
+    /// [`INTERMEDIATE_BAND`] for an intermediate; `None` when unguarded.
+    pub fn band(&self) -> Option<u32> {
         self.is_guarded().then(|| self.band.load(Ordering::Relaxed))
     }
 
@@ -121,30 +137,34 @@ impl<T> Buffer<T> {
     /// [`DeviceError::Driver`] (the bands' memsets).
     pub(crate) fn hand_on(&self) -> Result<()> {
         if self.front > 0
-            && self.home == GUARD_SENTINEL
-            && self.band.load(Ordering::Relaxed) != INPUT_BAND
+            && self.home == byte_word(GUARD_SENTINEL)
+            && self.band.load(Ordering::Relaxed) != byte_word(INPUT_BAND)
             && input_bands()
         {
-            self.set_band(INPUT_BAND)?;
+            self.set_band(byte_word(INPUT_BAND))?;
         }
         Ok(())
     }
 
-    /// Fills both bands with `byte` (on the buffer's own stream, the
+    /// Fills both bands with `word` (on the buffer's own stream, the
     /// engine's, ordered before later launches) and records it.
-    fn set_band(&self, byte: u8) -> Result<()> {
+    fn set_band(&self, word: u32) -> Result<()> {
         let size = std::mem::size_of::<T>();
         let stream = self.raw.stream();
         let (base, _rec) = self.raw.device_ptr(stream);
         let (band, cu) = (self.front * size, stream.cu_stream());
         // SAFETY: both bands lie inside the allocation, made on `stream`.
         unsafe {
-            drv::memset_d8_async(base, byte, band, cu)
-                .map_err(|e| DeviceError::driver("cuMemsetD8Async (front guard band)", e))?;
-            drv::memset_d8_async(base + (band + self.len * size) as u64, byte, band, cu)
-                .map_err(|e| DeviceError::driver("cuMemsetD8Async (back guard band)", e))?;
+            fill_word(base, word, band, cu, "front guard band")?;
+            fill_word(
+                base + (band + self.len * size) as u64,
+                word,
+                band,
+                cu,
+                "back guard band",
+            )?;
         }
-        self.band.store(byte, Ordering::Relaxed);
+        self.band.store(word, Ordering::Relaxed);
         Ok(())
     }
 
@@ -172,6 +192,39 @@ impl<T> Buffer<T> {
         let (a, b) = (self.front, self.front + self.len);
         Ok(self.raw.slice_mut(a..b))
     }
+}
+
+/// The 32-bit word of four `byte`s (a byte band as [`Buffer::band`]
+/// gives it).
+pub const fn byte_word(byte: u8) -> u32 {
+    u32::from_ne_bytes([byte; 4])
+}
+
+/// Fills `bytes` bytes from `at` with `word` repeated, stream ordered: one
+/// byte memset when the word is four equal bytes, else a 32-bit one (`at`
+/// and `bytes` then multiples of 4, as every band of an f32 buffer is).
+///
+/// # Safety
+/// The range lies inside an allocation made on `cu`'s stream.
+unsafe fn fill_word(
+    at: u64,
+    word: u32,
+    bytes: usize,
+    cu: cudarc::driver::sys::CUstream,
+    what: &str,
+) -> Result<()> {
+    let b = word.to_le_bytes();
+    if b == [b[0]; 4] {
+        return drv::memset_d8_async(at, b[0], bytes, cu)
+            .map_err(|e| DeviceError::driver(format!("cuMemsetD8Async ({what})"), e));
+    }
+    debug_assert!(
+        at.is_multiple_of(4) && bytes.is_multiple_of(4),
+        "{what}: a word band needs 4-byte alignment"
+    );
+    cudarc::driver::sys::cuMemsetD32Async(at, word, bytes / 4, cu)
+        .result()
+        .map_err(|e| DeviceError::driver(format!("cuMemsetD32Async ({what})"), e))
 }
 
 /// Copies `data` to a new (unguarded) device buffer; an empty slice gets a
@@ -261,7 +314,7 @@ pub(crate) fn upload_banded<T: DeviceRepr>(
     if !input_bands() {
         return upload(stream, data);
     }
-    let mut b = alloc_banded(stream, data.len(), INPUT_BAND, None)?;
+    let mut b = alloc_banded(stream, data.len(), byte_word(INPUT_BAND), None)?;
     upload_into(stream, data, &mut b)?;
     Ok(b)
 }
@@ -280,7 +333,7 @@ pub(crate) fn alloc_input<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     what: &str,
 ) -> Result<Buffer<T>> {
     if guards && input_bands() {
-        return alloc_banded(stream, len, INPUT_BAND, Some(0));
+        return alloc_banded(stream, len, byte_word(INPUT_BAND), Some(0));
     }
     alive()?;
     let raw = stream
@@ -305,7 +358,7 @@ pub(crate) fn make<T: DeviceRepr>(
         Src::Host(h) => upload(stream, h),
         Src::Device(d) => {
             let mut b = if banded && input_bands() {
-                alloc_banded(stream, d.len(), INPUT_BAND, None)?
+                alloc_banded(stream, d.len(), byte_word(INPUT_BAND), None)?
             } else {
                 alloc(stream, d.len(), false)?
             };
@@ -458,7 +511,7 @@ pub(crate) fn alloc<T: cudarc::driver::DeviceRepr>(
     guarded: bool,
 ) -> Result<Buffer<T>> {
     if guarded {
-        return alloc_banded(stream, len, GUARD_SENTINEL, Some(POISON));
+        return alloc_banded(stream, len, byte_word(GUARD_SENTINEL), Some(POISON));
     }
     alive()?;
     let size = std::mem::size_of::<T>();
@@ -469,13 +522,49 @@ pub(crate) fn alloc<T: cudarc::driver::DeviceRepr>(
     Ok(Buffer::plain_len(raw, len))
 }
 
-/// Allocates `len` elements between two [`GUARD_BYTES`] bands of `band`;
-/// the elements set to `fill`'s byte, or left for the caller's copy
-/// (`None`).
+/// Allocates an intermediate: an f32 output of one launch that a later
+/// launch of the same pipeline reads before any check runs in between
+/// (GDN's conv output, read by the prep, and its heads, read by the scan).
+/// With guards on, its elements are poisoned as an output's (`0xFF`), and:
+/// - with [`input_bands`] on, it sits between bands of
+///   [`INTERMEDIATE_BAND`], a NaN: a read past it meets NaN, as past an
+///   uploaded input, and the check after the launches sees every write
+///   past it but one of that very word;
+/// - with them off (under compute-sanitizer), it is an exact allocation,
+///   as an input is then, so that memcheck reports a read past it.
+///
+/// With guards off, as [`alloc`].
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn alloc_intermediate(
+    stream: &Arc<CudaStream>,
+    len: usize,
+    guarded: bool,
+) -> Result<Buffer<f32>> {
+    if !guarded {
+        return alloc(stream, len, false);
+    }
+    if input_bands() {
+        return alloc_banded(stream, len, INTERMEDIATE_BAND, Some(POISON));
+    }
+    let b = alloc::<f32>(stream, len, false)?;
+    if len > 0 {
+        let (base, _rec) = b.raw.device_ptr(stream);
+        // SAFETY: the elements lie inside the allocation made on `stream`.
+        unsafe { drv::memset_d8_async(base, POISON, len * 4, stream.cu_stream()) }
+            .map_err(|e| DeviceError::driver("cuMemsetD8Async (poison)", e))?;
+    }
+    Ok(b)
+}
+
+/// Allocates `len` elements between two [`GUARD_BYTES`] bands of the
+/// word `band` repeated; the elements set to `fill`'s byte, or left for
+/// the caller's copy (`None`).
 fn alloc_banded<T: cudarc::driver::DeviceRepr>(
     stream: &Arc<CudaStream>,
     len: usize,
-    band: u8,
+    band: u32,
     fill: Option<u8>,
 ) -> Result<Buffer<T>> {
     alive()?;
@@ -491,8 +580,7 @@ fn alloc_banded<T: cudarc::driver::DeviceRepr>(
         let cu = stream.cu_stream();
         // SAFETY: every range lies inside the allocation made above on `stream`.
         unsafe {
-            drv::memset_d8_async(base, band, total * size, cu)
-                .map_err(|e| DeviceError::driver("cuMemsetD8Async (guard bands)", e))?;
+            fill_word(base, band, total * size, cu, "guard bands")?;
             if let Some(p) = fill {
                 drv::memset_d8_async(base + (front * size) as u64, p, len * size, cu)
                     .map_err(|e| DeviceError::driver("cuMemsetD8Async (poison)", e))?;
@@ -503,7 +591,7 @@ fn alloc_banded<T: cudarc::driver::DeviceRepr>(
         raw,
         front,
         len,
-        band: AtomicU8::new(band),
+        band: AtomicU32::new(band),
         home: band,
     })
 }
@@ -517,8 +605,8 @@ pub(crate) trait Guarded {
 }
 
 /// A guarded buffer's bands: `(allocation base, band bytes, element
-/// bytes, band byte)`.
-pub(crate) type BandSpan = (u64, usize, usize, u8);
+/// bytes, band word)`.
+pub(crate) type BandSpan = (u64, usize, usize, u32);
 
 impl<T> Guarded for Buffer<T> {
     fn band_span(&self, stream: &Arc<CudaStream>) -> Option<BandSpan> {
@@ -607,23 +695,100 @@ pub(crate) fn check_outputs(
         "cuStreamSynchronize (after cuMemcpyDtoH of the bands)",
     )?;
     let mut at = 0usize;
-    for &((_, band, len_bytes, fill), arg) in &spans {
-        let (front, back) = (&host[at..at + band], &host[at + band..at + 2 * band]);
+    for &((_, band, len_bytes, word), arg) in &spans {
+        let bytes = &host[at..at + 2 * band];
         at += 2 * band;
-        if let Some(i) = front.iter().position(|&b| b != fill) {
+        if let Some(offset) = first_changed(bytes, len_bytes, word) {
             return Err(DeviceError::GuardClobbered {
                 arg,
-                offset: i as i64 - band as i64,
-                len_bytes,
-            });
-        }
-        if let Some(i) = back.iter().position(|&b| b != fill) {
-            return Err(DeviceError::GuardClobbered {
-                arg,
-                offset: (len_bytes + i) as i64,
+                offset,
                 len_bytes,
             });
         }
     }
     Ok(())
+}
+
+/// The first changed byte of a buffer's two bands, read back as `bands`
+/// (the front band, then the back one, equal lengths) around `len_bytes`
+/// bytes of elements, against `word` repeated from the allocation's base:
+/// its offset from the elements' start (negative in the front band).
+fn first_changed(bands: &[u8], len_bytes: usize, word: u32) -> Option<i64> {
+    let band = bands.len() / 2;
+    let fill = word.to_le_bytes();
+    let want = |off: usize| fill[off % 4];
+    let (front, back) = bands.split_at(band);
+    if let Some(i) = front.iter().enumerate().position(|(i, &b)| b != want(i)) {
+        return Some(i as i64 - band as i64);
+    }
+    back.iter()
+        .enumerate()
+        .position(|(i, &b)| b != want(band + len_bytes + i))
+        .map(|i| (len_bytes + i) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bands of `word` as the device leaves them: written from the base.
+    fn bands(word: u32, band: usize, len_bytes: usize) -> Vec<u8> {
+        let at = |off: usize| word.to_le_bytes()[off % 4];
+        let front = (0..band).map(at);
+        front
+            .chain((0..band).map(|i| at(band + len_bytes + i)))
+            .collect()
+    }
+
+    #[test]
+    fn untouched_bands_of_every_word_pass() {
+        for word in [
+            byte_word(GUARD_SENTINEL),
+            byte_word(INPUT_BAND),
+            INTERMEDIATE_BAND,
+        ] {
+            for len_bytes in [0, 4, 12, 4000] {
+                assert_eq!(
+                    first_changed(&bands(word, 64, len_bytes), len_bytes, word),
+                    None
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_write_past_either_end_is_found_at_its_offset() {
+        let (band, len) = (64, 12);
+        for word in [byte_word(GUARD_SENTINEL), INTERMEDIATE_BAND] {
+            let mut b = bands(word, band, len);
+            b[band + 5] = 0; // back band, byte 5: offset len + 5
+            assert_eq!(first_changed(&b, len, word), Some(len as i64 + 5));
+            b[band - 1] = 0; // the front band's last byte: offset -1
+            assert_eq!(first_changed(&b, len, word), Some(-1));
+        }
+    }
+
+    /// What an intermediate's bands do not see, and what they do: a store
+    /// of a NaN passed through from an input's band or poison
+    /// (`0xFFFFFFFF`) or of the canonical NaN changes them; only the word
+    /// itself does not.
+    #[test]
+    fn an_intermediate_band_sees_every_nan_but_its_own_word() {
+        let (band, len) = (16, 8);
+        for (stored, seen) in [
+            (0xFFFF_FFFFu32, true),
+            (0x7FFF_FFFF, true),
+            (0, true),
+            (INTERMEDIATE_BAND, false),
+        ] {
+            let mut b = bands(INTERMEDIATE_BAND, band, len);
+            b[band..band + 4].copy_from_slice(&stored.to_le_bytes());
+            assert_eq!(
+                first_changed(&b, len, INTERMEDIATE_BAND).is_some(),
+                seen,
+                "{stored:#x}"
+            );
+        }
+        assert!(f32::from_bits(INTERMEDIATE_BAND).is_nan());
+    }
 }

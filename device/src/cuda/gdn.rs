@@ -27,7 +27,10 @@
 //!    allocates or receives sits in guard bands, checked after the launch
 //!    ([`DeviceError::GuardClobbered`]); the per-row `launch_*_row`
 //!    variants leave the check to one [`GdnEngine::check_guards`] after
-//!    the last of many rows.
+//!    the last of many rows. The conv output and the heads, which the next
+//!    launch reads before that check, are intermediates
+//!    ([`INTERMEDIATE_BAND`](crate::cuda::INTERMEDIATE_BAND) bands: a read
+//!    past them meets NaN).
 //!
 //!
 //! ## Packed steps and CUDA graphs
@@ -881,18 +884,20 @@ impl GdnEngine {
         Ok(state)
     }
 
-    /// Allocates prep outputs for `rows` rows.
+    /// Allocates prep outputs for `rows` rows: intermediates, read by the
+    /// scan (`alloc_intermediate`: with guards on, a read past one meets
+    /// NaN).
     ///
     /// # Errors
     /// [`DeviceError::Driver`].
     pub fn alloc_heads(&self, shape: &GdnShape, rows: usize) -> Result<GdnHeads> {
         let (vd, nv) = (rows * shape.value_dim(), rows * shape.num_v());
         Ok(GdnHeads {
-            q: self.alloc_output(vd)?,
-            k: self.alloc_output(vd)?,
-            v: self.alloc_output(vd)?,
-            beta: self.alloc_output(nv)?,
-            g: self.alloc_output(nv)?,
+            q: self.alloc_intermediate(vd)?,
+            k: self.alloc_intermediate(vd)?,
+            v: self.alloc_intermediate(vd)?,
+            beta: self.alloc_intermediate(nv)?,
+            g: self.alloc_intermediate(nv)?,
         })
     }
 
@@ -1248,7 +1253,9 @@ impl GdnEngine {
 /// - outputs (guarded when the engine's guards are on): `conv_out [t][C]`,
 ///   `snap_conv [t-1][C][P]`, prep's [`GdnHeads`] (`t` rows), `o [t][V]`,
 ///   `snap_state [t-1][N]`; the final ring in the state, the final state in
-///   [`GdnStep::final_state`] (rule `PARITY`).
+///   [`GdnStep::final_state`] (rule `PARITY`). `conv_out` and the heads
+///   are intermediates, read by the twins' prep and scan: with guards on,
+///   in NaN bands (`alloc_intermediate`).
 #[derive(Debug)]
 pub struct GdnStep {
     shape: GdnShape,
@@ -1705,7 +1712,8 @@ impl GdnEngine {
             qkv: zeros(batch * t * c)?,
             beta_raw: zeros(batch * t * nv)?,
             alpha: zeros(batch * t * nv)?,
-            conv_out: self.alloc_output(batch * t * c)?,
+            // Read by the twins' prep: an intermediate.
+            conv_out: self.alloc_intermediate(batch * t * c)?,
             snap_conv: self.alloc_output(batch * shape.snapshots() * shape.ring_len())?,
             heads: self.alloc_heads(shape, t)?,
             o: self.alloc_output(batch * t * shape.value_dim())?,

@@ -39,7 +39,9 @@
 //!    read past an input's end that reaches a result fails by value. The
 //!    quantizer's `q` and `d`, once checked, are handed on to the MMQ the
 //!    same way: their bands turn to [`INPUT_BAND`] until they are written
-//!    again ([`Buffer::band`]).
+//!    again ([`Buffer::band`]). An engine's intermediates (GDN's conv
+//!    output and heads, read by the next launch before any check) sit
+//!    between bands of [`INTERMEDIATE_BAND`], a NaN no arithmetic stores.
 //! 7. **The plan.** The kernel source chooses its own launch geometry
 //!    (`fp8_mmq_plan`); the shim checks it against the device's limits and
 //!    that it covers the output: [`DeviceError::BadPlan`].
@@ -78,7 +80,8 @@ mod tma;
 
 pub use bitdiff::{BitDiff, BitDiffs, BIT_DIFF_KERNEL, BUILTIN_BIT_DIFF_CU};
 pub use buffer::{
-    input_bands, Buffer, Src, ENV_INPUT_BANDS, GUARD_BYTES, GUARD_SENTINEL, INPUT_BAND, POISON,
+    byte_word, input_bands, Buffer, Src, ENV_INPUT_BANDS, GUARD_BYTES, GUARD_SENTINEL, INPUT_BAND,
+    INTERMEDIATE_BAND, POISON,
 };
 pub use check::{
     check_grid, check_index_range, check_mmq, check_plan_geometry, check_quantize, I32_LIMIT,

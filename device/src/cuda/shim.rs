@@ -250,7 +250,8 @@ impl Shim {
 /// The public methods every engine shares, written once: `impl Debug`
 /// (device, arch, source, guards) and `set_guards`, `guards`,
 /// `kernel_source`, `compiled`, `device_name`, `arch`, `upload`,
-/// `download`, `alloc_output`, `synchronize`, `time_ms`, each on the
+/// `download`, `alloc_output`, `alloc_intermediate`, `synchronize`,
+/// `time_ms`, each on the
 /// engine's field `shim: Shim`.
 macro_rules! shim_methods {
     ($engine:ident) => {
@@ -397,6 +398,24 @@ macro_rules! shim_methods {
                 len: usize,
             ) -> $crate::cuda::Result<$crate::cuda::Buffer<T>> {
                 $crate::cuda::buffer::alloc(&self.shim.stream, len, self.shim.guards)
+            }
+
+            /// Allocates an intermediate of `len` f32 elements, an output
+            /// that a later launch reads before the next check: with guards
+            /// on, poisoned and between
+            /// [`INTERMEDIATE_BAND`](crate::cuda::INTERMEDIATE_BAND) bands
+            /// (a NaN no arithmetic stores), so a read past it meets NaN;
+            /// an exact allocation when input bands are off (under
+            /// compute-sanitizer); as [`alloc_output`](Self::alloc_output)
+            /// with guards off.
+            ///
+            /// # Errors
+            /// [`DeviceError::Driver`](crate::cuda::DeviceError::Driver).
+            pub fn alloc_intermediate(
+                &self,
+                len: usize,
+            ) -> $crate::cuda::Result<$crate::cuda::Buffer<f32>> {
+                $crate::cuda::buffer::alloc_intermediate(&self.shim.stream, len, self.shim.guards)
             }
 
             /// Waits for all work on the engine's stream.
