@@ -2,7 +2,9 @@
 //! every bad argument is refused before it reaches the GPU, and an
 //! out-of-bounds write lands in the guard band and is reported.
 
-use device::wgpu::{Dtype, Geometry, ShaderSource, WgpuEngine, WgpuError, BUILTIN_MUL_MAT_WGSL};
+use device::wgpu::{
+    Dtype, Geometry, QuantPath, ShaderSource, WgpuEngine, WgpuError, BUILTIN_MUL_MAT_WGSL,
+};
 use oracle::ggml::GgmlError;
 use std::sync::Mutex;
 
@@ -144,6 +146,46 @@ fn write_past_dst_hits_the_guard_band() {
     );
     assert!(
         matches!(r, Err(WgpuError::Guard { len: 15, first: 0 })),
+        "{r:?}"
+    );
+}
+
+/// A `dequant` entry that writes one vector past the dequant path's
+/// scratch (its bound `<` turned `<=`) hits the band after the scratch
+/// (`device::wgpu::INTERMEDIATE_BAND_BITS`); the builtin's does not. The
+/// stray vector decodes row M, past src0's end, from src0's NaN band.
+#[test]
+fn write_past_the_dequant_scratch_hits_its_band() {
+    let bound = "if (i >= params.m * kq) {";
+    assert_eq!(
+        BUILTIN_MUL_MAT_WGSL.matches(bound).count(),
+        1,
+        "update this test's marker"
+    );
+    let text = BUILTIN_MUL_MAT_WGSL.replace(bound, "if (i > params.m * kq) {");
+    let (m, n, k) = (2, 1, 32);
+    let src0 = vec![0u8; m * Dtype::Q8_0.row_bytes(k).unwrap()];
+    let src1 = vec![1.0f32; n * k];
+    let run = |e: &WgpuEngine| {
+        let job = e
+            .prepare_path(
+                Dtype::Q8_0,
+                Geometry::default(),
+                QuantPath::Dequant,
+                m,
+                n,
+                k,
+                &src0,
+                &src1,
+            )
+            .unwrap();
+        job.dispatch(1).unwrap();
+        job.read()
+    };
+    assert_eq!(run(&builtin()).unwrap(), vec![0.0; m * n]);
+    let r = run(&candidate("scratch_oob.wgsl", &text));
+    assert!(
+        matches!(r, Err(WgpuError::ScratchGuard { len: 64, first: 0 })),
         "{r:?}"
     );
 }

@@ -19,7 +19,7 @@ pub const POISON: u8 = 0xFF;
 /// The byte an input's guard bands are filled with (an input an engine's
 /// `upload` copies, or `alloc_input` makes, with guards on; the FP8
 /// quantizer's outputs once checked, handed on to the MMQ; an
-/// intermediate, `alloc_intermediate`, from the start). `0xFF` is NaN
+/// intermediate's are [`INTERMEDIATE_BAND`]). `0xFF` is NaN
 /// as f32, f16, bf16, e4m3 and e5m2 (OCP OFP8 v1.0, Table 1): a kernel that
 /// reads past an input's end and lets what it read into a result makes
 /// that result NaN, where the memory past a plain allocation often holds
@@ -32,17 +32,20 @@ pub const INPUT_BAND: u8 = 0xFF;
 /// As f32 it is a NaN (sign set, exponent all ones, payload `0x25A5A5`),
 /// so a read past an intermediate lets NaN into a result, as a read past
 /// an input's [`INPUT_BAND`] does. As a value a kernel could store, it is
-/// one no GPU arithmetic produces: the canonical NaN is `0x7FFFFFFF`
+/// no float operation's result: the canonical NaN is `0x7FFFFFFF`
 /// (PTX ISA, "Floating Point Instructions"), and a NaN passed through
 /// unchanged (a copy, or `x != x ? x : ...`) from an input's band or an
 /// output's poison is `0xFFFFFFFF`. So the check after the launches sees
 /// every write past an intermediate but a copy of this very word, which
-/// only a read past another intermediate's band yields.
+/// only a read past another intermediate's band yields (or an integer or
+/// bit-cast store that builds it).
 pub const INTERMEDIATE_BAND: u32 = 0xFFA5_A5A5;
 /// The environment variable that turns inputs' guard bands off: `off`,
 /// `0`, `false` or `no` (any case); anything else, or unset, keeps them.
 /// Under compute-sanitizer an input must end where its allocation does,
-/// so that memcheck reports a read past it whatever it reads.
+/// so that memcheck reports a read past it whatever it reads. Off also
+/// makes an intermediate an exact allocation (`alloc_intermediate`): a
+/// write past it is then memcheck's to see, not the guard check's.
 pub const ENV_INPUT_BANDS: &str = "KERNEL_ORACLE_INPUT_BANDS";
 
 /// Whether inputs made with guards on get [`INPUT_BAND`] bands: unless
@@ -61,8 +64,9 @@ pub fn input_bands() -> bool {
 
 /// A device array of `len` elements of `T`. When guarded, the allocation
 /// holds [`GUARD_BYTES`] before and after the elements, filled with
-/// [`GUARD_SENTINEL`] (an output) or [`INPUT_BAND`] (an input), checked
-/// after each launch that writes the buffer.
+/// [`GUARD_SENTINEL`] (an output), [`INPUT_BAND`] (an input) or
+/// [`INTERMEDIATE_BAND`] (an intermediate), checked after each launch
+/// that writes the buffer.
 ///
 /// An output that passed its check and is read next by another launch of
 /// a pipeline (the FP8 quantizer's codes and scales, read by the MMQ) is
@@ -129,7 +133,8 @@ impl<T> Buffer<T> {
 
     /// After its check passed, with [`input_bands`] on: an output's bands
     /// become [`INPUT_BAND`] for the launch that reads it next (see
-    /// [`Buffer`]); an input's, and an unguarded buffer, stay as they are.
+    /// [`Buffer`]); an input's, an intermediate's, and an unguarded
+    /// buffer, stay as they are.
     /// Not for a buffer a CUDA graph writes: a replay writes it with no
     /// `view_mut` to turn the sentinel back.
     ///
@@ -218,7 +223,9 @@ unsafe fn fill_word(
         return drv::memset_d8_async(at, b[0], bytes, cu)
             .map_err(|e| DeviceError::driver(format!("cuMemsetD8Async ({what})"), e));
     }
-    debug_assert!(
+    // Words that are not four equal bytes come only from
+    // `alloc_intermediate`, whose buffers are f32 on a 256-byte aligned base.
+    assert!(
         at.is_multiple_of(4) && bytes.is_multiple_of(4),
         "{what}: a word band needs 4-byte alignment"
     );

@@ -1255,7 +1255,8 @@ impl GdnEngine {
 ///   `snap_state [t-1][N]`; the final ring in the state, the final state in
 ///   [`GdnStep::final_state`] (rule `PARITY`). `conv_out` and the heads
 ///   are intermediates, read by the twins' prep and scan: with guards on,
-///   in NaN bands (`alloc_intermediate`).
+///   in NaN bands (`alloc_intermediate`); with input bands off, exact
+///   allocations, unguarded (memcheck's to check).
 #[derive(Debug)]
 pub struct GdnStep {
     shape: GdnShape,

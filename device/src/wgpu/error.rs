@@ -189,6 +189,18 @@ pub enum WgpuError {
         /// First guard element clobbered (0-based, after `dst`).
         first: usize,
     },
+
+    /// The `dequant` entry wrote past the end of the dequant path's scratch
+    /// into its band (`INTERMEDIATE_BAND_BITS`).
+    #[error(
+        "the dequant entry wrote past its scratch's {len} elements into the band after it (first clobbered band word {first})"
+    )]
+    ScratchGuard {
+        /// Elements of the scratch (M K, at least 4).
+        len: usize,
+        /// First band word clobbered (0-based, after the scratch).
+        first: usize,
+    },
 }
 
 impl From<GgmlError> for WgpuError {
@@ -209,7 +221,10 @@ impl WgpuError {
     pub fn is_refusal(&self) -> bool {
         !matches!(
             self,
-            WgpuError::Compile { .. } | WgpuError::Wgpu { .. } | WgpuError::Guard { .. }
+            WgpuError::Compile { .. }
+                | WgpuError::Wgpu { .. }
+                | WgpuError::Guard { .. }
+                | WgpuError::ScratchGuard { .. }
         )
     }
 }

@@ -77,7 +77,10 @@
 //! on the other operand hides either. (Further out, a clamping bounds check
 //! lands on the band's last word, a zero-filling one answers 0.) The
 //! dequant path's scratch, written by `dequant` and read by `main`, is an
-//! intermediate and has no band.
+//! intermediate: its elements are poisoned with [`POISON_BITS`], and
+//! [`GUARD_WORDS`] words of [`INTERMEDIATE_BAND_BITS`] follow them, so a
+//! `main` that reads past the scratch meets NaN and a `dequant` that writes
+//! past it fails the read-back's check ([`WgpuError::ScratchGuard`]).
 
 mod decl;
 mod error;
@@ -121,6 +124,14 @@ pub const GUARD_BITS: u32 = 0x7FA5_5A5A;
 /// The bits `dst`'s own elements hold before the launch: NaN, the f32 form
 /// of the CUDA shims' poison byte (`0xFF`), which no comparison accepts.
 pub const POISON_BITS: u32 = 0xFFFF_FFFF;
+/// The band after the dequant path's scratch ([`GUARD_WORDS`] words), the
+/// CUDA engines' intermediate band word (`device::cuda::INTERMEDIATE_BAND`):
+/// a NaN, so `main` reading past the scratch lets NaN into its result
+/// (where the binding's end would answer 0 or the last element), and a
+/// value no arithmetic stores (the canonical NaN is `0x7FFFFFFF`; a NaN
+/// copied from an input's band or the poison is `0xFFFFFFFF`), so a
+/// `dequant` writing past the scratch is seen unless it copies this word.
+pub const INTERMEDIATE_BAND_BITS: u32 = 0xFFA5_A5A5;
 
 /// How a quantized src0 reaches the GEMM.
 ///
@@ -875,7 +886,7 @@ impl WgpuEngine {
             elems > 0
                 && u32::try_from(elems).is_ok()
                 && self
-                    .check_binding("dequantized src0", 4 * elems as u64)
+                    .check_binding("dequantized src0", 4 * (elems + GUARD_WORDS) as u64)
                     .is_ok()
         });
         if self.decl.dequant && dtype != Dtype::F32 && n >= DEQUANT_MIN_N && fits {
@@ -1043,7 +1054,9 @@ impl WgpuEngine {
                 }
                 // At least one vector: a `dequant` that sees the scratch as
                 // `array<vec4<f32>>` needs 16 bytes bound even when M K = 0.
-                let bytes = (4 * elems).max(16) as u64;
+                // Then its band.
+                let words = elems.max(4);
+                let bytes = 4 * (words + GUARD_WORDS) as u64;
                 self.check_binding("dequantized src0", bytes)?;
                 let groups = (elems as u64 / 4).div_ceil(DEQUANT_WG);
                 let px = groups.clamp(1, max_groups);
@@ -1057,7 +1070,7 @@ impl WgpuEngine {
                 }
                 let pipeline = self.pipeline_entry(dtype, geom, "dequant", form)?;
                 // No workgroups (M K = 0): py is 0 and the dispatch is skipped.
-                Some((pipeline, bytes, (px as u32, py as u32)))
+                Some((pipeline, words, (px as u32, py as u32)))
             }
         };
         // On the dequant path `main` is the f32 GEMM over the scratch.
@@ -1096,11 +1109,25 @@ impl WgpuEngine {
             .flat_map(|&v| (v as u32).to_le_bytes())
             .collect();
         let b_params = self.init_buffer("params", &params, storage);
-        let pre = pre.map(|(pipeline, bytes, grid)| {
-            let scratch = self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("dequantized src0"),
-                size: bytes,
-                usage: storage,
+        let pre = pre.map(|(pipeline, words, grid)| {
+            let mut init: Vec<u8> = Vec::with_capacity(4 * (words + GUARD_WORDS));
+            for i in 0..words + GUARD_WORDS {
+                let w = if i < words {
+                    POISON_BITS
+                } else {
+                    INTERMEDIATE_BAND_BITS
+                };
+                init.extend_from_slice(&w.to_le_bytes());
+            }
+            let scratch = self.init_buffer(
+                "dequantized src0",
+                &init,
+                storage | wgpu::BufferUsages::COPY_SRC,
+            );
+            let band_read = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("scratch band readback"),
+                size: 4 * GUARD_WORDS as u64,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             });
             let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -1126,6 +1153,8 @@ impl WgpuEngine {
                 bind,
                 grid,
                 scratch,
+                words,
+                band_read,
             }
         });
         let b_read = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -1287,8 +1316,14 @@ struct PrePass {
     pipeline: Arc<wgpu::ComputePipeline>,
     bind: wgpu::BindGroup,
     grid: (u32, u32),
-    /// M x K f32: written by `dequant`, read by `main` as its src0.
+    /// M x K f32 (at least 4 elements), then [`GUARD_WORDS`] of
+    /// [`INTERMEDIATE_BAND_BITS`]: written by `dequant`, read by `main` as
+    /// its src0.
     scratch: wgpu::Buffer,
+    /// The scratch's elements before its band.
+    words: usize,
+    /// Where the band is copied back to be checked.
+    band_read: wgpu::Buffer,
 }
 
 /// One uploaded `mul_mat`, ready to dispatch any number of times.
@@ -1386,17 +1421,49 @@ impl MulMatJob<'_> {
         Ok(())
     }
 
-    /// Copies `dst` back (N x M f32, stride M) and checks its guard band.
+    /// Copies `dst` back (N x M f32, stride M) and checks its guard band,
+    /// and on the dequant path the scratch's band.
     ///
     /// # Errors
     /// [`WgpuError::Guard`] if the kernel wrote past `dst`;
-    /// [`WgpuError::Wgpu`] if the copy or the mapping fails.
+    /// [`WgpuError::ScratchGuard`] if `dequant` wrote past the scratch;
+    /// [`WgpuError::Wgpu`] if a copy or a mapping fails.
     pub fn read(&self) -> Result<Vec<f32>> {
         let dev = &self.engine.device;
         let mut enc = dev.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&self.dst, 0, &self.read, 0, self.read.size());
+        if let Some(p) = &self.pre {
+            let at = 4 * p.words as u64;
+            enc.copy_buffer_to_buffer(&p.scratch, at, &p.band_read, 0, p.band_read.size());
+        }
         self.engine.queue.submit(Some(enc.finish()));
-        let slice = self.read.slice(..);
+        let words = self.map_words(&self.read)?;
+        if let Some(first) = words[self.dst_len..].iter().position(|&w| w != GUARD_BITS) {
+            return Err(WgpuError::Guard {
+                len: self.dst_len,
+                first,
+            });
+        }
+        if let Some(p) = &self.pre {
+            let band = self.map_words(&p.band_read)?;
+            if let Some(first) = band.iter().position(|&w| w != INTERMEDIATE_BAND_BITS) {
+                return Err(WgpuError::ScratchGuard {
+                    len: p.words,
+                    first,
+                });
+            }
+        }
+        Ok(words[..self.dst_len]
+            .iter()
+            .map(|&w| f32::from_bits(w))
+            .collect())
+    }
+
+    /// Maps `buf` (its copies submitted), reads it as little-endian words
+    /// and unmaps it.
+    fn map_words(&self, buf: &wgpu::Buffer) -> Result<Vec<u32>> {
+        let dev = &self.engine.device;
+        let slice = buf.slice(..);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
@@ -1414,16 +1481,7 @@ impl MulMatJob<'_> {
                 .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect()
         };
-        self.read.unmap();
-        if let Some(first) = words[self.dst_len..].iter().position(|&w| w != GUARD_BITS) {
-            return Err(WgpuError::Guard {
-                len: self.dst_len,
-                first,
-            });
-        }
-        Ok(words[..self.dst_len]
-            .iter()
-            .map(|&w| f32::from_bits(w))
-            .collect())
+        buf.unmap();
+        Ok(words)
     }
 }
