@@ -70,7 +70,10 @@
 //   Optional entry point `dequant` (the dequantize-then-GEMM path,
 //   device::wgpu::QuantPath::Dequant; quantized SRC0_DTYPE only):
 //   @workgroup_size(64, 1, 1), bindings 0, 2 and 3 only, dst bound to an
-//   M x K f32 scratch buffer. Invocation i = 64 (wg.y * nwg.x + wg.x) +
+//   M x K f32 scratch buffer (at least 4 elements), poisoned, then 64 words
+//   of 0xFFA5A5A5 checked after the run (bound writes by params, not
+//   arrayLength; `main` then meets that band past its src0, not
+//   0xFFFFFFFF). Invocation i = 64 (wg.y * nwg.x + wg.x) +
 //   local index writes dst[4 i + j] = element (row, k + j) of src0 for
 //   j = 0..3, row = i / (K / 4), k = 4 (i % (K / 4)), with i < M K / 4
 //   (every quantized K is a multiple of 32); the shim dispatches

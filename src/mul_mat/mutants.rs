@@ -80,7 +80,7 @@ pub const MUTANTS: [Mutant; 9] = [
     },
     Mutant {
         name: "dequant-last-unit-dropped",
-        what: "the dequantize-then-GEMM pre-pass stops one invocation short: the last four elements of src0's last row stay zero in the scratch, so every output of that row misses its last four products (the fused path never runs the pre-pass)",
+        what: "the dequantize-then-GEMM pre-pass stops one invocation short: the last four elements of src0's last row keep the scratch's poison (NaN), so every output of that row is NaN (with a zeroed scratch, as before it was poisoned, they missed their last four products) (the fused path never runs the pre-pass)",
         find: "if (i >= params.m * kq) {",
         replace: "if (i + 1u >= params.m * kq) {",
         subgroup_only: false,

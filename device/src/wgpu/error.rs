@@ -216,8 +216,8 @@ impl WgpuError {
     /// Whether the error says the request cannot run here (a bad argument,
     /// a limit of the adapter, no adapter or feature) rather than that the
     /// shader ran wrong or failed (a candidate that does not compile, a
-    /// device error, a write past `dst`). The command line exits 2 for the
-    /// first kind and 1 for the second.
+    /// device error, a write past `dst` or past the dequant scratch). The
+    /// command line exits 2 for the first kind and 1 for the second.
     pub fn is_refusal(&self) -> bool {
         !matches!(
             self,

@@ -145,7 +145,8 @@ pub enum QuantPath {
     /// no scratch.
     Fused,
     /// The shader's `dequant` entry decodes the whole of src0 into an
-    /// M x K f32 scratch buffer (`4 M K` bytes), then `main` runs as for an
+    /// M x K f32 scratch buffer (`4 M K` bytes, then its band), then `main`
+    /// runs as for an
     /// f32 src0 over it (its f32 pipeline): two dispatches, the decode done
     /// once per element instead of once per workgroup column that stages
     /// it. For `dequant`'s ABI see the production shader's header.
@@ -881,7 +882,7 @@ impl WgpuEngine {
     /// empty and fits one storage binding; else [`QuantPath::Fused`].
     pub fn default_path(&self, dtype: Dtype, m: usize, n: usize, k: usize) -> QuantPath {
         // The scratch as prepare_path checks it: M K elements, not 0, under
-        // 2^32, and 4 M K bytes within one binding.
+        // 2^32, and 4 M K bytes and the band within one binding.
         let fits = m.checked_mul(k).is_some_and(|elems| {
             elems > 0
                 && u32::try_from(elems).is_ok()
@@ -1039,7 +1040,7 @@ impl WgpuEngine {
                 });
             }
         }
-        // The pre-pass: `4 M K` bytes of scratch, M K / 4 invocations of
+        // The pre-pass: `4 M K` bytes of scratch (and its band), M K / 4 invocations of
         // DEQUANT_WG per workgroup on a grid as wide as the adapter allows
         // (every quantized K is whole blocks of 32 or 256: a multiple of 4).
         let pre = match path {
@@ -1110,14 +1111,11 @@ impl WgpuEngine {
             .collect();
         let b_params = self.init_buffer("params", &params, storage);
         let pre = pre.map(|(pipeline, words, grid)| {
-            let mut init: Vec<u8> = Vec::with_capacity(4 * (words + GUARD_WORDS));
-            for i in 0..words + GUARD_WORDS {
-                let w = if i < words {
-                    POISON_BITS
-                } else {
-                    INTERMEDIATE_BAND_BITS
-                };
-                init.extend_from_slice(&w.to_le_bytes());
+            // POISON_BITS is four 0xFF bytes: one fill, then the band.
+            const _: () = assert!(POISON_BITS == u32::from_ne_bytes([0xFF; 4]));
+            let mut init = vec![0xFFu8; 4 * words];
+            for _ in 0..GUARD_WORDS {
+                init.extend_from_slice(&INTERMEDIATE_BAND_BITS.to_le_bytes());
             }
             let scratch = self.init_buffer(
                 "dequantized src0",
