@@ -8,7 +8,7 @@
 //! check, eager and graph-replayed) are the gdn gate: the root crate's
 //! `tests/gdn_gate.rs` and `kernel-oracle check gdn`.
 
-use device::cuda::{gdn_shape, Buffer, GdnEngine, GdnWeights};
+use device::cuda::{gdn_shape, input_bands, Buffer, GdnEngine, GdnWeights, INTERMEDIATE_BAND};
 use oracle::gdn::{default_scale, GdnShape};
 
 #[path = "common/gdn_data.rs"]
@@ -101,6 +101,30 @@ fn gpu_gdn_launches_refuse_wrong_lengths() {
         .unwrap_err();
     assert!(err.to_string().contains("ring"), "{err}");
     assert!(e.new_state(&s, &l.ring0, &l.state0[1..], None).is_err());
+}
+
+/// With guards and input bands on, the ring and both state buffers (read
+/// and written in place) and the step's intermediates sit between bands of
+/// `INTERMEDIATE_BAND`, and hold the values they were made with.
+#[test]
+#[ignore = "needs a CUDA device"]
+fn gpu_gdn_state_and_intermediates_have_the_intermediate_band() {
+    let e = engine();
+    let l = layer(2, 4, 4, 3, 5);
+    let s = l.shape;
+    let st = e.new_state(&s, &l.ring0, &l.state0, None).unwrap();
+    let heads = e.alloc_heads(&s, 1).unwrap();
+    let want = input_bands().then_some(INTERMEDIATE_BAND);
+    for (b, name) in st.named() {
+        assert_eq!(b.band(), want, "{name}");
+    }
+    for b in [&heads.q, &heads.k, &heads.v, &heads.beta, &heads.g] {
+        assert_eq!(b.band(), want);
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&e.download(st.ring()).unwrap()), bits(&l.ring0));
+    assert_eq!(bits(&e.download(st.canonical()).unwrap()), bits(&l.state0));
+    assert!(bits(&e.download(st.alt()).unwrap()).iter().all(|&b| b == 0));
 }
 
 /// The packed step, its graph and the rebinding refuse wrong lengths with

@@ -27,8 +27,10 @@ pub const POISON: u8 = 0xFF;
 /// As a signed integer it is -1; the one integer input an engine uploads,
 /// MoE's expert ids, refuses -1 as out of range (a failing row).
 pub const INPUT_BAND: u8 = 0xFF;
-/// The 32-bit word an intermediate's guard bands repeat
-/// (an engine's `alloc_intermediate`; in memory, little-endian: `A5 A5 A5 FF`).
+/// The 32-bit word an intermediate's guard bands repeat (an engine's
+/// `alloc_intermediate`), and those of an f32 buffer the kernels read and
+/// write in place from launch to launch (GDN's ring and states,
+/// `make_in_place`); in memory, little-endian: `A5 A5 A5 FF`.
 /// As f32 it is a NaN (sign set, exponent all ones, payload `0x25A5A5`),
 /// so a read past an intermediate lets NaN into a result, as a read past
 /// an input's [`INPUT_BAND`] does. As a value a kernel could store, it is
@@ -373,6 +375,47 @@ pub(crate) fn make<T: DeviceRepr>(
             Ok(b)
         }
     }
+}
+
+/// A new f32 buffer that the kernels read and write in place from launch
+/// to launch (GDN's conv ring and two state buffers): `src`'s elements, or
+/// `len` zeros when `src` is `None`. With `guards` and [`input_bands`] on
+/// it sits between bands of [`INTERMEDIATE_BAND`]: a read past it meets
+/// NaN, as past an input's [`INPUT_BAND`], and the check after a launch
+/// that writes it sees every write past it but one of that word, where
+/// `0xFF` bands would miss a store of `0xFFFFFFFF` (a NaN passed through
+/// from an input's band). Otherwise plain, as [`make`] and [`alloc_input`]
+/// make it. `what` names it in a driver error.
+///
+/// # Errors
+/// [`DeviceError::ArgLen`] if `src`'s length is not `len`;
+/// [`DeviceError::Driver`].
+pub(crate) fn make_in_place(
+    stream: &Arc<CudaStream>,
+    src: Option<Src<'_, f32>>,
+    len: usize,
+    guards: bool,
+    what: &str,
+) -> Result<Buffer<f32>> {
+    if let Some(s) = src.filter(|s| s.len() != len) {
+        return Err(DeviceError::ArgLen {
+            arg: "in-place buffer source",
+            want: len,
+            got: s.len(),
+        });
+    }
+    if !(guards && input_bands()) {
+        return match src {
+            Some(s) => make(stream, s, false),
+            None => alloc_input(stream, len, false, what),
+        };
+    }
+    let zeros = src.is_none().then_some(0);
+    let mut b = alloc_banded(stream, len, INTERMEDIATE_BAND, zeros)?;
+    if let Some(s) = src {
+        fill(stream, s, &mut b)?;
+    }
+    Ok(b)
 }
 
 /// Copies `src`'s elements into `buf` (stream ordered): an upload

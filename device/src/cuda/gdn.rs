@@ -857,21 +857,21 @@ impl GdnEngine {
         let n = batch * shape.state_len();
         let alt_len = alt.map_or(n, |a| a.len());
         check_gdn_batch_state(shape, batch, ring.len(), canonical.len(), alt_len)?;
-        let alt = match alt {
-            Some(a) => self.make(a)?,
-            // Zeroed on the device (a memset, no host copy), between input
-            // bands like the other two (with guards on): a store past its
-            // end changes a band.
-            None => buffer::alloc_input(
-                &self.shim.stream,
-                n,
-                self.shim.guards,
-                "gdn alternate state",
-            )?,
-        };
+        // Read and written in place by every step: with guards on, between
+        // bands of the intermediates' word, so a store past one changes a
+        // band whatever it stores but that word; the alternate buffer
+        // zeroed on the device when not given (a memset, no host copy).
+        let (st, guards) = (&self.shim.stream, self.shim.guards);
+        let alt = buffer::make_in_place(st, alt, alt_len, guards, "gdn alternate state")?;
         let mut state = GdnState {
-            ring: self.make(ring)?,
-            canonical: self.make(canonical)?,
+            ring: buffer::make_in_place(st, Some(ring), ring.len(), guards, "gdn conv ring")?,
+            canonical: buffer::make_in_place(
+                st,
+                Some(canonical),
+                canonical.len(),
+                guards,
+                "gdn canonical state",
+            )?,
             alt,
             // Written by `write_table` below; zeroed by a memset, not an
             // upload (one synchronisation fewer).
