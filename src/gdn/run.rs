@@ -679,7 +679,12 @@ pub fn graph(
     // A device memset, made only by the cases that run graphs.
     let poison = e.filled(src.shape.state_len(), ALT_POISON)?;
     let mut g = e.capture_step(step(e, src)?)?;
-    let old = g.rebind(e, e.make(src.ring0)?, e.make(src.state0)?, e.make(&poison)?)?;
+    let old = g.rebind(
+        e,
+        e.make_state_buffer(src.ring0)?,
+        e.make_state_buffer(src.state0)?,
+        e.make_state_buffer(&poison)?,
+    )?;
     g.launch()?;
     let rebound = got_six(e, step_parts(g.step()), reference)?;
     g.swap_slots(e)?;

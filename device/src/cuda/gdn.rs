@@ -503,8 +503,10 @@ impl GdnState {
 
     /// The ring and both state buffers with their names, for a guard check
     /// after launches that write them ([`GdnEngine::check_guards`]): the
-    /// kernels write them through the pointer table, and their bands are
-    /// an input's, so a write past one changes them.
+    /// kernels write them through the pointer table, and (made by
+    /// [`GdnEngine::make_state_buffer`], with guards and input bands on)
+    /// their bands are [`INTERMEDIATE_BAND`](crate::cuda::INTERMEDIATE_BAND)
+    /// words, so a write past one changes them unless it stores that word.
     pub fn named(&self) -> [(&Buffer<f32>, &'static str); 3] {
         [
             (&self.ring, "conv ring"),
@@ -1477,6 +1479,27 @@ impl GdnEngine {
     /// [`DeviceError::Driver`].
     pub fn make<'a>(&self, src: impl Into<Src<'a>>) -> Result<Buffer<f32>> {
         buffer::make(&self.shim.stream, src.into(), self.shim.guards)
+    }
+
+    /// A new buffer for a [`GdnState`]'s ring or state, read and written in
+    /// place step after step, holding `src`'s elements (uploaded, or copied
+    /// on the device): with guards and input bands on, between bands of
+    /// [`INTERMEDIATE_BAND`](crate::cuda::INTERMEDIATE_BAND), as
+    /// [`GdnEngine::new_state`] makes its three; plain otherwise. For
+    /// [`GdnEngine::rebind_state`] and [`GdnGraph::rebind`].
+    ///
+    /// # Errors
+    /// [`DeviceError::Driver`].
+    pub fn make_state_buffer<'a>(&self, src: impl Into<Src<'a>>) -> Result<Buffer<f32>> {
+        let src = src.into();
+        let len = src.len();
+        buffer::make_in_place(
+            &self.shim.stream,
+            Some(src),
+            len,
+            self.shim.guards,
+            "gdn state buffer",
+        )
     }
 
     /// A new (unguarded) buffer of `len` elements, each `value` bit for
