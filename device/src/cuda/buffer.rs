@@ -226,7 +226,8 @@ unsafe fn fill_word(
             .map_err(|e| DeviceError::driver(format!("cuMemsetD8Async ({what})"), e));
     }
     // Words that are not four equal bytes come only from
-    // `alloc_intermediate`, whose buffers are f32 on a 256-byte aligned base.
+    // `alloc_intermediate` and `make_in_place`, whose buffers are f32 on a
+    // 256-byte aligned base.
     assert!(
         at.is_multiple_of(4) && bytes.is_multiple_of(4),
         "{what}: a word band needs 4-byte alignment"

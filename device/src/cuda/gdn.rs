@@ -863,17 +863,16 @@ impl GdnEngine {
         // bands of the intermediates' word, so a store past one changes a
         // band whatever it stores but that word; the alternate buffer
         // zeroed on the device when not given (a memset, no host copy).
-        let (st, guards) = (&self.shim.stream, self.shim.guards);
-        let alt = buffer::make_in_place(st, alt, alt_len, guards, "gdn alternate state")?;
+        let alt = buffer::make_in_place(
+            &self.shim.stream,
+            alt,
+            alt_len,
+            self.shim.guards,
+            "gdn alternate state",
+        )?;
         let mut state = GdnState {
-            ring: buffer::make_in_place(st, Some(ring), ring.len(), guards, "gdn conv ring")?,
-            canonical: buffer::make_in_place(
-                st,
-                Some(canonical),
-                canonical.len(),
-                guards,
-                "gdn canonical state",
-            )?,
+            ring: self.make_state_buffer(ring)?,
+            canonical: self.make_state_buffer(canonical)?,
             alt,
             // Written by `write_table` below; zeroed by a memset, not an
             // upload (one synchronisation fewer).

@@ -124,14 +124,15 @@ pub const GUARD_BITS: u32 = 0x7FA5_5A5A;
 /// The bits `dst`'s own elements hold before the launch: NaN, the f32 form
 /// of the CUDA shims' poison byte (`0xFF`), which no comparison accepts.
 pub const POISON_BITS: u32 = 0xFFFF_FFFF;
-/// The band after the dequant path's scratch ([`GUARD_WORDS`] words), the
-/// CUDA engines' intermediate band word (`device::cuda::INTERMEDIATE_BAND`):
+/// The band after the dequant path's scratch ([`GUARD_WORDS`] words): the
+/// CUDA engines' intermediate band word,
+/// [`INTERMEDIATE_BAND`](crate::cuda::INTERMEDIATE_BAND), itself:
 /// a NaN, so `main` reading past the scratch lets NaN into its result
 /// (where the binding's end would answer 0 or the last element), and a
 /// value no arithmetic stores (the canonical NaN is `0x7FFFFFFF`; a NaN
 /// copied from an input's band or the poison is `0xFFFFFFFF`), so a
 /// `dequant` writing past the scratch is seen unless it copies this word.
-pub const INTERMEDIATE_BAND_BITS: u32 = 0xFFA5_A5A5;
+pub const INTERMEDIATE_BAND_BITS: u32 = crate::cuda::INTERMEDIATE_BAND;
 
 /// How a quantized src0 reaches the GEMM.
 ///
