@@ -18,7 +18,8 @@ The edits are the kinds real kernels get wrong:
   - min for max and max for min;
   - a barrier removed (__syncthreads(), __syncwarp(), workgroupBarrier()).
 Score them with `kernel-oracle score KIND --bug none --also OUTDIR/m*.cu
---no-fuzz` (or, with no GPU, the host emulators' KERNEL_ORACLE_*_CU).
+--no-fuzz` (or, with no GPU, `scripts/emu-score gdn|moe-tables OUTDIR/m*.cu`:
+the host emulators, KERNEL_ORACLE_*_CU naming each).
 Each survivor is to be read: equivalent, dead under every launch the shim
 makes, or a gap of the gate."""
 
