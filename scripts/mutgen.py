@@ -19,7 +19,8 @@ The edits are the kinds real kernels get wrong:
   - a barrier removed (__syncthreads(), __syncwarp(), workgroupBarrier()).
 Score them with `kernel-oracle score KIND --bug none --also OUTDIR/m*.cu
 --no-fuzz` (or, with no GPU, `scripts/emu-score gdn|moe-tables OUTDIR/m*.cu`:
-the host emulators, KERNEL_ORACLE_*_CU naming each).
+the host emulators, KERNEL_ORACLE_*_CU naming each; rows by argument
+order, so two OUTDIRs' mNN files stay apart).
 Each survivor is to be read: equivalent, dead under every launch the shim
 makes, or a gap of the gate."""
 
