@@ -178,16 +178,19 @@ fn nan_row(engine: &Engine, row: &NanRow, variant: Option<u32>) -> bool {
 }
 
 /// The shapes every exported MMQ variant runs forced, `(in_f, out_f, m)`
-/// (the battery runs only the variant the plan picks per shape): the
-/// unaligned weight rows, k tail and partial scale row of the battery's
-/// own shape, a small m off every tile, several tiles each way with both
+/// (the battery runs only the variant the plan picks per shape): weight
+/// rows at every byte offset mod 4 (in_f = 1003 = 3 mod 4: row o starts
+/// at byte 1003 o, offsets 0, 3, 2, 1 in turn, so every shift of the
+/// unaligned weight loads runs; the battery's in_f are multiples of 4 and
+/// reach none of them), with a k tail and a partial scale row and column,
+/// a small m off every tile, several tiles each way with both
 /// axes ragged, and in_f an exact multiple of the activations' row
 /// padding (512: `in_f_pad = in_f`, the ABI's row stride of `q` and
 /// `act_blocks` with no padding; a variant rounding it up one pad too far
 /// read every token's codes and scales but the first at the wrong row and
 /// passed the other three shapes, whose in_f are not multiples of 512).
 pub const VARIANT_SHAPES: [(usize, usize, usize); 4] = [
-    (1000, 130, 7),
+    (1003, 130, 7),
     (272, 200, 17),
     (384, 320, 96),
     (512, 136, 24),

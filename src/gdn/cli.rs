@@ -30,12 +30,14 @@ pub const KIND: Kind = Kind {
     planted,
     fuzz_one,
     selector_bytes: super::generate::SELECTOR_BYTES,
-    // A graph-replayed batch, a one-CTA head, and one sequence at
-    // num_v = 2 num_k (the split entry: its shuffles and mbarriers).
+    // A graph-replayed batch, a one-CTA head, one sequence at
+    // num_v = 2 num_k (the split entry: its shuffles and mbarriers), and
+    // one row (t = 1: a kernel that stages a second row reads past x).
     sanitize_cases: &[
         "case gdn --num-k 2 --num-v 4 --d-conv 4 --t 3 --seed 0x5a01 --graph --batch 3",
         "case gdn --num-k 1 --num-v 3 --d-conv 2 --t 2 --seed 0x5a02",
         "case gdn --num-k 2 --num-v 4 --d-conv 4 --t 3 --seed 0x5a04",
+        "case gdn --num-k 2 --num-v 4 --d-conv 4 --t 1 --seed 0x5a03 --batch 2",
     ],
 };
 

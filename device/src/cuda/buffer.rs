@@ -46,8 +46,10 @@ pub const INTERMEDIATE_BAND: u32 = 0xFFA5_A5A5;
 /// `0`, `false` or `no` (any case); anything else, or unset, keeps them.
 /// Under compute-sanitizer an input must end where its allocation does,
 /// so that memcheck reports a read past it whatever it reads. Off also
-/// makes an intermediate an exact allocation (`alloc_intermediate`): a
-/// write past it is then memcheck's to see, not the guard check's.
+/// makes an intermediate an exact allocation (`alloc_intermediate`), and
+/// an output a later launch reads once checked (`alloc_handed_on`: the
+/// FP8 quantizer's `q` and `d`): a read or a write past either is then
+/// memcheck's to see, not the guard check's.
 pub const ENV_INPUT_BANDS: &str = "KERNEL_ORACLE_INPUT_BANDS";
 
 /// Whether inputs made with guards on get [`INPUT_BAND`] bands: unless
@@ -599,11 +601,46 @@ pub(crate) fn alloc_intermediate(
     if input_bands() {
         return alloc_banded(stream, len, INTERMEDIATE_BAND, Some(POISON));
     }
-    let b = alloc::<f32>(stream, len, false)?;
+    alloc_exact_poisoned(stream, len)
+}
+
+/// Allocates an output that a later launch reads as its input once the
+/// check after its own launch passed (the FP8 quantizer's `q` and `d`,
+/// read by the MMQ; see [`Buffer::hand_on`]):
+/// - with guards and [`input_bands`] on, as [`alloc`] makes a guarded
+///   output (its bands become [`INPUT_BAND`] when it is handed on);
+/// - with guards on and input bands off (under compute-sanitizer), an
+///   exact allocation, poisoned: the reading launch then finds the end of
+///   the allocation where the elements end, so memcheck reports a read
+///   past them, which an output's own bands (inside the allocation) would
+///   hide; a write past it is memcheck's to see too;
+/// - with guards off, as [`alloc`].
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+pub(crate) fn alloc_handed_on<T: DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+    guarded: bool,
+) -> Result<Buffer<T>> {
+    if guarded && !input_bands() {
+        return alloc_exact_poisoned(stream, len);
+    }
+    alloc(stream, len, guarded)
+}
+
+/// Allocates exactly `len` elements (one when `len` is 0: CUDA refuses
+/// zero bytes), every byte [`POISON`], no bands.
+///
+/// # Errors
+/// [`DeviceError::Driver`].
+fn alloc_exact_poisoned<T: DeviceRepr>(stream: &Arc<CudaStream>, len: usize) -> Result<Buffer<T>> {
+    let b = alloc::<T>(stream, len, false)?;
     if len > 0 {
         let (base, _rec) = b.raw.device_ptr(stream);
+        let bytes = len * std::mem::size_of::<T>();
         // SAFETY: the elements lie inside the allocation made on `stream`.
-        unsafe { drv::memset_d8_async(base, POISON, len * 4, stream.cu_stream()) }
+        unsafe { drv::memset_d8_async(base, POISON, bytes, stream.cu_stream()) }
             .map_err(|e| DeviceError::driver("cuMemsetD8Async (poison)", e))?;
     }
     Ok(b)

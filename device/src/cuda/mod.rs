@@ -527,15 +527,20 @@ impl Engine {
 
     /// Quantizes activations `x` `[m x in_f]` into new buffers `q`
     /// `[m x in_f_pad]` (e4m3) and `d` `[m x in_f_pad/128]` (f32).
-    /// Synchronises.
+    /// Synchronises. With guards on they are guarded outputs, handed on
+    /// to the MMQ as inputs once checked; with input bands off (under
+    /// compute-sanitizer, [`ENV_INPUT_BANDS`]) exact allocations, so that
+    /// memcheck sees the MMQ read past them.
     ///
     /// # Errors
     /// [`DeviceError::ArgLen`], [`DeviceError::IndexRange`] before any
     /// launch; [`DeviceError::GuardClobbered`]; [`DeviceError::Driver`].
     pub fn quantize(&self, x: &Buffer<f32>, shape: &Shape) -> Result<(Buffer<u8>, Buffer<f32>)> {
         check_quantize(shape, x.len(), None, None)?;
-        let mut q = self.alloc_output::<u8>(shape.q_len())?;
-        let mut d = self.alloc_output::<f32>(shape.d_len())?;
+        // Read next by the MMQ: exact allocations under compute-sanitizer.
+        let (stream, guards) = (&self.shim.stream, self.shim.guards);
+        let mut q = buffer::alloc_handed_on::<u8>(stream, shape.q_len(), guards)?;
+        let mut d = buffer::alloc_handed_on::<f32>(stream, shape.d_len(), guards)?;
         self.quantize_into(x, shape, &mut q, &mut d)?;
         self.synchronize()?;
         Ok((q, d))
