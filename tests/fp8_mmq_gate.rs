@@ -41,6 +41,23 @@ fn tile_covering_shapes_cover_two_tiles_and_a_ragged_third() {
     }
 }
 
+/// Every variant forced meets weight rows at each byte offset mod 4 (the
+/// unaligned weight loads' four shifts; a row of in_f bytes starts at
+/// o in_f), a k tail, and in_f an exact multiple of the activations' row
+/// padding (512), on some shape of [`gate::VARIANT_SHAPES`].
+#[test]
+fn variant_shapes_reach_every_row_offset_a_k_tail_and_in_f_pad() {
+    let mut offsets = [false; 4];
+    for &(in_f, out_f, _) in &gate::VARIANT_SHAPES {
+        for o in 0..out_f {
+            offsets[(o * in_f) % 4] = true;
+        }
+    }
+    assert_eq!(offsets, [true; 4], "weight row offsets mod 4 reached");
+    assert!(gate::VARIANT_SHAPES.iter().any(|s| s.0 % 128 != 0));
+    assert!(gate::VARIANT_SHAPES.iter().any(|s| s.0 % 512 == 0));
+}
+
 /// The NaN-weight rows plant what they say: five distinct positions (the
 /// first weight, the first row's k tail, the middle, the last row's first
 /// weight, the last weight), codes 0x7F only, 0xFF only, or both; the
