@@ -5,7 +5,7 @@ use super::error::{DeviceError, Result, NVRTC_HINT};
 use super::source::KernelSource;
 use cudarc::nvrtc::{result as nv, sys as nvsys};
 use std::collections::HashMap;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The NVRTC output for one (source, architecture).
@@ -77,7 +77,8 @@ pub fn compile_options(arch: &str) -> Vec<String> {
     ]
 }
 
-type Cache = Mutex<HashMap<(u64, String), Arc<Compiled>>>;
+/// Compiled code by (source hash, program name, target).
+type Cache = Mutex<HashMap<(u64, String, String), Arc<Compiled>>>;
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -85,8 +86,8 @@ fn cache() -> &'static Cache {
 }
 
 /// Environment variable naming a directory that caches NVRTC's output on
-/// disk across processes, keyed by the source text, the target and the
-/// options (for GPU runs that start many processes; off when unset). Only
+/// disk across processes, keyed by the source text, its program name, the
+/// target and the options (for GPU runs that start many processes; off when unset). Only
 /// successful compiles are stored; a file that cannot be read or written
 /// is ignored.
 pub const ENV_NVRTC_CACHE: &str = "KERNEL_ORACLE_NVRTC_CACHE";
@@ -99,7 +100,7 @@ pub const ENV_NVRTC_CACHE: &str = "KERNEL_ORACLE_NVRTC_CACHE";
 /// NVRTC's log if the source does not compile.
 pub fn compile(source: &KernelSource, arch: &str) -> Result<Arc<Compiled>> {
     nvrtc_available()?;
-    let key = (source.hash(), arch.to_string());
+    let key = (source.hash(), source.program_name(), arch.to_string());
     if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(c.clone());
     }
@@ -134,6 +135,7 @@ fn fnv1a64(bytes: &[u8], mut h: u64) -> u64 {
 fn disk_cache_stem(source: &KernelSource, arch: &str) -> Option<std::path::PathBuf> {
     let dir = std::env::var_os(ENV_NVRTC_CACHE).filter(|d| !d.is_empty())?;
     let mut h = fnv1a64(source.text().as_bytes(), 0xCBF2_9CE4_8422_2325);
+    h = fnv1a64(source.program_name().as_bytes(), h);
     h = fnv1a64(compile_options(arch).join(" ").as_bytes(), h);
     if let Ok((major, minor)) = nvrtc_version() {
         h = fnv1a64(format!("nvrtc {major}.{minor}").as_bytes(), h);
@@ -199,10 +201,11 @@ fn compile_uncached(source: &KernelSource, arch: &str) -> Result<Compiled> {
         path: source.describe(),
         reason: "contains a NUL byte".into(),
     })?;
-    let name: &CStr = c"fp8_mmq.cu";
+    // A file name holds no NUL byte; the fallback is for the type's sake.
+    let name = CString::new(source.program_name()).unwrap_or_else(|_| c"kernel.cu".into());
     let prog =
         Program(
-            nv::create_program(&src, Some(name)).map_err(|source| DeviceError::Nvrtc {
+            nv::create_program(&src, Some(&name)).map_err(|source| DeviceError::Nvrtc {
                 op: "nvrtcCreateProgram",
                 source,
             })?,

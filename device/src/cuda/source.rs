@@ -114,6 +114,22 @@ impl KernelSource {
         self.path.as_deref()
     }
 
+    /// The file name NVRTC compiles it under (`nvrtcCreateProgram`'s
+    /// `name`), which the line information, and so compute-sanitizer's and
+    /// ncu's reports, cite: a candidate's own file name, else the
+    /// builtin's (`gdn.cu` for `cu/gdn.cu`).
+    pub fn program_name(&self) -> String {
+        match self.path.as_deref().and_then(Path::file_name) {
+            Some(f) => f.to_string_lossy().into_owned(),
+            None => self
+                .builtin
+                .rsplit('/')
+                .next()
+                .unwrap_or(self.builtin)
+                .to_string(),
+        }
+    }
+
     /// FNV-1a 64 of the text: the compile cache key, and what reports print.
     pub fn hash(&self) -> u64 {
         self.hash
@@ -156,5 +172,26 @@ mod tests {
             assert!(s.text().contains(k), "{k} missing from cu/fp8_mmq.cu");
         }
         assert!(s.describe().starts_with("builtin cu/fp8_mmq.cu"));
+    }
+
+    /// Line information names the file compiled: the builtin's own file
+    /// (not every kernel as `fp8_mmq.cu`), a candidate's file name.
+    #[test]
+    fn program_name_is_the_compiled_file() {
+        assert_eq!(KernelSource::builtin().program_name(), "fp8_mmq.cu");
+        let gdn = KernelSource::builtin_named("cu/gdn.cu", "");
+        assert_eq!(gdn.program_name(), "gdn.cu");
+        let dir = std::env::temp_dir().join(format!("ko-progname-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("m07.cu");
+        std::fs::write(&file, "// a candidate").unwrap();
+        let cand =
+            KernelSource::from_env_var("KO_UNSET_FOR_THIS_TEST", KernelSource::builtin).unwrap();
+        assert_eq!(cand.program_name(), "fp8_mmq.cu");
+        assert_eq!(
+            KernelSource::from_file(&file).unwrap().program_name(),
+            "m07.cu"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
