@@ -43,17 +43,21 @@ fn tile_covering_shapes_cover_two_tiles_and_a_ragged_third() {
 
 /// Every variant forced meets weight rows at each byte offset mod 4 (the
 /// unaligned weight loads' four shifts; a row of in_f bytes starts at
-/// o in_f), a k tail, and in_f an exact multiple of the activations' row
-/// padding (512), on some shape of [`gate::VARIANT_SHAPES`].
+/// o in_f) on the first shape of [`gate::VARIANT_SHAPES`], which is also
+/// the kind's second sanitizer case (so compute-sanitizer sees those loads
+/// too), a k tail, and in_f an exact multiple of the activations' row
+/// padding (512).
 #[test]
 fn variant_shapes_reach_every_row_offset_a_k_tail_and_in_f_pad() {
+    let (in_f, out_f, m) = gate::VARIANT_SHAPES[0];
     let mut offsets = [false; 4];
-    for &(in_f, out_f, _) in &gate::VARIANT_SHAPES {
-        for o in 0..out_f {
-            offsets[(o * in_f) % 4] = true;
-        }
+    for o in 0..out_f {
+        offsets[(o * in_f) % 4] = true;
     }
     assert_eq!(offsets, [true; 4], "weight row offsets mod 4 reached");
+    let case = format!("check fp8-mmq {in_f} {out_f} {m}");
+    let cases = kernel_oracle::fp8_mmq::cli::KIND.sanitize_cases;
+    assert!(cases.contains(&case.as_str()), "{case} not in {cases:?}");
     assert!(gate::VARIANT_SHAPES.iter().any(|s| s.0 % 128 != 0));
     assert!(gate::VARIANT_SHAPES.iter().any(|s| s.0 % 512 == 0));
 }

@@ -583,8 +583,11 @@ fn a_checked_output_is_handed_on_as_an_input() {
     );
     let cw = e.check_weights(&wb).unwrap();
     let (mut q, mut d) = e.quantize(&xb, &c.shape).unwrap();
-    assert_eq!(q.band(), Some(byte_word(INPUT_BAND)), "q handed on");
-    assert_eq!(d.band(), Some(byte_word(INPUT_BAND)), "d handed on");
+    // With input bands off (under compute-sanitizer) q and d are exact
+    // allocations: memcheck, not a band, sees a read past them.
+    let want = device::cuda::input_bands().then(|| byte_word(INPUT_BAND));
+    assert_eq!(q.band(), want, "q handed on");
+    assert_eq!(d.band(), want, "d handed on");
     for v in 0..e.mmq_variants() {
         e.set_mmq_variant(Some(v)).unwrap();
         let y = e

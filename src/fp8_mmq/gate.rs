@@ -12,8 +12,9 @@ use oracle::fp8_mmq::Schedule;
 
 /// The seed's default battery, `(in_f, out_f, m)`, ragged on purpose, and
 /// one shape of ours: every in_f of the seed's nine is a multiple of 16, so
-/// no weight row is ever unaligned and the kernel's byte-wise row path
-/// never runs; the tenth shape runs it.
+/// no weight row is ever off a 16-byte boundary and the kernel's byte-wise
+/// row path never runs; the tenth shape (in_f 1000) runs it, with rows on
+/// 8-byte boundaries (rows off a 4-byte boundary: [`VARIANT_SHAPES`]).
 pub const BATTERY: [(usize, usize, usize); 10] = [
     (128, 128, 128),   // one scale block, one tile: the smallest complete case
     (256, 256, 64),    // 2x2 grid, m below a full activation tile
@@ -24,7 +25,7 @@ pub const BATTERY: [(usize, usize, usize); 10] = [
     (144, 128, 128),   // in_f % 128 != 0: partial last scale column and k tail
     (272, 136, 40),    // in_f % 256 != 0, ragged out_f, small m
     (5120, 1536, 1),   // m = 1, the single-token edge
-    (1000, 130, 7),    // ours: in_f % 16 != 0, unaligned weight rows
+    (1000, 130, 7),    // ours: in_f % 16 != 0, weight rows off 16-byte boundaries
 ];
 
 /// One row of the NaN-weight battery: the battery's EXACT case on
@@ -57,7 +58,7 @@ pub const NAN_ROWS: [NanRow; 3] = [
 ];
 
 /// The shape of the NaN-weight rows, `(in_f, out_f, m)`: the battery's
-/// ragged one (k tail, partial last scale row, unaligned weight rows), so
+/// ragged one (k tail, partial last scale row, rows off 16-byte boundaries), so
 /// a count kernel that skips a row's tail or the last partial row
 /// miscounts.
 pub const NAN_SHAPE: (usize, usize, usize) = (1000, 130, 7);

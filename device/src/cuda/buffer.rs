@@ -629,8 +629,9 @@ pub(crate) fn alloc_handed_on<T: DeviceRepr>(
     alloc(stream, len, guarded)
 }
 
-/// Allocates exactly `len` elements (one when `len` is 0: CUDA refuses
-/// zero bytes), every byte [`POISON`], no bands.
+/// Allocates exactly `len` elements (one, left as it is, when `len` is 0:
+/// CUDA refuses zero bytes), every byte of the `len` elements [`POISON`],
+/// no bands.
 ///
 /// # Errors
 /// [`DeviceError::Driver`].

@@ -1,5 +1,5 @@
 //! Compiling a [`KernelSource`] with NVRTC, cached per process by (source
-//! hash, architecture). Needs libnvrtc, no GPU.
+//! hash, program name, architecture). Needs libnvrtc, no GPU.
 
 use super::error::{DeviceError, Result, NVRTC_HINT};
 use super::source::KernelSource;
