@@ -21,6 +21,8 @@ Score them with `kernel-oracle score KIND --bug none --also OUTDIR/m*.cu
 --no-fuzz` (or, with no GPU, `scripts/emu-score gdn|moe-tables OUTDIR/m*.cu`:
 the host emulators, KERNEL_ORACLE_*_CU naming each; rows by argument
 order, so two OUTDIRs' mNN files stay apart).
+`scripts/ptx-equiv BUILTIN OUTDIR/m*.cu` first sets aside those whose PTX
+is the builtin's (equivalent under this compiler; CPU only).
 Each survivor is to be read: equivalent, dead under every launch the shim
 makes, or a gap of the gate."""
 
