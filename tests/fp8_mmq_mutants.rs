@@ -108,8 +108,7 @@ fn subnormal_flush_is_right_for_normals_and_flushes_subnormals() {
 fn every_mutant_is_caught_by_the_gate() {
     // The gate's own battery (it includes (1000, 130, 7), the only shape
     // with weight rows off 16-byte boundaries, where the byte-wise k-tail
-    // path runs),
-    // less its one large-m shape to keep the test quick.
+    // path runs), less its one large-m shape to keep the test quick.
     let shapes: Vec<_> = BATTERY
         .iter()
         .copied()

@@ -87,9 +87,9 @@ fn cache() -> &'static Cache {
 
 /// Environment variable naming a directory that caches NVRTC's output on
 /// disk across processes, keyed by the source text, its program name, the
-/// target and the options (for GPU runs that start many processes; off when unset). Only
-/// successful compiles are stored; a file that cannot be read or written
-/// is ignored.
+/// target and the options (for GPU runs that start many processes; off
+/// when unset). Only successful compiles are stored; a file that cannot be
+/// read or written is ignored.
 pub const ENV_NVRTC_CACHE: &str = "KERNEL_ORACLE_NVRTC_CACHE";
 
 /// Compiles `source` for `arch` (`"sm_90a"`), or returns the copy this
